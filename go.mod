@@ -1,0 +1,17 @@
+module github.com/jobfence/jobfence
+
+go 1.26.8
+
+require (
+	github.com/go-sql-driver/mysql v1.10.1
+	google.golang.org/grpc v1.85.0
+	google.golang.org/protobuf v1.36.12
+)
+
+require (
+	filippo.io/edwards25519 v1.2.0 // indirect
+	golang.org/x/net v0.60.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
+	golang.org/x/text v0.42.0 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20261110000943-09e21b237f2c // indirect
+)

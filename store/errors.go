@@ -1,0 +1,88 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Sentinel errors returned by every backend. Match them with errors.Is.
+var (
+	// ErrNotFound: no job with that id or operation key.
+	ErrNotFound = errors.New("job not found")
+	// ErrKeyConflict: the operation key is bound to different refund values (R1).
+	ErrKeyConflict = errors.New("operation key already used for a different refund")
+	// ErrStaleAttempt: a newer attempt holds the job; the write changed nothing (R9).
+	ErrStaleAttempt = errors.New("stale attempt")
+	// ErrNotRunning: this attempt already moved the job out of running with a
+	// different write (R21).
+	ErrNotRunning = errors.New("job is not running under this attempt")
+	// ErrClaimOutcomeUnknown: the claim's COMMIT failed in a way that leaves its
+	// outcome unknown. Nothing is granted; the coordinator never retries the bump
+	// (R7). If it did commit, the lease expires and the job is taken over.
+	ErrClaimOutcomeUnknown = errors.New("claim outcome unknown")
+	// ErrWriteOutcomeUnknown: a write-back's COMMIT was cut off and the row could
+	// not be re-read. Repeating the same write is safe: it is fenced and
+	// idempotent for its attempt (R20, R21).
+	ErrWriteOutcomeUnknown = errors.New("write-back outcome unknown")
+	// ErrUnavailable: the database could not be reached or kept failing; nothing
+	// was changed.
+	ErrUnavailable = errors.New("database unavailable")
+)
+
+// FenceError is returned when a write-back matched no row because the job is no
+// longer running under the caller's attempt. It matches ErrStaleAttempt or
+// ErrNotRunning with errors.Is, and carries the job as it is now (R10: re-read
+// after the rollback).
+type FenceError struct {
+	Err     error // ErrStaleAttempt or ErrNotRunning
+	Attempt int64 // the caller's attempt
+	Current Job
+}
+
+func (e *FenceError) Error() string {
+	return fmt.Sprintf("%v: job %d attempt %d, current attempt %d state %s",
+		e.Err, e.Current.ID, e.Attempt, e.Current.Attempt, e.Current.State)
+}
+
+func (e *FenceError) Unwrap() error { return e.Err }
+
+// FieldViolation names one bad request field, by its wire name.
+type FieldViolation struct {
+	Field       string
+	Description string
+}
+
+// ValidationError lists what is wrong with a request. Nothing was written.
+type ValidationError struct {
+	Violations []FieldViolation
+}
+
+func (e *ValidationError) Error() string {
+	parts := make([]string, len(e.Violations))
+	for i, v := range e.Violations {
+		parts[i] = v.Field + ": " + v.Description
+	}
+	return "invalid argument: " + strings.Join(parts, "; ")
+}
+
+// violations collects field violations; err returns nil when there are none.
+type violations []FieldViolation
+
+func (v *violations) add(field, format string, args ...any) {
+	*v = append(*v, FieldViolation{Field: field, Description: fmt.Sprintf(format, args...)})
+}
+
+func (v violations) err() error {
+	if len(v) == 0 {
+		return nil
+	}
+	return &ValidationError{Violations: v}
+}
+
+// Invalid returns a *ValidationError for one field.
+func Invalid(field, format string, args ...any) error {
+	var v violations
+	v.add(field, format, args...)
+	return v.err()
+}

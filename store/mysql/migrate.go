@@ -1,0 +1,86 @@
+package mysql
+
+import (
+	"context"
+	"embed"
+	"fmt"
+
+	"github.com/jobfence/jobfence/store"
+)
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+const (
+	migrateLockName    = "jobfence_migrate"
+	migrateLockTimeout = 60 // seconds
+
+	createMigrationsTable = `CREATE TABLE IF NOT EXISTS jobfence_schema_migrations (
+  version    INT          NOT NULL,
+  name       VARCHAR(255) NOT NULL,
+  applied_at DATETIME(6)  NOT NULL,
+  PRIMARY KEY (version)
+) ENGINE=InnoDB`
+	selectAppliedVersions = `SELECT version FROM jobfence_schema_migrations`
+	insertAppliedVersion  = `INSERT INTO jobfence_schema_migrations (version, name, applied_at) VALUES (?, ?, UTC_TIMESTAMP(6))`
+)
+
+// migrate applies the embedded migrations that are not yet recorded, holding
+// GET_LOCK on one connection so that replicas starting together apply each
+// file once. MySQL commits DDL implicitly, so the files are written to be
+// re-runnable (IF NOT EXISTS) should a start-up die half-way.
+func (s *Store) migrate(ctx context.Context) error {
+	migrations, err := store.Migrations(migrationFiles, "migrations")
+	if err != nil {
+		return err
+	}
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return unavailable(err)
+	}
+	defer conn.Close()
+
+	var got int
+	if err := conn.QueryRowContext(ctx, `SELECT COALESCE(GET_LOCK(?, ?), 0)`, migrateLockName, migrateLockTimeout).Scan(&got); err != nil {
+		return unavailable(err)
+	}
+	if got != 1 {
+		return fmt.Errorf("migrate: another process held %q for %ds", migrateLockName, migrateLockTimeout)
+	}
+	defer conn.ExecContext(context.WithoutCancel(ctx), `SELECT RELEASE_LOCK(?)`, migrateLockName) //nolint:errcheck
+
+	if _, err := conn.ExecContext(ctx, createMigrationsTable); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	applied := map[int]bool{}
+	rows, err := conn.QueryContext(ctx, selectAppliedVersions)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	for rows.Next() {
+		var v int
+		if err := rows.Scan(&v); err != nil {
+			rows.Close()
+			return err
+		}
+		applied[v] = true
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, m := range migrations {
+		if applied[m.Version] {
+			continue
+		}
+		for _, stmt := range m.Statements {
+			if _, err := conn.ExecContext(ctx, stmt); err != nil {
+				return fmt.Errorf("migrate %s: %w", m.Name, err)
+			}
+		}
+		if _, err := conn.ExecContext(ctx, insertAppliedVersion, m.Version, m.Name); err != nil {
+			return fmt.Errorf("migrate %s: %w", m.Name, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,194 @@
+// Package mysql is the production backend of jobfence: refund_jobs and its
+// history, observation and ledger tables on MySQL 8.4 or MariaDB 10.11+.
+//
+// Every claim and write-back is one short transaction on one connection (R11);
+// claims lock candidates with FOR UPDATE SKIP LOCKED (R13) and all lease
+// arithmetic uses the server's UTC_TIMESTAMP (R12).
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/jobfence/jobfence/store"
+)
+
+// Options tune the connection pool.
+type Options struct {
+	// MaxOpenConns bounds the pool; 32 when zero.
+	MaxOpenConns int
+}
+
+// Store is the MySQL backend. It implements store.Store.
+type Store struct {
+	db *sql.DB
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Open connects with dsn (go-sql-driver/mysql format), forces the options the
+// fencing logic relies on, and applies pending migrations under a lock.
+//
+// Forced: parseTime and loc=UTC (timestamps are the database's UTC clock, R12),
+// clientFoundRows (RowsAffected counts matched rows, so a fenced UPDATE reports
+// 1 even when nothing changed), interpolateParams (one round trip a statement),
+// the session time zone +00:00 and READ COMMITTED (no gap locks in claims).
+func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("mysql dsn: %w", err)
+	}
+	cfg.ParseTime = true
+	cfg.Loc = time.UTC
+	cfg.ClientFoundRows = true
+	cfg.InterpolateParams = true
+	if cfg.Params == nil {
+		cfg.Params = map[string]string{}
+	}
+	cfg.Params["time_zone"] = "'+00:00'"
+
+	isolationVar, err := isolationVariable(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Params[isolationVar] = "'READ-COMMITTED'"
+
+	conn, err := mysql.NewConnector(cfg)
+	if err != nil {
+		return nil, err
+	}
+	db := sql.OpenDB(conn)
+	n := opts.MaxOpenConns
+	if n <= 0 {
+		n = 32
+	}
+	db.SetMaxOpenConns(n)
+	db.SetMaxIdleConns(n)
+	db.SetConnMaxLifetime(5 * time.Minute)
+	s := &Store{db: db}
+	if err := s.migrate(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// isolationVariable names the session variable for the isolation level:
+// MariaDB before 11.1 knows only tx_isolation, MySQL 8 only
+// transaction_isolation.
+func isolationVariable(ctx context.Context, cfg *mysql.Config) (string, error) {
+	conn, err := mysql.NewConnector(cfg)
+	if err != nil {
+		return "", err
+	}
+	db := sql.OpenDB(conn)
+	defer db.Close()
+	var version string
+	if err := db.QueryRowContext(ctx, `SELECT VERSION()`).Scan(&version); err != nil {
+		return "", fmt.Errorf("%w: connect to mysql at %s: %v", store.ErrUnavailable, cfg.Addr, err)
+	}
+	if strings.Contains(strings.ToLower(version), "mariadb") {
+		return "tx_isolation", nil
+	}
+	return "transaction_isolation", nil
+}
+
+// DB returns the underlying pool, for the benchmark's direct-SQL baseline and
+// for operators' read-only tooling.
+func (s *Store) DB() *sql.DB { return s.db }
+
+// Close closes the pool.
+func (s *Store) Close() error { return s.db.Close() }
+
+// maxTries bounds the retries of a transaction that MySQL rolled back as a
+// whole (deadlock, lock-wait timeout): retrying those is safe (R20).
+const maxTries = 4
+
+// errCommitUnknown wraps a COMMIT that the server never answered: the
+// connection broke during or after it, so the transaction may or may not have
+// committed (R7, R20).
+type errCommitUnknown struct{ err error }
+
+func (e *errCommitUnknown) Error() string { return "commit outcome unknown: " + e.err.Error() }
+func (e *errCommitUnknown) Unwrap() error { return e.err }
+
+// inTx runs fn in one transaction on one connection and commits it, retrying
+// the whole transaction when the server rolled it back for a deadlock or a
+// lock-wait timeout (R20). fn must not keep anything from a failed try.
+func (s *Store) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
+	for try := 1; ; try++ {
+		err := s.txOnce(ctx, fn)
+		if err == nil || !isRetryable(err) || try == maxTries || ctx.Err() != nil {
+			return err
+		}
+	}
+}
+
+func (s *Store) txOnce(ctx context.Context, fn func(*sql.Tx) error) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		var me *mysql.MySQLError
+		if errors.As(err, &me) {
+			return err // the server answered: rolled back
+		}
+		return &errCommitUnknown{err: err}
+	}
+	return nil
+}
+
+func isRetryable(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && (me.Number == 1213 || me.Number == 1205)
+}
+
+func isDuplicate(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == 1062
+}
+
+// unavailable marks errors of the connection (nothing reached the server, or
+// the transaction died with it before COMMIT) and retries exhausted on
+// deadlocks, so callers can retry: nothing was committed. Other errors pass
+// through unchanged.
+func unavailable(err error) error {
+	var ne net.Error
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, driver.ErrBadConn), errors.Is(err, mysql.ErrInvalidConn),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.As(err, &ne), isRetryable(err):
+		return fmt.Errorf("%w: %v", store.ErrUnavailable, err)
+	default:
+		return err
+	}
+}
+
+// placeholders returns "?, ?, …" for n values.
+func placeholders(n int) string {
+	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
+}
+
+func int64Args(ids []int64) []any {
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = id
+	}
+	return args
+}

@@ -1,0 +1,53 @@
+package mysql
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jobfence/jobfence/store"
+)
+
+const (
+	insertObservation = `INSERT INTO refund_observations
+  (job_id, operation_key, reported_attempt, job_attempt, source, outcome,
+   provider_refund_id, provider_event_id, detail, dedupe_key, created_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6))`
+
+	selectObservationByID    = `SELECT ` + observationColumns + ` FROM refund_observations WHERE id = ?`
+	selectObservationByDedup = `SELECT ` + observationColumns + ` FROM refund_observations WHERE dedupe_key = ?`
+)
+
+// Observe implements store.Store. It reads the job only to name it; the job
+// row is never written (R15).
+func (s *Store) Observe(ctx context.Context, p store.ObservationParams) (store.Observation, bool, error) {
+	if err := p.Validate(); err != nil {
+		return store.Observation{}, false, err
+	}
+	job, err := s.jobByRef(ctx, p.Job)
+	if err != nil {
+		return store.Observation{}, false, err
+	}
+	key := p.DedupeKey(job.ID)
+	res, err := s.db.ExecContext(ctx, insertObservation, job.ID, job.OperationKey, p.Attempt, job.Attempt,
+		p.Source, p.Outcome, p.ProviderRefundID, p.ProviderEventID, p.Detail, key)
+	if isDuplicate(err) {
+		obs, err := scanObservation(s.db.QueryRowContext(ctx, selectObservationByDedup, key))
+		return obs, true, unavailable(err)
+	}
+	if err != nil {
+		return store.Observation{}, false, unavailable(err)
+	}
+	id, err := res.LastInsertId()
+	if err != nil {
+		return store.Observation{}, false, unavailable(err)
+	}
+	obs, err := scanObservation(s.db.QueryRowContext(ctx, selectObservationByID, id))
+	if errors.Is(err, context.Canceled) {
+		return store.Observation{}, false, err
+	}
+	if err != nil {
+		return store.Observation{}, false, fmt.Errorf("observation %d filed, read back: %w", id, unavailable(err))
+	}
+	return obs, false, nil
+}

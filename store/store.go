@@ -1,0 +1,227 @@
+// Package store holds jobfence's domain: refund jobs, their fencing token
+// (attempt), the write-backs that must carry it, and the errors a backend
+// returns. Backends live in subpackages (store/mysql, store/sqlite) and must all
+// pass the one conformance suite in store/storetest.
+package store
+
+import (
+	"context"
+	"time"
+)
+
+// State is where a job stands.
+type State string
+
+// The job states of DESIGN.md (Columns).
+const (
+	StateReady        State = "ready"
+	StateRunning      State = "running"
+	StateSucceeded    State = "succeeded"
+	StateManualReview State = "manual_review"
+)
+
+// NextAction tells the holder of a job what to do first.
+type NextAction string
+
+// The next actions: a first claim sends the refund; a takeover, or any job whose
+// sent request has an unknown outcome, reconciles first (R6, R14).
+const (
+	ActionRefund    NextAction = "refund"
+	ActionReconcile NextAction = "reconcile"
+)
+
+// Outcome is what the provider said about a refund in an observation.
+type Outcome string
+
+// The observation outcomes (R15). Pending is not success (R4); not found does not
+// prove nothing happened (R14).
+const (
+	OutcomeSucceeded Outcome = "succeeded"
+	OutcomePending   Outcome = "pending"
+	OutcomeFailed    Outcome = "failed"
+	OutcomeNotFound  Outcome = "not_found"
+)
+
+// EventKind names one transition in a job's history.
+type EventKind string
+
+// The transitions recorded in the append-only history (R3).
+const (
+	EventEnqueued    EventKind = "enqueued"
+	EventClaimed     EventKind = "claimed"
+	EventTakenOver   EventKind = "taken_over"
+	EventCompleted   EventKind = "completed"
+	EventRescheduled EventKind = "rescheduled"
+	EventEscalated   EventKind = "escalated"
+)
+
+// Job is one row of refund_jobs. Times come from the database's UTC clock (R12);
+// a zero time means NULL.
+type Job struct {
+	ID           int64
+	OperationKey string // R1: the business key, sent to the provider, never changes
+	OrderID      string
+	PaymentID    string
+	AmountMinor  int64
+	Currency     string
+	Provider     string
+
+	State            State
+	Attempt          int64 // R2: the fencing token, bumped by every claim and takeover
+	NextAction       NextAction
+	NextAttemptAt    time.Time
+	LeaseUntil       time.Time // zero unless running
+	ProviderRefundID string
+	WorkerID         string // the holder of the current (or last) attempt
+	LastReason       string
+	FirstSentAt      time.Time // R22: first claim with next_action=refund
+	CreatedAt        time.Time
+	UpdatedAt        time.Time
+}
+
+// ClaimedJob is a job granted by Claim. Job.Attempt is the token to carry in
+// every write-back.
+type ClaimedJob struct {
+	Job          Job
+	Takeover     bool          // taken over from an expired lease (R6)
+	Observations []Observation // receipts on file for the job (R15)
+}
+
+// Event is one entry of a job's transition history.
+type Event struct {
+	ID               int64
+	JobID            int64
+	Attempt          int64
+	Kind             EventKind
+	WorkerID         string
+	FromState        State // empty for EventEnqueued
+	ToState          State
+	NextAction       NextAction
+	ProviderRefundID string
+	Reason           string
+	CreatedAt        time.Time
+}
+
+// Observation is one receipt in the observation log (R15).
+type Observation struct {
+	ID               int64
+	JobID            int64
+	OperationKey     string
+	ReportedAttempt  int64 // the attempt the reporter held; 0 if none
+	JobAttempt       int64 // the job's attempt when the receipt was filed
+	Source           string
+	Outcome          Outcome
+	ProviderRefundID string
+	ProviderEventID  string
+	Detail           string
+	CreatedAt        time.Time
+}
+
+// JobDetail is a job with its history and observations, oldest first.
+type JobDetail struct {
+	Job          Job
+	Events       []Event
+	Observations []Observation
+}
+
+// JobRef names a job by ID or, when ID is zero, by operation key.
+type JobRef struct {
+	ID           int64
+	OperationKey string
+}
+
+// EnqueueParams describes a new refund.
+type EnqueueParams struct {
+	OperationKey string
+	OrderID      string
+	PaymentID    string
+	AmountMinor  int64
+	Currency     string
+	Provider     string
+	NotBefore    time.Time // zero: due now by the database clock
+}
+
+// ClaimParams asks for up to MaxJobs jobs.
+type ClaimParams struct {
+	WorkerID string
+	MaxJobs  int
+	Lease    time.Duration
+	Provider string // only this provider's jobs, when set
+}
+
+// Writeback is one fenced write by the holder of Attempt (R9): Complete,
+// Reschedule or Escalate, chosen by Kind.
+type Writeback struct {
+	Kind    EventKind // EventCompleted, EventRescheduled or EventEscalated
+	JobID   int64
+	Attempt int64
+
+	ProviderRefundID string // completed: required
+
+	NextAction NextAction    // rescheduled: required
+	Delay      time.Duration // rescheduled: from the database's now, when At is zero
+	At         time.Time     // rescheduled: absolute time, wins over Delay
+
+	Reason string // rescheduled, escalated
+}
+
+// WriteResult is the job after a write-back.
+type WriteResult struct {
+	Job Job
+	// Replayed is true when this same write had already been applied by an
+	// earlier call whose reply was lost (R21); nothing was written now.
+	Replayed bool
+}
+
+// ObservationParams is one receipt to file.
+type ObservationParams struct {
+	Job              JobRef
+	Attempt          int64
+	Source           string
+	Outcome          Outcome
+	ProviderRefundID string
+	ProviderEventID  string
+	Detail           string
+}
+
+// Store is what every backend provides and store/storetest verifies.
+type Store interface {
+	// Enqueue creates a ready job, or returns the existing one with created=false
+	// when the key exists with the same values (R1). Errors: *ValidationError,
+	// ErrKeyConflict.
+	Enqueue(ctx context.Context, p EnqueueParams) (job Job, created bool, err error)
+
+	// Claim grants up to MaxJobs jobs, each bumped and committed (R5, R6, R23).
+	// Errors: *ValidationError, ErrClaimOutcomeUnknown (nothing may be acted on,
+	// R7), ErrUnavailable.
+	Claim(ctx context.Context, p ClaimParams) ([]ClaimedJob, error)
+
+	// Write applies a fenced write-back (R9, R10, R21). Errors: *ValidationError,
+	// ErrNotFound, *FenceError (ErrStaleAttempt, ErrNotRunning),
+	// ErrWriteOutcomeUnknown, ErrUnavailable.
+	Write(ctx context.Context, w Writeback) (WriteResult, error)
+
+	// Observe files a receipt without touching the job (R15). duplicate is true
+	// when the same receipt was on file. Errors: *ValidationError, ErrNotFound.
+	Observe(ctx context.Context, p ObservationParams) (obs Observation, duplicate bool, err error)
+
+	// Get returns a job with its history and observations. Errors:
+	// *ValidationError, ErrNotFound.
+	Get(ctx context.Context, ref JobRef) (JobDetail, error)
+
+	// ExpireLease ends a running job's lease now, by the database clock. It only
+	// opens the job to takeover (R8): the holder may still write until someone
+	// commits a takeover. Errors: ErrNotFound, ErrNotRunning.
+	ExpireLease(ctx context.Context, jobID int64) error
+
+	// Close releases the backend's connections.
+	Close() error
+}
+
+// SameRefund reports whether an existing job is the refund p describes: the
+// same order, payment, amount, currency and provider (R1). The schedule
+// (NotBefore) does not count.
+func SameRefund(j Job, p EnqueueParams) bool {
+	return j.OrderID == p.OrderID && j.PaymentID == p.PaymentID && j.AmountMinor == p.AmountMinor &&
+		j.Currency == p.Currency && j.Provider == p.Provider
+}

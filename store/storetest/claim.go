@@ -1,0 +1,157 @@
+package storetest
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/jobfence/jobfence/store"
+)
+
+func testClaimBumps(t *testing.T, s store.Store) {
+	a := enqueue(t, s, refund(t))
+	b := enqueue(t, s, refund(t))
+	c := enqueue(t, s, refund(t))
+	lease := 42 * time.Second
+	got, err := s.Claim(ctxFor(t), store.ClaimParams{WorkerID: "w1", MaxJobs: 2, Lease: lease})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(ids(got), []int64{a.ID, b.ID}) {
+		t.Fatalf("claimed %v, want [%d %d]", ids(got), a.ID, b.ID)
+	}
+	for _, cj := range got {
+		j := cj.Job
+		if j.State != store.StateRunning || j.Attempt != 1 || j.NextAction != store.ActionRefund ||
+			j.WorkerID != "w1" || cj.Takeover {
+			t.Fatalf("claimed job = %+v takeover %v; want running, attempt 1, refund, w1", j, cj.Takeover)
+		}
+		// R12: lease_until is the database's now plus the lease; updated_at is
+		// that same now.
+		if d := j.LeaseUntil.Sub(j.UpdatedAt); d < lease-time.Millisecond || d > lease+time.Millisecond {
+			t.Fatalf("lease_until - updated_at = %v, want %v", d, lease)
+		}
+		// R22: the first claim with next_action refund starts the resend window.
+		if !j.FirstSentAt.Equal(j.UpdatedAt) {
+			t.Fatalf("first_sent_at = %v, want the claim time %v", j.FirstSentAt, j.UpdatedAt)
+		}
+		d := get(t, s, j.ID)
+		if !slices.Equal(kinds(d.Events), []store.EventKind{store.EventEnqueued, store.EventClaimed}) {
+			t.Fatalf("events = %v", kinds(d.Events))
+		}
+		ev := d.Events[1]
+		if ev.Attempt != 1 || ev.WorkerID != "w1" || ev.FromState != store.StateReady || ev.ToState != store.StateRunning {
+			t.Fatalf("claim event = %+v", ev)
+		}
+	}
+	claimOne(t, s, "w2", c.ID)
+	if got := claim(t, s, "w3", 5); len(got) != 0 {
+		t.Fatalf("claimed %v with nothing ready: running jobs with live leases are not candidates", ids(got))
+	}
+}
+
+func testClaimOrder(t *testing.T, s store.Store) {
+	// Q4: many identical next_attempt_at values order stably by id.
+	at := time.Now().Add(-time.Minute).UTC().Truncate(time.Second)
+	var want []int64
+	for i := 0; i < 7; i++ {
+		p := refund(t)
+		p.NotBefore = at
+		want = append(want, enqueue(t, s, p).ID)
+	}
+	older := refund(t)
+	older.NotBefore = at.Add(-time.Second)
+	first := enqueue(t, s, older)
+	want = append([]int64{first.ID}, want...)
+
+	var got []int64
+	for len(got) < len(want) {
+		batch := claim(t, s, "w", 3)
+		if len(batch) == 0 || len(batch) > 3 {
+			t.Fatalf("batch of %d, want 1..3", len(batch))
+		}
+		got = append(got, ids(batch)...)
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("claim order %v, want %v (next_attempt_at, then id)", got, want)
+	}
+	if extra := claim(t, s, "w", 3); len(extra) != 0 {
+		t.Fatalf("claimed %v twice", ids(extra))
+	}
+}
+
+func testClaimProvider(t *testing.T, s store.Store) {
+	acme := enqueue(t, s, refund(t))
+	p := refund(t)
+	p.Provider = "globex"
+	globex := enqueue(t, s, p)
+	got, err := s.Claim(ctxFor(t), store.ClaimParams{WorkerID: "w", MaxJobs: 10, Lease: time.Minute, Provider: "globex"})
+	if err != nil || !slices.Equal(ids(got), []int64{globex.ID}) {
+		t.Fatalf("Claim(provider=globex) = %v, %v; want [%d]", ids(got), err, globex.ID)
+	}
+	claimOne(t, s, "w", acme.ID)
+}
+
+func testClaimEmpty(t *testing.T, s store.Store) {
+	got, err := s.Claim(ctxFor(t), store.ClaimParams{WorkerID: "w", MaxJobs: 100, Lease: time.Minute})
+	if err != nil || len(got) != 0 {
+		t.Fatalf("Claim on empty store = %v, %v; want nothing, no error", ids(got), err)
+	}
+}
+
+func testTakeoverForcesReconcile(t *testing.T, s store.Store) {
+	job := enqueue(t, s, refund(t))
+	a := claimOne(t, s, "A", job.ID)
+	expire(t, s, job.ID)
+	b := claimOne(t, s, "B", job.ID)
+	if !b.Takeover || b.Job.Attempt != a.Job.Attempt+1 || b.Job.NextAction != store.ActionReconcile ||
+		b.Job.WorkerID != "B" || b.Job.State != store.StateRunning {
+		t.Fatalf("takeover = %+v takeover %v; want attempt %d, reconcile, B", b.Job, b.Takeover, a.Job.Attempt+1)
+	}
+	// R22: the resend window still starts at A's send.
+	if !b.Job.FirstSentAt.Equal(a.Job.FirstSentAt) {
+		t.Fatalf("first_sent_at moved from %v to %v on takeover", a.Job.FirstSentAt, b.Job.FirstSentAt)
+	}
+	if b.Job.OperationKey != job.OperationKey {
+		t.Fatalf("operation_key changed on takeover: %q", b.Job.OperationKey) // R1
+	}
+	d := get(t, s, job.ID)
+	last := d.Events[len(d.Events)-1]
+	if last.Kind != store.EventTakenOver || last.Attempt != 2 || last.WorkerID != "B" ||
+		last.FromState != store.StateRunning || last.NextAction != store.ActionReconcile {
+		t.Fatalf("takeover event = %+v", last)
+	}
+	// A reschedule to reconcile and a plain claim is not a takeover.
+	write(t, s, reschedule(job.ID, b.Job.Attempt, 0))
+	c := claimOne(t, s, "C", job.ID)
+	if c.Takeover || c.Job.NextAction != store.ActionReconcile || c.Job.Attempt != 3 {
+		t.Fatalf("claim after reschedule = %+v takeover %v", c.Job, c.Takeover)
+	}
+}
+
+func testTakeoversFirst(t *testing.T, s store.Store) {
+	stuck := enqueue(t, s, refund(t))
+	claimOne(t, s, "A", stuck.ID)
+	ready := enqueue(t, s, refund(t))
+	expire(t, s, stuck.ID)
+	got := claim(t, s, "B", 1)
+	if len(got) != 1 || got[0].Job.ID != stuck.ID || !got[0].Takeover {
+		t.Fatalf("Claim(1) = %v, want the expired lease %d first", ids(got), stuck.ID)
+	}
+	claimOne(t, s, "B", ready.ID)
+}
+
+func testExpireLease(t *testing.T, s store.Store) {
+	job := enqueue(t, s, refund(t))
+	if err := s.ExpireLease(ctxFor(t), job.ID); err == nil {
+		t.Fatal("ExpireLease on a ready job succeeded")
+	}
+	if err := s.ExpireLease(ctxFor(t), job.ID+1000); err == nil {
+		t.Fatal("ExpireLease on a missing job succeeded")
+	}
+	claimOne(t, s, "A", job.ID)
+	expire(t, s, job.ID)
+	if d := get(t, s, job.ID); d.Job.State != store.StateRunning || d.Job.Attempt != 1 {
+		t.Fatalf("ExpireLease changed more than the lease: %+v", d.Job)
+	}
+}

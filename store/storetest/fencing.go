@@ -1,0 +1,272 @@
+package storetest
+
+import (
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/jobfence/jobfence/store"
+)
+
+// takeOverTo claims job as worker until its attempt is n: the first claim and
+// then takeovers of expired leases.
+func takeOverTo(t *testing.T, s store.Store, id, n int64, worker string) store.ClaimedJob {
+	t.Helper()
+	var c store.ClaimedJob
+	for {
+		c = claimOne(t, s, worker, id)
+		if c.Job.Attempt == n {
+			return c
+		}
+		expire(t, s, id)
+	}
+}
+
+// T1: A claims (attempt 7) and pauses after its provider call; its lease
+// expires in the data; B takes over (8), reconciles and completes. A's late
+// complete, reschedule and escalate each affect nothing.
+func testZombieT1(t *testing.T, s store.Store) {
+	job := enqueue(t, s, refund(t))
+	a := takeOverTo(t, s, job.ID, 7, "A")
+	expire(t, s, job.ID)
+	b := claimOne(t, s, "B", job.ID)
+	if b.Job.Attempt != 8 || b.Job.NextAction != store.ActionReconcile {
+		t.Fatalf("B got attempt %d next_action %s, want 8 reconcile", b.Job.Attempt, b.Job.NextAction)
+	}
+	// A wakes while B still holds the job: nothing A writes may land.
+	_, err := s.Write(ctxFor(t), reschedule(job.ID, a.Job.Attempt, 0))
+	wantFence(t, err, store.ErrStaleAttempt, 8, store.StateRunning)
+	done := write(t, s, complete(job.ID, b.Job.Attempt, "re_B"))
+	if done.Job.State != store.StateSucceeded || done.Replayed {
+		t.Fatalf("B's complete = %+v", done)
+	}
+
+	for _, w := range []store.Writeback{
+		complete(job.ID, a.Job.Attempt, "re_A"),
+		reschedule(job.ID, a.Job.Attempt, time.Second),
+		escalate(job.ID, a.Job.Attempt),
+	} {
+		_, err := s.Write(ctxFor(t), w)
+		wantFence(t, err, store.ErrStaleAttempt, 8, store.StateSucceeded)
+	}
+	d := get(t, s, job.ID)
+	if d.Job.State != store.StateSucceeded || d.Job.Attempt != 8 || d.Job.ProviderRefundID != "re_B" ||
+		!d.Job.UpdatedAt.Equal(done.Job.UpdatedAt) {
+		t.Fatalf("job after A's late writes = %+v, want B's completion untouched", d.Job)
+	}
+	if n := countKind(d.Events, store.EventCompleted); n != 1 {
+		t.Fatalf("%d completed events, want 1", n)
+	}
+	for _, e := range d.Events {
+		if e.FromState == store.StateRunning && e.Kind != store.EventTakenOver && e.Attempt != 8 {
+			t.Fatalf("a write under attempt %d landed: %+v", e.Attempt, e)
+		}
+	}
+}
+
+// T2: A's lease expires and nobody takes over; A's complete still lands (R8),
+// and B's later takeover finds the job closed.
+func testLeaseExpiredNoTakeoverT2(t *testing.T, s store.Store) {
+	job := enqueue(t, s, refund(t))
+	a := claimOne(t, s, "A", job.ID)
+	expire(t, s, job.ID)
+	res := write(t, s, complete(job.ID, a.Job.Attempt, "re_A"))
+	if res.Job.State != store.StateSucceeded || res.Job.Attempt != 1 || res.Replayed {
+		t.Fatalf("late complete = %+v", res)
+	}
+	if got := claim(t, s, "B", 10); len(got) != 0 {
+		t.Fatalf("B took over %v, a closed job", ids(got))
+	}
+	if d := get(t, s, job.ID); d.Job.Attempt != 1 || d.Job.State != store.StateSucceeded {
+		t.Fatalf("job = %+v", d.Job)
+	}
+}
+
+// T4: the completion committed and its reply was lost; the retry's 0-row
+// update re-reads the row, sees its own success and answers replayed (R10,
+// R21). The history shows the first write only.
+func testLostReplyReplayT4(t *testing.T, s store.Store) {
+	cases := []struct {
+		name string
+		w    func(id, attempt int64) store.Writeback
+		want store.State
+	}{
+		{"complete", func(id, a int64) store.Writeback { return complete(id, a, "re_1") }, store.StateSucceeded},
+		{"reschedule", func(id, a int64) store.Writeback { return reschedule(id, a, time.Hour) }, store.StateReady},
+		{"escalate", func(id, a int64) store.Writeback { return escalate(id, a) }, store.StateManualReview},
+	}
+	for _, c := range cases {
+		job := enqueue(t, s, refund(t))
+		a := claimOne(t, s, "A", job.ID)
+		first := write(t, s, c.w(job.ID, a.Job.Attempt))
+		if first.Replayed || first.Job.State != c.want {
+			t.Fatalf("%s: first write = %+v", c.name, first)
+		}
+		again := write(t, s, c.w(job.ID, a.Job.Attempt))
+		if !again.Replayed || again.Job.State != c.want || !again.Job.UpdatedAt.Equal(first.Job.UpdatedAt) {
+			t.Fatalf("%s: repeated write = replayed %v job %+v, want replayed with the first write's row",
+				c.name, again.Replayed, again.Job)
+		}
+		d := get(t, s, job.ID)
+		if n := countKind(d.Events, c.w(0, 0).Kind); n != 1 {
+			t.Fatalf("%s: %d %s events after a replay, want 1", c.name, n, c.w(0, 0).Kind)
+		}
+	}
+}
+
+func testDifferentWriteNotRunning(t *testing.T, s store.Store) {
+	job := enqueue(t, s, refund(t))
+	a := claimOne(t, s, "A", job.ID)
+	write(t, s, complete(job.ID, a.Job.Attempt, "re_1"))
+	for _, w := range []store.Writeback{
+		complete(job.ID, a.Job.Attempt, "re_OTHER"),
+		reschedule(job.ID, a.Job.Attempt, 0),
+		escalate(job.ID, a.Job.Attempt),
+	} {
+		_, err := s.Write(ctxFor(t), w)
+		wantFence(t, err, store.ErrNotRunning, 1, store.StateSucceeded)
+	}
+	if d := get(t, s, job.ID); d.Job.ProviderRefundID != "re_1" {
+		t.Fatalf("provider_refund_id = %q, want re_1", d.Job.ProviderRefundID)
+	}
+}
+
+func testReschedule(t *testing.T, s store.Store) {
+	job := enqueue(t, s, refund(t))
+	a := claimOne(t, s, "A", job.ID)
+	res := write(t, s, reschedule(job.ID, a.Job.Attempt, time.Hour))
+	j := res.Job
+	if j.State != store.StateReady || j.NextAction != store.ActionReconcile || j.LeaseUntil != (time.Time{}) ||
+		j.LastReason != "provider pending" || j.Attempt != 1 {
+		t.Fatalf("rescheduled job = %+v", j)
+	}
+	if d := j.NextAttemptAt.Sub(j.UpdatedAt); d < time.Hour-time.Millisecond || d > time.Hour+time.Millisecond {
+		t.Fatalf("next_attempt_at - updated_at = %v, want 1h by the database clock", d)
+	}
+	if got := claim(t, s, "B", 5); len(got) != 0 {
+		t.Fatalf("claimed %v before its next_attempt_at", ids(got))
+	}
+
+	// An absolute time, in the past: due at once, with the attempt bumped again.
+	job2 := enqueue(t, s, refund(t))
+	c := claimOne(t, s, "A", job2.ID)
+	at := time.Now().Add(-time.Minute).UTC().Truncate(time.Millisecond)
+	w := store.Writeback{Kind: store.EventRescheduled, JobID: job2.ID, Attempt: c.Job.Attempt,
+		NextAction: store.ActionRefund, At: at, Reason: "provider rejected: rate limited"}
+	res = write(t, s, w)
+	if !res.Job.NextAttemptAt.Equal(at) || res.Job.NextAction != store.ActionRefund {
+		t.Fatalf("rescheduled at %v to %s, want %v refund", res.Job.NextAttemptAt, res.Job.NextAction, at)
+	}
+	again := claimOne(t, s, "B", job2.ID)
+	if again.Job.Attempt != 2 || again.Takeover || !again.Job.FirstSentAt.Equal(c.Job.FirstSentAt) {
+		t.Fatalf("re-claim = %+v takeover %v; want attempt 2, first_sent_at kept", again.Job, again.Takeover)
+	}
+	d := get(t, s, job2.ID)
+	ev := d.Events[2]
+	if ev.Kind != store.EventRescheduled || ev.Reason != w.Reason || ev.WorkerID != "A" || ev.Attempt != 1 {
+		t.Fatalf("reschedule event = %+v", ev)
+	}
+}
+
+func testEscalate(t *testing.T, s store.Store) {
+	job := enqueue(t, s, refund(t))
+	a := claimOne(t, s, "A", job.ID)
+	res := write(t, s, escalate(job.ID, a.Job.Attempt))
+	if res.Job.State != store.StateManualReview || res.Job.LeaseUntil != (time.Time{}) ||
+		res.Job.LastReason != "no record outside window" {
+		t.Fatalf("escalated job = %+v", res.Job)
+	}
+	if got := claim(t, s, "B", 5); len(got) != 0 {
+		t.Fatalf("claimed %v from manual_review", ids(got))
+	}
+}
+
+func testWriteUnknown(t *testing.T, s store.Store) {
+	_, err := s.Write(ctxFor(t), complete(987654, 1, "re_1"))
+	if !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("Write on a missing job: %v, want ErrNotFound", err)
+	}
+	job := enqueue(t, s, refund(t))
+	// Never claimed: attempt 1 was never granted.
+	_, err = s.Write(ctxFor(t), complete(job.ID, 1, "re_1"))
+	wantViolation(t, err, "attempt")
+	a := claimOne(t, s, "A", job.ID)
+	_, err = s.Write(ctxFor(t), complete(job.ID, a.Job.Attempt+1, "re_1"))
+	wantViolation(t, err, "attempt")
+	if d := get(t, s, job.ID); d.Job.State != store.StateRunning {
+		t.Fatalf("job = %+v", d.Job)
+	}
+}
+
+func testObservations(t *testing.T, s store.Store) {
+	job := enqueue(t, s, refund(t))
+	a := takeOverTo(t, s, job.ID, 2, "A")
+	before := get(t, s, job.ID).Job
+
+	p := store.ObservationParams{Job: store.JobRef{ID: job.ID}, Attempt: 1, Source: "worker:A",
+		Outcome: store.OutcomeSucceeded, ProviderRefundID: "re_late", Detail: "late reply at 12:00:01"}
+	o1, dup, err := s.Observe(ctxFor(t), p)
+	if err != nil || dup {
+		t.Fatalf("Observe = %+v dup %v err %v", o1, dup, err)
+	}
+	if o1.JobID != job.ID || o1.OperationKey != job.OperationKey || o1.ReportedAttempt != 1 ||
+		o1.JobAttempt != a.Job.Attempt || o1.Outcome != store.OutcomeSucceeded || o1.CreatedAt.IsZero() {
+		t.Fatalf("observation = %+v", o1)
+	}
+	// The same receipt again, with another detail: deduplicated.
+	p.Detail = "late reply at 12:00:02"
+	o2, dup, err := s.Observe(ctxFor(t), p)
+	if err != nil || !dup || o2.ID != o1.ID {
+		t.Fatalf("repeat Observe = id %d dup %v err %v, want id %d dup", o2.ID, dup, err, o1.ID)
+	}
+	// By operation key and provider event id: the event id alone dedupes.
+	hook := store.ObservationParams{Job: store.JobRef{OperationKey: job.OperationKey}, Source: "webhook",
+		Outcome: store.OutcomeSucceeded, ProviderRefundID: "re_late", ProviderEventID: "evt_1"}
+	o3, dup, err := s.Observe(ctxFor(t), hook)
+	if err != nil || dup || o3.ID == o1.ID {
+		t.Fatalf("webhook Observe = %+v dup %v err %v", o3, dup, err)
+	}
+	hook.Source = "webhook-retry"
+	if o4, dup, err := s.Observe(ctxFor(t), hook); err != nil || !dup || o4.ID != o3.ID {
+		t.Fatalf("webhook redelivery = id %d dup %v err %v, want %d", o4.ID, dup, err, o3.ID)
+	}
+	_, _, err = s.Observe(ctxFor(t), store.ObservationParams{Job: store.JobRef{ID: job.ID + 1000},
+		Source: "x", Outcome: store.OutcomePending})
+	if !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("Observe on a missing job: %v", err)
+	}
+
+	d := get(t, s, job.ID)
+	if d.Job != before {
+		t.Fatalf("observations changed the job:\n before %+v\n after  %+v", before, d.Job)
+	}
+	if got := []int64{d.Observations[0].ID, d.Observations[1].ID}; len(d.Observations) != 2 ||
+		!slices.Equal(got, []int64{o1.ID, o3.ID}) {
+		t.Fatalf("observations = %+v", d.Observations)
+	}
+	// The holder verifies and closes through the fenced path.
+	write(t, s, complete(job.ID, a.Job.Attempt, "re_late"))
+}
+
+func testClaimCarriesObservations(t *testing.T, s store.Store) {
+	job := enqueue(t, s, refund(t))
+	a := claimOne(t, s, "A", job.ID)
+	if len(a.Observations) != 0 {
+		t.Fatalf("fresh claim carries %d observations", len(a.Observations))
+	}
+	if _, _, err := s.Observe(ctxFor(t), store.ObservationParams{Job: store.JobRef{ID: job.ID},
+		Source: "webhook", Outcome: store.OutcomePending, ProviderEventID: "evt_9"}); err != nil {
+		t.Fatal(err)
+	}
+	other := enqueue(t, s, refund(t))
+	expire(t, s, job.ID)
+	got := claim(t, s, "B", 2)
+	if len(got) != 2 || got[0].Job.ID != job.ID || got[1].Job.ID != other.ID {
+		t.Fatalf("claimed %v", ids(got))
+	}
+	if len(got[0].Observations) != 1 || got[0].Observations[0].ProviderEventID != "evt_9" ||
+		len(got[1].Observations) != 0 {
+		t.Fatalf("observations on claim = %+v / %+v", got[0].Observations, got[1].Observations)
+	}
+}

@@ -1,0 +1,196 @@
+// Package storetest is the one conformance suite every store backend must pass.
+// A backend's test calls Run with a function that opens a fresh, empty store;
+// nothing backend-specific is tested only once. The tests name the rules of
+// DESIGN.md they guard.
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jobfence/jobfence/store"
+)
+
+// Opener returns a fresh, empty, migrated store for one test and registers its
+// cleanup on t.
+type Opener func(t *testing.T) store.Store
+
+// Run runs the whole suite against the backend that open creates.
+func Run(t *testing.T, open Opener) {
+	tests := []struct {
+		name string
+		fn   func(*testing.T, store.Store)
+	}{
+		{"EnqueueIsIdempotentPerKey_R1", testEnqueueIdempotent},
+		{"EnqueueConflictingValuesRejected_R1", testEnqueueConflict},
+		{"EnqueueNotBeforeDefersClaim", testEnqueueNotBefore},
+		{"BadInputRejectedNothingWritten", testBadInput},
+		{"ClaimBumpsAttemptUnderDBClock_R2_R5_R12", testClaimBumps},
+		{"ClaimOrderStableAndBounded_Q1_Q4_R23", testClaimOrder},
+		{"ClaimProviderFilter", testClaimProvider},
+		{"ClaimEmptyIsNotAnError", testClaimEmpty},
+		{"TakeoverForcesReconcile_R6_R22", testTakeoverForcesReconcile},
+		{"TakeoversComeFirst_R23", testTakeoversFirst},
+		{"ZombieLateWritesAffectNothing_T1", testZombieT1},
+		{"LeaseExpiredNobodyTookOver_T2_R8", testLeaseExpiredNoTakeoverT2},
+		{"CommitThenLostReplyReplays_T4_R21", testLostReplyReplayT4},
+		{"DifferentWriteSameAttemptNotRunning_R21", testDifferentWriteNotRunning},
+		{"RescheduleReturnsToReady", testReschedule},
+		{"EscalateToManualReview_R16", testEscalate},
+		{"WriteUnknownJobOrUngrantedAttempt", testWriteUnknown},
+		{"ObservationsDedupedNeverChangeJob_R15", testObservations},
+		{"ClaimCarriesObservations_R15", testClaimCarriesObservations},
+		{"ExpireLeaseOnlyRunning", testExpireLease},
+		{"ConcurrentClaimersFenced_R2_R5_R9", testConcurrentClaimers},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.fn(t, open(t))
+		})
+	}
+}
+
+var keySeq atomic.Int64
+
+// refund returns enqueue parameters with a key unique to this process.
+func refund(t *testing.T) store.EnqueueParams {
+	n := keySeq.Add(1)
+	return store.EnqueueParams{
+		OperationKey: fmt.Sprintf("refund-%s-%d", time.Now().Format("150405.000000"), n),
+		OrderID:      fmt.Sprintf("order-%d", n),
+		PaymentID:    fmt.Sprintf("pay-%d", n),
+		AmountMinor:  1250,
+		Currency:     "EUR",
+		Provider:     "acme",
+	}
+}
+
+func ctxFor(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func enqueue(t *testing.T, s store.Store, p store.EnqueueParams) store.Job {
+	t.Helper()
+	job, created, err := s.Enqueue(ctxFor(t), p)
+	if err != nil || !created {
+		t.Fatalf("Enqueue(%s) = created %v, %v", p.OperationKey, created, err)
+	}
+	return job
+}
+
+func claim(t *testing.T, s store.Store, worker string, max int) []store.ClaimedJob {
+	t.Helper()
+	got, err := s.Claim(ctxFor(t), store.ClaimParams{WorkerID: worker, MaxJobs: max, Lease: 30 * time.Second})
+	if err != nil {
+		t.Fatalf("Claim(%s): %v", worker, err)
+	}
+	return got
+}
+
+// claimOne claims and requires exactly the job id.
+func claimOne(t *testing.T, s store.Store, worker string, id int64) store.ClaimedJob {
+	t.Helper()
+	got := claim(t, s, worker, 1)
+	if len(got) != 1 || got[0].Job.ID != id {
+		t.Fatalf("Claim(%s) = %v, want job %d", worker, ids(got), id)
+	}
+	return got[0]
+}
+
+func expire(t *testing.T, s store.Store, id int64) {
+	t.Helper()
+	if err := s.ExpireLease(ctxFor(t), id); err != nil {
+		t.Fatalf("ExpireLease(%d): %v", id, err)
+	}
+}
+
+func get(t *testing.T, s store.Store, id int64) store.JobDetail {
+	t.Helper()
+	d, err := s.Get(ctxFor(t), store.JobRef{ID: id})
+	if err != nil {
+		t.Fatalf("Get(%d): %v", id, err)
+	}
+	return d
+}
+
+func complete(id, attempt int64, refundID string) store.Writeback {
+	return store.Writeback{Kind: store.EventCompleted, JobID: id, Attempt: attempt, ProviderRefundID: refundID}
+}
+
+func reschedule(id, attempt int64, delay time.Duration) store.Writeback {
+	return store.Writeback{Kind: store.EventRescheduled, JobID: id, Attempt: attempt,
+		NextAction: store.ActionReconcile, Delay: delay, Reason: "provider pending"}
+}
+
+func escalate(id, attempt int64) store.Writeback {
+	return store.Writeback{Kind: store.EventEscalated, JobID: id, Attempt: attempt, Reason: "no record outside window"}
+}
+
+func write(t *testing.T, s store.Store, w store.Writeback) store.WriteResult {
+	t.Helper()
+	res, err := s.Write(ctxFor(t), w)
+	if err != nil {
+		t.Fatalf("Write(%s job %d attempt %d): %v", w.Kind, w.JobID, w.Attempt, err)
+	}
+	return res
+}
+
+// wantFence requires a *FenceError matching target with the current attempt and state.
+func wantFence(t *testing.T, err error, target error, attempt int64, state store.State) {
+	t.Helper()
+	var fe *store.FenceError
+	if !errors.Is(err, target) || !errors.As(err, &fe) {
+		t.Fatalf("err = %v, want %v", err, target)
+	}
+	if fe.Current.Attempt != attempt || fe.Current.State != state {
+		t.Fatalf("FenceError current = attempt %d state %s, want attempt %d state %s",
+			fe.Current.Attempt, fe.Current.State, attempt, state)
+	}
+}
+
+func wantViolation(t *testing.T, err error, field string) {
+	t.Helper()
+	var ve *store.ValidationError
+	if !errors.As(err, &ve) {
+		t.Fatalf("err = %v, want a ValidationError on %s", err, field)
+	}
+	for _, v := range ve.Violations {
+		if v.Field == field {
+			return
+		}
+	}
+	t.Fatalf("violations %+v do not name %s", ve.Violations, field)
+}
+
+func ids(cs []store.ClaimedJob) []int64 {
+	out := make([]int64, len(cs))
+	for i, c := range cs {
+		out[i] = c.Job.ID
+	}
+	return out
+}
+
+func kinds(events []store.Event) []store.EventKind {
+	out := make([]store.EventKind, len(events))
+	for i, e := range events {
+		out[i] = e.Kind
+	}
+	return out
+}
+
+func countKind(events []store.Event, kind store.EventKind) int {
+	n := 0
+	for _, e := range events {
+		if e.Kind == kind {
+			n++
+		}
+	}
+	return n
+}

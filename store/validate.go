@@ -1,0 +1,214 @@
+package store
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strconv"
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Input limits. They bound the columns in every backend's schema.
+const (
+	MaxKeyLen      = 128  // operation_key, order_id, payment_id, worker_id, source
+	MaxProviderLen = 64   // provider
+	MaxRefIDLen    = 255  // provider_refund_id, provider_event_id
+	MaxReasonLen   = 1024 // reason
+	MaxDetailLen   = 4096 // observation detail
+	MaxClaimBatch  = 100  // max_jobs
+	MinLease       = time.Second
+	MaxLease       = 15 * time.Minute
+	MaxDelay       = 30 * 24 * time.Hour
+)
+
+// Timestamps a caller may give; both backends store them without surprises.
+var (
+	minTime = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+	maxTime = time.Date(9000, 1, 1, 0, 0, 0, 0, time.UTC)
+)
+
+// Validate reports what is wrong with an enqueue request.
+func (p EnqueueParams) Validate() error {
+	var v violations
+	v.printable("operation_key", p.OperationKey)
+	v.text("order_id", p.OrderID, 1, MaxKeyLen)
+	v.text("payment_id", p.PaymentID, 1, MaxKeyLen)
+	if p.AmountMinor <= 0 {
+		v.add("amount_minor", "must be greater than zero, got %d", p.AmountMinor)
+	}
+	if !IsCurrency(p.Currency) {
+		v.add("currency", "must be an ISO 4217 code such as EUR or USD, got %q", p.Currency)
+	}
+	v.provider("provider", p.Provider, true)
+	if !p.NotBefore.IsZero() {
+		v.time("not_before", p.NotBefore)
+	}
+	return v.err()
+}
+
+// Validate reports what is wrong with a claim request.
+func (p ClaimParams) Validate() error {
+	var v violations
+	v.text("worker_id", p.WorkerID, 1, MaxKeyLen)
+	if p.MaxJobs < 1 || p.MaxJobs > MaxClaimBatch {
+		v.add("max_jobs", "must be between 1 and %d, got %d", MaxClaimBatch, p.MaxJobs)
+	}
+	if p.Lease < MinLease || p.Lease > MaxLease {
+		v.add("lease_duration", "must be between %s and %s, got %s", MinLease, MaxLease, p.Lease)
+	}
+	v.provider("provider", p.Provider, false)
+	return v.err()
+}
+
+// Validate reports what is wrong with a write-back.
+func (w Writeback) Validate() error {
+	var v violations
+	if w.JobID <= 0 {
+		v.add("job_id", "must be greater than zero, got %d", w.JobID)
+	}
+	if w.Attempt <= 0 {
+		v.add("attempt", "must be the attempt granted by Claim (1 or more), got %d", w.Attempt)
+	}
+	switch w.Kind {
+	case EventCompleted:
+		v.text("provider_refund_id", w.ProviderRefundID, 1, MaxRefIDLen)
+	case EventRescheduled:
+		if w.NextAction != ActionRefund && w.NextAction != ActionReconcile {
+			v.add("next_action", "must be refund or reconcile, got %q", w.NextAction)
+		}
+		if w.At.IsZero() && (w.Delay < 0 || w.Delay > MaxDelay) {
+			v.add("delay", "must be between 0 and %s, got %s", MaxDelay, w.Delay)
+		}
+		if !w.At.IsZero() {
+			v.time("next_attempt_at", w.At)
+		}
+		v.text("reason", w.Reason, 0, MaxReasonLen)
+	case EventEscalated:
+		v.text("reason", w.Reason, 1, MaxReasonLen)
+	default:
+		v.add("kind", "must be completed, rescheduled or escalated, got %q", w.Kind)
+	}
+	return v.err()
+}
+
+// Validate reports what is wrong with an observation.
+func (p ObservationParams) Validate() error {
+	var v violations
+	v.ref(p.Job)
+	if p.Attempt < 0 {
+		v.add("attempt", "must be 0 (none held) or the attempt held, got %d", p.Attempt)
+	}
+	v.text("source", p.Source, 1, MaxKeyLen)
+	switch p.Outcome {
+	case OutcomeSucceeded, OutcomePending, OutcomeFailed, OutcomeNotFound:
+	default:
+		v.add("outcome", "must be one of succeeded, pending, failed, not_found, got %q", p.Outcome)
+	}
+	v.text("provider_refund_id", p.ProviderRefundID, 0, MaxRefIDLen)
+	v.text("provider_event_id", p.ProviderEventID, 0, MaxRefIDLen)
+	if len(p.Detail) > MaxDetailLen || !utf8.ValidString(p.Detail) {
+		v.add("detail", "must be valid UTF-8 of at most %d bytes", MaxDetailLen)
+	}
+	return v.err()
+}
+
+// Validate reports what is wrong with a job reference.
+func (r JobRef) Validate() error {
+	var v violations
+	v.ref(r)
+	return v.err()
+}
+
+// DedupeKey identifies an observation for deduplication: the provider's event id
+// when given, else who saw what under which attempt. The free-text detail does
+// not count, so a worker repeating a report with a new timestamp in it files it
+// once.
+func (p ObservationParams) DedupeKey(jobID int64) string {
+	h := sha256.New()
+	parts := []string{strconv.FormatInt(jobID, 10)}
+	if p.ProviderEventID != "" {
+		parts = append(parts, "event", p.ProviderEventID)
+	} else {
+		parts = append(parts, "report", strconv.FormatInt(p.Attempt, 10), p.Source,
+			string(p.Outcome), p.ProviderRefundID)
+	}
+	for _, s := range parts {
+		h.Write([]byte(strconv.Itoa(len(s))))
+		h.Write([]byte{':'})
+		h.Write([]byte(s))
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+func (v *violations) ref(r JobRef) {
+	switch {
+	case r.ID < 0:
+		v.add("job_id", "must be greater than zero, got %d", r.ID)
+	case r.ID == 0 && r.OperationKey == "":
+		v.add("job_id", "job_id or operation_key is required")
+	case r.ID == 0:
+		v.printable("operation_key", r.OperationKey)
+	}
+}
+
+// printable checks a key: 1..MaxKeyLen printable ASCII characters, no spaces.
+func (v *violations) printable(field, s string) {
+	if s == "" || len(s) > MaxKeyLen {
+		v.add(field, "must be 1 to %d characters, got %d", MaxKeyLen, len(s))
+		return
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] <= ' ' || s[i] > '~' {
+			v.add(field, "must be printable ASCII without spaces (byte %d is 0x%02x)", i, s[i])
+			return
+		}
+	}
+}
+
+// text checks free text: min..max bytes of UTF-8 without control characters.
+func (v *violations) text(field, s string, min, max int) {
+	if len(s) < min || len(s) > max {
+		if min > 0 {
+			v.add(field, "must be %d to %d bytes, got %d", min, max, len(s))
+		} else {
+			v.add(field, "must be at most %d bytes, got %d", max, len(s))
+		}
+		return
+	}
+	if !utf8.ValidString(s) {
+		v.add(field, "must be valid UTF-8")
+		return
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			v.add(field, "must not contain control characters")
+			return
+		}
+	}
+}
+
+// provider checks a provider name: [a-z0-9_-], 1..MaxProviderLen.
+func (v *violations) provider(field, s string, required bool) {
+	if s == "" && !required {
+		return
+	}
+	if s == "" || len(s) > MaxProviderLen {
+		v.add(field, "must be 1 to %d characters, got %d", MaxProviderLen, len(s))
+		return
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			v.add(field, "must contain only a-z, 0-9, '_' and '-', got %q", s)
+			return
+		}
+	}
+}
+
+func (v *violations) time(field string, t time.Time) {
+	if t.Before(minTime) || !t.Before(maxTime) {
+		v.add(field, "must be between %s and %s, got %s",
+			minTime.Format(time.DateOnly), maxTime.Format(time.DateOnly), t.UTC().Format(time.RFC3339Nano))
+	}
+}
