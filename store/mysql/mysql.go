@@ -171,6 +171,8 @@ func unavailable(err error) error {
 	switch {
 	case err == nil:
 		return nil
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return err // the caller gave up; DeadlineExceeded also claims to be a net.Error
 	case errors.Is(err, driver.ErrBadConn), errors.Is(err, mysql.ErrInvalidConn),
 		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
 		errors.As(err, &ne), isRetryable(err):

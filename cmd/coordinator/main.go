@@ -1,0 +1,196 @@
+// Command coordinator serves the jobfence.v1.Coordinator gRPC API on MySQL, or
+// on the embedded SQLite store when no MySQL DSN is given.
+//
+// Every flag falls back to an environment variable: --mysql-dsn to
+// JOBFENCE_MYSQL_DSN, --lease to JOBFENCE_LEASE, and so on. Run with -h for
+// the list.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jobfence/jobfence/server"
+	"github.com/jobfence/jobfence/store"
+	"github.com/jobfence/jobfence/store/mysql"
+	"github.com/jobfence/jobfence/store/sqlite"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stderr); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "coordinator:", err)
+		os.Exit(1)
+	}
+}
+
+type config struct {
+	listen          string
+	mysqlDSN        string
+	mysqlMaxConns   int
+	sqlitePath      string
+	lease           time.Duration
+	keyRetention    time.Duration
+	providerKeys    string
+	shutdownTimeout time.Duration
+	logFormat       string
+	logLevel        slog.Level
+}
+
+func parseFlags(args []string, stderr *os.File) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("coordinator", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.listen, "listen", "127.0.0.1:50051", "gRPC listen address")
+	fs.StringVar(&c.mysqlDSN, "mysql-dsn", "",
+		"MySQL DSN (go-sql-driver format, e.g. user:pass@tcp(host:3306)/jobfence); when empty the embedded SQLite store is used")
+	fs.IntVar(&c.mysqlMaxConns, "mysql-max-conns", 32, "MySQL connection pool size")
+	fs.StringVar(&c.sqlitePath, "sqlite", "data/jobfence.db",
+		"embedded store file, created with its folder if absent; ignored when --mysql-dsn is set")
+	fs.DurationVar(&c.lease, "lease", 30*time.Second,
+		"lease granted when a Claim names none (1s..15m); choose it from the provider call's p99 and deploy hand-over time")
+	fs.DurationVar(&c.keyRetention, "key-retention", 24*time.Hour,
+		"how long providers keep an idempotency key; same-key resends are safe only inside it")
+	fs.StringVar(&c.providerKeys, "provider-key-retention", "",
+		"per-provider key retention overriding --key-retention, e.g. acme=24h,globex=168h")
+	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 15*time.Second,
+		"on SIGTERM, how long in-flight calls may finish before they are cut")
+	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
+	fs.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: coordinator [flags]\n\nEvery flag falls back to the environment variable "+
+			"JOBFENCE_<FLAG> (upper case, '-' as '_'), e.g. JOBFENCE_MYSQL_DSN.\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if err := envFallback(fs); err != nil {
+		return c, err
+	}
+	if c.lease < store.MinLease || c.lease > store.MaxLease {
+		return c, fmt.Errorf("--lease must be between %s and %s, got %s", store.MinLease, store.MaxLease, c.lease)
+	}
+	if c.keyRetention <= 0 {
+		return c, fmt.Errorf("--key-retention must be positive, got %s", c.keyRetention)
+	}
+	if c.logFormat != "text" && c.logFormat != "json" {
+		return c, fmt.Errorf("--log-format must be text or json, got %q", c.logFormat)
+	}
+	return c, nil
+}
+
+// envFallback sets every flag not given on the command line from
+// JOBFENCE_<NAME>, when that variable is set.
+func envFallback(fs *flag.FlagSet) error {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		name := "JOBFENCE_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v, ok := os.LookupEnv(name); ok && !given[f.Name] && err == nil {
+			if e := fs.Set(f.Name, v); e != nil {
+				err = fmt.Errorf("%s: %w", name, e)
+			}
+		}
+	})
+	return err
+}
+
+func parseProviderKeys(s string) (map[string]time.Duration, error) {
+	out := map[string]time.Duration{}
+	for _, part := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' }) {
+		name, dur, ok := strings.Cut(strings.TrimSpace(part), "=")
+		d, err := time.ParseDuration(dur)
+		if !ok || name == "" || err != nil || d <= 0 {
+			return nil, fmt.Errorf("--provider-key-retention: %q is not provider=duration", part)
+		}
+		out[name] = d
+	}
+	return out, nil
+}
+
+func run(ctx context.Context, args []string, stderr *os.File) error {
+	c, err := parseFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	providerKeys, err := parseProviderKeys(c.providerKeys)
+	if err != nil {
+		return err
+	}
+	var handler slog.Handler = slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: c.logLevel})
+	if c.logFormat == "json" {
+		handler = slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: c.logLevel})
+	}
+	log := slog.New(handler)
+
+	st, err := openStore(ctx, c, log)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+
+	srv := server.New(st, server.Options{
+		Lease: c.lease, KeyRetention: c.keyRetention, ProviderKeyRetention: providerKeys, Logger: log,
+	})
+	gs, health := srv.NewGRPCServer()
+	lis, err := net.Listen("tcp", c.listen)
+	if err != nil {
+		return err
+	}
+	log.Info("coordinator serving", "listen", lis.Addr().String(), "lease", c.lease, "key_retention", c.keyRetention)
+
+	served := make(chan error, 1)
+	go func() { served <- gs.Serve(lis) }()
+	select {
+	case err := <-served:
+		return err
+	case <-ctx.Done():
+	}
+	// Rolling deploy: stop taking new calls, let in-flight claims and
+	// write-backs finish, then cut what remains. A cut write-back is safe to
+	// repeat (R21); a cut claim grants nothing the lease will not recover.
+	log.Info("shutting down", "timeout", c.shutdownTimeout)
+	health.Shutdown()
+	done := make(chan struct{})
+	go func() { gs.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(c.shutdownTimeout):
+		log.Warn("shutdown timeout: cutting remaining calls")
+		gs.Stop()
+	}
+	return nil
+}
+
+func openStore(ctx context.Context, c config, log *slog.Logger) (store.Store, error) {
+	if c.mysqlDSN != "" {
+		st, err := mysql.Open(ctx, c.mysqlDSN, mysql.Options{MaxOpenConns: c.mysqlMaxConns})
+		if err != nil {
+			return nil, err
+		}
+		log.Info("store: mysql", "max_conns", c.mysqlMaxConns)
+		return st, nil
+	}
+	st, err := sqlite.Open(ctx, c.sqlitePath, sqlite.Options{})
+	if err != nil {
+		return nil, err
+	}
+	log.Warn("store: embedded sqlite, single-node only: run one coordinator on this file; use --mysql-dsn for production",
+		"path", c.sqlitePath)
+	return st, nil
+}

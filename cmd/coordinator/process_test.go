@@ -1,0 +1,131 @@
+package main_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Binaries built once for the package: the coordinator and the pinned grpcurl.
+var bin struct{ dir, coordinator, grpcurl string }
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "jobfence-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	bin.dir = dir
+	bin.coordinator = filepath.Join(dir, "coordinator")
+	bin.grpcurl = filepath.Join(dir, "grpcurl")
+	builds := [][]string{
+		{"go", "build", "-o", bin.coordinator, "."},
+		{"go", "build", "-modfile=../../tools/grpcurl/go.mod", "-o", bin.grpcurl, "github.com/fullstorydev/grpcurl/cmd/grpcurl"},
+	}
+	for _, b := range builds {
+		cmd := exec.Command(b[0], b[1:]...)
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Run(); err != nil {
+			fmt.Fprintf(os.Stderr, "%v: %v\n", b, err)
+			os.Exit(1)
+		}
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// process is a coordinator started from its binary.
+type process struct {
+	cmd  *exec.Cmd
+	addr string
+	logs *strings.Builder
+	done chan error
+}
+
+// startCoordinator runs the binary with args plus a loopback listener on a free
+// port and waits until it serves.
+func startCoordinator(t *testing.T, args ...string) *process {
+	t.Helper()
+	args = append([]string{"--listen", "127.0.0.1:0", "--log-format", "json"}, args...)
+	cmd := exec.Command(bin.coordinator, args...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &process{cmd: cmd, logs: &strings.Builder{}, done: make(chan error, 1)}
+	ready := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			line := sc.Text()
+			p.logs.WriteString(line + "\n")
+			var rec struct{ Msg, Listen string }
+			if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "coordinator serving" {
+				ready <- rec.Listen
+			}
+		}
+		io.Copy(io.Discard, stderr) //nolint:errcheck
+		p.done <- cmd.Wait()
+	}()
+	select {
+	case p.addr = <-ready:
+	case err := <-p.done:
+		t.Fatalf("coordinator exited before serving: %v\n%s", err, p.logs)
+	case <-time.After(30 * time.Second):
+		cmd.Process.Kill() //nolint:errcheck
+		t.Fatalf("coordinator did not start serving\n%s", p.logs)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill() //nolint:errcheck
+			<-p.done
+		}
+	})
+	return p
+}
+
+// stop sends sig and waits for the exit; SIGTERM must end it cleanly.
+func (p *process) stop(t *testing.T, sig syscall.Signal) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-p.done:
+		if sig == syscall.SIGTERM && err != nil {
+			t.Fatalf("exit after SIGTERM: %v\n%s", err, p.logs)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("coordinator did not exit after %v\n%s", sig, p.logs)
+	}
+}
+
+// grpcurl runs the pinned grpcurl in plaintext; the argument "ADDR" stands for
+// the coordinator's address.
+func (p *process) grpcurl(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	full := []string{"-plaintext"}
+	for _, a := range args {
+		if a == "ADDR" {
+			a = p.addr
+		}
+		full = append(full, a)
+	}
+	out, err := exec.CommandContext(ctx, bin.grpcurl, full...).CombinedOutput()
+	return string(out), err
+}

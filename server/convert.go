@@ -1,0 +1,222 @@
+package server
+
+import (
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	pb "github.com/jobfence/jobfence/gen/jobfence/v1"
+	"github.com/jobfence/jobfence/store"
+)
+
+// Domain → wire. One function per type; nothing else builds these messages.
+
+func jobToProto(j store.Job) *pb.Job {
+	return &pb.Job{
+		Id:               j.ID,
+		OperationKey:     j.OperationKey,
+		OrderId:          j.OrderID,
+		PaymentId:        j.PaymentID,
+		AmountMinor:      j.AmountMinor,
+		Currency:         j.Currency,
+		Provider:         j.Provider,
+		State:            stateToProto(j.State),
+		Attempt:          j.Attempt,
+		NextAction:       actionToProto(j.NextAction),
+		NextAttemptAt:    timeToProto(j.NextAttemptAt),
+		LeaseUntil:       timeToProto(j.LeaseUntil),
+		ProviderRefundId: j.ProviderRefundID,
+		WorkerId:         j.WorkerID,
+		LastReason:       j.LastReason,
+		FirstSentAt:      timeToProto(j.FirstSentAt),
+		CreatedAt:        timeToProto(j.CreatedAt),
+		UpdatedAt:        timeToProto(j.UpdatedAt),
+	}
+}
+
+func claimedToProto(c store.ClaimedJob, resendDeadline time.Time) *pb.ClaimedJob {
+	obs := make([]*pb.Observation, len(c.Observations))
+	for i, o := range c.Observations {
+		obs[i] = observationToProto(o)
+	}
+	return &pb.ClaimedJob{
+		Job:            jobToProto(c.Job),
+		Attempt:        c.Job.Attempt,
+		LeaseUntil:     timeToProto(c.Job.LeaseUntil),
+		NextAction:     actionToProto(c.Job.NextAction),
+		Takeover:       c.Takeover,
+		Observations:   obs,
+		ResendDeadline: timeToProto(resendDeadline),
+	}
+}
+
+func eventToProto(e store.Event) *pb.JobEvent {
+	return &pb.JobEvent{
+		Id:               e.ID,
+		JobId:            e.JobID,
+		Attempt:          e.Attempt,
+		Kind:             string(e.Kind),
+		WorkerId:         e.WorkerID,
+		FromState:        stateToProto(e.FromState),
+		ToState:          stateToProto(e.ToState),
+		NextAction:       actionToProto(e.NextAction),
+		ProviderRefundId: e.ProviderRefundID,
+		Reason:           e.Reason,
+		CreatedAt:        timeToProto(e.CreatedAt),
+	}
+}
+
+func observationToProto(o store.Observation) *pb.Observation {
+	return &pb.Observation{
+		Id:               o.ID,
+		JobId:            o.JobID,
+		OperationKey:     o.OperationKey,
+		ReportedAttempt:  o.ReportedAttempt,
+		JobAttempt:       o.JobAttempt,
+		Source:           o.Source,
+		Outcome:          outcomeToProto(o.Outcome),
+		ProviderRefundId: o.ProviderRefundID,
+		ProviderEventId:  o.ProviderEventID,
+		Detail:           o.Detail,
+		CreatedAt:        timeToProto(o.CreatedAt),
+	}
+}
+
+func timeToProto(t time.Time) *timestamppb.Timestamp {
+	if t.IsZero() {
+		return nil
+	}
+	return timestamppb.New(t)
+}
+
+var states = map[store.State]pb.JobState{
+	store.StateReady:        pb.JobState_JOB_STATE_READY,
+	store.StateRunning:      pb.JobState_JOB_STATE_RUNNING,
+	store.StateSucceeded:    pb.JobState_JOB_STATE_SUCCEEDED,
+	store.StateManualReview: pb.JobState_JOB_STATE_MANUAL_REVIEW,
+}
+
+func stateToProto(s store.State) pb.JobState { return states[s] }
+
+var actions = map[store.NextAction]pb.NextAction{
+	store.ActionRefund:    pb.NextAction_NEXT_ACTION_REFUND,
+	store.ActionReconcile: pb.NextAction_NEXT_ACTION_RECONCILE,
+}
+
+func actionToProto(a store.NextAction) pb.NextAction { return actions[a] }
+
+var outcomes = map[store.Outcome]pb.ObservationOutcome{
+	store.OutcomeSucceeded: pb.ObservationOutcome_OBSERVATION_OUTCOME_SUCCEEDED,
+	store.OutcomePending:   pb.ObservationOutcome_OBSERVATION_OUTCOME_PENDING,
+	store.OutcomeFailed:    pb.ObservationOutcome_OBSERVATION_OUTCOME_FAILED,
+	store.OutcomeNotFound:  pb.ObservationOutcome_OBSERVATION_OUTCOME_NOT_FOUND,
+}
+
+func outcomeToProto(o store.Outcome) pb.ObservationOutcome { return outcomes[o] }
+
+// Wire → domain. Enum and well-known-type problems become field violations
+// here; the rest is validated by the store's params (one validation layer).
+
+func enqueueFromProto(r *pb.EnqueueRefundRequest) (store.EnqueueParams, error) {
+	p := store.EnqueueParams{
+		OperationKey: r.GetOperationKey(),
+		OrderID:      r.GetOrderId(),
+		PaymentID:    r.GetPaymentId(),
+		AmountMinor:  r.GetAmountMinor(),
+		Currency:     r.GetCurrency(),
+		Provider:     r.GetProvider(),
+	}
+	var err error
+	p.NotBefore, err = timeFromProto("not_before", r.GetNotBefore())
+	return p, err
+}
+
+func claimFromProto(r *pb.ClaimRequest, defaultLease time.Duration) (store.ClaimParams, error) {
+	p := store.ClaimParams{
+		WorkerID: r.GetWorkerId(),
+		MaxJobs:  int(r.GetMaxJobs()),
+		Lease:    defaultLease,
+		Provider: r.GetProvider(),
+	}
+	if d := r.GetLeaseDuration(); d != nil {
+		var err error
+		if p.Lease, err = durationFromProto("lease_duration", d); err != nil {
+			return p, err
+		}
+	}
+	return p, nil
+}
+
+func completeFromProto(r *pb.CompleteRequest) store.Writeback {
+	return store.Writeback{Kind: store.EventCompleted, JobID: r.GetJobId(), Attempt: r.GetAttempt(),
+		ProviderRefundID: r.GetProviderRefundId()}
+}
+
+func rescheduleFromProto(r *pb.RescheduleRequest) (store.Writeback, error) {
+	w := store.Writeback{Kind: store.EventRescheduled, JobID: r.GetJobId(), Attempt: r.GetAttempt(),
+		NextAction: store.ActionReconcile, Reason: r.GetReason()}
+	switch r.GetNextAction() {
+	case pb.NextAction_NEXT_ACTION_UNSPECIFIED, pb.NextAction_NEXT_ACTION_RECONCILE:
+	case pb.NextAction_NEXT_ACTION_REFUND:
+		w.NextAction = store.ActionRefund
+	default:
+		return w, store.Invalid("next_action", "unknown value %d", r.GetNextAction())
+	}
+	var err error
+	switch when := r.GetWhen().(type) {
+	case *pb.RescheduleRequest_Delay:
+		w.Delay, err = durationFromProto("delay", when.Delay)
+	case *pb.RescheduleRequest_NextAttemptAt:
+		w.At, err = timeFromProto("next_attempt_at", when.NextAttemptAt)
+		if err == nil && w.At.IsZero() {
+			err = store.Invalid("next_attempt_at", "must be set when chosen")
+		}
+	}
+	return w, err
+}
+
+func escalateFromProto(r *pb.EscalateRequest) store.Writeback {
+	return store.Writeback{Kind: store.EventEscalated, JobID: r.GetJobId(), Attempt: r.GetAttempt(), Reason: r.GetReason()}
+}
+
+func observationFromProto(r *pb.ReportObservationRequest) (store.ObservationParams, error) {
+	p := store.ObservationParams{
+		Job:              store.JobRef{ID: r.GetJobId(), OperationKey: r.GetOperationKey()},
+		Attempt:          r.GetAttempt(),
+		Source:           r.GetSource(),
+		ProviderRefundID: r.GetProviderRefundId(),
+		ProviderEventID:  r.GetProviderEventId(),
+		Detail:           r.GetDetail(),
+	}
+	for o, v := range outcomes {
+		if v == r.GetOutcome() {
+			p.Outcome = o
+		}
+	}
+	if p.Outcome == "" {
+		return p, store.Invalid("outcome", "must be one of SUCCEEDED, PENDING, FAILED, NOT_FOUND, got %s", r.GetOutcome())
+	}
+	return p, nil
+}
+
+func refFromProto(r *pb.GetJobRequest) store.JobRef {
+	return store.JobRef{ID: r.GetJobId(), OperationKey: r.GetOperationKey()}
+}
+
+func timeFromProto(field string, ts *timestamppb.Timestamp) (time.Time, error) {
+	if ts == nil {
+		return time.Time{}, nil
+	}
+	if err := ts.CheckValid(); err != nil {
+		return time.Time{}, store.Invalid(field, "%v", err)
+	}
+	return ts.AsTime(), nil
+}
+
+func durationFromProto(field string, d *durationpb.Duration) (time.Duration, error) {
+	if err := d.CheckValid(); err != nil {
+		return 0, store.Invalid(field, "%v", err)
+	}
+	return d.AsDuration(), nil
+}

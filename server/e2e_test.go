@@ -1,0 +1,440 @@
+package server_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	pb "github.com/jobfence/jobfence/gen/jobfence/v1"
+	"github.com/jobfence/jobfence/internal/testdb"
+	"github.com/jobfence/jobfence/server"
+	"github.com/jobfence/jobfence/store"
+)
+
+// coordinator is a real gRPC server on a loopback socket over a real store.
+type coordinator struct {
+	client pb.CoordinatorClient
+	conn   *grpc.ClientConn
+	store  store.Store
+	// dropNext, when set to a method name, makes the server commit that call
+	// and then lose its reply, as a cut connection would (T4).
+	dropNext atomic.Value
+}
+
+func start(t *testing.T, b testdb.Backend) *coordinator {
+	t.Helper()
+	c := &coordinator{store: b.Open(t)}
+	c.dropNext.Store("")
+	srv := server.New(c.store, server.Options{
+		Lease:                30 * time.Second,
+		ProviderKeyRetention: map[string]time.Duration{"globex": 7 * 24 * time.Hour},
+		Logger:               slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	lossy := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		resp, err := h(ctx, req)
+		if err == nil && c.dropNext.CompareAndSwap(info.FullMethod, "") {
+			return nil, status.Error(codes.Unavailable, "test: reply lost after commit")
+		}
+		return resp, err
+	}
+	gs, _ := srv.NewGRPCServer(grpc.ChainUnaryInterceptor(lossy))
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go gs.Serve(lis) //nolint:errcheck
+	t.Cleanup(gs.Stop)
+	c.conn, err = grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.conn.Close() })
+	c.client = pb.NewCoordinatorClient(c.conn)
+	return c
+}
+
+// forEachBackend runs fn as a parallel subtest against every store backend.
+func forEachBackend(t *testing.T, fn func(t *testing.T, c *coordinator)) {
+	for _, b := range testdb.Backends() {
+		t.Run(b.Name, func(t *testing.T) {
+			t.Parallel()
+			fn(t, start(t, b))
+		})
+	}
+}
+
+func ctxFor(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+var keySeq atomic.Int64
+
+func refundReq() *pb.EnqueueRefundRequest {
+	n := keySeq.Add(1)
+	return &pb.EnqueueRefundRequest{
+		OperationKey: fmt.Sprintf("op-%d", n), OrderId: fmt.Sprintf("ord-%d", n), PaymentId: fmt.Sprintf("pay-%d", n),
+		AmountMinor: 4200, Currency: "USD", Provider: "acme",
+	}
+}
+
+func (c *coordinator) enqueue(t *testing.T) *pb.Job {
+	t.Helper()
+	resp, err := c.client.EnqueueRefund(ctxFor(t), refundReq())
+	if err != nil || !resp.Created {
+		t.Fatalf("EnqueueRefund: %v %v", resp, err)
+	}
+	return resp.Job
+}
+
+func (c *coordinator) claimOne(t *testing.T, worker string, id int64) *pb.ClaimedJob {
+	t.Helper()
+	resp, err := c.client.Claim(ctxFor(t), &pb.ClaimRequest{WorkerId: worker, MaxJobs: 1})
+	if err != nil || len(resp.Jobs) != 1 || resp.Jobs[0].Job.Id != id {
+		t.Fatalf("Claim(%s) = %v, %v; want job %d", worker, resp, err, id)
+	}
+	return resp.Jobs[0]
+}
+
+func (c *coordinator) expire(t *testing.T, id int64) {
+	t.Helper()
+	if err := c.store.ExpireLease(ctxFor(t), id); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// errorInfo requires a status with code and an ErrorInfo of domain jobfence
+// with reason, and returns its metadata.
+func errorInfo(t *testing.T, err error, code codes.Code, reason string) map[string]string {
+	t.Helper()
+	st, ok := status.FromError(err)
+	if !ok || st.Code() != code {
+		t.Fatalf("err = %v, want code %s", err, code)
+	}
+	for _, d := range st.Details() {
+		if ei, ok := d.(*errdetails.ErrorInfo); ok {
+			if ei.Domain != server.Domain || ei.Reason != reason {
+				t.Fatalf("ErrorInfo = %s/%s, want %s/%s", ei.Domain, ei.Reason, server.Domain, reason)
+			}
+			return ei.Metadata
+		}
+	}
+	t.Fatalf("status %v has no ErrorInfo", st)
+	return nil
+}
+
+func TestZombieLateWritesRejectedOverGRPC_T1(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, c *coordinator) {
+		ctx := ctxFor(t)
+		job := c.enqueue(t)
+		var a *pb.ClaimedJob
+		for a = c.claimOne(t, "A", job.Id); a.Attempt < 7; a = c.claimOne(t, "A", job.Id) {
+			c.expire(t, job.Id)
+		}
+		c.expire(t, job.Id)
+		b := c.claimOne(t, "B", job.Id)
+		if b.Attempt != 8 || !b.Takeover || b.NextAction != pb.NextAction_NEXT_ACTION_RECONCILE {
+			t.Fatalf("B = attempt %d takeover %v %s", b.Attempt, b.Takeover, b.NextAction)
+		}
+		if b.Job.OperationKey != job.OperationKey {
+			t.Fatalf("operation_key changed: %q", b.Job.OperationKey)
+		}
+		if _, err := c.client.Complete(ctx, &pb.CompleteRequest{JobId: job.Id, Attempt: b.Attempt, ProviderRefundId: "re_B"}); err != nil {
+			t.Fatal(err)
+		}
+		lateCalls := map[string]func() error{
+			"Complete": func() error {
+				_, err := c.client.Complete(ctx, &pb.CompleteRequest{JobId: job.Id, Attempt: a.Attempt, ProviderRefundId: "re_A"})
+				return err
+			},
+			"Reschedule": func() error {
+				_, err := c.client.Reschedule(ctx, &pb.RescheduleRequest{JobId: job.Id, Attempt: a.Attempt,
+					When: &pb.RescheduleRequest_Delay{Delay: durationpb.New(time.Second)}, Reason: "socket timeout"})
+				return err
+			},
+			"Escalate": func() error {
+				_, err := c.client.Escalate(ctx, &pb.EscalateRequest{JobId: job.Id, Attempt: a.Attempt, Reason: "confused"})
+				return err
+			},
+		}
+		for name, call := range lateCalls {
+			meta := errorInfo(t, call(), codes.FailedPrecondition, server.ReasonStaleAttempt)
+			if meta["current_attempt"] != "8" || meta["current_state"] != "JOB_STATE_SUCCEEDED" || meta["attempt"] != "7" {
+				t.Fatalf("%s: metadata %v", name, meta)
+			}
+		}
+		got, err := c.client.GetJob(ctx, &pb.GetJobRequest{Job: &pb.GetJobRequest_JobId{JobId: job.Id}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Job.State != pb.JobState_JOB_STATE_SUCCEEDED || got.Job.Attempt != 8 || got.Job.ProviderRefundId != "re_B" {
+			t.Fatalf("job = %v", got.Job)
+		}
+		last := got.Events[len(got.Events)-1]
+		if last.Kind != "completed" || last.Attempt != 8 || last.WorkerId != "B" || last.CreatedAt == nil {
+			t.Fatalf("last event = %v", last)
+		}
+	})
+}
+
+func TestLeaseExpiredNobodyTookOverOverGRPC_T2(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, c *coordinator) {
+		ctx := ctxFor(t)
+		job := c.enqueue(t)
+		a := c.claimOne(t, "A", job.Id)
+		c.expire(t, job.Id)
+		resp, err := c.client.Complete(ctx, &pb.CompleteRequest{JobId: job.Id, Attempt: a.Attempt, ProviderRefundId: "re_A"})
+		if err != nil || resp.Replayed || resp.Job.State != pb.JobState_JOB_STATE_SUCCEEDED {
+			t.Fatalf("late Complete = %v, %v", resp, err)
+		}
+		claimed, err := c.client.Claim(ctx, &pb.ClaimRequest{WorkerId: "B", MaxJobs: 10})
+		if err != nil || len(claimed.Jobs) != 0 {
+			t.Fatalf("B's Claim = %v, %v; want nothing", claimed, err)
+		}
+	})
+}
+
+func TestCommitThenLostReplyOverGRPC_T4(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, c *coordinator) {
+		ctx := ctxFor(t)
+		job := c.enqueue(t)
+		a := c.claimOne(t, "A", job.Id)
+		req := &pb.CompleteRequest{JobId: job.Id, Attempt: a.Attempt, ProviderRefundId: "re_1"}
+		c.dropNext.Store(pb.Coordinator_Complete_FullMethodName)
+		if _, err := c.client.Complete(ctx, req); status.Code(err) != codes.Unavailable {
+			t.Fatalf("first Complete = %v, want the reply lost", err)
+		}
+		resp, err := c.client.Complete(ctx, req)
+		if err != nil || !resp.Replayed || resp.Job.State != pb.JobState_JOB_STATE_SUCCEEDED {
+			t.Fatalf("retried Complete = %v, %v; want replayed", resp, err)
+		}
+		got, err := c.client.GetJob(ctx, &pb.GetJobRequest{Job: &pb.GetJobRequest_OperationKey{OperationKey: job.OperationKey}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		completed := 0
+		for _, e := range got.Events {
+			if e.Kind == "completed" {
+				completed++
+			}
+		}
+		if completed != 1 {
+			t.Fatalf("%d completed events, want 1", completed)
+		}
+		// Same attempt, another outcome: not a replay.
+		_, err = c.client.Escalate(ctx, &pb.EscalateRequest{JobId: job.Id, Attempt: a.Attempt, Reason: "second thoughts"})
+		errorInfo(t, err, codes.FailedPrecondition, server.ReasonJobNotRunning)
+	})
+}
+
+func TestRescheduleAndClaimAgainOverGRPC(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, c *coordinator) {
+		ctx := ctxFor(t)
+		job := c.enqueue(t)
+		a := c.claimOne(t, "A", job.Id)
+		if a.NextAction != pb.NextAction_NEXT_ACTION_REFUND || a.Takeover || a.LeaseUntil == nil {
+			t.Fatalf("first claim = %v", a)
+		}
+		// R22: the resend window starts at the first send, per provider.
+		if a.ResendDeadline == nil || a.ResendDeadline.AsTime().Sub(a.Job.FirstSentAt.AsTime()) != 24*time.Hour {
+			t.Fatalf("resend_deadline %v, first_sent_at %v: want 24h apart", a.ResendDeadline, a.Job.FirstSentAt)
+		}
+		resp, err := c.client.Reschedule(ctx, &pb.RescheduleRequest{JobId: job.Id, Attempt: a.Attempt, Reason: "pending at provider"})
+		if err != nil || resp.Job.State != pb.JobState_JOB_STATE_READY || resp.Job.NextAction != pb.NextAction_NEXT_ACTION_RECONCILE {
+			t.Fatalf("Reschedule = %v, %v; want ready, reconcile by default", resp, err)
+		}
+		b := c.claimOne(t, "B", job.Id)
+		if b.Attempt != 2 || b.NextAction != pb.NextAction_NEXT_ACTION_RECONCILE || b.Takeover {
+			t.Fatalf("re-claim = %v", b)
+		}
+		if !b.ResendDeadline.AsTime().Equal(a.ResendDeadline.AsTime()) {
+			t.Fatalf("resend_deadline moved from %v to %v", a.ResendDeadline.AsTime(), b.ResendDeadline.AsTime())
+		}
+		esc, err := c.client.Escalate(ctx, &pb.EscalateRequest{JobId: job.Id, Attempt: b.Attempt, Reason: "no record after window"})
+		if err != nil || esc.Job.State != pb.JobState_JOB_STATE_MANUAL_REVIEW || esc.Job.LastReason != "no record after window" {
+			t.Fatalf("Escalate = %v, %v", esc, err)
+		}
+
+		other := refundReq()
+		other.Provider = "globex"
+		if _, err := c.client.EnqueueRefund(ctx, other); err != nil {
+			t.Fatal(err)
+		}
+		g, err := c.client.Claim(ctx, &pb.ClaimRequest{WorkerId: "C", MaxJobs: 5, Provider: "globex",
+			LeaseDuration: durationpb.New(2 * time.Second)})
+		if err != nil || len(g.Jobs) != 1 {
+			t.Fatalf("Claim(globex) = %v, %v", g, err)
+		}
+		if d := g.Jobs[0].ResendDeadline.AsTime().Sub(g.Jobs[0].Job.FirstSentAt.AsTime()); d != 7*24*time.Hour {
+			t.Fatalf("globex resend window %v, want 168h", d)
+		}
+		if d := g.Jobs[0].LeaseUntil.AsTime().Sub(g.Jobs[0].Job.UpdatedAt.AsTime()); d != 2*time.Second {
+			t.Fatalf("lease %v, want the requested 2s", d)
+		}
+	})
+}
+
+func TestObservationsOverGRPC_R15(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, c *coordinator) {
+		ctx := ctxFor(t)
+		job := c.enqueue(t)
+		a := c.claimOne(t, "A", job.Id)
+		c.expire(t, job.Id)
+		b := c.claimOne(t, "B", job.Id)
+		req := &pb.ReportObservationRequest{Job: &pb.ReportObservationRequest_JobId{JobId: job.Id}, Attempt: a.Attempt,
+			Source: "worker:A", Outcome: pb.ObservationOutcome_OBSERVATION_OUTCOME_SUCCEEDED, ProviderRefundId: "re_A"}
+		first, err := c.client.ReportObservation(ctx, req)
+		if err != nil || first.Duplicate || first.Observation.JobAttempt != b.Attempt || first.Observation.ReportedAttempt != a.Attempt {
+			t.Fatalf("ReportObservation = %v, %v", first, err)
+		}
+		again, err := c.client.ReportObservation(ctx, req)
+		if err != nil || !again.Duplicate || again.Observation.Id != first.Observation.Id {
+			t.Fatalf("repeat = %v, %v", again, err)
+		}
+		got, err := c.client.GetJob(ctx, &pb.GetJobRequest{Job: &pb.GetJobRequest_JobId{JobId: job.Id}})
+		if err != nil || got.Job.State != pb.JobState_JOB_STATE_RUNNING || got.Job.Attempt != b.Attempt || len(got.Observations) != 1 {
+			t.Fatalf("GetJob = %v, %v", got, err)
+		}
+		_, err = c.client.ReportObservation(ctx, &pb.ReportObservationRequest{
+			Job:    &pb.ReportObservationRequest_OperationKey{OperationKey: "no-such-key"},
+			Source: "webhook", Outcome: pb.ObservationOutcome_OBSERVATION_OUTCOME_PENDING})
+		errorInfo(t, err, codes.NotFound, server.ReasonNotFound)
+	})
+}
+
+func TestEnqueueConflictOverGRPC_R1(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, c *coordinator) {
+		ctx := ctxFor(t)
+		req := refundReq()
+		first, err := c.client.EnqueueRefund(ctx, req)
+		if err != nil || !first.Created {
+			t.Fatal(first, err)
+		}
+		again, err := c.client.EnqueueRefund(ctx, req)
+		if err != nil || again.Created || again.Job.Id != first.Job.Id {
+			t.Fatalf("same refund again = %v, %v", again, err)
+		}
+		req.AmountMinor++
+		_, err = c.client.EnqueueRefund(ctx, req)
+		meta := errorInfo(t, err, codes.AlreadyExists, server.ReasonKeyConflict)
+		if meta["operation_key"] != req.OperationKey || meta["job_id"] != fmt.Sprint(first.Job.Id) {
+			t.Fatalf("conflict metadata = %v", meta)
+		}
+	})
+}
+
+func TestBadInputOverGRPC(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, c *coordinator) {
+		ctx := ctxFor(t)
+		job := c.enqueue(t)
+		claimed := c.claimOne(t, "A", job.Id)
+		long := strings.Repeat("x", 129)
+		enq := func(f func(r *pb.EnqueueRefundRequest)) func() error {
+			return func() error {
+				r := refundReq()
+				f(r)
+				_, err := c.client.EnqueueRefund(ctx, r)
+				return err
+			}
+		}
+		claim := func(r *pb.ClaimRequest) func() error {
+			return func() error { _, err := c.client.Claim(ctx, r); return err }
+		}
+		cases := []struct {
+			field string
+			call  func() error
+		}{
+			{"operation_key", enq(func(r *pb.EnqueueRefundRequest) { r.OperationKey = "" })},
+			{"operation_key", enq(func(r *pb.EnqueueRefundRequest) { r.OperationKey = long })},
+			{"amount_minor", enq(func(r *pb.EnqueueRefundRequest) { r.AmountMinor = 0 })},
+			{"amount_minor", enq(func(r *pb.EnqueueRefundRequest) { r.AmountMinor = -1 })},
+			{"currency", enq(func(r *pb.EnqueueRefundRequest) { r.Currency = "usd" })},
+			{"currency", enq(func(r *pb.EnqueueRefundRequest) { r.Currency = "XXX" })},
+			{"provider", enq(func(r *pb.EnqueueRefundRequest) { r.Provider = "" })},
+			{"not_before", enq(func(r *pb.EnqueueRefundRequest) {
+				r.NotBefore = &timestamppb.Timestamp{Seconds: 1, Nanos: -5}
+			})},
+			{"max_jobs", claim(&pb.ClaimRequest{WorkerId: "w", MaxJobs: 0})},
+			{"max_jobs", claim(&pb.ClaimRequest{WorkerId: "w", MaxJobs: 101})},
+			{"lease_duration", claim(&pb.ClaimRequest{WorkerId: "w", MaxJobs: 1, LeaseDuration: durationpb.New(500 * time.Millisecond)})},
+			{"lease_duration", claim(&pb.ClaimRequest{WorkerId: "w", MaxJobs: 1, LeaseDuration: durationpb.New(16 * time.Minute)})},
+			{"worker_id", claim(&pb.ClaimRequest{MaxJobs: 1})},
+			{"attempt", func() error {
+				_, err := c.client.Complete(ctx, &pb.CompleteRequest{JobId: job.Id, Attempt: 0, ProviderRefundId: "re"})
+				return err
+			}},
+			{"provider_refund_id", func() error {
+				_, err := c.client.Complete(ctx, &pb.CompleteRequest{JobId: job.Id, Attempt: claimed.Attempt})
+				return err
+			}},
+			{"delay", func() error {
+				_, err := c.client.Reschedule(ctx, &pb.RescheduleRequest{JobId: job.Id, Attempt: claimed.Attempt,
+					When: &pb.RescheduleRequest_Delay{Delay: durationpb.New(-time.Second)}})
+				return err
+			}},
+			{"reason", func() error {
+				_, err := c.client.Escalate(ctx, &pb.EscalateRequest{JobId: job.Id, Attempt: claimed.Attempt})
+				return err
+			}},
+			{"outcome", func() error {
+				_, err := c.client.ReportObservation(ctx, &pb.ReportObservationRequest{
+					Job: &pb.ReportObservationRequest_JobId{JobId: job.Id}, Source: "x"})
+				return err
+			}},
+			{"job_id", func() error {
+				_, err := c.client.GetJob(ctx, &pb.GetJobRequest{})
+				return err
+			}},
+		}
+		for _, tc := range cases {
+			err := tc.call()
+			errorInfo(t, err, codes.InvalidArgument, server.ReasonInvalidArgument)
+			st, _ := status.FromError(err)
+			found := false
+			for _, d := range st.Details() {
+				if br, ok := d.(*errdetails.BadRequest); ok {
+					for _, v := range br.FieldViolations {
+						found = found || v.Field == tc.field
+					}
+				}
+			}
+			if !found {
+				t.Errorf("%s: %v has no field violation for %s", tc.field, err, tc.field)
+			}
+		}
+		_, err := c.client.Complete(ctx, &pb.CompleteRequest{JobId: job.Id + 999, Attempt: 1, ProviderRefundId: "re"})
+		errorInfo(t, err, codes.NotFound, server.ReasonNotFound)
+		got, err := c.client.GetJob(ctx, &pb.GetJobRequest{Job: &pb.GetJobRequest_JobId{JobId: job.Id}})
+		if err != nil || got.Job.State != pb.JobState_JOB_STATE_RUNNING || got.Job.Attempt != 1 || len(got.Events) != 2 {
+			t.Fatalf("rejected input changed the job: %v, %v", got, err)
+		}
+	})
+}
+
+func TestHealthServing(t *testing.T) {
+	c := start(t, testdb.Backends()[0])
+	resp, err := healthpb.NewHealthClient(c.conn).Check(ctxFor(t), &healthpb.HealthCheckRequest{
+		Service: pb.Coordinator_ServiceDesc.ServiceName})
+	if err != nil || resp.Status != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health = %v, %v", resp, err)
+	}
+}
+
+var _ = errors.New

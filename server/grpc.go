@@ -1,0 +1,66 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/jobfence/jobfence/gen/jobfence/v1"
+)
+
+// NewGRPCServer returns a grpc.Server serving s with health checking and
+// server reflection (so `grpcurl -plaintext HOST:PORT list` works without
+// proto files), call logging and panic recovery. The health server reports
+// SERVING; set it to NOT_SERVING before a graceful stop.
+func (s *Server) NewGRPCServer(extra ...grpc.ServerOption) (*grpc.Server, *health.Server) {
+	logger := logging.LoggerFunc(func(ctx context.Context, lvl logging.Level, msg string, fields ...any) {
+		s.log.Log(ctx, slog.Level(lvl), msg, fields...)
+	})
+	recoverer := recovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
+		s.log.ErrorContext(ctx, "panic in handler", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+		return status.Error(codes.Internal, "internal error")
+	})
+	opts := append([]grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(
+			logging.UnaryServerInterceptor(logger,
+				logging.WithLogOnEvents(logging.FinishCall), logging.WithLevels(codeToLevel)),
+			recovery.UnaryServerInterceptor(recoverer),
+		),
+		grpc.ChainStreamInterceptor(recovery.StreamServerInterceptor(recoverer)),
+	}, extra...)
+	gs := grpc.NewServer(opts...)
+	s.Register(gs)
+	hs := health.NewServer()
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	hs.SetServingStatus(pb.Coordinator_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	healthpb.RegisterHealthServer(gs, hs)
+	reflection.Register(gs)
+	return gs, hs
+}
+
+// codeToLevel keeps successful calls at debug (a busy coordinator serves
+// thousands a second) and rejected writes at info: they are the fencing doing
+// its job, not faults.
+func codeToLevel(c codes.Code) logging.Level {
+	switch c {
+	case codes.OK, codes.Canceled:
+		return logging.LevelDebug
+	case codes.InvalidArgument, codes.NotFound, codes.AlreadyExists, codes.FailedPrecondition,
+		codes.DeadlineExceeded, codes.Unauthenticated, codes.PermissionDenied:
+		return logging.LevelInfo
+	case codes.Unavailable, codes.ResourceExhausted, codes.Aborted:
+		return logging.LevelWarn
+	default:
+		return logging.LevelError
+	}
+}

@@ -1,0 +1,204 @@
+// Package server is the gRPC face of the coordinator: it translates
+// jobfence.v1 messages to store calls and store errors to gRPC statuses. It
+// holds no state of its own; every decision about a job is made by the store
+// under the database's row locks and clock.
+package server
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"google.golang.org/grpc"
+
+	pb "github.com/jobfence/jobfence/gen/jobfence/v1"
+	"github.com/jobfence/jobfence/store"
+)
+
+// Options configure a Server.
+type Options struct {
+	// Lease is used when a Claim names no lease_duration (R17). Default 30s.
+	Lease time.Duration
+	// KeyRetention is how long a provider keeps an idempotency key, unless
+	// ProviderKeyRetention names the provider. Same-key resends are safe only
+	// inside it (R14, R22). Default 24h.
+	KeyRetention         time.Duration
+	ProviderKeyRetention map[string]time.Duration
+	// Logger receives one line per notable event about a job; slog.Default()
+	// when nil.
+	Logger *slog.Logger
+}
+
+// Server implements jobfence.v1.Coordinator on a store.Store.
+type Server struct {
+	pb.UnimplementedCoordinatorServer
+	store store.Store
+	opts  Options
+	log   *slog.Logger
+}
+
+// New returns a Server on st. Zero options take their defaults.
+func New(st store.Store, opts Options) *Server {
+	if opts.Lease == 0 {
+		opts.Lease = 30 * time.Second
+	}
+	if opts.KeyRetention == 0 {
+		opts.KeyRetention = 24 * time.Hour
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	return &Server{store: st, opts: opts, log: opts.Logger}
+}
+
+// Register adds the Coordinator service to r.
+func (s *Server) Register(r grpc.ServiceRegistrar) { pb.RegisterCoordinatorServer(r, s) }
+
+// EnqueueRefund implements jobfence.v1.Coordinator.
+func (s *Server) EnqueueRefund(ctx context.Context, req *pb.EnqueueRefundRequest) (*pb.EnqueueRefundResponse, error) {
+	p, err := enqueueFromProto(req)
+	if err != nil {
+		return nil, s.toStatus(ctx, err, jobAttrs{key: req.GetOperationKey()})
+	}
+	job, created, err := s.store.Enqueue(ctx, p)
+	if err != nil {
+		return nil, s.toStatus(ctx, err, jobAttrs{id: job.ID, key: p.OperationKey})
+	}
+	if created {
+		s.log.LogAttrs(ctx, slog.LevelDebug, "refund enqueued", attrsOf(job).attrs()...)
+	}
+	return &pb.EnqueueRefundResponse{Job: jobToProto(job), Created: created}, nil
+}
+
+// Claim implements jobfence.v1.Coordinator.
+func (s *Server) Claim(ctx context.Context, req *pb.ClaimRequest) (*pb.ClaimResponse, error) {
+	p, err := claimFromProto(req, s.opts.Lease)
+	if err != nil {
+		return nil, s.toStatus(ctx, err, jobAttrs{})
+	}
+	claimed, err := s.store.Claim(ctx, p)
+	if err != nil {
+		return nil, s.toStatus(ctx, err, jobAttrs{})
+	}
+	resp := &pb.ClaimResponse{Jobs: make([]*pb.ClaimedJob, len(claimed))}
+	for i, c := range claimed {
+		resp.Jobs[i] = claimedToProto(c, s.resendDeadline(c.Job))
+		level, msg := slog.LevelDebug, "job claimed"
+		if c.Takeover {
+			// M1: frequent takeovers point at GC pauses, short leases or
+			// over-claiming.
+			level, msg = slog.LevelInfo, "job taken over; next action reconcile"
+		}
+		s.log.LogAttrs(ctx, level, msg, append(attrsOf(c.Job).attrs(), slog.String("worker_id", p.WorkerID))...)
+	}
+	return resp, nil
+}
+
+// Complete implements jobfence.v1.Coordinator.
+func (s *Server) Complete(ctx context.Context, req *pb.CompleteRequest) (*pb.CompleteResponse, error) {
+	res, err := s.write(ctx, completeFromProto(req))
+	if err != nil {
+		return nil, err
+	}
+	return &pb.CompleteResponse{Job: jobToProto(res.Job), Replayed: res.Replayed}, nil
+}
+
+// Reschedule implements jobfence.v1.Coordinator.
+func (s *Server) Reschedule(ctx context.Context, req *pb.RescheduleRequest) (*pb.RescheduleResponse, error) {
+	w, err := rescheduleFromProto(req)
+	if err != nil {
+		return nil, s.toStatus(ctx, err, jobAttrs{id: req.GetJobId(), attempt: req.GetAttempt()})
+	}
+	res, err := s.write(ctx, w)
+	if err != nil {
+		return nil, err
+	}
+	return &pb.RescheduleResponse{Job: jobToProto(res.Job), Replayed: res.Replayed}, nil
+}
+
+// Escalate implements jobfence.v1.Coordinator.
+func (s *Server) Escalate(ctx context.Context, req *pb.EscalateRequest) (*pb.EscalateResponse, error) {
+	res, err := s.write(ctx, escalateFromProto(req))
+	if err != nil {
+		return nil, err
+	}
+	return &pb.EscalateResponse{Job: jobToProto(res.Job), Replayed: res.Replayed}, nil
+}
+
+func (s *Server) write(ctx context.Context, w store.Writeback) (store.WriteResult, error) {
+	res, err := s.store.Write(ctx, w)
+	if err != nil {
+		return res, s.toStatus(ctx, err, jobAttrs{id: w.JobID, attempt: w.Attempt})
+	}
+	level := slog.LevelDebug
+	if w.Kind == store.EventEscalated {
+		level = slog.LevelWarn // a person has to look
+	}
+	s.log.LogAttrs(ctx, level, "job "+string(w.Kind), append(attrsOf(res.Job).attrs(),
+		slog.Bool("replayed", res.Replayed), slog.String("reason", w.Reason))...)
+	return res, nil
+}
+
+// ReportObservation implements jobfence.v1.Coordinator.
+func (s *Server) ReportObservation(ctx context.Context, req *pb.ReportObservationRequest) (*pb.ReportObservationResponse, error) {
+	attrs := jobAttrs{id: req.GetJobId(), key: req.GetOperationKey(), attempt: req.GetAttempt()}
+	p, err := observationFromProto(req)
+	if err != nil {
+		return nil, s.toStatus(ctx, err, attrs)
+	}
+	obs, dup, err := s.store.Observe(ctx, p)
+	if err != nil {
+		return nil, s.toStatus(ctx, err, attrs)
+	}
+	if !dup {
+		s.log.LogAttrs(ctx, slog.LevelInfo, "observation filed",
+			slog.String("operation_key", obs.OperationKey), slog.Int64("job_id", obs.JobID),
+			slog.Int64("attempt", obs.ReportedAttempt), slog.Int64("job_attempt", obs.JobAttempt),
+			slog.String("source", obs.Source), slog.String("outcome", string(obs.Outcome)))
+	}
+	return &pb.ReportObservationResponse{Observation: observationToProto(obs), Duplicate: dup}, nil
+}
+
+// GetJob implements jobfence.v1.Coordinator.
+func (s *Server) GetJob(ctx context.Context, req *pb.GetJobRequest) (*pb.GetJobResponse, error) {
+	d, err := s.store.Get(ctx, refFromProto(req))
+	if err != nil {
+		return nil, s.toStatus(ctx, err, jobAttrs{id: req.GetJobId(), key: req.GetOperationKey()})
+	}
+	resp := &pb.GetJobResponse{Job: jobToProto(d.Job)}
+	for _, e := range d.Events {
+		resp.Events = append(resp.Events, eventToProto(e))
+	}
+	for _, o := range d.Observations {
+		resp.Observations = append(resp.Observations, observationToProto(o))
+	}
+	return resp, nil
+}
+
+// resendDeadline is until when a same-key resend of job is inside its
+// provider's key retention window, counted from the job's first send (R22).
+func (s *Server) resendDeadline(j store.Job) time.Time {
+	if j.FirstSentAt.IsZero() {
+		return time.Time{}
+	}
+	retention, ok := s.opts.ProviderKeyRetention[j.Provider]
+	if !ok {
+		retention = s.opts.KeyRetention
+	}
+	return j.FirstSentAt.Add(retention)
+}
+
+// jobAttrs is what every log line about a job carries (R3).
+type jobAttrs struct {
+	id      int64
+	key     string
+	attempt int64
+}
+
+func attrsOf(j store.Job) jobAttrs {
+	return jobAttrs{id: j.ID, key: j.OperationKey, attempt: j.Attempt}
+}
+
+func (a jobAttrs) attrs() []slog.Attr {
+	return []slog.Attr{slog.String("operation_key", a.key), slog.Int64("job_id", a.id), slog.Int64("attempt", a.attempt)}
+}

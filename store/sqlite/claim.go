@@ -1,0 +1,179 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/jobfence/jobfence/store"
+)
+
+const (
+	// R12, Q1: one cutoff per claim, from the database's clock.
+	selectNow = `SELECT ` + nowMicros
+
+	// R6, R23: expired leases, oldest first. No SKIP LOCKED in SQLite: the
+	// claim's BEGIN IMMEDIATE holds the only write lock, so nothing read here
+	// can be claimed by anyone else before this transaction commits (R13).
+	selectExpiredLeases = `SELECT id FROM refund_jobs
+ WHERE state = 'running' AND lease_until <= ?%s
+ ORDER BY lease_until, id
+ LIMIT ?`
+
+	// Q1, Q2, R23: ready and due, oldest first, stable by id (Q4).
+	selectDueJobs = `SELECT id FROM refund_jobs
+ WHERE state = 'ready' AND next_attempt_at <= ?%s
+ ORDER BY next_attempt_at, id
+ LIMIT ?`
+
+	// R5, R6: bump attempt. The WHERE re-checks the conditions. SQLite
+	// evaluates every SET expression against the row as it was before the
+	// UPDATE (unlike MySQL, where later assignments see earlier ones), so
+	// first_sent_at and next_action read the old state whatever their order.
+	// Parameters: now, lease_until, worker_id, now, ids…, now, now.
+	claimSelected = `UPDATE refund_jobs SET
+  first_sent_at = CASE WHEN state = 'ready' AND next_action = 'refund' AND first_sent_at IS NULL
+                       THEN ? ELSE first_sent_at END,
+  next_action   = CASE WHEN state = 'running' THEN 'reconcile' ELSE next_action END,
+  state         = 'running',
+  attempt       = attempt + 1,
+  lease_until   = ?,
+  worker_id     = ?,
+  updated_at    = ?
+ WHERE id IN (%s)
+   AND ((state = 'ready' AND next_attempt_at <= ?) OR (state = 'running' AND lease_until <= ?))
+RETURNING ` + jobColumns
+
+	insertEvents = `INSERT INTO refund_job_events
+  (job_id, attempt, kind, worker_id, from_state, to_state, next_action, provider_refund_id, reason, created_at)
+VALUES %s`
+
+	selectObservationsOf = `SELECT ` + observationColumns + ` FROM refund_observations
+ WHERE job_id IN (%s) ORDER BY job_id, id`
+)
+
+// Claim implements store.Store.
+//
+// One short BEGIN IMMEDIATE transaction (R5, R11): read the database clock
+// once, select expired leases and then due jobs under the write lock, bump
+// them, record the history, COMMIT. Only a successful COMMIT grants anything;
+// if its outcome is unknown nothing is granted and nothing is retried (R7). A
+// busy write lock leaves nothing behind and is retried whole (R20).
+func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]store.ClaimedJob, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	var claimed []store.ClaimedJob
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		var err error
+		claimed, err = claimTx(ctx, tx, p)
+		return err
+	})
+	var unknown *errCommitUnknown
+	if errors.As(err, &unknown) {
+		return nil, fmt.Errorf("%w: %v", store.ErrClaimOutcomeUnknown, err)
+	}
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	return claimed, nil
+}
+
+func claimTx(ctx context.Context, tx *sql.Tx, p store.ClaimParams) ([]store.ClaimedJob, error) {
+	var now int64
+	if err := tx.QueryRowContext(ctx, selectNow).Scan(&now); err != nil {
+		return nil, err
+	}
+	filter, filterArgs := "", []any{}
+	if p.Provider != "" {
+		filter, filterArgs = " AND provider = ?", []any{p.Provider}
+	}
+	selectIDs := func(query string, limit int) ([]int64, error) {
+		args := append(append([]any{now}, filterArgs...), limit)
+		return queryAll(ctx, tx, scanID, fmt.Sprintf(query, filter), args...)
+	}
+	takeovers, err := selectIDs(selectExpiredLeases, p.MaxJobs)
+	if err != nil {
+		return nil, err
+	}
+	ids := takeovers
+	if rest := p.MaxJobs - len(takeovers); rest > 0 {
+		due, err := selectIDs(selectDueJobs, rest)
+		if err != nil {
+			return nil, err
+		}
+		ids = append(append([]int64(nil), takeovers...), due...)
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+
+	leaseUntil := now + p.Lease.Microseconds()
+	args := append([]any{now, leaseUntil, p.WorkerID, now}, int64Args(ids)...)
+	args = append(args, now, now)
+	jobs, err := queryAll(ctx, tx, scanJob, fmt.Sprintf(claimSelected, placeholders(len(ids))), args...)
+	if err != nil {
+		return nil, err
+	}
+	if len(jobs) != len(ids) {
+		// Nothing else can write while this transaction holds the write lock;
+		// a mismatch means the re-check failed. Grant nothing rather than guess.
+		return nil, fmt.Errorf("claim: selected %d jobs but %d passed the re-check", len(ids), len(jobs))
+	}
+	// R23: takeovers first, each group oldest first, as selected. RETURNING
+	// promises no order.
+	order := make(map[int64]int, len(ids))
+	for i, id := range ids {
+		order[id] = i
+	}
+	sort.Slice(jobs, func(a, b int) bool { return order[jobs[a].ID] < order[jobs[b].ID] })
+
+	isTakeover := make(map[int64]bool, len(takeovers))
+	for _, id := range takeovers {
+		isTakeover[id] = true
+	}
+	claimed := make([]store.ClaimedJob, len(jobs))
+	values := make([]string, len(jobs))
+	eventArgs := make([]any, 0, len(jobs)*8)
+	for i, j := range jobs {
+		kind, from := store.EventClaimed, store.StateReady
+		if isTakeover[j.ID] {
+			kind, from = store.EventTakenOver, store.StateRunning
+		}
+		claimed[i] = store.ClaimedJob{Job: j, Takeover: isTakeover[j.ID]}
+		values[i] = "(?, ?, ?, ?, ?, ?, ?, '', '', ?)"
+		eventArgs = append(eventArgs, j.ID, j.Attempt, kind, j.WorkerID, from, j.State, j.NextAction, now)
+	}
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf(insertEvents, strings.Join(values, ", ")), eventArgs...); err != nil {
+		return nil, err
+	}
+	// R15: hand the receipts on file to the new holder. Read before COMMIT so
+	// that a failure here grants nothing, rather than granting jobs the caller
+	// never hears of.
+	if err := attachObservations(ctx, tx, claimed); err != nil {
+		return nil, err
+	}
+	return claimed, nil
+}
+
+func attachObservations(ctx context.Context, tx *sql.Tx, claimed []store.ClaimedJob) error {
+	ids := make([]int64, len(claimed))
+	index := make(map[int64]int, len(claimed))
+	for i, c := range claimed {
+		ids[i] = c.Job.ID
+		index[c.Job.ID] = i
+	}
+	obs, err := queryAll(ctx, tx, scanObservation,
+		fmt.Sprintf(selectObservationsOf, placeholders(len(ids))), int64Args(ids)...)
+	if err != nil {
+		return err
+	}
+	for _, o := range obs {
+		c := &claimed[index[o.JobID]]
+		c.Observations = append(c.Observations, o)
+	}
+	return nil
+}

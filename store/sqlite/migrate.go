@@ -1,0 +1,66 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"fmt"
+
+	"github.com/jobfence/jobfence/store"
+)
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+const (
+	createMigrationsTable = `CREATE TABLE IF NOT EXISTS jobfence_schema_migrations (
+  version    INTEGER NOT NULL PRIMARY KEY,
+  name       TEXT    NOT NULL,
+  applied_at INTEGER NOT NULL
+) STRICT`
+	selectAppliedVersions = `SELECT version FROM jobfence_schema_migrations`
+	insertAppliedVersion  = `INSERT INTO jobfence_schema_migrations (version, name, applied_at)
+VALUES (?, ?, ` + nowMicros + `)`
+)
+
+// migrate applies the embedded migrations that are not yet recorded in one
+// BEGIN IMMEDIATE transaction: processes opening the same file together wait
+// for each other's write lock, so each file is applied once. SQLite's DDL is
+// transactional, so a start-up that dies half-way leaves no half-built schema.
+func (s *Store) migrate(ctx context.Context) error {
+	migrations, err := store.Migrations(migrationFiles, "migrations")
+	if err != nil {
+		return err
+	}
+	err = s.inTx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, createMigrationsTable); err != nil {
+			return err
+		}
+		applied, err := queryAll(ctx, tx, scanID, selectAppliedVersions)
+		if err != nil {
+			return err
+		}
+		done := make(map[int64]bool, len(applied))
+		for _, v := range applied {
+			done[v] = true
+		}
+		for _, m := range migrations {
+			if done[int64(m.Version)] {
+				continue
+			}
+			for _, stmt := range m.Statements {
+				if _, err := tx.ExecContext(ctx, stmt); err != nil {
+					return fmt.Errorf("%s: %w", m.Name, err)
+				}
+			}
+			if _, err := tx.ExecContext(ctx, insertAppliedVersion, m.Version, m.Name); err != nil {
+				return fmt.Errorf("%s: %w", m.Name, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("migrate: %w", unavailable(err))
+	}
+	return nil
+}

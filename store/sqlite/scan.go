@@ -1,0 +1,108 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"time"
+
+	"github.com/jobfence/jobfence/store"
+)
+
+const jobColumns = `id, operation_key, order_id, payment_id, amount_minor, currency, provider,
+  state, attempt, next_action, next_attempt_at, lease_until, provider_refund_id,
+  worker_id, last_reason, first_sent_at, created_at, updated_at`
+
+const eventColumns = `id, job_id, attempt, kind, worker_id, from_state, to_state, next_action,
+  provider_refund_id, reason, created_at`
+
+const observationColumns = `id, job_id, operation_key, reported_attempt, job_attempt, source, outcome,
+  provider_refund_id, provider_event_id, detail, created_at`
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanJob(row scanner) (store.Job, error) {
+	var j store.Job
+	var nextAttempt, created, updated int64
+	var lease, firstSent sql.NullInt64
+	var refundID sql.NullString
+	err := row.Scan(&j.ID, &j.OperationKey, &j.OrderID, &j.PaymentID, &j.AmountMinor, &j.Currency, &j.Provider,
+		&j.State, &j.Attempt, &j.NextAction, &nextAttempt, &lease, &refundID,
+		&j.WorkerID, &j.LastReason, &firstSent, &created, &updated)
+	j.NextAttemptAt = fromMicros(nextAttempt)
+	j.LeaseUntil = nullMicros(lease)
+	j.FirstSentAt = nullMicros(firstSent)
+	j.CreatedAt = fromMicros(created)
+	j.UpdatedAt = fromMicros(updated)
+	j.ProviderRefundID = refundID.String
+	return j, err
+}
+
+func scanEvent(row scanner) (store.Event, error) {
+	var e store.Event
+	var created int64
+	err := row.Scan(&e.ID, &e.JobID, &e.Attempt, &e.Kind, &e.WorkerID, &e.FromState, &e.ToState, &e.NextAction,
+		&e.ProviderRefundID, &e.Reason, &created)
+	e.CreatedAt = fromMicros(created)
+	return e, err
+}
+
+func scanObservation(row scanner) (store.Observation, error) {
+	var o store.Observation
+	var created int64
+	err := row.Scan(&o.ID, &o.JobID, &o.OperationKey, &o.ReportedAttempt, &o.JobAttempt, &o.Source, &o.Outcome,
+		&o.ProviderRefundID, &o.ProviderEventID, &o.Detail, &created)
+	o.CreatedAt = fromMicros(created)
+	return o, err
+}
+
+func scanID(row scanner) (int64, error) {
+	var id int64
+	err := row.Scan(&id)
+	return id, err
+}
+
+// fromMicros converts a stored time (microseconds since the Unix epoch) to UTC.
+func fromMicros(us int64) time.Time {
+	if us == 0 {
+		return time.Time{}
+	}
+	return time.UnixMicro(us).UTC()
+}
+
+// nullMicros converts a nullable stored time; NULL is the zero time.
+func nullMicros(us sql.NullInt64) time.Time {
+	if !us.Valid {
+		return time.Time{}
+	}
+	return fromMicros(us.Int64)
+}
+
+// toMicros converts a caller's time for storage; the zero time is NULL.
+func toMicros(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t.UnixMicro()
+}
+
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// queryAll runs query and scans every row with scan.
+func queryAll[T any](ctx context.Context, q querier, scan func(scanner) (T, error), query string, args ...any) ([]T, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []T
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}

@@ -1,0 +1,234 @@
+// Package sqlite is the embedded backend of jobfence: the same tables and the
+// same fencing semantics as store/mysql, in one SQLite file, with the pure-Go
+// driver modernc.org/sqlite (no cgo).
+//
+// Every transaction is BEGIN IMMEDIATE, so it holds SQLite's single write lock
+// from its first statement: claims and write-backs serialise on it the way the
+// MySQL backend's row locks serialise one job's hand-over (R5, R13), and a
+// claim's read of candidates can never be overtaken by another writer. All
+// lease arithmetic uses SQLite's own clock (R12); times are stored as INTEGER
+// microseconds since the Unix epoch, UTC.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/jobfence/jobfence/store"
+)
+
+// Options tune the embedded store.
+type Options struct {
+	// BusyTimeout is how long a transaction waits for the write lock held by
+	// another process using the same file before it fails and is retried whole
+	// (R20); 5 s when zero.
+	BusyTimeout time.Duration
+}
+
+// Store is the SQLite backend. It implements store.Store.
+type Store struct {
+	db *sql.DB
+}
+
+var _ store.Store = (*Store)(nil)
+
+// nowMicros is the database's clock (R12) as INTEGER microseconds since the
+// Unix epoch, UTC. SQLite's 'now' has millisecond resolution and is the same
+// for every use within one statement, so the columns a statement stamps agree
+// exactly.
+const nowMicros = `(CAST(ROUND(unixepoch('now', 'subsec') * 1000) AS INTEGER) * 1000)`
+
+// Open opens (creating if absent) the database file at path, a file name
+// rather than a URI, and its parent directory, forces the settings the fencing logic relies on, and applies
+// pending migrations.
+//
+// Forced: WAL (readers never block the writer), synchronous=FULL (a committed
+// claim survives a power cut, so an attempt is never handed out twice, R2),
+// busy_timeout, and BEGIN IMMEDIATE for every transaction: a claim takes the
+// write lock before it reads its candidates, so no other writer can slip in
+// between the read and the bump. One connection: SQLite has one writer anyway,
+// and it keeps every transaction on one connection (R10, R11).
+//
+// Errors: ErrUnavailable when the file cannot be opened or stays locked by
+// another process.
+func Open(ctx context.Context, path string, opts Options) (*Store, error) {
+	if path == "" || path == ":memory:" || strings.HasPrefix(path, "file:") {
+		return nil, fmt.Errorf("sqlite: path must name a database file, got %q", path)
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(abs), 0o750); err != nil {
+		return nil, fmt.Errorf("%w: sqlite: create directory: %v", store.ErrUnavailable, err)
+	}
+	busy := opts.BusyTimeout
+	if busy <= 0 {
+		busy = 5 * time.Second
+	}
+
+	db, err := sql.Open("sqlite", dsn(abs, busy))
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: %w", err)
+	}
+	db.SetMaxOpenConns(1)
+	db.SetMaxIdleConns(1)
+	db.SetConnMaxLifetime(0)
+	db.SetConnMaxIdleTime(0)
+	s := &Store{db: db}
+
+	var mode string
+	if err := db.QueryRowContext(ctx, `PRAGMA journal_mode`).Scan(&mode); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("%w: open %s: %v", store.ErrUnavailable, abs, err)
+	}
+	if !strings.EqualFold(mode, "wal") {
+		db.Close()
+		return nil, fmt.Errorf("sqlite: %s: journal_mode is %q, want wal (is the file on a local file system?)", abs, mode)
+	}
+	if err := s.migrate(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// dsn builds the modernc.org/sqlite data source name: a file: URI (so that any
+// path survives, escaped) with the driver's pragma and transaction parameters.
+// The driver runs busy_timeout before the other pragmas.
+func dsn(absPath string, busy time.Duration) string {
+	p := filepath.ToSlash(absPath)
+	if !strings.HasPrefix(p, "/") {
+		p = "/" + p // a Windows drive letter
+	}
+	q := url.Values{}
+	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", busy.Milliseconds()))
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "synchronous(FULL)")
+	q.Set("_txlock", "immediate")
+	return (&url.URL{Scheme: "file", Path: p, RawQuery: q.Encode()}).String()
+}
+
+// DB returns the underlying handle, for the benchmark's direct-SQL baseline and
+// for operators' read-only tooling. It has one connection: holding a
+// transaction or an open *sql.Rows on it blocks the store.
+func (s *Store) DB() *sql.DB { return s.db }
+
+// Close closes the database. Jobs, attempts and history stay in the file.
+func (s *Store) Close() error { return s.db.Close() }
+
+// maxTries bounds the retries of a transaction that SQLite rolled back as a
+// whole (the write lock stayed busy): retrying those is safe (R20).
+const maxTries = 4
+
+// errCommitUnknown wraps a COMMIT that failed in a way that may or may not
+// have made the transaction durable: an I/O error while the WAL was written or
+// synced, or a cancellation that raced the COMMIT (R7, R20).
+type errCommitUnknown struct{ err error }
+
+func (e *errCommitUnknown) Error() string { return "commit outcome unknown: " + e.err.Error() }
+func (e *errCommitUnknown) Unwrap() error { return e.err }
+
+// inTx runs fn in one BEGIN IMMEDIATE transaction on the store's connection
+// and commits it, retrying the whole transaction when SQLite reported the
+// write lock busy, which leaves nothing behind (R20). fn must not keep
+// anything from a failed try, and must use only tx: the store has one
+// connection.
+func (s *Store) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
+	for try := 1; ; try++ {
+		err := s.txOnce(ctx, fn)
+		if err == nil || !isRetryable(err) || try == maxTries || ctx.Err() != nil {
+			return err
+		}
+	}
+}
+
+func (s *Store) txOnce(ctx context.Context, fn func(*sql.Tx) error) error {
+	tx, err := s.db.BeginTx(ctx, nil) // BEGIN IMMEDIATE (_txlock)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err // not committed: the deferred Rollback undoes everything
+	}
+	if err := tx.Commit(); err != nil {
+		if isRetryable(err) || errors.Is(err, sql.ErrTxDone) {
+			// SQLite refused the COMMIT for a lock and the driver rolled the
+			// transaction back, or database/sql already had: nothing happened.
+			return err
+		}
+		return &errCommitUnknown{err: err}
+	}
+	return nil
+}
+
+// sqliteCode returns the extended result code of a driver error, or 0.
+func sqliteCode(err error) int {
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		return se.Code()
+	}
+	return 0
+}
+
+// isRetryable reports SQLITE_BUSY and SQLITE_LOCKED (any extended code): the
+// statement or COMMIT did not take effect and the transaction holds nothing.
+func isRetryable(err error) bool {
+	switch sqliteCode(err) & 0xff {
+	case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED:
+		return true
+	}
+	return false
+}
+
+// isUnique reports a UNIQUE constraint violation, by its extended code.
+func isUnique(err error) bool {
+	return sqliteCode(err) == sqlite3.SQLITE_CONSTRAINT_UNIQUE
+}
+
+// unavailable marks errors of the database file (it cannot be opened, read or
+// written, or the write lock stayed busy through every retry) and of a lost
+// connection, so callers can retry: nothing was committed. Other errors, context
+// errors among them, pass through unchanged.
+func unavailable(err error) error {
+	if err == nil {
+		return nil
+	}
+	switch sqliteCode(err) & 0xff {
+	case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_IOERR,
+		sqlite3.SQLITE_FULL, sqlite3.SQLITE_PROTOCOL:
+		return fmt.Errorf("%w: %v", store.ErrUnavailable, err)
+	}
+	if errors.Is(err, driver.ErrBadConn) || errors.Is(err, sql.ErrConnDone) {
+		return fmt.Errorf("%w: %v", store.ErrUnavailable, err)
+	}
+	return err
+}
+
+// placeholders returns "?, ?, …" for n values.
+func placeholders(n int) string {
+	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
+}
+
+func int64Args(ids []int64) []any {
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = id
+	}
+	return args
+}
