@@ -129,3 +129,15 @@ func (p *process) grpcurl(t *testing.T, args ...string) (string, error) {
 	out, err := exec.CommandContext(ctx, bin.grpcurl, full...).CombinedOutput()
 	return string(out), err
 }
+
+// runBinary runs the coordinator to completion with extra environment.
+func runBinary(t *testing.T, env []string, args ...string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin.coordinator, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Dir = t.TempDir()
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}

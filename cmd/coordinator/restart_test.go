@@ -1,0 +1,109 @@
+package main_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	pb "github.com/jobfence/jobfence/gen/jobfence/v1"
+)
+
+func dial(t *testing.T, p *process) pb.CoordinatorClient {
+	t.Helper()
+	conn, err := grpc.NewClient(p.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return pb.NewCoordinatorClient(conn)
+}
+
+// TestRestartKeepsJobsAndFence: enqueue and claim on the embedded store, stop
+// the coordinator (SIGTERM, and SIGKILL as a crash), start it again on the same
+// file: the job, its attempt and history are intact, and a write with the
+// pre-restart attempt still lands because nobody took over (R8).
+func TestRestartKeepsJobsAndFence(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
+		t.Run(sig.String(), func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			path := filepath.Join(t.TempDir(), "fresh", "folder", "jobfence.db")
+
+			first := startCoordinator(t, "--sqlite", path)
+			if !strings.Contains(first.logs.String(), "single-node") {
+				t.Fatalf("start-up log does not say the embedded store is single-node:\n%s", first.logs)
+			}
+			c := dial(t, first)
+			enq, err := c.EnqueueRefund(ctx, &pb.EnqueueRefundRequest{OperationKey: "refund-restart", OrderId: "o-1",
+				PaymentId: "p-1", AmountMinor: 500, Currency: "GBP", Provider: "acme"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			claimed, err := c.Claim(ctx, &pb.ClaimRequest{WorkerId: "A", MaxJobs: 1, LeaseDuration: durationpb.New(10 * time.Minute)})
+			if err != nil || len(claimed.Jobs) != 1 {
+				t.Fatalf("Claim = %v, %v", claimed, err)
+			}
+			held := claimed.Jobs[0]
+			first.stop(t, sig)
+			if sig == syscall.SIGTERM && !strings.Contains(first.logs.String(), "shutting down") {
+				t.Fatalf("no graceful shutdown logged:\n%s", first.logs)
+			}
+			if _, err := os.Stat(path); err != nil {
+				t.Fatalf("database file: %v", err)
+			}
+
+			second := startCoordinator(t, "--sqlite", path)
+			c = dial(t, second)
+			got, err := c.GetJob(ctx, &pb.GetJobRequest{Job: &pb.GetJobRequest_JobId{JobId: enq.Job.Id}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Job.State != pb.JobState_JOB_STATE_RUNNING || got.Job.Attempt != held.Attempt ||
+				got.Job.WorkerId != "A" || len(got.Events) != 2 || !got.Job.LeaseUntil.AsTime().Equal(held.LeaseUntil.AsTime()) {
+				t.Fatalf("after restart: %v (%d events), want running attempt %d held by A", got.Job, len(got.Events), held.Attempt)
+			}
+			// The lease is still live: nothing to take over.
+			if again, err := c.Claim(ctx, &pb.ClaimRequest{WorkerId: "B", MaxJobs: 5}); err != nil || len(again.Jobs) != 0 {
+				t.Fatalf("Claim after restart = %v, %v", again, err)
+			}
+			done, err := c.Complete(ctx, &pb.CompleteRequest{JobId: enq.Job.Id, Attempt: held.Attempt, ProviderRefundId: "re_9"})
+			if err != nil || done.Replayed || done.Job.State != pb.JobState_JOB_STATE_SUCCEEDED {
+				t.Fatalf("Complete with the pre-restart attempt = %v, %v", done, err)
+			}
+			second.stop(t, syscall.SIGTERM)
+		})
+	}
+}
+
+// TestFlagsAndEnvironment: a bad flag value fails the start with a message
+// naming it; an environment variable stands in for a flag.
+func TestFlagsAndEnvironment(t *testing.T) {
+	for _, args := range [][]string{
+		{"--lease", "200ms"},
+		{"--lease", "16m"},
+		{"--provider-key-retention", "acme"},
+		{"--log-format", "xml"},
+	} {
+		out, err := runBinary(t, nil, args...)
+		if err == nil || !strings.Contains(out, args[0]) {
+			t.Errorf("%v: err %v, output %q; want a failure naming %s", args, err, out, args[0])
+		}
+	}
+	out, err := runBinary(t, []string{"JOBFENCE_LEASE=1ms"})
+	if err == nil || !strings.Contains(out, "--lease") {
+		t.Errorf("JOBFENCE_LEASE=1ms: err %v, output %q", err, out)
+	}
+	out, err = runBinary(t, nil, "-h")
+	if err != nil || !strings.Contains(out, "JOBFENCE_") || !strings.Contains(out, "-mysql-dsn") {
+		t.Errorf("-h: err %v, output %q", err, out)
+	}
+}

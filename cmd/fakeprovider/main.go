@@ -1,0 +1,156 @@
+// Command fakeprovider serves the simulated payment provider of package
+// fakeprovider over HTTP, for workers and chaos tests to refund against.
+//
+// Every flag falls back to an environment variable: --listen to
+// FAKEPROVIDER_LISTEN, --key-retention to FAKEPROVIDER_KEY_RETENTION, and so
+// on. Run with -h for the list.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jobfence/jobfence/fakeprovider"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stderr); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "fakeprovider:", err)
+		os.Exit(1)
+	}
+}
+
+type config struct {
+	listen          string
+	keyRetention    time.Duration
+	faults          fakeprovider.Faults
+	shutdownTimeout time.Duration
+	logFormat       string
+	logLevel        slog.Level
+}
+
+func parseFlags(args []string, stderr io.Writer) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("fakeprovider", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.listen, "listen", "127.0.0.1:8099", "HTTP listen address (port 0 picks a free port, logged at start)")
+	fs.DurationVar(&c.keyRetention, "key-retention", fakeprovider.DefaultKeyRetention,
+		"how long an Idempotency-Key is remembered; past it a same-key resend creates a new refund")
+	fs.Func("faults", "global faults at start, in X-Fake-Fault syntax, e.g. pending=30,lookup_lag=5 or "+
+		"cut_reply,key=op-1,times=1 (modes: hang_before=N hang_after=N cut_reply pending=N lookup_lag=N "+
+		"error_burst=N fail key=K times=N; N in seconds or a Go duration)",
+		func(s string) error {
+			f, err := fakeprovider.ParseFaults(s)
+			if err == nil {
+				err = f.Validate()
+			}
+			c.faults = f
+			return err
+		})
+	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 5*time.Second,
+		"on SIGTERM, how long in-flight requests (hangs included) may finish before connections are cut")
+	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
+	fs.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: fakeprovider [flags]\n\n"+
+			"A simulated payment provider (refunds with Stripe-like idempotency, fault injection, an oracle).\n"+
+			"Every flag falls back to the environment variable FAKEPROVIDER_<FLAG> (upper case, '-' as '_'),\n"+
+			"e.g. FAKEPROVIDER_KEY_RETENTION.\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	if err := envFallback(fs); err != nil {
+		return c, err
+	}
+	if c.keyRetention <= 0 {
+		return c, fmt.Errorf("--key-retention must be positive, got %s", c.keyRetention)
+	}
+	if c.shutdownTimeout < 0 {
+		return c, fmt.Errorf("--shutdown-timeout must not be negative, got %s", c.shutdownTimeout)
+	}
+	if c.logFormat != "text" && c.logFormat != "json" {
+		return c, fmt.Errorf("--log-format must be text or json, got %q", c.logFormat)
+	}
+	return c, nil
+}
+
+// envFallback sets every flag not given on the command line from
+// FAKEPROVIDER_<NAME>, when that variable is set.
+func envFallback(fs *flag.FlagSet) error {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		name := "FAKEPROVIDER_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v, ok := os.LookupEnv(name); ok && !given[f.Name] && err == nil {
+			if e := fs.Set(f.Name, v); e != nil {
+				err = fmt.Errorf("%s: %w", name, e)
+			}
+		}
+	})
+	return err
+}
+
+func run(ctx context.Context, args []string, stderr io.Writer) error {
+	c, err := parseFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	var handler slog.Handler = slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: c.logLevel})
+	if c.logFormat == "json" {
+		handler = slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: c.logLevel})
+	}
+	log := slog.New(handler)
+
+	p := fakeprovider.New(fakeprovider.Config{KeyRetention: c.keyRetention, Faults: c.faults, Logger: log})
+	lis, err := net.Listen("tcp", c.listen)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{
+		Handler:           p,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(handler, slog.LevelWarn),
+	}
+	log.Info("fakeprovider serving", "listen", lis.Addr().String(), "key_retention", c.keyRetention,
+		"faults", c.faults.String())
+
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(lis) }()
+	select {
+	case err := <-served:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down", "timeout", c.shutdownTimeout)
+	sctx, cancel := context.WithTimeout(context.Background(), c.shutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		// Hanging requests outlived the timeout: cutting their connections
+		// ends the hangs (they watch their request's context).
+		log.Warn("shutdown timeout: cutting remaining connections", "err", err)
+		return srv.Close()
+	}
+	return nil
+}
