@@ -132,20 +132,30 @@ func enqueueFromProto(r *pb.EnqueueRefundRequest) (store.EnqueueParams, error) {
 	return p, err
 }
 
-func claimFromProto(r *pb.ClaimRequest, defaultLease time.Duration) (store.ClaimParams, error) {
+// claimFromProto returns the claim and how long to long-poll for it.
+func claimFromProto(r *pb.ClaimRequest, defaultLease time.Duration) (store.ClaimParams, time.Duration, error) {
 	p := store.ClaimParams{
 		WorkerID: r.GetWorkerId(),
 		MaxJobs:  int(r.GetMaxJobs()),
 		Lease:    defaultLease,
 		Provider: r.GetProvider(),
 	}
+	var err error
 	if d := r.GetLeaseDuration(); d != nil {
-		var err error
 		if p.Lease, err = durationFromProto("lease_duration", d); err != nil {
-			return p, err
+			return p, 0, err
 		}
 	}
-	return p, nil
+	var wait time.Duration
+	if d := r.GetWait(); d != nil {
+		if wait, err = durationFromProto("wait", d); err != nil {
+			return p, 0, err
+		}
+		if wait < 0 || wait > MaxClaimWait {
+			return p, 0, store.Invalid("wait", "must be between 0 and %s, got %s", MaxClaimWait, wait)
+		}
+	}
+	return p, wait, nil
 }
 
 func completeFromProto(r *pb.CompleteRequest) store.Writeback {

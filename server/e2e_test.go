@@ -32,6 +32,7 @@ type coordinator struct {
 	client pb.CoordinatorClient
 	conn   *grpc.ClientConn
 	store  store.Store
+	server *server.Server
 	// dropNext, when set to a method name, makes the server commit that call
 	// and then lose its reply, as a cut connection would (T4).
 	dropNext atomic.Value
@@ -43,6 +44,7 @@ func start(t *testing.T, b testdb.Backend) *coordinator {
 	c.dropNext.Store("")
 	srv := server.New(c.store, server.Options{
 		Lease:                30 * time.Second,
+		ClaimPollInterval:    time.Minute,
 		ProviderKeyRetention: map[string]time.Duration{"globex": 7 * 24 * time.Hour},
 		Logger:               slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
@@ -53,6 +55,7 @@ func start(t *testing.T, b testdb.Backend) *coordinator {
 		}
 		return resp, err
 	}
+	c.server = srv
 	gs, _ := srv.NewGRPCServer(grpc.ChainUnaryInterceptor(lossy))
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -438,3 +441,61 @@ func TestHealthServing(t *testing.T) {
 }
 
 var _ = errors.New
+
+// TestClaimLongPollWakesOnEnqueue: with a poll interval far beyond the wait,
+// only the enqueue's wake can hand the job to the waiting claimer.
+func TestClaimLongPollWakesOnEnqueue(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, c *coordinator) {
+		ctx := ctxFor(t)
+		got := make(chan *pb.ClaimResponse, 1)
+		go func() {
+			resp, err := c.client.Claim(ctx, &pb.ClaimRequest{WorkerId: "idle", MaxJobs: 1, Wait: durationpb.New(20 * time.Second)})
+			if err != nil {
+				t.Error(err)
+			}
+			got <- resp
+		}()
+		time.Sleep(100 * time.Millisecond) // let it park
+		job := c.enqueue(t)
+		select {
+		case resp := <-got:
+			if resp == nil || len(resp.Jobs) != 1 || resp.Jobs[0].Job.Id != job.Id {
+				t.Fatalf("long poll = %v, want job %d", resp, job.Id)
+			}
+		case <-time.After(15 * time.Second):
+			t.Fatal("the waiting claimer was not woken by the enqueue")
+		}
+
+		// Nothing to do: an empty answer once the wait is over.
+		resp, err := c.client.Claim(ctx, &pb.ClaimRequest{WorkerId: "idle", MaxJobs: 1, Wait: durationpb.New(300 * time.Millisecond)})
+		if err != nil || len(resp.Jobs) != 0 {
+			t.Fatalf("idle long poll = %v, %v", resp, err)
+		}
+		_, err = c.client.Claim(ctx, &pb.ClaimRequest{WorkerId: "idle", MaxJobs: 1, Wait: durationpb.New(2 * time.Minute)})
+		errorInfo(t, err, codes.InvalidArgument, server.ReasonInvalidArgument)
+	})
+}
+
+// TestDrainReleasesWaitingClaims: a graceful stop is not held up by idle
+// long polls.
+func TestDrainReleasesWaitingClaims(t *testing.T) {
+	c := start(t, testdb.Backends()[1])
+	done := make(chan error, 1)
+	go func() {
+		resp, err := c.client.Claim(ctxFor(t), &pb.ClaimRequest{WorkerId: "idle", MaxJobs: 1, Wait: durationpb.New(50 * time.Second)})
+		if err == nil && len(resp.Jobs) != 0 {
+			err = fmt.Errorf("granted %d jobs", len(resp.Jobs))
+		}
+		done <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	c.server.Drain()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Drain did not release the waiting claim")
+	}
+}

@@ -24,17 +24,25 @@ type Options struct {
 	// inside it (R14, R22). Default 24h.
 	KeyRetention         time.Duration
 	ProviderKeyRetention map[string]time.Duration
+	// ClaimPollInterval is how often a long-polling Claim looks again for work
+	// it was not woken for: jobs enqueued through other replicas, delays that
+	// ran out, leases that expired. Default 200ms.
+	ClaimPollInterval time.Duration
 	// Logger receives one line per notable event about a job; slog.Default()
 	// when nil.
 	Logger *slog.Logger
 }
 
+// MaxClaimWait bounds ClaimRequest.wait.
+const MaxClaimWait = time.Minute
+
 // Server implements jobfence.v1.Coordinator on a store.Store.
 type Server struct {
 	pb.UnimplementedCoordinatorServer
-	store store.Store
-	opts  Options
-	log   *slog.Logger
+	store   store.Store
+	opts    Options
+	log     *slog.Logger
+	waiters waiters
 }
 
 // New returns a Server on st. Zero options take their defaults.
@@ -45,11 +53,18 @@ func New(st store.Store, opts Options) *Server {
 	if opts.KeyRetention == 0 {
 		opts.KeyRetention = 24 * time.Hour
 	}
+	if opts.ClaimPollInterval == 0 {
+		opts.ClaimPollInterval = 200 * time.Millisecond
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
 	return &Server{store: st, opts: opts, log: opts.Logger}
 }
+
+// Drain makes waiting and future long-poll Claims return at once, so that a
+// graceful stop is not held up by idle workers. Call it before GracefulStop.
+func (s *Server) Drain() { s.waiters.stop() }
 
 // Register adds the Coordinator service to r.
 func (s *Server) Register(r grpc.ServiceRegistrar) { pb.RegisterCoordinatorServer(r, s) }
@@ -65,6 +80,7 @@ func (s *Server) EnqueueRefund(ctx context.Context, req *pb.EnqueueRefundRequest
 		return nil, s.toStatus(ctx, err, jobAttrs{id: job.ID, key: p.OperationKey})
 	}
 	if created {
+		s.waiters.wake(1)
 		s.log.LogAttrs(ctx, slog.LevelDebug, "refund enqueued", attrsOf(job).attrs()...)
 	}
 	return &pb.EnqueueRefundResponse{Job: jobToProto(job), Created: created}, nil
@@ -72,11 +88,11 @@ func (s *Server) EnqueueRefund(ctx context.Context, req *pb.EnqueueRefundRequest
 
 // Claim implements jobfence.v1.Coordinator.
 func (s *Server) Claim(ctx context.Context, req *pb.ClaimRequest) (*pb.ClaimResponse, error) {
-	p, err := claimFromProto(req, s.opts.Lease)
+	p, wait, err := claimFromProto(req, s.opts.Lease)
 	if err != nil {
 		return nil, s.toStatus(ctx, err, jobAttrs{})
 	}
-	claimed, err := s.store.Claim(ctx, p)
+	claimed, err := s.claim(ctx, p, wait)
 	if err != nil {
 		return nil, s.toStatus(ctx, err, jobAttrs{})
 	}
@@ -92,6 +108,33 @@ func (s *Server) Claim(ctx context.Context, req *pb.ClaimRequest) (*pb.ClaimResp
 		s.log.LogAttrs(ctx, level, msg, append(attrsOf(c.Job).attrs(), slog.String("worker_id", p.WorkerID))...)
 	}
 	return resp, nil
+}
+
+// claim claims, and when nothing is granted waits up to wait for a wake or the
+// poll interval and claims again. Waiting is not a lease decision: time.Now
+// here only bounds the call (R12 concerns leases).
+func (s *Server) claim(ctx context.Context, p store.ClaimParams, wait time.Duration) ([]store.ClaimedJob, error) {
+	deadline := time.Now().Add(wait)
+	for {
+		woken := s.waiters.add()
+		claimed, err := s.store.Claim(ctx, p)
+		left := time.Until(deadline)
+		if err != nil || len(claimed) > 0 || left <= 0 {
+			s.waiters.remove(woken)
+			return claimed, err
+		}
+		timer := time.NewTimer(min(left, s.opts.ClaimPollInterval))
+		select {
+		case <-woken:
+		case <-timer.C:
+		case <-ctx.Done():
+		}
+		timer.Stop()
+		s.waiters.remove(woken)
+		if ctx.Err() != nil || s.waiters.isStopped() {
+			return nil, nil
+		}
+	}
 }
 
 // Complete implements jobfence.v1.Coordinator.
@@ -129,6 +172,9 @@ func (s *Server) write(ctx context.Context, w store.Writeback) (store.WriteResul
 	res, err := s.store.Write(ctx, w)
 	if err != nil {
 		return res, s.toStatus(ctx, err, jobAttrs{id: w.JobID, attempt: w.Attempt})
+	}
+	if w.Kind == store.EventRescheduled && !res.Replayed {
+		s.waiters.wake(1) // it may be due now
 	}
 	level := slog.LevelDebug
 	if w.Kind == store.EventEscalated {

@@ -45,6 +45,7 @@ type config struct {
 	lease           time.Duration
 	keyRetention    time.Duration
 	providerKeys    string
+	claimPoll       time.Duration
 	shutdownTimeout time.Duration
 	logFormat       string
 	logLevel        slog.Level
@@ -66,6 +67,8 @@ func parseFlags(args []string, stderr *os.File) (config, error) {
 		"how long providers keep an idempotency key; same-key resends are safe only inside it")
 	fs.StringVar(&c.providerKeys, "provider-key-retention", "",
 		"per-provider key retention overriding --key-retention, e.g. acme=24h,globex=168h")
+	fs.DurationVar(&c.claimPoll, "claim-poll-interval", 200*time.Millisecond,
+		"how often a long-polling Claim looks again for work it was not woken for (other replicas' enqueues, delays, expired leases)")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 15*time.Second,
 		"on SIGTERM, how long in-flight calls may finish before they are cut")
 	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
@@ -83,6 +86,9 @@ func parseFlags(args []string, stderr *os.File) (config, error) {
 	}
 	if c.lease < store.MinLease || c.lease > store.MaxLease {
 		return c, fmt.Errorf("--lease must be between %s and %s, got %s", store.MinLease, store.MaxLease, c.lease)
+	}
+	if c.claimPoll < time.Millisecond || c.claimPoll > time.Minute {
+		return c, fmt.Errorf("--claim-poll-interval must be between 1ms and 1m, got %s", c.claimPoll)
 	}
 	if c.keyRetention <= 0 {
 		return c, fmt.Errorf("--key-retention must be positive, got %s", c.keyRetention)
@@ -145,7 +151,8 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	defer st.Close()
 
 	srv := server.New(st, server.Options{
-		Lease: c.lease, KeyRetention: c.keyRetention, ProviderKeyRetention: providerKeys, Logger: log,
+		Lease: c.lease, KeyRetention: c.keyRetention, ProviderKeyRetention: providerKeys,
+		ClaimPollInterval: c.claimPoll, Logger: log,
 	})
 	gs, health := srv.NewGRPCServer()
 	lis, err := net.Listen("tcp", c.listen)
@@ -166,6 +173,7 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	// repeat (R21); a cut claim grants nothing the lease will not recover.
 	log.Info("shutting down", "timeout", c.shutdownTimeout)
 	health.Shutdown()
+	srv.Drain()
 	done := make(chan struct{})
 	go func() { gs.GracefulStop(); close(done) }()
 	select {

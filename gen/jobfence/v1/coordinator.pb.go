@@ -902,7 +902,12 @@ type ClaimRequest struct {
 	// 1s..15m; the coordinator's --lease when unset.
 	LeaseDuration *durationpb.Duration `protobuf:"bytes,3,opt,name=lease_duration,json=leaseDuration,proto3" json:"lease_duration,omitempty"`
 	// Only jobs of this provider, when set.
-	Provider      string `protobuf:"bytes,4,opt,name=provider,proto3" json:"provider,omitempty"`
+	Provider string `protobuf:"bytes,4,opt,name=provider,proto3" json:"provider,omitempty"`
+	// Long poll: when no job is available, wait up to this long (0..60s) for one
+	// before answering with an empty list. Idle workers then get new work within
+	// milliseconds of its enqueue instead of polling. Set the call's deadline
+	// above it.
+	Wait          *durationpb.Duration `protobuf:"bytes,5,opt,name=wait,proto3" json:"wait,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -963,6 +968,13 @@ func (x *ClaimRequest) GetProvider() string {
 		return x.Provider
 	}
 	return ""
+}
+
+func (x *ClaimRequest) GetWait() *durationpb.Duration {
+	if x != nil {
+		return x.Wait
+	}
+	return nil
 }
 
 type ClaimResponse struct {
@@ -1827,12 +1839,13 @@ const file_jobfence_v1_coordinator_proto_rawDesc = "" +
 	"not_before\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tnotBefore\"U\n" +
 	"\x15EnqueueRefundResponse\x12\"\n" +
 	"\x03job\x18\x01 \x01(\v2\x10.jobfence.v1.JobR\x03job\x12\x18\n" +
-	"\acreated\x18\x02 \x01(\bR\acreated\"\xa4\x01\n" +
+	"\acreated\x18\x02 \x01(\bR\acreated\"\xd3\x01\n" +
 	"\fClaimRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x19\n" +
 	"\bmax_jobs\x18\x02 \x01(\x05R\amaxJobs\x12@\n" +
 	"\x0elease_duration\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\rleaseDuration\x12\x1a\n" +
-	"\bprovider\x18\x04 \x01(\tR\bprovider\"<\n" +
+	"\bprovider\x18\x04 \x01(\tR\bprovider\x12-\n" +
+	"\x04wait\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x04wait\"<\n" +
 	"\rClaimResponse\x12+\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x17.jobfence.v1.ClaimedJobR\x04jobs\"p\n" +
 	"\x0fCompleteRequest\x12\x15\n" +
@@ -1971,37 +1984,38 @@ var file_jobfence_v1_coordinator_proto_depIdxs = []int32{
 	21, // 18: jobfence.v1.EnqueueRefundRequest.not_before:type_name -> google.protobuf.Timestamp
 	3,  // 19: jobfence.v1.EnqueueRefundResponse.job:type_name -> jobfence.v1.Job
 	22, // 20: jobfence.v1.ClaimRequest.lease_duration:type_name -> google.protobuf.Duration
-	4,  // 21: jobfence.v1.ClaimResponse.jobs:type_name -> jobfence.v1.ClaimedJob
-	3,  // 22: jobfence.v1.CompleteResponse.job:type_name -> jobfence.v1.Job
-	1,  // 23: jobfence.v1.RescheduleRequest.next_action:type_name -> jobfence.v1.NextAction
-	22, // 24: jobfence.v1.RescheduleRequest.delay:type_name -> google.protobuf.Duration
-	21, // 25: jobfence.v1.RescheduleRequest.next_attempt_at:type_name -> google.protobuf.Timestamp
-	3,  // 26: jobfence.v1.RescheduleResponse.job:type_name -> jobfence.v1.Job
-	3,  // 27: jobfence.v1.EscalateResponse.job:type_name -> jobfence.v1.Job
-	2,  // 28: jobfence.v1.ReportObservationRequest.outcome:type_name -> jobfence.v1.ObservationOutcome
-	6,  // 29: jobfence.v1.ReportObservationResponse.observation:type_name -> jobfence.v1.Observation
-	3,  // 30: jobfence.v1.GetJobResponse.job:type_name -> jobfence.v1.Job
-	5,  // 31: jobfence.v1.GetJobResponse.events:type_name -> jobfence.v1.JobEvent
-	6,  // 32: jobfence.v1.GetJobResponse.observations:type_name -> jobfence.v1.Observation
-	7,  // 33: jobfence.v1.Coordinator.EnqueueRefund:input_type -> jobfence.v1.EnqueueRefundRequest
-	9,  // 34: jobfence.v1.Coordinator.Claim:input_type -> jobfence.v1.ClaimRequest
-	11, // 35: jobfence.v1.Coordinator.Complete:input_type -> jobfence.v1.CompleteRequest
-	13, // 36: jobfence.v1.Coordinator.Reschedule:input_type -> jobfence.v1.RescheduleRequest
-	15, // 37: jobfence.v1.Coordinator.Escalate:input_type -> jobfence.v1.EscalateRequest
-	17, // 38: jobfence.v1.Coordinator.ReportObservation:input_type -> jobfence.v1.ReportObservationRequest
-	19, // 39: jobfence.v1.Coordinator.GetJob:input_type -> jobfence.v1.GetJobRequest
-	8,  // 40: jobfence.v1.Coordinator.EnqueueRefund:output_type -> jobfence.v1.EnqueueRefundResponse
-	10, // 41: jobfence.v1.Coordinator.Claim:output_type -> jobfence.v1.ClaimResponse
-	12, // 42: jobfence.v1.Coordinator.Complete:output_type -> jobfence.v1.CompleteResponse
-	14, // 43: jobfence.v1.Coordinator.Reschedule:output_type -> jobfence.v1.RescheduleResponse
-	16, // 44: jobfence.v1.Coordinator.Escalate:output_type -> jobfence.v1.EscalateResponse
-	18, // 45: jobfence.v1.Coordinator.ReportObservation:output_type -> jobfence.v1.ReportObservationResponse
-	20, // 46: jobfence.v1.Coordinator.GetJob:output_type -> jobfence.v1.GetJobResponse
-	40, // [40:47] is the sub-list for method output_type
-	33, // [33:40] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	22, // 21: jobfence.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
+	4,  // 22: jobfence.v1.ClaimResponse.jobs:type_name -> jobfence.v1.ClaimedJob
+	3,  // 23: jobfence.v1.CompleteResponse.job:type_name -> jobfence.v1.Job
+	1,  // 24: jobfence.v1.RescheduleRequest.next_action:type_name -> jobfence.v1.NextAction
+	22, // 25: jobfence.v1.RescheduleRequest.delay:type_name -> google.protobuf.Duration
+	21, // 26: jobfence.v1.RescheduleRequest.next_attempt_at:type_name -> google.protobuf.Timestamp
+	3,  // 27: jobfence.v1.RescheduleResponse.job:type_name -> jobfence.v1.Job
+	3,  // 28: jobfence.v1.EscalateResponse.job:type_name -> jobfence.v1.Job
+	2,  // 29: jobfence.v1.ReportObservationRequest.outcome:type_name -> jobfence.v1.ObservationOutcome
+	6,  // 30: jobfence.v1.ReportObservationResponse.observation:type_name -> jobfence.v1.Observation
+	3,  // 31: jobfence.v1.GetJobResponse.job:type_name -> jobfence.v1.Job
+	5,  // 32: jobfence.v1.GetJobResponse.events:type_name -> jobfence.v1.JobEvent
+	6,  // 33: jobfence.v1.GetJobResponse.observations:type_name -> jobfence.v1.Observation
+	7,  // 34: jobfence.v1.Coordinator.EnqueueRefund:input_type -> jobfence.v1.EnqueueRefundRequest
+	9,  // 35: jobfence.v1.Coordinator.Claim:input_type -> jobfence.v1.ClaimRequest
+	11, // 36: jobfence.v1.Coordinator.Complete:input_type -> jobfence.v1.CompleteRequest
+	13, // 37: jobfence.v1.Coordinator.Reschedule:input_type -> jobfence.v1.RescheduleRequest
+	15, // 38: jobfence.v1.Coordinator.Escalate:input_type -> jobfence.v1.EscalateRequest
+	17, // 39: jobfence.v1.Coordinator.ReportObservation:input_type -> jobfence.v1.ReportObservationRequest
+	19, // 40: jobfence.v1.Coordinator.GetJob:input_type -> jobfence.v1.GetJobRequest
+	8,  // 41: jobfence.v1.Coordinator.EnqueueRefund:output_type -> jobfence.v1.EnqueueRefundResponse
+	10, // 42: jobfence.v1.Coordinator.Claim:output_type -> jobfence.v1.ClaimResponse
+	12, // 43: jobfence.v1.Coordinator.Complete:output_type -> jobfence.v1.CompleteResponse
+	14, // 44: jobfence.v1.Coordinator.Reschedule:output_type -> jobfence.v1.RescheduleResponse
+	16, // 45: jobfence.v1.Coordinator.Escalate:output_type -> jobfence.v1.EscalateResponse
+	18, // 46: jobfence.v1.Coordinator.ReportObservation:output_type -> jobfence.v1.ReportObservationResponse
+	20, // 47: jobfence.v1.Coordinator.GetJob:output_type -> jobfence.v1.GetJobResponse
+	41, // [41:48] is the sub-list for method output_type
+	34, // [34:41] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_jobfence_v1_coordinator_proto_init() }
