@@ -28,6 +28,11 @@ type Options struct {
 	// it was not woken for: jobs enqueued through other replicas, delays that
 	// ran out, leases that expired. Default 200ms.
 	ClaimPollInterval time.Duration
+	// WriteFlushers is how many write-back transactions may run at once;
+	// concurrent write-backs beyond that are coalesced into shared
+	// transactions of up to WriteBatch writes. Defaults 4 and 128.
+	WriteFlushers int
+	WriteBatch    int
 	// Logger receives one line per notable event about a job; slog.Default()
 	// when nil.
 	Logger *slog.Logger
@@ -43,6 +48,7 @@ type Server struct {
 	opts    Options
 	log     *slog.Logger
 	waiters waiters
+	writes  *writeBatcher
 }
 
 // New returns a Server on st. Zero options take their defaults.
@@ -56,10 +62,17 @@ func New(st store.Store, opts Options) *Server {
 	if opts.ClaimPollInterval == 0 {
 		opts.ClaimPollInterval = 200 * time.Millisecond
 	}
+	if opts.WriteFlushers == 0 {
+		opts.WriteFlushers = 4
+	}
+	if opts.WriteBatch == 0 {
+		opts.WriteBatch = 128
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	return &Server{store: st, opts: opts, log: opts.Logger}
+	return &Server{store: st, opts: opts, log: opts.Logger,
+		writes: newWriteBatcher(st, opts.WriteFlushers, opts.WriteBatch, time.Minute)}
 }
 
 // Drain makes waiting and future long-poll Claims return at once, so that a
@@ -169,7 +182,7 @@ func (s *Server) Escalate(ctx context.Context, req *pb.EscalateRequest) (*pb.Esc
 }
 
 func (s *Server) write(ctx context.Context, w store.Writeback) (store.WriteResult, error) {
-	res, err := s.store.Write(ctx, w)
+	res, err := s.writes.Write(ctx, w)
 	if err != nil {
 		return res, s.toStatus(ctx, err, jobAttrs{id: w.JobID, attempt: w.Attempt})
 	}

@@ -201,6 +201,11 @@ type Store interface {
 	// ErrWriteOutcomeUnknown, ErrUnavailable.
 	Write(ctx context.Context, w Writeback) (WriteResult, error)
 
+	// WriteMany applies several write-backs in one transaction, each fenced and
+	// answered on its own exactly as Write would answer it, in order. Used to
+	// coalesce concurrent write-backs into one COMMIT.
+	WriteMany(ctx context.Context, ws []Writeback) []WriteOutcome
+
 	// Observe files a receipt without touching the job (R15). duplicate is true
 	// when the same receipt was on file. Errors: *ValidationError, ErrNotFound.
 	Observe(ctx context.Context, p ObservationParams) (obs Observation, duplicate bool, err error)
@@ -224,4 +229,24 @@ type Store interface {
 func SameRefund(j Job, p EnqueueParams) bool {
 	return j.OrderID == p.OrderID && j.PaymentID == p.PaymentID && j.AmountMinor == p.AmountMinor &&
 		j.Currency == p.Currency && j.Provider == p.Provider
+}
+
+// Grant returns job as a claim at the database time now leaves it, and
+// whether the claim is a takeover of an expired lease. Backends use it to
+// answer without reading the rows back; the SQL they run must set the same
+// values.
+func (p ClaimParams) Grant(job Job, now time.Time) (Job, bool) {
+	takeover := job.State == StateRunning
+	if !takeover && job.NextAction == ActionRefund && job.FirstSentAt.IsZero() {
+		job.FirstSentAt = now // R22: the key may reach the provider from now on
+	}
+	if takeover {
+		job.NextAction = ActionReconcile // R6
+	}
+	job.State = StateRunning
+	job.Attempt++ // R2
+	job.LeaseUntil = now.Add(p.Lease).Truncate(time.Microsecond)
+	job.WorkerID = p.WorkerID
+	job.UpdatedAt = now
+	return job, takeover
 }

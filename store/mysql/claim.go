@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 	"time"
 
@@ -18,14 +17,14 @@ const (
 
 	// R6, R23: expired leases, oldest first. SKIP LOCKED lets concurrent
 	// claimers pass each other (R13); the lock is what grants, not the read.
-	lockExpiredLeases = `SELECT id FROM refund_jobs
+	lockExpiredLeases = `SELECT ` + jobColumns + ` FROM refund_jobs
  WHERE state = 'running' AND lease_until <= ?%s
  ORDER BY lease_until, id
  LIMIT ?
  FOR UPDATE SKIP LOCKED`
 
 	// Q1, Q2, R23: ready and due, oldest first, stable by id (Q4).
-	lockDueJobs = `SELECT id FROM refund_jobs
+	lockDueJobs = `SELECT ` + jobColumns + ` FROM refund_jobs
  WHERE state = 'ready' AND next_attempt_at <= ?%s
  ORDER BY next_attempt_at, id
  LIMIT ?
@@ -34,7 +33,8 @@ const (
 	// R5, R6: bump attempt under the row locks taken above. The WHERE re-checks
 	// the conditions. Assignment order matters on MySQL (left to right, later
 	// ones see earlier results): first_sent_at and next_action read the old
-	// state before state is overwritten.
+	// state before state is overwritten. The values are those of
+	// store.ClaimParams.Grant, which answers the caller without a read-back.
 	claimLocked = `UPDATE refund_jobs SET
   first_sent_at = CASE WHEN state = 'ready' AND next_action = 'refund' AND first_sent_at IS NULL
                        THEN ? ELSE first_sent_at END,
@@ -46,8 +46,6 @@ const (
   updated_at    = ?
  WHERE id IN (%s)
    AND ((state = 'ready' AND next_attempt_at <= ?) OR (state = 'running' AND lease_until <= ?))`
-
-	selectJobsByIDs = `SELECT ` + jobColumns + ` FROM refund_jobs WHERE id IN (%s)`
 
 	insertEvents = `INSERT INTO refund_job_events
   (job_id, attempt, kind, worker_id, from_state, to_state, next_action, provider_refund_id, reason, created_at)
@@ -93,28 +91,42 @@ func claimTx(ctx context.Context, tx *sql.Tx, p store.ClaimParams) ([]store.Clai
 	if p.Provider != "" {
 		filter, filterArgs = " AND provider = ?", []any{p.Provider}
 	}
-	lockIDs := func(query string, limit int) ([]int64, error) {
+	lock := func(query string, limit int) ([]store.Job, error) {
 		args := append(append([]any{now}, filterArgs...), limit)
-		return queryAll(ctx, tx, scanID, fmt.Sprintf(query, filter), args...)
+		return queryAll(ctx, tx, scanJob, fmt.Sprintf(query, filter), args...)
 	}
-	takeovers, err := lockIDs(lockExpiredLeases, p.MaxJobs)
+	// R23: takeovers first, then due jobs, each group oldest first.
+	locked, err := lock(lockExpiredLeases, p.MaxJobs)
 	if err != nil {
 		return nil, err
 	}
-	ids := takeovers
-	if rest := p.MaxJobs - len(takeovers); rest > 0 {
-		due, err := lockIDs(lockDueJobs, rest)
+	if rest := p.MaxJobs - len(locked); rest > 0 {
+		due, err := lock(lockDueJobs, rest)
 		if err != nil {
 			return nil, err
 		}
-		ids = append(append([]int64(nil), takeovers...), due...)
+		locked = append(locked, due...)
 	}
-	if len(ids) == 0 {
+	if len(locked) == 0 {
 		return nil, nil
 	}
 
-	leaseUntil := now.Add(p.Lease)
-	args := append([]any{now, leaseUntil, p.WorkerID, now}, int64Args(ids)...)
+	ids := make([]int64, len(locked))
+	claimed := make([]store.ClaimedJob, len(locked))
+	values := make([]string, len(locked))
+	eventArgs := make([]any, 0, len(locked)*8)
+	for i, cur := range locked {
+		ids[i] = cur.ID
+		job, takeover := p.Grant(cur, now)
+		claimed[i] = store.ClaimedJob{Job: job, Takeover: takeover}
+		kind := store.EventClaimed
+		if takeover {
+			kind = store.EventTakenOver
+		}
+		values[i] = "(?, ?, ?, ?, ?, ?, ?, '', '', ?)"
+		eventArgs = append(eventArgs, job.ID, job.Attempt, kind, job.WorkerID, cur.State, job.State, job.NextAction, now)
+	}
+	args := append([]any{now, claimed[0].Job.LeaseUntil, p.WorkerID, now}, int64Args(ids)...)
 	args = append(args, now, now)
 	res, err := tx.ExecContext(ctx, fmt.Sprintf(claimLocked, placeholders(len(ids))), args...)
 	if err != nil {
@@ -126,34 +138,6 @@ func claimTx(ctx context.Context, tx *sql.Tx, p store.ClaimParams) ([]store.Clai
 		// The rows are locked by this transaction; a mismatch means the
 		// re-check failed. Grant nothing rather than guess which.
 		return nil, fmt.Errorf("claim: locked %d jobs but %d passed the re-check", len(ids), n)
-	}
-
-	jobs, err := queryAll(ctx, tx, scanJob, fmt.Sprintf(selectJobsByIDs, placeholders(len(ids))), int64Args(ids)...)
-	if err != nil {
-		return nil, err
-	}
-	// R23: takeovers first, each group oldest first, as locked.
-	order := make(map[int64]int, len(ids))
-	for i, id := range ids {
-		order[id] = i
-	}
-	sort.Slice(jobs, func(a, b int) bool { return order[jobs[a].ID] < order[jobs[b].ID] })
-
-	isTakeover := make(map[int64]bool, len(takeovers))
-	for _, id := range takeovers {
-		isTakeover[id] = true
-	}
-	claimed := make([]store.ClaimedJob, len(jobs))
-	values := make([]string, len(jobs))
-	eventArgs := make([]any, 0, len(jobs)*9)
-	for i, j := range jobs {
-		kind, from := store.EventClaimed, store.StateReady
-		if isTakeover[j.ID] {
-			kind, from = store.EventTakenOver, store.StateRunning
-		}
-		claimed[i] = store.ClaimedJob{Job: j, Takeover: isTakeover[j.ID]}
-		values[i] = "(?, ?, ?, ?, ?, ?, ?, '', '', ?)"
-		eventArgs = append(eventArgs, j.ID, j.Attempt, kind, j.WorkerID, from, j.State, j.NextAction, now)
 	}
 	if _, err := tx.ExecContext(ctx, fmt.Sprintf(insertEvents, strings.Join(values, ", ")), eventArgs...); err != nil {
 		return nil, err
@@ -184,10 +168,4 @@ func attachObservations(ctx context.Context, tx *sql.Tx, claimed []store.Claimed
 		c.Observations = append(c.Observations, o)
 	}
 	return nil
-}
-
-func scanID(row scanner) (int64, error) {
-	var id int64
-	err := row.Scan(&id)
-	return id, err
 }

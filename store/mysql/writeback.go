@@ -5,138 +5,189 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
+	"time"
 
 	"github.com/jobfence/jobfence/store"
 )
 
-// The fenced write-backs (R9). Each matches only the row that is still running
-// under the caller's attempt; none looks at lease_until (R8: expiry only opens
-// the competition, the takeover's COMMIT is the moment of loss).
+// The fenced write-backs (R9). A batch of writes is joined to the job rows on
+// id AND attempt AND state = 'running': only rows still running under the
+// writer's attempt change. None looks at lease_until (R8: expiry only opens
+// the competition; the takeover's COMMIT is the moment of loss).
 const (
-	completeFenced = `UPDATE refund_jobs
-   SET state = 'succeeded', provider_refund_id = ?, lease_until = NULL, updated_at = UTC_TIMESTAMP(6)
- WHERE id = ? AND state = 'running' AND attempt = ?`
+	// Locks the batch's rows in id order (two batches never wait on each other
+	// in a cycle) and reads the database's clock (R12).
+	lockJobsForWrite = `SELECT UTC_TIMESTAMP(6), ` + jobColumns + ` FROM refund_jobs
+ WHERE id IN (%s) ORDER BY id FOR UPDATE`
 
-	rescheduleFenced = `UPDATE refund_jobs
-   SET state = 'ready', next_action = ?, lease_until = NULL, last_reason = ?, updated_at = UTC_TIMESTAMP(6),
-       next_attempt_at = COALESCE(?, TIMESTAMPADD(MICROSECOND, ?, UTC_TIMESTAMP(6)))
- WHERE id = ? AND state = 'running' AND attempt = ?`
+	completeFenced = `UPDATE refund_jobs j
+  JOIN (%s) w ON j.id = w.id AND j.attempt = w.attempt AND j.state = 'running'
+   SET j.state = 'succeeded', j.provider_refund_id = w.provider_refund_id, j.lease_until = NULL, j.updated_at = ?`
+	completeRow = `SELECT ? AS id, ? AS attempt, ? AS provider_refund_id`
 
-	escalateFenced = `UPDATE refund_jobs
-   SET state = 'manual_review', lease_until = NULL, last_reason = ?, updated_at = UTC_TIMESTAMP(6)
- WHERE id = ? AND state = 'running' AND attempt = ?`
+	rescheduleFenced = `UPDATE refund_jobs j
+  JOIN (%s) w ON j.id = w.id AND j.attempt = w.attempt AND j.state = 'running'
+   SET j.state = 'ready', j.next_action = w.next_action, j.next_attempt_at = w.next_attempt_at,
+       j.lease_until = NULL, j.last_reason = w.reason, j.updated_at = ?`
+	rescheduleRow = `SELECT ? AS id, ? AS attempt, ? AS next_action, ? AS next_attempt_at, ? AS reason`
 
-	// R10: our own record of the refund, in the same transaction as the fenced
-	// completion.
+	escalateFenced = `UPDATE refund_jobs j
+  JOIN (%s) w ON j.id = w.id AND j.attempt = w.attempt AND j.state = 'running'
+   SET j.state = 'manual_review', j.lease_until = NULL, j.last_reason = w.reason, j.updated_at = ?`
+	escalateRow = `SELECT ? AS id, ? AS attempt, ? AS reason`
+
+	// R10: our own record of each refund, in the same transaction as the
+	// fenced completions.
 	insertLedger = `INSERT INTO refund_ledger
   (job_id, operation_key, provider, provider_refund_id, amount_minor, currency, attempt, recorded_at)
 SELECT id, operation_key, provider, provider_refund_id, amount_minor, currency, attempt, updated_at
-  FROM refund_jobs WHERE id = ?`
+  FROM refund_jobs WHERE id IN (%s)`
 
-	// Waits for a transaction still holding the row, so that a COMMIT cut off in
-	// flight has settled before we read its outcome (R20).
-	selectJobLocked = `SELECT ` + jobColumns + ` FROM refund_jobs WHERE id = ? LOCK IN SHARE MODE`
+	// The history entries of the transitions just made, read off the rows.
+	insertWriteEvents = `INSERT INTO refund_job_events
+  (job_id, attempt, kind, worker_id, from_state, to_state, next_action, provider_refund_id, reason, created_at)
+SELECT id, attempt,
+       CASE state WHEN 'succeeded' THEN 'completed' WHEN 'ready' THEN 'rescheduled' ELSE 'escalated' END,
+       worker_id, 'running', state, next_action, COALESCE(provider_refund_id, ''),
+       CASE state WHEN 'succeeded' THEN '' ELSE last_reason END, updated_at
+  FROM refund_jobs WHERE id IN (%s) ORDER BY id`
+
+	// Waits for a transaction still holding the rows, so that a COMMIT cut off
+	// in flight has settled before we read its outcome (R20).
+	selectJobsLocked = `SELECT ` + jobColumns + ` FROM refund_jobs WHERE id IN (%s) LOCK IN SHARE MODE`
 )
 
-// errNoRow rolls back a write-back whose fenced update matched no row.
-var errNoRow = errors.New("fenced update matched no row")
-
 // Write implements store.Store.
-//
-// The fenced UPDATE, the ledger row (Complete) and the history entry share one
-// transaction on one connection (R10). On 0 rows it rolls back and re-reads
-// the row to tell a replay from a stale or conflicting write (R10, R21). If the
-// COMMIT's reply is lost it re-reads the row under a lock to learn whether the
-// write landed (R20).
 func (s *Store) Write(ctx context.Context, w store.Writeback) (store.WriteResult, error) {
-	if err := w.Validate(); err != nil {
-		return store.WriteResult{}, err
-	}
-	for try := 1; ; try++ {
-		var job store.Job
-		err := s.inTx(ctx, func(tx *sql.Tx) error {
-			var err error
-			job, err = writeTx(ctx, tx, w)
-			return err
-		})
-		var unknown *errCommitUnknown
-		switch {
-		case err == nil:
-			return store.WriteResult{Job: job}, nil
-		case errors.Is(err, errNoRow):
-			current, err := s.readLocked(ctx, w.JobID)
-			if err != nil {
-				return store.WriteResult{}, err
-			}
-			return store.Settle(w, current)
-		case errors.As(err, &unknown):
-			current, rerr := s.readLocked(ctx, w.JobID)
-			if rerr != nil {
-				return store.WriteResult{}, fmt.Errorf("%w: job %d attempt %d: %v (re-read: %v)",
-					store.ErrWriteOutcomeUnknown, w.JobID, w.Attempt, err, rerr)
-			}
-			if w.AppliedTo(current) {
-				return store.WriteResult{Job: current}, nil // our COMMIT landed
-			}
-			if current.State == store.StateRunning && current.Attempt == w.Attempt && try < maxTries {
-				continue // it did not land and nothing else happened: write again
-			}
-			return store.Settle(w, current)
-		default:
-			return store.WriteResult{}, unavailable(err)
-		}
-	}
+	out := s.WriteMany(ctx, []store.Writeback{w})
+	return out[0].Result, out[0].Err
 }
 
-func writeTx(ctx context.Context, tx *sql.Tx, w store.Writeback) (store.Job, error) {
-	var res sql.Result
-	var err error
-	switch w.Kind {
-	case store.EventCompleted:
-		res, err = tx.ExecContext(ctx, completeFenced, w.ProviderRefundID, w.JobID, w.Attempt)
-	case store.EventRescheduled:
-		var at any
-		if !w.At.IsZero() {
-			at = w.At.UTC()
-		}
-		res, err = tx.ExecContext(ctx, rescheduleFenced, w.NextAction, w.Reason, at, w.Delay.Microseconds(), w.JobID, w.Attempt)
-	case store.EventEscalated:
-		res, err = tx.ExecContext(ctx, escalateFenced, w.Reason, w.JobID, w.Attempt)
-	}
-	if err != nil {
-		return store.Job{}, err
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return store.Job{}, err
-	}
-	if n != 1 {
-		return store.Job{}, errNoRow
-	}
-	if w.Kind == store.EventCompleted {
-		if _, err := tx.ExecContext(ctx, insertLedger, w.JobID); err != nil {
-			return store.Job{}, err
-		}
-	}
-	if _, err := tx.ExecContext(ctx, insertEventFromJob, w.Kind, store.StateRunning, w.Reason, w.JobID); err != nil {
-		return store.Job{}, err
-	}
-	return scanJob(tx.QueryRowContext(ctx, selectJobByID, w.JobID))
+// WriteMany implements store.Store.
+//
+// One transaction on one connection for the whole batch (R10, R11): lock the
+// rows, decide each write against its row (store.PlanBatch), one fenced UPDATE
+// per kind of write, the ledger rows and the history, COMMIT. A write whose
+// fence does not hold changes nothing and is answered from the locked row
+// (R10, R21). If the COMMIT's reply is lost, the rows are re-read under a lock
+// to learn which writes landed (R20); those that did not are written again.
+func (s *Store) WriteMany(ctx context.Context, ws []store.Writeback) []store.WriteOutcome {
+	return store.WriteBatch(ctx, ws, store.BatchBackend{
+		Tx: func(ctx context.Context, idx []int) (store.BatchPlan, error) {
+			var plan store.BatchPlan
+			err := s.inTx(ctx, func(tx *sql.Tx) error {
+				var err error
+				plan, err = writeTx(ctx, tx, ws, idx)
+				return err
+			})
+			return plan, err
+		},
+		CommitUnknown: func(err error) bool {
+			var unknown *errCommitUnknown
+			return errors.As(err, &unknown)
+		},
+		ReadLocked:  s.readLocked,
+		Unavailable: unavailable,
+		Tries:       maxTries,
+	})
 }
 
-// readLocked re-reads a job in its own short transaction, waiting for any
-// transaction that still holds the row.
-func (s *Store) readLocked(ctx context.Context, id int64) (store.Job, error) {
-	var job store.Job
+func writeTx(ctx context.Context, tx *sql.Tx, ws []store.Writeback, idx []int) (store.BatchPlan, error) {
+	ids := store.JobIDs(ws, idx)
+	var now time.Time
+	current := make(map[int64]store.Job, len(ids))
+	rows, err := tx.QueryContext(ctx, fmt.Sprintf(lockJobsForWrite, placeholders(len(ids))), int64Args(ids)...)
+	if err != nil {
+		return store.BatchPlan{}, err
+	}
+	for rows.Next() {
+		j, err := scanJob(prefixed{rows, &now})
+		if err != nil {
+			rows.Close()
+			return store.BatchPlan{}, err
+		}
+		current[j.ID] = j
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return store.BatchPlan{}, err
+	}
+
+	plan := store.PlanBatch(ws, idx, current, now)
+	if len(plan.Apply) == 0 {
+		return plan, nil
+	}
+	kinds := []struct {
+		kind   store.EventKind
+		update string
+		row    string
+		args   func(store.Writeback) []any
+	}{
+		{store.EventCompleted, completeFenced, completeRow, func(w store.Writeback) []any {
+			return []any{w.JobID, w.Attempt, w.ProviderRefundID}
+		}},
+		{store.EventRescheduled, rescheduleFenced, rescheduleRow, func(w store.Writeback) []any {
+			return []any{w.JobID, w.Attempt, w.NextAction, w.NextAttemptAt(now), w.Reason}
+		}},
+		{store.EventEscalated, escalateFenced, escalateRow, func(w store.Writeback) []any {
+			return []any{w.JobID, w.Attempt, w.Reason}
+		}},
+	}
+	for _, k := range kinds {
+		applied := plan.Applied(k.kind)
+		if len(applied) == 0 {
+			continue
+		}
+		selects := make([]string, len(applied))
+		var args []any
+		for n, i := range applied {
+			selects[n] = k.row
+			args = append(args, k.args(ws[i])...)
+		}
+		args = append(args, now)
+		res, err := tx.ExecContext(ctx, fmt.Sprintf(k.update, strings.Join(selects, " UNION ALL ")), args...)
+		if err != nil {
+			return plan, err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return plan, err
+		} else if n != int64(len(applied)) {
+			// The rows are locked by this transaction and passed the fence
+			// when read; anything else is a bug, not a race. Write nothing.
+			return plan, fmt.Errorf("write-back: %d %s writes passed the fence but %d rows matched", len(applied), k.kind, n)
+		}
+		if k.kind == store.EventCompleted {
+			done := store.JobIDs(ws, applied)
+			if _, err := tx.ExecContext(ctx, fmt.Sprintf(insertLedger, placeholders(len(done))), int64Args(done)...); err != nil {
+				return plan, err
+			}
+		}
+	}
+	written := store.JobIDs(ws, plan.Apply)
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf(insertWriteEvents, placeholders(len(written))), int64Args(written)...); err != nil {
+		return plan, err
+	}
+	return plan, nil
+}
+
+// readLocked re-reads jobs in a short transaction, waiting for any transaction
+// that still holds them.
+func (s *Store) readLocked(ctx context.Context, ids []int64) (map[int64]store.Job, error) {
+	var jobs []store.Job
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		var err error
-		job, err = scanJob(tx.QueryRowContext(ctx, selectJobLocked, id))
+		jobs, err = queryAll(ctx, tx, scanJob, fmt.Sprintf(selectJobsLocked, placeholders(len(ids))), int64Args(ids)...)
 		return err
 	})
-	if errors.Is(err, sql.ErrNoRows) {
-		return store.Job{}, store.ErrNotFound
+	if err != nil {
+		return nil, unavailable(err)
 	}
-	return job, unavailable(err)
+	out := make(map[int64]store.Job, len(jobs))
+	for _, j := range jobs {
+		out[j.ID] = j
+	}
+	return out, nil
 }
 
 // ExpireLease implements store.Store.

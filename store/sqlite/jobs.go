@@ -25,10 +25,11 @@ RETURNING ` + jobColumns
 SELECT id, attempt, ?, worker_id, ?, state, next_action, COALESCE(provider_refund_id, ''), ?, updated_at
   FROM refund_jobs WHERE id = ?`
 
-	selectJobByID  = `SELECT ` + jobColumns + ` FROM refund_jobs WHERE id = ?`
-	selectJobByKey = `SELECT ` + jobColumns + ` FROM refund_jobs WHERE operation_key = ?`
-	selectEvents   = `SELECT ` + eventColumns + ` FROM refund_job_events WHERE job_id = ? ORDER BY id`
-	selectJobObs   = `SELECT ` + observationColumns + ` FROM refund_observations WHERE job_id = ? ORDER BY id`
+	selectJobByID   = `SELECT ` + jobColumns + ` FROM refund_jobs WHERE id = ?`
+	selectJobByKey  = `SELECT ` + jobColumns + ` FROM refund_jobs WHERE operation_key = ?`
+	selectJobsByIDs = `SELECT ` + jobColumns + ` FROM refund_jobs WHERE id IN (%s)`
+	selectEvents    = `SELECT ` + eventColumns + ` FROM refund_job_events WHERE job_id = ? ORDER BY id`
+	selectJobObs    = `SELECT ` + observationColumns + ` FROM refund_observations WHERE job_id = ? ORDER BY id`
 )
 
 // Enqueue implements store.Store.

@@ -106,3 +106,12 @@ func queryAll[T any](ctx context.Context, q querier, scan func(scanner) (T, erro
 	}
 	return out, rows.Err()
 }
+
+// prefixed scans a leading extra column (the database clock, in microseconds)
+// into *first and the rest as usual.
+type prefixed struct {
+	row   scanner
+	first *int64
+}
+
+func (p prefixed) Scan(dest ...any) error { return p.row.Scan(append([]any{p.first}, dest...)...) }

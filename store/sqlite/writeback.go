@@ -11,27 +11,22 @@ import (
 
 // The fenced write-backs (R9). Each matches only the row that is still running
 // under the caller's attempt; none looks at lease_until (R8: expiry only opens
-// the competition, the takeover's COMMIT is the moment of loss). RETURNING
-// reads the row back as written; no row returned means no transition
-// happened.
+// the competition, the takeover's COMMIT is the moment of loss). now is the
+// clock read at the start of the batch's transaction (R12).
 const (
-	completeFenced = `UPDATE refund_jobs
-   SET state = 'succeeded', provider_refund_id = ?, lease_until = NULL, updated_at = ` + nowMicros + `
- WHERE id = ? AND state = 'running' AND attempt = ?
-RETURNING ` + jobColumns
+	selectNowAndJobs = `SELECT ` + nowMicros + `, ` + jobColumns + ` FROM refund_jobs WHERE id IN (%s)`
 
-	// next_attempt_at: the caller's absolute time, else now plus the delay in
-	// microseconds; the same now as updated_at (one statement, one clock read).
+	completeFenced = `UPDATE refund_jobs
+   SET state = 'succeeded', provider_refund_id = ?, lease_until = NULL, updated_at = ?
+ WHERE id = ? AND state = 'running' AND attempt = ?`
+
 	rescheduleFenced = `UPDATE refund_jobs
-   SET state = 'ready', next_action = ?, lease_until = NULL, last_reason = ?, updated_at = ` + nowMicros + `,
-       next_attempt_at = COALESCE(?, ` + nowMicros + ` + ?)
- WHERE id = ? AND state = 'running' AND attempt = ?
-RETURNING ` + jobColumns
+   SET state = 'ready', next_action = ?, next_attempt_at = ?, lease_until = NULL, last_reason = ?, updated_at = ?
+ WHERE id = ? AND state = 'running' AND attempt = ?`
 
 	escalateFenced = `UPDATE refund_jobs
-   SET state = 'manual_review', lease_until = NULL, last_reason = ?, updated_at = ` + nowMicros + `
- WHERE id = ? AND state = 'running' AND attempt = ?
-RETURNING ` + jobColumns
+   SET state = 'manual_review', lease_until = NULL, last_reason = ?, updated_at = ?
+ WHERE id = ? AND state = 'running' AND attempt = ?`
 
 	// R10: our own record of the refund, in the same transaction as the fenced
 	// completion.
@@ -46,101 +41,117 @@ SELECT id, operation_key, provider, provider_refund_id, amount_minor, currency, 
  WHERE id = ? AND state = 'running'`
 )
 
-// errNoRow rolls back a write-back whose fenced update matched no row.
-var errNoRow = errors.New("fenced update matched no row")
-
 // Write implements store.Store.
-//
-// The fenced UPDATE, the ledger row (Complete) and the history entry share one
-// transaction (R10). On 0 rows it rolls back and re-reads the row to tell a
-// replay from a stale or conflicting write (R10, R21). If the COMMIT's outcome
-// is unknown it re-reads the row under the write lock to learn whether the
-// write landed (R20).
 func (s *Store) Write(ctx context.Context, w store.Writeback) (store.WriteResult, error) {
-	if err := w.Validate(); err != nil {
-		return store.WriteResult{}, err
-	}
-	for try := 1; ; try++ {
-		var job store.Job
-		err := s.inTx(ctx, func(tx *sql.Tx) error {
-			var err error
-			job, err = writeTx(ctx, tx, w)
-			return err
-		})
-		var unknown *errCommitUnknown
-		switch {
-		case err == nil:
-			return store.WriteResult{Job: job}, nil
-		case errors.Is(err, errNoRow):
-			current, err := s.readLocked(ctx, w.JobID)
-			if err != nil {
-				return store.WriteResult{}, err
-			}
-			return store.Settle(w, current)
-		case errors.As(err, &unknown):
-			current, rerr := s.readLocked(ctx, w.JobID)
-			if rerr != nil {
-				return store.WriteResult{}, fmt.Errorf("%w: job %d attempt %d: %v (re-read: %v)",
-					store.ErrWriteOutcomeUnknown, w.JobID, w.Attempt, err, rerr)
-			}
-			if w.AppliedTo(current) {
-				return store.WriteResult{Job: current}, nil // our COMMIT landed
-			}
-			if current.State == store.StateRunning && current.Attempt == w.Attempt && try < maxTries {
-				continue // it did not land and nothing else happened: write again
-			}
-			return store.Settle(w, current)
-		default:
-			return store.WriteResult{}, unavailable(err)
-		}
-	}
+	out := s.WriteMany(ctx, []store.Writeback{w})
+	return out[0].Result, out[0].Err
 }
 
-func writeTx(ctx context.Context, tx *sql.Tx, w store.Writeback) (store.Job, error) {
-	var row *sql.Row
-	switch w.Kind {
-	case store.EventCompleted:
-		row = tx.QueryRowContext(ctx, completeFenced, w.ProviderRefundID, w.JobID, w.Attempt)
-	case store.EventRescheduled:
-		row = tx.QueryRowContext(ctx, rescheduleFenced, w.NextAction, w.Reason, toMicros(w.At), w.Delay.Microseconds(),
-			w.JobID, w.Attempt)
-	case store.EventEscalated:
-		row = tx.QueryRowContext(ctx, escalateFenced, w.Reason, w.JobID, w.Attempt)
-	default:
-		return store.Job{}, fmt.Errorf("write-back kind %q", w.Kind) // Validate rules this out
-	}
-	job, err := scanJob(row)
-	if errors.Is(err, sql.ErrNoRows) {
-		return store.Job{}, errNoRow
-	}
+// WriteMany implements store.Store.
+//
+// One BEGIN IMMEDIATE transaction for the whole batch, so one COMMIT (one
+// sync) for all of it (R10, R11): read the rows and the clock, decide each
+// write against its row (store.PlanBatch), run the fenced UPDATE, ledger row
+// and history entry of each write that passes, COMMIT. A write whose fence
+// does not hold changes nothing and is answered from the row (R10, R21). If
+// the COMMIT's outcome is unknown the rows are re-read under the write lock to
+// learn which writes landed (R20); those that did not are written again.
+func (s *Store) WriteMany(ctx context.Context, ws []store.Writeback) []store.WriteOutcome {
+	return store.WriteBatch(ctx, ws, store.BatchBackend{
+		Tx: func(ctx context.Context, idx []int) (store.BatchPlan, error) {
+			var plan store.BatchPlan
+			err := s.inTx(ctx, func(tx *sql.Tx) error {
+				var err error
+				plan, err = writeTx(ctx, tx, ws, idx)
+				return err
+			})
+			return plan, err
+		},
+		CommitUnknown: func(err error) bool {
+			var unknown *errCommitUnknown
+			return errors.As(err, &unknown)
+		},
+		ReadLocked:  s.readLocked,
+		Unavailable: unavailable,
+		Tries:       maxTries,
+	})
+}
+
+func writeTx(ctx context.Context, tx *sql.Tx, ws []store.Writeback, idx []int) (store.BatchPlan, error) {
+	ids := store.JobIDs(ws, idx)
+	var now int64
+	current := make(map[int64]store.Job, len(ids))
+	rows, err := tx.QueryContext(ctx, fmt.Sprintf(selectNowAndJobs, placeholders(len(ids))), int64Args(ids)...)
 	if err != nil {
-		return store.Job{}, err
+		return store.BatchPlan{}, err
 	}
-	if w.Kind == store.EventCompleted {
-		if _, err := tx.ExecContext(ctx, insertLedger, w.JobID); err != nil {
-			return store.Job{}, err
+	for rows.Next() {
+		j, err := scanJob(prefixed{rows, &now})
+		if err != nil {
+			rows.Close()
+			return store.BatchPlan{}, err
+		}
+		current[j.ID] = j
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return store.BatchPlan{}, err
+	}
+
+	nowTime := fromMicros(now)
+	plan := store.PlanBatch(ws, idx, current, nowTime)
+	for _, i := range plan.Apply {
+		w := ws[i]
+		var res sql.Result
+		switch w.Kind {
+		case store.EventCompleted:
+			res, err = tx.ExecContext(ctx, completeFenced, w.ProviderRefundID, now, w.JobID, w.Attempt)
+		case store.EventRescheduled:
+			res, err = tx.ExecContext(ctx, rescheduleFenced, w.NextAction, toMicros(w.NextAttemptAt(nowTime)), w.Reason, now,
+				w.JobID, w.Attempt)
+		case store.EventEscalated:
+			res, err = tx.ExecContext(ctx, escalateFenced, w.Reason, now, w.JobID, w.Attempt)
+		}
+		if err != nil {
+			return plan, err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return plan, err
+		} else if n != 1 {
+			// Nothing else writes while this transaction holds the write
+			// lock, and the row passed the fence when read: a bug, not a race.
+			return plan, fmt.Errorf("write-back: job %d passed the fence but %d rows matched", w.JobID, n)
+		}
+		if w.Kind == store.EventCompleted {
+			if _, err := tx.ExecContext(ctx, insertLedger, w.JobID); err != nil {
+				return plan, err
+			}
+		}
+		if _, err := tx.ExecContext(ctx, insertEventFromJob, w.Kind, store.StateRunning, w.Reason, w.JobID); err != nil {
+			return plan, err
 		}
 	}
-	if _, err := tx.ExecContext(ctx, insertEventFromJob, w.Kind, store.StateRunning, w.Reason, w.JobID); err != nil {
-		return store.Job{}, err
-	}
-	return job, nil
+	return plan, nil
 }
 
-// readLocked re-reads a job in its own BEGIN IMMEDIATE transaction: it waits
+// readLocked re-reads jobs in their own BEGIN IMMEDIATE transaction: it waits
 // for any writer, in this process or another, to finish, so a COMMIT whose
 // outcome was unknown has settled before its outcome is read.
-func (s *Store) readLocked(ctx context.Context, id int64) (store.Job, error) {
-	var job store.Job
+func (s *Store) readLocked(ctx context.Context, ids []int64) (map[int64]store.Job, error) {
+	var jobs []store.Job
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		var err error
-		job, err = scanJob(tx.QueryRowContext(ctx, selectJobByID, id))
+		jobs, err = queryAll(ctx, tx, scanJob, fmt.Sprintf(selectJobsByIDs, placeholders(len(ids))), int64Args(ids)...)
 		return err
 	})
-	if errors.Is(err, sql.ErrNoRows) {
-		return store.Job{}, store.ErrNotFound
+	if err != nil {
+		return nil, unavailable(err)
 	}
-	return job, unavailable(err)
+	out := make(map[int64]store.Job, len(jobs))
+	for _, j := range jobs {
+		out[j.ID] = j
+	}
+	return out, nil
 }
 
 // ExpireLease implements store.Store.

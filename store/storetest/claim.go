@@ -36,6 +36,9 @@ func testClaimBumps(t *testing.T, s store.Store) {
 			t.Fatalf("first_sent_at = %v, want the claim time %v", j.FirstSentAt, j.UpdatedAt)
 		}
 		d := get(t, s, j.ID)
+		if d.Job != j {
+			t.Fatalf("Claim answered\n %+v\nbut the row is\n %+v", j, d.Job)
+		}
 		if !slices.Equal(kinds(d.Events), []store.EventKind{store.EventEnqueued, store.EventClaimed}) {
 			t.Fatalf("events = %v", kinds(d.Events))
 		}
@@ -104,6 +107,9 @@ func testTakeoverForcesReconcile(t *testing.T, s store.Store) {
 	a := claimOne(t, s, "A", job.ID)
 	expire(t, s, job.ID)
 	b := claimOne(t, s, "B", job.ID)
+	if got := get(t, s, job.ID).Job; got != b.Job {
+		t.Fatalf("takeover answered\n %+v\nbut the row is\n %+v", b.Job, got)
+	}
 	if !b.Takeover || b.Job.Attempt != a.Job.Attempt+1 || b.Job.NextAction != store.ActionReconcile ||
 		b.Job.WorkerID != "B" || b.Job.State != store.StateRunning {
 		t.Fatalf("takeover = %+v takeover %v; want attempt %d, reconcile, B", b.Job, b.Takeover, a.Job.Attempt+1)

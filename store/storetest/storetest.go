@@ -39,6 +39,7 @@ func Run(t *testing.T, open Opener) {
 		{"LeaseExpiredNobodyTookOver_T2_R8", testLeaseExpiredNoTakeoverT2},
 		{"CommitThenLostReplyReplays_T4_R21", testLostReplyReplayT4},
 		{"DifferentWriteSameAttemptNotRunning_R21", testDifferentWriteNotRunning},
+		{"WriteManyAnswersEachOnItsOwn_R9_R21", testWriteManyEachOnItsOwn},
 		{"RescheduleReturnsToReady", testReschedule},
 		{"EscalateToManualReview_R16", testEscalate},
 		{"WriteUnknownJobOrUngrantedAttempt", testWriteUnknown},

@@ -1,0 +1,200 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// WriteOutcome is the answer to one write-back of a batch.
+type WriteOutcome struct {
+	Result WriteResult
+	Err    error
+}
+
+// Apply returns job as this write-back leaves it at the database time now.
+// Backends use it to answer without reading the row back; the SQL they run
+// must set the same values.
+func (w Writeback) Apply(job Job, now time.Time) Job {
+	job.State = w.ToState()
+	job.LeaseUntil = time.Time{}
+	job.UpdatedAt = now
+	switch w.Kind {
+	case EventCompleted:
+		job.ProviderRefundID = w.ProviderRefundID
+	case EventRescheduled:
+		job.NextAction = w.NextAction
+		job.NextAttemptAt = w.NextAttemptAt(now)
+		job.LastReason = w.Reason
+	case EventEscalated:
+		job.LastReason = w.Reason
+	}
+	return job
+}
+
+// NextAttemptAt is when a rescheduled job becomes due: At when given, else now
+// (the database's clock, R12) plus Delay, at the microsecond resolution both
+// backends store.
+func (w Writeback) NextAttemptAt(now time.Time) time.Time {
+	if !w.At.IsZero() {
+		return w.At.UTC().Truncate(time.Microsecond)
+	}
+	return now.Add(w.Delay).Truncate(time.Microsecond)
+}
+
+// BatchPlan decides a batch of write-backs against the rows as they stand,
+// locked, as if the writes were applied one after another in order. A job
+// written twice in one batch is applied once; the repeat is then settled
+// against the written row (a replay, or JOB_NOT_RUNNING), exactly as it would
+// be one call later.
+type BatchPlan struct {
+	// Apply lists the indexes whose fence holds (running under their attempt),
+	// in order; no job appears twice.
+	Apply []int
+	// After maps every planned index to its job: after its write for Apply,
+	// as it stands for the others.
+	After   map[int]Job
+	applied map[int]bool
+	ws      []Writeback
+}
+
+// PlanBatch plans the writes ws[i] for i in idx. current holds the locked rows
+// by job id (missing jobs absent); now is the database's time.
+func PlanBatch(ws []Writeback, idx []int, current map[int64]Job, now time.Time) BatchPlan {
+	p := BatchPlan{After: make(map[int]Job, len(idx)), applied: map[int]bool{}, ws: ws}
+	rows := make(map[int64]Job, len(current))
+	for id, j := range current {
+		rows[id] = j
+	}
+	for _, i := range idx {
+		w := ws[i]
+		cur, ok := rows[w.JobID]
+		if !ok {
+			continue
+		}
+		if cur.State == StateRunning && cur.Attempt == w.Attempt {
+			cur = w.Apply(cur, now)
+			rows[w.JobID] = cur
+			p.Apply = append(p.Apply, i)
+			p.applied[i] = true
+		}
+		p.After[i] = cur
+	}
+	return p
+}
+
+// Outcome is the answer to ws[i] once the batch committed.
+func (p BatchPlan) Outcome(i int) WriteOutcome {
+	job, ok := p.After[i]
+	if !ok {
+		return WriteOutcome{Err: ErrNotFound}
+	}
+	if p.applied[i] {
+		return WriteOutcome{Result: WriteResult{Job: job}}
+	}
+	res, err := Settle(p.ws[i], job)
+	return WriteOutcome{Result: res, Err: err}
+}
+
+// Applied returns the indexes in Apply whose write is of kind.
+func (p BatchPlan) Applied(kind EventKind) []int {
+	var out []int
+	for _, i := range p.Apply {
+		if p.ws[i].Kind == kind {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// BatchBackend is what a backend supplies to WriteBatch.
+type BatchBackend struct {
+	// Tx runs one transaction that locks the rows of ws[i] for i in idx,
+	// plans them with PlanBatch, applies the plan and commits.
+	Tx func(ctx context.Context, idx []int) (BatchPlan, error)
+	// CommitUnknown reports an error of Tx whose COMMIT outcome is unknown.
+	CommitUnknown func(error) bool
+	// ReadLocked re-reads jobs by id, waiting for any transaction that holds
+	// them, so that a COMMIT cut off in flight has settled (R20).
+	ReadLocked func(ctx context.Context, ids []int64) (map[int64]Job, error)
+	// Unavailable maps any other error of Tx for the callers.
+	Unavailable func(error) error
+	// Tries bounds the rewrites of writes whose COMMIT was lost and did not land.
+	Tries int
+}
+
+// WriteBatch validates ws and applies them through b, answering each write on
+// its own (R9, R10, R21). If a COMMIT's outcome is unknown the rows are
+// re-read: a write that shows is done; one whose job still runs under its
+// attempt did not land and is written again; the rest are settled against
+// their rows (R20).
+func WriteBatch(ctx context.Context, ws []Writeback, b BatchBackend) []WriteOutcome {
+	out := make([]WriteOutcome, len(ws))
+	var pending []int
+	for i, w := range ws {
+		if err := w.Validate(); err != nil {
+			out[i].Err = err
+		} else {
+			pending = append(pending, i)
+		}
+	}
+	for try := 1; len(pending) > 0; try++ {
+		plan, err := b.Tx(ctx, pending)
+		switch {
+		case err == nil:
+			for _, i := range pending {
+				out[i] = plan.Outcome(i)
+			}
+			return out
+		case b.CommitUnknown(err):
+			pending = settleUnknown(ctx, ws, pending, out, err, b, try < b.Tries)
+		default:
+			for _, i := range pending {
+				out[i].Err = b.Unavailable(err)
+			}
+			return out
+		}
+	}
+	return out
+}
+
+func settleUnknown(ctx context.Context, ws []Writeback, idx []int, out []WriteOutcome, cause error, b BatchBackend, again bool) []int {
+	current, err := b.ReadLocked(ctx, JobIDs(ws, idx))
+	if err != nil {
+		for _, i := range idx {
+			out[i].Err = fmt.Errorf("%w: job %d attempt %d: %v (re-read: %v)",
+				ErrWriteOutcomeUnknown, ws[i].JobID, ws[i].Attempt, cause, err)
+		}
+		return nil
+	}
+	var retry []int
+	for _, i := range idx {
+		w := ws[i]
+		cur, ok := current[w.JobID]
+		switch {
+		case !ok:
+			out[i].Err = ErrNotFound
+		case w.AppliedTo(cur):
+			out[i] = WriteOutcome{Result: WriteResult{Job: cur}} // the lost COMMIT landed
+		case cur.State == StateRunning && cur.Attempt == w.Attempt && again:
+			retry = append(retry, i)
+		default:
+			res, err := Settle(w, cur)
+			out[i] = WriteOutcome{Result: res, Err: err}
+		}
+	}
+	return retry
+}
+
+// JobIDs returns the distinct job ids of ws[i] for i in idx, in order.
+func JobIDs(ws []Writeback, idx []int) []int64 {
+	seen := make(map[int64]bool, len(idx))
+	ids := make([]int64, 0, len(idx))
+	for _, i := range idx {
+		if id := ws[i].JobID; !seen[id] {
+			seen[id] = true
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}

@@ -1,0 +1,81 @@
+package storetest
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jobfence/jobfence/store"
+)
+
+// testWriteManyEachOnItsOwn: one batch mixes writes that pass the fence,
+// stale ones, replays, a repeat of a job already written in the same batch,
+// bad input and a missing job. Each is answered exactly as Write would answer
+// it alone, in order, and only the fenced ones change anything (R9, R10, R21).
+func testWriteManyEachOnItsOwn(t *testing.T, s store.Store) {
+	a := enqueue(t, s, refund(t))
+	b := enqueue(t, s, refund(t))
+	c := enqueue(t, s, refund(t))
+	d := enqueue(t, s, refund(t))
+	ca := claimOne(t, s, "A", a.ID)
+	cb := claimOne(t, s, "A", b.ID)
+	expire(t, s, b.ID)
+	cb2 := claimOne(t, s, "B", b.ID) // b taken over: A's attempt is stale
+	cc := claimOne(t, s, "A", c.ID)
+	cd := claimOne(t, s, "A", d.ID)
+	write(t, s, escalate(d.ID, cd.Job.Attempt)) // already written: the batch repeats it
+
+	ws := []store.Writeback{
+		complete(a.ID, ca.Job.Attempt, "re_a"),                // 0 applied
+		complete(b.ID, cb.Job.Attempt, "re_b_zombie"),         // 1 stale
+		reschedule(c.ID, cc.Job.Attempt, time.Minute),         // 2 applied
+		complete(a.ID, ca.Job.Attempt, "re_a"),                // 3 replay of 0
+		escalate(a.ID, ca.Job.Attempt),                        // 4 not running after 0
+		escalate(d.ID, cd.Job.Attempt),                        // 5 replay of an earlier call
+		{Kind: store.EventEscalated, JobID: c.ID, Attempt: 1}, // 6 invalid: no reason
+		complete(a.ID+b.ID+c.ID+d.ID+100, 1, "re_x"),          // 7 missing
+		complete(b.ID, cb2.Job.Attempt, "re_b"),               // 8 applied
+	}
+	out := s.WriteMany(ctxFor(t), ws)
+	if len(out) != len(ws) {
+		t.Fatalf("%d outcomes for %d writes", len(out), len(ws))
+	}
+	ok := func(i int, state store.State, replayed bool) {
+		t.Helper()
+		if out[i].Err != nil || out[i].Result.Replayed != replayed || out[i].Result.Job.State != state {
+			t.Fatalf("write %d: %+v err %v; want %s replayed=%v", i, out[i].Result, out[i].Err, state, replayed)
+		}
+	}
+	ok(0, store.StateSucceeded, false)
+	wantFence(t, out[1].Err, store.ErrStaleAttempt, cb2.Job.Attempt, store.StateRunning)
+	ok(2, store.StateReady, false)
+	ok(3, store.StateSucceeded, true)
+	wantFence(t, out[4].Err, store.ErrNotRunning, ca.Job.Attempt, store.StateSucceeded)
+	ok(5, store.StateManualReview, true)
+	wantViolation(t, out[6].Err, "reason")
+	if !errors.Is(out[7].Err, store.ErrNotFound) {
+		t.Fatalf("write 7: %v, want ErrNotFound", out[7].Err)
+	}
+	ok(8, store.StateSucceeded, false)
+
+	// The answers are the rows as stored.
+	for _, i := range []int{0, 2, 8} {
+		got := get(t, s, ws[i].JobID).Job
+		if got != out[i].Result.Job {
+			t.Fatalf("write %d answered\n %+v\nbut the row is\n %+v", i, out[i].Result.Job, got)
+		}
+	}
+	for _, j := range []struct {
+		id   int64
+		kind store.EventKind
+		n    int
+	}{{a.ID, store.EventCompleted, 1}, {a.ID, store.EventEscalated, 0}, {b.ID, store.EventCompleted, 1},
+		{c.ID, store.EventRescheduled, 1}, {d.ID, store.EventEscalated, 1}} {
+		if n := countKind(get(t, s, j.id).Events, j.kind); n != j.n {
+			t.Fatalf("job %d: %d %s events, want %d", j.id, n, j.kind, j.n)
+		}
+	}
+	if got := get(t, s, b.ID).Job; got.ProviderRefundID != "re_b" || got.Attempt != cb2.Job.Attempt {
+		t.Fatalf("job b = %+v, want B's completion", got)
+	}
+}
