@@ -13,6 +13,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"strings"
@@ -46,6 +48,9 @@ type config struct {
 	keyRetention    time.Duration
 	providerKeys    string
 	claimPoll       time.Duration
+	writeFlushers   int
+	writeBatch      int
+	pprofListen     string
 	shutdownTimeout time.Duration
 	logFormat       string
 	logLevel        slog.Level
@@ -69,6 +74,11 @@ func parseFlags(args []string, stderr *os.File) (config, error) {
 		"per-provider key retention overriding --key-retention, e.g. acme=24h,globex=168h")
 	fs.DurationVar(&c.claimPoll, "claim-poll-interval", 200*time.Millisecond,
 		"how often a long-polling Claim looks again for work it was not woken for (other replicas' enqueues, delays, expired leases)")
+	fs.IntVar(&c.writeFlushers, "write-flushers", 4,
+		"how many write-back transactions may run at once; write-backs arriving while all are busy share the next one")
+	fs.IntVar(&c.writeBatch, "write-batch", 128, "most write-backs coalesced into one transaction")
+	fs.StringVar(&c.pprofListen, "pprof-listen", "",
+		"serve net/http/pprof on this address (e.g. 127.0.0.1:6060) for profiling; off when empty")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 15*time.Second,
 		"on SIGTERM, how long in-flight calls may finish before they are cut")
 	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
@@ -89,6 +99,12 @@ func parseFlags(args []string, stderr *os.File) (config, error) {
 	}
 	if c.claimPoll < time.Millisecond || c.claimPoll > time.Minute {
 		return c, fmt.Errorf("--claim-poll-interval must be between 1ms and 1m, got %s", c.claimPoll)
+	}
+	if c.writeFlushers < 1 || c.writeFlushers > 256 {
+		return c, fmt.Errorf("--write-flushers must be between 1 and 256, got %d", c.writeFlushers)
+	}
+	if c.writeBatch < 1 || c.writeBatch > 1000 {
+		return c, fmt.Errorf("--write-batch must be between 1 and 1000, got %d", c.writeBatch)
 	}
 	if c.keyRetention <= 0 {
 		return c, fmt.Errorf("--key-retention must be positive, got %s", c.keyRetention)
@@ -152,8 +168,11 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 
 	srv := server.New(st, server.Options{
 		Lease: c.lease, KeyRetention: c.keyRetention, ProviderKeyRetention: providerKeys,
-		ClaimPollInterval: c.claimPoll, Logger: log,
+		ClaimPollInterval: c.claimPoll, WriteFlushers: c.writeFlushers, WriteBatch: c.writeBatch, Logger: log,
 	})
+	if c.pprofListen != "" {
+		go servePprof(c.pprofListen, log)
+	}
 	gs, health := srv.NewGRPCServer()
 	lis, err := net.Listen("tcp", c.listen)
 	if err != nil {
@@ -201,4 +220,19 @@ func openStore(ctx context.Context, c config, log *slog.Logger) (store.Store, er
 	log.Warn("store: embedded sqlite, single-node only: run one coordinator on this file; use --mysql-dsn for production",
 		"path", c.sqlitePath)
 	return st, nil
+}
+
+// servePprof serves the profiling endpoints of net/http/pprof on addr.
+func servePprof(addr string, log *slog.Logger) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	log.Info("pprof serving", "listen", addr)
+	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	if err := srv.ListenAndServe(); err != nil {
+		log.Error("pprof", "error", err)
+	}
 }
