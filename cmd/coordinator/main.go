@@ -21,6 +21,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jobfence/jobfence/internal/flagenv"
 	"github.com/jobfence/jobfence/server"
 	"github.com/jobfence/jobfence/store"
 	"github.com/jobfence/jobfence/store/mysql"
@@ -91,7 +92,7 @@ func parseFlags(args []string, stderr *os.File) (config, error) {
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
-	if err := envFallback(fs); err != nil {
+	if err := flagenv.Apply(fs, "JOBFENCE"); err != nil {
 		return c, err
 	}
 	if c.lease < store.MinLease || c.lease > store.MaxLease {
@@ -113,23 +114,6 @@ func parseFlags(args []string, stderr *os.File) (config, error) {
 		return c, fmt.Errorf("--log-format must be text or json, got %q", c.logFormat)
 	}
 	return c, nil
-}
-
-// envFallback sets every flag not given on the command line from
-// JOBFENCE_<NAME>, when that variable is set.
-func envFallback(fs *flag.FlagSet) error {
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	var err error
-	fs.VisitAll(func(f *flag.Flag) {
-		name := "JOBFENCE_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		if v, ok := os.LookupEnv(name); ok && !given[f.Name] && err == nil {
-			if e := fs.Set(f.Name, v); e != nil {
-				err = fmt.Errorf("%s: %w", name, e)
-			}
-		}
-	})
-	return err
 }
 
 func parseProviderKeys(s string) (map[string]time.Duration, error) {

@@ -17,11 +17,11 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/jobfence/jobfence/fakeprovider"
+	"github.com/jobfence/jobfence/internal/flagenv"
 )
 
 func main() {
@@ -80,7 +80,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
-	if err := envFallback(fs); err != nil {
+	if err := flagenv.Apply(fs, "FAKEPROVIDER"); err != nil {
 		return c, err
 	}
 	if c.keyRetention <= 0 {
@@ -93,23 +93,6 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, fmt.Errorf("--log-format must be text or json, got %q", c.logFormat)
 	}
 	return c, nil
-}
-
-// envFallback sets every flag not given on the command line from
-// FAKEPROVIDER_<NAME>, when that variable is set.
-func envFallback(fs *flag.FlagSet) error {
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	var err error
-	fs.VisitAll(func(f *flag.Flag) {
-		name := "FAKEPROVIDER_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		if v, ok := os.LookupEnv(name); ok && !given[f.Name] && err == nil {
-			if e := fs.Set(f.Name, v); e != nil {
-				err = fmt.Errorf("%s: %w", name, e)
-			}
-		}
-	})
-	return err
 }
 
 func run(ctx context.Context, args []string, stderr io.Writer) error {

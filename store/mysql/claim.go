@@ -3,12 +3,12 @@ package mysql
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/jobfence/jobfence/store"
+	"github.com/jobfence/jobfence/store/internal/sqlbase"
 )
 
 const (
@@ -63,23 +63,7 @@ VALUES %s`
 // unknown nothing is granted and nothing is retried (R7). Deadlocks and
 // lock-wait timeouts roll everything back and are retried whole (R20).
 func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]store.ClaimedJob, error) {
-	if err := p.Validate(); err != nil {
-		return nil, err
-	}
-	var claimed []store.ClaimedJob
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		var err error
-		claimed, err = claimTx(ctx, tx, p)
-		return err
-	})
-	var unknown *errCommitUnknown
-	if errors.As(err, &unknown) {
-		return nil, fmt.Errorf("%w: %v", store.ErrClaimOutcomeUnknown, err)
-	}
-	if err != nil {
-		return nil, unavailable(err)
-	}
-	return claimed, nil
+	return s.base.Claim(ctx, p, func(tx *sql.Tx) ([]store.ClaimedJob, error) { return claimTx(ctx, tx, p) })
 }
 
 func claimTx(ctx context.Context, tx *sql.Tx, p store.ClaimParams) ([]store.ClaimedJob, error) {
@@ -93,7 +77,7 @@ func claimTx(ctx context.Context, tx *sql.Tx, p store.ClaimParams) ([]store.Clai
 	}
 	lock := func(query string, limit int) ([]store.Job, error) {
 		args := append(append([]any{now}, filterArgs...), limit)
-		return queryAll(ctx, tx, scanJob, fmt.Sprintf(query, filter), args...)
+		return sqlbase.QueryAll(ctx, tx, scanJob, fmt.Sprintf(query, filter), args...)
 	}
 	// R23: takeovers first, then due jobs, each group oldest first.
 	locked, err := lock(lockExpiredLeases, p.MaxJobs)
@@ -126,9 +110,9 @@ func claimTx(ctx context.Context, tx *sql.Tx, p store.ClaimParams) ([]store.Clai
 		values[i] = "(?, ?, ?, ?, ?, ?, ?, '', '', ?)"
 		eventArgs = append(eventArgs, job.ID, job.Attempt, kind, job.WorkerID, cur.State, job.State, job.NextAction, now)
 	}
-	args := append([]any{now, claimed[0].Job.LeaseUntil, p.WorkerID, now}, int64Args(ids)...)
+	args := append([]any{now, claimed[0].Job.LeaseUntil, p.WorkerID, now}, sqlbase.Int64Args(ids)...)
 	args = append(args, now, now)
-	res, err := tx.ExecContext(ctx, fmt.Sprintf(claimLocked, placeholders(len(ids))), args...)
+	res, err := tx.ExecContext(ctx, fmt.Sprintf(claimLocked, sqlbase.Placeholders(len(ids))), args...)
 	if err != nil {
 		return nil, err
 	}
@@ -145,27 +129,8 @@ func claimTx(ctx context.Context, tx *sql.Tx, p store.ClaimParams) ([]store.Clai
 	// R15: hand the receipts on file to the new holder. Read before COMMIT so
 	// that a failure here grants nothing, rather than granting jobs the caller
 	// never hears of.
-	if err := attachObservations(ctx, tx, claimed); err != nil {
+	if err := sqlbase.AttachObservations(ctx, tx, claimed, selectObservationsOf, scanObservation); err != nil {
 		return nil, err
 	}
 	return claimed, nil
-}
-
-func attachObservations(ctx context.Context, tx *sql.Tx, claimed []store.ClaimedJob) error {
-	ids := make([]int64, len(claimed))
-	index := make(map[int64]int, len(claimed))
-	for i, c := range claimed {
-		ids[i] = c.Job.ID
-		index[c.Job.ID] = i
-	}
-	obs, err := queryAll(ctx, tx, scanObservation,
-		fmt.Sprintf(selectObservationsOf, placeholders(len(ids))), int64Args(ids)...)
-	if err != nil {
-		return err
-	}
-	for _, o := range obs {
-		c := &claimed[index[o.JobID]]
-		c.Observations = append(c.Observations, o)
-	}
-	return nil
 }

@@ -4,9 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 
 	"github.com/jobfence/jobfence/store"
+	"github.com/jobfence/jobfence/store/internal/sqlbase"
 )
 
 const (
@@ -30,49 +30,27 @@ SELECT id, attempt, ?, worker_id, ?, state, next_action, COALESCE(provider_refun
 
 // Enqueue implements store.Store.
 func (s *Store) Enqueue(ctx context.Context, p store.EnqueueParams) (store.Job, bool, error) {
-	if err := p.Validate(); err != nil {
-		return store.Job{}, false, err
-	}
 	var notBefore any
 	if !p.NotBefore.IsZero() {
 		notBefore = p.NotBefore.UTC()
 	}
-	var job store.Job
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
+	insert := func(tx *sql.Tx) (store.Job, error) {
 		res, err := tx.ExecContext(ctx, insertJob,
 			p.OperationKey, p.OrderID, p.PaymentID, p.AmountMinor, p.Currency, p.Provider, notBefore)
 		if err != nil {
-			return err
+			return store.Job{}, err
 		}
 		id, err := res.LastInsertId()
 		if err != nil {
-			return err
+			return store.Job{}, err
 		}
 		if _, err := tx.ExecContext(ctx, insertEventFromJob, store.EventEnqueued, "", "", id); err != nil {
-			return err
+			return store.Job{}, err
 		}
-		job, err = scanJob(tx.QueryRowContext(ctx, selectJobByID, id))
-		return err
-	})
-	var unknown *errCommitUnknown
-	switch {
-	case err == nil:
-		return job, true, nil
-	case isDuplicate(err):
-		// R1: the key exists; same refund → the existing job, else a conflict.
-		existing, err := s.jobByRef(ctx, store.JobRef{OperationKey: p.OperationKey})
-		if err != nil {
-			return store.Job{}, false, err
-		}
-		if !store.SameRefund(existing, p) {
-			return existing, false, fmt.Errorf("%w: %s", store.ErrKeyConflict, p.OperationKey)
-		}
-		return existing, false, nil
-	case errors.As(err, &unknown):
-		return store.Job{}, false, fmt.Errorf("%w: enqueue %s: %v", store.ErrWriteOutcomeUnknown, p.OperationKey, err)
-	default:
-		return store.Job{}, false, unavailable(err)
+		return scanJob(tx.QueryRowContext(ctx, selectJobByID, id))
 	}
+	byKey := func(key string) (store.Job, error) { return s.jobByRef(ctx, store.JobRef{OperationKey: key}) }
+	return s.base.Enqueue(ctx, p, insert, byKey)
 }
 
 // Get implements store.Store.
@@ -85,11 +63,11 @@ func (s *Store) Get(ctx context.Context, ref store.JobRef) (store.JobDetail, err
 		return store.JobDetail{}, err
 	}
 	d := store.JobDetail{Job: job}
-	d.Events, err = queryAll(ctx, s.db, scanEvent, selectEvents, job.ID)
+	d.Events, err = sqlbase.QueryAll(ctx, s.db, scanEvent, selectEvents, job.ID)
 	if err != nil {
 		return store.JobDetail{}, unavailable(err)
 	}
-	d.Observations, err = queryAll(ctx, s.db, scanObservation, selectJobObs, job.ID)
+	d.Observations, err = sqlbase.QueryAll(ctx, s.db, scanObservation, selectJobObs, job.ID)
 	if err != nil {
 		return store.JobDetail{}, unavailable(err)
 	}

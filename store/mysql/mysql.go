@@ -20,6 +20,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/jobfence/jobfence/store"
+	"github.com/jobfence/jobfence/store/internal/sqlbase"
 )
 
 // Options tune the connection pool.
@@ -30,7 +31,8 @@ type Options struct {
 
 // Store is the MySQL backend. It implements store.Store.
 type Store struct {
-	db *sql.DB
+	db   *sql.DB
+	base *sqlbase.Backend
 }
 
 var _ store.Store = (*Store)(nil)
@@ -74,7 +76,13 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	db.SetMaxOpenConns(n)
 	db.SetMaxIdleConns(n)
 	db.SetConnMaxLifetime(5 * time.Minute)
-	s := &Store{db: db}
+	s := &Store{db: db, base: &sqlbase.Backend{
+		DB:            db,
+		Retryable:     isRetryable,
+		CommitRefused: serverAnswered,
+		Unavailable:   unavailable,
+		Duplicate:     isDuplicate,
+	}}
 	if err := s.migrate(ctx); err != nil {
 		db.Close()
 		return nil, err
@@ -109,52 +117,18 @@ func (s *Store) DB() *sql.DB { return s.db }
 // Close closes the pool.
 func (s *Store) Close() error { return s.db.Close() }
 
-// maxTries bounds the retries of a transaction that MySQL rolled back as a
-// whole (deadlock, lock-wait timeout): retrying those is safe (R20).
-const maxTries = 4
-
-// errCommitUnknown wraps a COMMIT that the server never answered: the
-// connection broke during or after it, so the transaction may or may not have
-// committed (R7, R20).
-type errCommitUnknown struct{ err error }
-
-func (e *errCommitUnknown) Error() string { return "commit outcome unknown: " + e.err.Error() }
-func (e *errCommitUnknown) Unwrap() error { return e.err }
-
-// inTx runs fn in one transaction on one connection and commits it, retrying
-// the whole transaction when the server rolled it back for a deadlock or a
-// lock-wait timeout (R20). fn must not keep anything from a failed try.
-func (s *Store) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
-	for try := 1; ; try++ {
-		err := s.txOnce(ctx, fn)
-		if err == nil || !isRetryable(err) || try == maxTries || ctx.Err() != nil {
-			return err
-		}
-	}
-}
-
-func (s *Store) txOnce(ctx context.Context, fn func(*sql.Tx) error) error {
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-	if err := fn(tx); err != nil {
-		return err
-	}
-	if err := tx.Commit(); err != nil {
-		var me *mysql.MySQLError
-		if errors.As(err, &me) {
-			return err // the server answered: rolled back
-		}
-		return &errCommitUnknown{err: err}
-	}
-	return nil
-}
-
+// isRetryable reports a deadlock or lock-wait timeout: MySQL rolled the whole
+// transaction back (R20).
 func isRetryable(err error) bool {
 	var me *mysql.MySQLError
 	return errors.As(err, &me) && (me.Number == 1213 || me.Number == 1205)
+}
+
+// serverAnswered reports an error the server sent: a COMMIT answered with one
+// did not commit.
+func serverAnswered(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me)
 }
 
 func isDuplicate(err error) bool {
@@ -180,17 +154,4 @@ func unavailable(err error) error {
 	default:
 		return err
 	}
-}
-
-// placeholders returns "?, ?, …" for n values.
-func placeholders(n int) string {
-	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
-}
-
-func int64Args(ids []int64) []any {
-	args := make([]any, len(ids))
-	for i, id := range ids {
-		args[i] = id
-	}
-	return args
 }

@@ -2,8 +2,6 @@ package mysql
 
 import (
 	"context"
-	"errors"
-	"fmt"
 
 	"github.com/jobfence/jobfence/store"
 )
@@ -43,11 +41,5 @@ func (s *Store) Observe(ctx context.Context, p store.ObservationParams) (store.O
 		return store.Observation{}, false, unavailable(err)
 	}
 	obs, err := scanObservation(s.db.QueryRowContext(ctx, selectObservationByID, id))
-	if errors.Is(err, context.Canceled) {
-		return store.Observation{}, false, err
-	}
-	if err != nil {
-		return store.Observation{}, false, fmt.Errorf("observation %d filed, read back: %w", id, unavailable(err))
-	}
-	return obs, false, nil
+	return obs, false, unavailable(err)
 }

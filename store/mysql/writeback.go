@@ -3,12 +3,12 @@ package mysql
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/jobfence/jobfence/store"
+	"github.com/jobfence/jobfence/store/internal/sqlbase"
 )
 
 // The fenced write-backs (R9). A batch of writes is joined to the job rows on
@@ -73,36 +73,20 @@ func (s *Store) Write(ctx context.Context, w store.Writeback) (store.WriteResult
 // (R10, R21). If the COMMIT's reply is lost, the rows are re-read under a lock
 // to learn which writes landed (R20); those that did not are written again.
 func (s *Store) WriteMany(ctx context.Context, ws []store.Writeback) []store.WriteOutcome {
-	return store.WriteBatch(ctx, ws, store.BatchBackend{
-		Tx: func(ctx context.Context, idx []int) (store.BatchPlan, error) {
-			var plan store.BatchPlan
-			err := s.inTx(ctx, func(tx *sql.Tx) error {
-				var err error
-				plan, err = writeTx(ctx, tx, ws, idx)
-				return err
-			})
-			return plan, err
-		},
-		CommitUnknown: func(err error) bool {
-			var unknown *errCommitUnknown
-			return errors.As(err, &unknown)
-		},
-		ReadLocked:  s.readLocked,
-		Unavailable: unavailable,
-		Tries:       maxTries,
-	})
+	write := func(tx *sql.Tx, idx []int) (store.BatchPlan, error) { return writeTx(ctx, tx, ws, idx) }
+	return s.base.WriteMany(ctx, ws, write, selectJobsLocked, scanJob)
 }
 
 func writeTx(ctx context.Context, tx *sql.Tx, ws []store.Writeback, idx []int) (store.BatchPlan, error) {
 	ids := store.JobIDs(ws, idx)
 	var now time.Time
 	current := make(map[int64]store.Job, len(ids))
-	rows, err := tx.QueryContext(ctx, fmt.Sprintf(lockJobsForWrite, placeholders(len(ids))), int64Args(ids)...)
+	rows, err := tx.QueryContext(ctx, fmt.Sprintf(lockJobsForWrite, sqlbase.Placeholders(len(ids))), sqlbase.Int64Args(ids)...)
 	if err != nil {
 		return store.BatchPlan{}, err
 	}
 	for rows.Next() {
-		j, err := scanJob(prefixed{rows, &now})
+		j, err := scanJob(sqlbase.Prefixed{Row: rows, First: &now})
 		if err != nil {
 			rows.Close()
 			return store.BatchPlan{}, err
@@ -159,35 +143,16 @@ func writeTx(ctx context.Context, tx *sql.Tx, ws []store.Writeback, idx []int) (
 		}
 		if k.kind == store.EventCompleted {
 			done := store.JobIDs(ws, applied)
-			if _, err := tx.ExecContext(ctx, fmt.Sprintf(insertLedger, placeholders(len(done))), int64Args(done)...); err != nil {
+			if _, err := tx.ExecContext(ctx, fmt.Sprintf(insertLedger, sqlbase.Placeholders(len(done))), sqlbase.Int64Args(done)...); err != nil {
 				return plan, err
 			}
 		}
 	}
 	written := store.JobIDs(ws, plan.Apply)
-	if _, err := tx.ExecContext(ctx, fmt.Sprintf(insertWriteEvents, placeholders(len(written))), int64Args(written)...); err != nil {
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf(insertWriteEvents, sqlbase.Placeholders(len(written))), sqlbase.Int64Args(written)...); err != nil {
 		return plan, err
 	}
 	return plan, nil
-}
-
-// readLocked re-reads jobs in a short transaction, waiting for any transaction
-// that still holds them.
-func (s *Store) readLocked(ctx context.Context, ids []int64) (map[int64]store.Job, error) {
-	var jobs []store.Job
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		var err error
-		jobs, err = queryAll(ctx, tx, scanJob, fmt.Sprintf(selectJobsLocked, placeholders(len(ids))), int64Args(ids)...)
-		return err
-	})
-	if err != nil {
-		return nil, unavailable(err)
-	}
-	out := make(map[int64]store.Job, len(jobs))
-	for _, j := range jobs {
-		out[j.ID] = j
-	}
-	return out, nil
 }
 
 // ExpireLease implements store.Store.

@@ -3,12 +3,12 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"sort"
 	"strings"
 
 	"github.com/jobfence/jobfence/store"
+	"github.com/jobfence/jobfence/store/internal/sqlbase"
 )
 
 const (
@@ -63,23 +63,7 @@ VALUES %s`
 // if its outcome is unknown nothing is granted and nothing is retried (R7). A
 // busy write lock leaves nothing behind and is retried whole (R20).
 func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]store.ClaimedJob, error) {
-	if err := p.Validate(); err != nil {
-		return nil, err
-	}
-	var claimed []store.ClaimedJob
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		var err error
-		claimed, err = claimTx(ctx, tx, p)
-		return err
-	})
-	var unknown *errCommitUnknown
-	if errors.As(err, &unknown) {
-		return nil, fmt.Errorf("%w: %v", store.ErrClaimOutcomeUnknown, err)
-	}
-	if err != nil {
-		return nil, unavailable(err)
-	}
-	return claimed, nil
+	return s.base.Claim(ctx, p, func(tx *sql.Tx) ([]store.ClaimedJob, error) { return claimTx(ctx, tx, p) })
 }
 
 func claimTx(ctx context.Context, tx *sql.Tx, p store.ClaimParams) ([]store.ClaimedJob, error) {
@@ -93,7 +77,7 @@ func claimTx(ctx context.Context, tx *sql.Tx, p store.ClaimParams) ([]store.Clai
 	}
 	selectIDs := func(query string, limit int) ([]int64, error) {
 		args := append(append([]any{now}, filterArgs...), limit)
-		return queryAll(ctx, tx, scanID, fmt.Sprintf(query, filter), args...)
+		return sqlbase.QueryAll(ctx, tx, scanID, fmt.Sprintf(query, filter), args...)
 	}
 	takeovers, err := selectIDs(selectExpiredLeases, p.MaxJobs)
 	if err != nil {
@@ -112,9 +96,9 @@ func claimTx(ctx context.Context, tx *sql.Tx, p store.ClaimParams) ([]store.Clai
 	}
 
 	leaseUntil := now + p.Lease.Microseconds()
-	args := append([]any{now, leaseUntil, p.WorkerID, now}, int64Args(ids)...)
+	args := append([]any{now, leaseUntil, p.WorkerID, now}, sqlbase.Int64Args(ids)...)
 	args = append(args, now, now)
-	jobs, err := queryAll(ctx, tx, scanJob, fmt.Sprintf(claimSelected, placeholders(len(ids))), args...)
+	jobs, err := sqlbase.QueryAll(ctx, tx, scanJob, fmt.Sprintf(claimSelected, sqlbase.Placeholders(len(ids))), args...)
 	if err != nil {
 		return nil, err
 	}
@@ -153,27 +137,8 @@ func claimTx(ctx context.Context, tx *sql.Tx, p store.ClaimParams) ([]store.Clai
 	// R15: hand the receipts on file to the new holder. Read before COMMIT so
 	// that a failure here grants nothing, rather than granting jobs the caller
 	// never hears of.
-	if err := attachObservations(ctx, tx, claimed); err != nil {
+	if err := sqlbase.AttachObservations(ctx, tx, claimed, selectObservationsOf, scanObservation); err != nil {
 		return nil, err
 	}
 	return claimed, nil
-}
-
-func attachObservations(ctx context.Context, tx *sql.Tx, claimed []store.ClaimedJob) error {
-	ids := make([]int64, len(claimed))
-	index := make(map[int64]int, len(claimed))
-	for i, c := range claimed {
-		ids[i] = c.Job.ID
-		index[c.Job.ID] = i
-	}
-	obs, err := queryAll(ctx, tx, scanObservation,
-		fmt.Sprintf(selectObservationsOf, placeholders(len(ids))), int64Args(ids)...)
-	if err != nil {
-		return err
-	}
-	for _, o := range obs {
-		c := &claimed[index[o.JobID]]
-		c.Observations = append(c.Observations, o)
-	}
-	return nil
 }

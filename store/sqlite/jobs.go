@@ -4,9 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 
 	"github.com/jobfence/jobfence/store"
+	"github.com/jobfence/jobfence/store/internal/sqlbase"
 )
 
 const (
@@ -34,39 +34,17 @@ SELECT id, attempt, ?, worker_id, ?, state, next_action, COALESCE(provider_refun
 
 // Enqueue implements store.Store.
 func (s *Store) Enqueue(ctx context.Context, p store.EnqueueParams) (store.Job, bool, error) {
-	if err := p.Validate(); err != nil {
-		return store.Job{}, false, err
-	}
-	var job store.Job
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		var err error
-		job, err = scanJob(tx.QueryRowContext(ctx, insertJob,
+	insert := func(tx *sql.Tx) (store.Job, error) {
+		job, err := scanJob(tx.QueryRowContext(ctx, insertJob,
 			p.OperationKey, p.OrderID, p.PaymentID, p.AmountMinor, p.Currency, p.Provider, toMicros(p.NotBefore)))
 		if err != nil {
-			return err
+			return job, err
 		}
 		_, err = tx.ExecContext(ctx, insertEventFromJob, store.EventEnqueued, "", "", job.ID)
-		return err
-	})
-	var unknown *errCommitUnknown
-	switch {
-	case err == nil:
-		return job, true, nil
-	case isUnique(err):
-		// R1: the key exists; same refund → the existing job, else a conflict.
-		existing, err := s.jobByRef(ctx, store.JobRef{OperationKey: p.OperationKey})
-		if err != nil {
-			return store.Job{}, false, err
-		}
-		if !store.SameRefund(existing, p) {
-			return existing, false, fmt.Errorf("%w: %s", store.ErrKeyConflict, p.OperationKey)
-		}
-		return existing, false, nil
-	case errors.As(err, &unknown):
-		return store.Job{}, false, fmt.Errorf("%w: enqueue %s: %v", store.ErrWriteOutcomeUnknown, p.OperationKey, err)
-	default:
-		return store.Job{}, false, unavailable(err)
+		return job, err
 	}
+	byKey := func(key string) (store.Job, error) { return s.jobByRef(ctx, store.JobRef{OperationKey: key}) }
+	return s.base.Enqueue(ctx, p, insert, byKey)
 }
 
 // Get implements store.Store. The job, its history and its observations are
@@ -85,11 +63,11 @@ func (s *Store) Get(ctx context.Context, ref store.JobRef) (store.JobDetail, err
 		return store.JobDetail{}, unavailable(err)
 	}
 	d := store.JobDetail{Job: job}
-	d.Events, err = queryAll(ctx, tx, scanEvent, selectEvents, job.ID)
+	d.Events, err = sqlbase.QueryAll(ctx, tx, scanEvent, selectEvents, job.ID)
 	if err != nil {
 		return store.JobDetail{}, unavailable(err)
 	}
-	d.Observations, err = queryAll(ctx, tx, scanObservation, selectJobObs, job.ID)
+	d.Observations, err = sqlbase.QueryAll(ctx, tx, scanObservation, selectJobObs, job.ID)
 	if err != nil {
 		return store.JobDetail{}, unavailable(err)
 	}
@@ -108,7 +86,7 @@ type rowQuerier interface {
 }
 
 // jobByRef reads one job by id or, when the id is zero, by operation key.
-// Errors: ErrNotFound, or the driver's error as is (inTx retries on it).
+// Errors: ErrNotFound, or the driver's error as is (InTx retries on it).
 func jobByRef(ctx context.Context, q rowQuerier, ref store.JobRef) (store.Job, error) {
 	var row *sql.Row
 	if ref.ID != 0 {

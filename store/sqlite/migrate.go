@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/jobfence/jobfence/store"
+	"github.com/jobfence/jobfence/store/internal/sqlbase"
 )
 
 //go:embed migrations/*.sql
@@ -32,11 +33,11 @@ func (s *Store) migrate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	err = s.inTx(ctx, func(tx *sql.Tx) error {
+	err = s.base.InTx(ctx, func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, createMigrationsTable); err != nil {
 			return err
 		}
-		applied, err := queryAll(ctx, tx, scanID, selectAppliedVersions)
+		applied, err := sqlbase.QueryAll(ctx, tx, scanID, selectAppliedVersions)
 		if err != nil {
 			return err
 		}

@@ -3,10 +3,10 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 
 	"github.com/jobfence/jobfence/store"
+	"github.com/jobfence/jobfence/store/internal/sqlbase"
 )
 
 const (
@@ -28,7 +28,7 @@ func (s *Store) Observe(ctx context.Context, p store.ObservationParams) (store.O
 	}
 	var obs store.Observation
 	var duplicate bool
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
+	err := s.base.InTx(ctx, func(tx *sql.Tx) error {
 		obs, duplicate = store.Observation{}, false
 		job, err := jobByRef(ctx, tx, p.Job)
 		if err != nil {
@@ -45,11 +45,10 @@ func (s *Store) Observe(ctx context.Context, p store.ObservationParams) (store.O
 		}
 		return err
 	})
-	var unknown *errCommitUnknown
 	switch {
 	case err == nil:
 		return obs, duplicate, nil
-	case errors.As(err, &unknown):
+	case sqlbase.IsCommitUnknown(err):
 		// Observing again is safe: the receipt is deduplicated.
 		return store.Observation{}, false, fmt.Errorf("%w: observe job %+v: %v", store.ErrWriteOutcomeUnknown, p.Job, err)
 	default:

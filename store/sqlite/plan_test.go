@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"fmt"
+	"github.com/jobfence/jobfence/store/internal/sqlbase"
 	"strings"
 	"testing"
 
@@ -29,7 +30,7 @@ func TestCandidateQueriesUseTheirIndexes_Q2(t *testing.T) {
 	}
 	for _, c := range cases {
 		query := fmt.Sprintf(c.query, c.filter)
-		plans, err := queryAll(ctx, s.db, func(row scanner) (string, error) {
+		plans, err := sqlbase.QueryAll(ctx, s.db, func(row sqlbase.Scanner) (string, error) {
 			var id, parent, unused int
 			var detail string
 			err := row.Scan(&id, &parent, &unused, &detail)

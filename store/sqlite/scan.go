@@ -1,26 +1,21 @@
 package sqlite
 
 import (
-	"context"
 	"database/sql"
 	"time"
 
 	"github.com/jobfence/jobfence/store"
+	"github.com/jobfence/jobfence/store/internal/sqlbase"
 )
 
-const jobColumns = `id, operation_key, order_id, payment_id, amount_minor, currency, provider,
-  state, attempt, next_action, next_attempt_at, lease_until, provider_refund_id,
-  worker_id, last_reason, first_sent_at, created_at, updated_at`
+// The column lists, in the order the scan functions read them.
+const (
+	jobColumns         = sqlbase.JobColumns
+	eventColumns       = sqlbase.EventColumns
+	observationColumns = sqlbase.ObservationColumns
+)
 
-const eventColumns = `id, job_id, attempt, kind, worker_id, from_state, to_state, next_action,
-  provider_refund_id, reason, created_at`
-
-const observationColumns = `id, job_id, operation_key, reported_attempt, job_attempt, source, outcome,
-  provider_refund_id, provider_event_id, detail, created_at`
-
-type scanner interface{ Scan(dest ...any) error }
-
-func scanJob(row scanner) (store.Job, error) {
+func scanJob(row sqlbase.Scanner) (store.Job, error) {
 	var j store.Job
 	var nextAttempt, created, updated int64
 	var lease, firstSent sql.NullInt64
@@ -37,7 +32,7 @@ func scanJob(row scanner) (store.Job, error) {
 	return j, err
 }
 
-func scanEvent(row scanner) (store.Event, error) {
+func scanEvent(row sqlbase.Scanner) (store.Event, error) {
 	var e store.Event
 	var created int64
 	err := row.Scan(&e.ID, &e.JobID, &e.Attempt, &e.Kind, &e.WorkerID, &e.FromState, &e.ToState, &e.NextAction,
@@ -46,7 +41,7 @@ func scanEvent(row scanner) (store.Event, error) {
 	return e, err
 }
 
-func scanObservation(row scanner) (store.Observation, error) {
+func scanObservation(row sqlbase.Scanner) (store.Observation, error) {
 	var o store.Observation
 	var created int64
 	err := row.Scan(&o.ID, &o.JobID, &o.OperationKey, &o.ReportedAttempt, &o.JobAttempt, &o.Source, &o.Outcome,
@@ -55,7 +50,7 @@ func scanObservation(row scanner) (store.Observation, error) {
 	return o, err
 }
 
-func scanID(row scanner) (int64, error) {
+func scanID(row sqlbase.Scanner) (int64, error) {
 	var id int64
 	err := row.Scan(&id)
 	return id, err
@@ -84,34 +79,3 @@ func toMicros(t time.Time) any {
 	}
 	return t.UnixMicro()
 }
-
-type querier interface {
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-}
-
-// queryAll runs query and scans every row with scan.
-func queryAll[T any](ctx context.Context, q querier, scan func(scanner) (T, error), query string, args ...any) ([]T, error) {
-	rows, err := q.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []T
-	for rows.Next() {
-		v, err := scan(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, v)
-	}
-	return out, rows.Err()
-}
-
-// prefixed scans a leading extra column (the database clock, in microseconds)
-// into *first and the rest as usual.
-type prefixed struct {
-	row   scanner
-	first *int64
-}
-
-func (p prefixed) Scan(dest ...any) error { return p.row.Scan(append([]any{p.first}, dest...)...) }

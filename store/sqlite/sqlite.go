@@ -26,6 +26,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/jobfence/jobfence/store"
+	"github.com/jobfence/jobfence/store/internal/sqlbase"
 )
 
 // Options tune the embedded store.
@@ -38,7 +39,8 @@ type Options struct {
 
 // Store is the SQLite backend. It implements store.Store.
 type Store struct {
-	db *sql.DB
+	db   *sql.DB
+	base *sqlbase.Backend
 }
 
 var _ store.Store = (*Store)(nil)
@@ -86,7 +88,15 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	db.SetMaxIdleConns(1)
 	db.SetConnMaxLifetime(0)
 	db.SetConnMaxIdleTime(0)
-	s := &Store{db: db}
+	s := &Store{db: db, base: &sqlbase.Backend{
+		DB:        db,
+		Retryable: isRetryable,
+		// SQLite refused the COMMIT for a lock and the driver rolled the
+		// transaction back: nothing happened.
+		CommitRefused: isRetryable,
+		Unavailable:   unavailable,
+		Duplicate:     isUnique,
+	}}
 
 	var mode string
 	if err := db.QueryRowContext(ctx, `PRAGMA journal_mode`).Scan(&mode); err != nil {
@@ -127,55 +137,6 @@ func (s *Store) DB() *sql.DB { return s.db }
 
 // Close closes the database. Jobs, attempts and history stay in the file.
 func (s *Store) Close() error { return s.db.Close() }
-
-// maxTries bounds the retries of a transaction that SQLite rolled back as a
-// whole (the write lock stayed busy): retrying those is safe (R20).
-const maxTries = 4
-
-// errCommitUnknown wraps a COMMIT that failed in a way that may or may not
-// have made the transaction durable: an I/O error while the WAL was written or
-// synced, or a cancellation that raced the COMMIT (R7, R20).
-type errCommitUnknown struct{ err error }
-
-func (e *errCommitUnknown) Error() string { return "commit outcome unknown: " + e.err.Error() }
-func (e *errCommitUnknown) Unwrap() error { return e.err }
-
-// inTx runs fn in one BEGIN IMMEDIATE transaction on the store's connection
-// and commits it, retrying the whole transaction when SQLite reported the
-// write lock busy, which leaves nothing behind (R20). fn must not keep
-// anything from a failed try, and must use only tx: the store has one
-// connection.
-func (s *Store) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
-	for try := 1; ; try++ {
-		err := s.txOnce(ctx, fn)
-		if err == nil || !isRetryable(err) || try == maxTries || ctx.Err() != nil {
-			return err
-		}
-	}
-}
-
-func (s *Store) txOnce(ctx context.Context, fn func(*sql.Tx) error) error {
-	tx, err := s.db.BeginTx(ctx, nil) // BEGIN IMMEDIATE (_txlock)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-	if err := fn(tx); err != nil {
-		return err
-	}
-	if err := ctx.Err(); err != nil {
-		return err // not committed: the deferred Rollback undoes everything
-	}
-	if err := tx.Commit(); err != nil {
-		if isRetryable(err) || errors.Is(err, sql.ErrTxDone) {
-			// SQLite refused the COMMIT for a lock and the driver rolled the
-			// transaction back, or database/sql already had: nothing happened.
-			return err
-		}
-		return &errCommitUnknown{err: err}
-	}
-	return nil
-}
 
 // sqliteCode returns the extended result code of a driver error, or 0.
 func sqliteCode(err error) int {
@@ -218,17 +179,4 @@ func unavailable(err error) error {
 		return fmt.Errorf("%w: %v", store.ErrUnavailable, err)
 	}
 	return err
-}
-
-// placeholders returns "?, ?, …" for n values.
-func placeholders(n int) string {
-	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
-}
-
-func int64Args(ids []int64) []any {
-	args := make([]any, len(ids))
-	for i, id := range ids {
-		args[i] = id
-	}
-	return args
 }

@@ -3,10 +3,10 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 
 	"github.com/jobfence/jobfence/store"
+	"github.com/jobfence/jobfence/store/internal/sqlbase"
 )
 
 // The fenced write-backs (R9). Each matches only the row that is still running
@@ -57,36 +57,22 @@ func (s *Store) Write(ctx context.Context, w store.Writeback) (store.WriteResult
 // the COMMIT's outcome is unknown the rows are re-read under the write lock to
 // learn which writes landed (R20); those that did not are written again.
 func (s *Store) WriteMany(ctx context.Context, ws []store.Writeback) []store.WriteOutcome {
-	return store.WriteBatch(ctx, ws, store.BatchBackend{
-		Tx: func(ctx context.Context, idx []int) (store.BatchPlan, error) {
-			var plan store.BatchPlan
-			err := s.inTx(ctx, func(tx *sql.Tx) error {
-				var err error
-				plan, err = writeTx(ctx, tx, ws, idx)
-				return err
-			})
-			return plan, err
-		},
-		CommitUnknown: func(err error) bool {
-			var unknown *errCommitUnknown
-			return errors.As(err, &unknown)
-		},
-		ReadLocked:  s.readLocked,
-		Unavailable: unavailable,
-		Tries:       maxTries,
-	})
+	write := func(tx *sql.Tx, idx []int) (store.BatchPlan, error) { return writeTx(ctx, tx, ws, idx) }
+	// Re-read in a BEGIN IMMEDIATE transaction: it waits for any writer, in
+	// this process or another, so a COMMIT of unknown outcome has settled.
+	return s.base.WriteMany(ctx, ws, write, selectJobsByIDs, scanJob)
 }
 
 func writeTx(ctx context.Context, tx *sql.Tx, ws []store.Writeback, idx []int) (store.BatchPlan, error) {
 	ids := store.JobIDs(ws, idx)
 	var now int64
 	current := make(map[int64]store.Job, len(ids))
-	rows, err := tx.QueryContext(ctx, fmt.Sprintf(selectNowAndJobs, placeholders(len(ids))), int64Args(ids)...)
+	rows, err := tx.QueryContext(ctx, fmt.Sprintf(selectNowAndJobs, sqlbase.Placeholders(len(ids))), sqlbase.Int64Args(ids)...)
 	if err != nil {
 		return store.BatchPlan{}, err
 	}
 	for rows.Next() {
-		j, err := scanJob(prefixed{rows, &now})
+		j, err := scanJob(sqlbase.Prefixed{Row: rows, First: &now})
 		if err != nil {
 			rows.Close()
 			return store.BatchPlan{}, err
@@ -134,30 +120,10 @@ func writeTx(ctx context.Context, tx *sql.Tx, ws []store.Writeback, idx []int) (
 	return plan, nil
 }
 
-// readLocked re-reads jobs in their own BEGIN IMMEDIATE transaction: it waits
-// for any writer, in this process or another, to finish, so a COMMIT whose
-// outcome was unknown has settled before its outcome is read.
-func (s *Store) readLocked(ctx context.Context, ids []int64) (map[int64]store.Job, error) {
-	var jobs []store.Job
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		var err error
-		jobs, err = queryAll(ctx, tx, scanJob, fmt.Sprintf(selectJobsByIDs, placeholders(len(ids))), int64Args(ids)...)
-		return err
-	})
-	if err != nil {
-		return nil, unavailable(err)
-	}
-	out := make(map[int64]store.Job, len(jobs))
-	for _, j := range jobs {
-		out[j.ID] = j
-	}
-	return out, nil
-}
-
 // ExpireLease implements store.Store.
 func (s *Store) ExpireLease(ctx context.Context, jobID int64) error {
 	var n int64
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
+	err := s.base.InTx(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, expireLease, jobID)
 		if err != nil {
 			return err

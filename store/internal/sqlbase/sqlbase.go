@@ -1,0 +1,257 @@
+// Package sqlbase is what the SQL backends share: the transaction loop and its
+// reading of COMMIT failures (R7, R20), the shapes of Enqueue, Claim and
+// WriteMany around a backend's own SQL, and small query helpers. The SQL
+// itself stays in each backend.
+package sqlbase
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jobfence/jobfence/store"
+)
+
+// The tables' column lists, in the order the backends' scan functions read.
+const (
+	JobColumns = `id, operation_key, order_id, payment_id, amount_minor, currency, provider,
+  state, attempt, next_action, next_attempt_at, lease_until, provider_refund_id,
+  worker_id, last_reason, first_sent_at, created_at, updated_at`
+	EventColumns = `id, job_id, attempt, kind, worker_id, from_state, to_state, next_action,
+  provider_refund_id, reason, created_at`
+	ObservationColumns = `id, job_id, operation_key, reported_attempt, job_attempt, source, outcome,
+  provider_refund_id, provider_event_id, detail, created_at`
+)
+
+// Tries bounds the retries of a transaction the database rolled back as a
+// whole (deadlock, lock-wait timeout, busy lock): retrying those is safe (R20).
+const Tries = 4
+
+// Backend is a database handle with the backend's reading of its errors.
+type Backend struct {
+	DB *sql.DB
+	// Retryable reports an error after which the database had rolled the whole
+	// transaction back, so running it again is safe (R20).
+	Retryable func(error) bool
+	// CommitRefused reports a failed COMMIT that certainly did not commit.
+	// Any other COMMIT failure leaves the outcome unknown.
+	CommitRefused func(error) bool
+	// Unavailable maps errors of the connection or the database's state to
+	// store.ErrUnavailable and returns others unchanged.
+	Unavailable func(error) error
+	// Duplicate reports a unique-key violation.
+	Duplicate func(error) bool
+}
+
+// CommitUnknownError wraps a COMMIT whose outcome is unknown: the connection
+// broke during or after it, or an I/O error hit it (R7, R20).
+type CommitUnknownError struct{ Err error }
+
+func (e *CommitUnknownError) Error() string { return "commit outcome unknown: " + e.Err.Error() }
+func (e *CommitUnknownError) Unwrap() error { return e.Err }
+
+// IsCommitUnknown reports whether err is a *CommitUnknownError.
+func IsCommitUnknown(err error) bool {
+	var ce *CommitUnknownError
+	return errors.As(err, &ce)
+}
+
+// InTx runs fn in one transaction on one connection and commits it, retrying
+// the whole transaction while the database reports it rolled back (R20). fn
+// must keep nothing from a failed try and use only tx (R10, R11).
+func (b *Backend) InTx(ctx context.Context, fn func(*sql.Tx) error) error {
+	for try := 1; ; try++ {
+		err := b.txOnce(ctx, fn)
+		if err == nil || !b.Retryable(err) || try == Tries || ctx.Err() != nil {
+			return err
+		}
+	}
+}
+
+func (b *Backend) txOnce(ctx context.Context, fn func(*sql.Tx) error) error {
+	tx, err := b.DB.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err // not committed: the deferred Rollback undoes everything
+	}
+	if err := tx.Commit(); err != nil {
+		if b.CommitRefused(err) || errors.Is(err, sql.ErrTxDone) {
+			return err
+		}
+		return &CommitUnknownError{Err: err}
+	}
+	return nil
+}
+
+// Enqueue validates p and runs insert (the job and its history entry) in a
+// transaction. A duplicate key answers with the existing job when it is the
+// same refund and ErrKeyConflict otherwise (R1); byKey reads it.
+func (b *Backend) Enqueue(ctx context.Context, p store.EnqueueParams,
+	insert func(*sql.Tx) (store.Job, error), byKey func(key string) (store.Job, error)) (store.Job, bool, error) {
+	if err := p.Validate(); err != nil {
+		return store.Job{}, false, err
+	}
+	var job store.Job
+	err := b.InTx(ctx, func(tx *sql.Tx) error {
+		var err error
+		job, err = insert(tx)
+		return err
+	})
+	switch {
+	case err == nil:
+		return job, true, nil
+	case b.Duplicate(err):
+		existing, err := byKey(p.OperationKey)
+		if err != nil {
+			return store.Job{}, false, err
+		}
+		if !store.SameRefund(existing, p) {
+			return existing, false, fmt.Errorf("%w: %s", store.ErrKeyConflict, p.OperationKey)
+		}
+		return existing, false, nil
+	case IsCommitUnknown(err):
+		// Enqueuing again is safe: the key makes it idempotent.
+		return store.Job{}, false, fmt.Errorf("%w: enqueue %s: %v", store.ErrWriteOutcomeUnknown, p.OperationKey, err)
+	default:
+		return store.Job{}, false, b.Unavailable(err)
+	}
+}
+
+// Claim validates p and runs claim in a transaction. Only a successful COMMIT
+// grants anything; if its outcome is unknown nothing is granted and nothing is
+// retried (R7).
+func (b *Backend) Claim(ctx context.Context, p store.ClaimParams,
+	claim func(*sql.Tx) ([]store.ClaimedJob, error)) ([]store.ClaimedJob, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	var claimed []store.ClaimedJob
+	err := b.InTx(ctx, func(tx *sql.Tx) error {
+		var err error
+		claimed, err = claim(tx)
+		return err
+	})
+	if IsCommitUnknown(err) {
+		return nil, fmt.Errorf("%w: %v", store.ErrClaimOutcomeUnknown, err)
+	}
+	if err != nil {
+		return nil, b.Unavailable(err)
+	}
+	return claimed, nil
+}
+
+// WriteMany applies ws through store.WriteBatch: write runs one batch in a
+// transaction; lockedRead re-reads rows, waiting for any transaction holding
+// them, after a lost COMMIT reply.
+func (b *Backend) WriteMany(ctx context.Context, ws []store.Writeback,
+	write func(tx *sql.Tx, idx []int) (store.BatchPlan, error), lockedRead string, scan func(Scanner) (store.Job, error)) []store.WriteOutcome {
+	return store.WriteBatch(ctx, ws, store.BatchBackend{
+		Tx: func(ctx context.Context, idx []int) (store.BatchPlan, error) {
+			var plan store.BatchPlan
+			err := b.InTx(ctx, func(tx *sql.Tx) error {
+				var err error
+				plan, err = write(tx, idx)
+				return err
+			})
+			return plan, err
+		},
+		CommitUnknown: IsCommitUnknown,
+		ReadLocked: func(ctx context.Context, ids []int64) (map[int64]store.Job, error) {
+			var jobs []store.Job
+			err := b.InTx(ctx, func(tx *sql.Tx) error {
+				var err error
+				jobs, err = QueryAll(ctx, tx, scan, fmt.Sprintf(lockedRead, Placeholders(len(ids))), Int64Args(ids)...)
+				return err
+			})
+			if err != nil {
+				return nil, b.Unavailable(err)
+			}
+			out := make(map[int64]store.Job, len(jobs))
+			for _, j := range jobs {
+				out[j.ID] = j
+			}
+			return out, nil
+		},
+		Unavailable: b.Unavailable,
+		Tries:       Tries,
+	})
+}
+
+// AttachObservations reads the receipts on file for the claimed jobs (R15)
+// with query, whose %s takes the id placeholders, and attaches them.
+func AttachObservations(ctx context.Context, q Querier, claimed []store.ClaimedJob, query string,
+	scan func(Scanner) (store.Observation, error)) error {
+	ids := make([]int64, len(claimed))
+	index := make(map[int64]int, len(claimed))
+	for i, c := range claimed {
+		ids[i] = c.Job.ID
+		index[c.Job.ID] = i
+	}
+	obs, err := QueryAll(ctx, q, scan, fmt.Sprintf(query, Placeholders(len(ids))), Int64Args(ids)...)
+	if err != nil {
+		return err
+	}
+	for _, o := range obs {
+		c := &claimed[index[o.JobID]]
+		c.Observations = append(c.Observations, o)
+	}
+	return nil
+}
+
+// Scanner is a row to scan: *sql.Row or *sql.Rows.
+type Scanner interface{ Scan(dest ...any) error }
+
+// Querier runs a query: *sql.DB, *sql.Tx or *sql.Conn.
+type Querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// QueryAll runs query and scans every row with scan.
+func QueryAll[T any](ctx context.Context, q Querier, scan func(Scanner) (T, error), query string, args ...any) ([]T, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []T
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}
+
+// Prefixed scans a leading extra column into First and the rest into the
+// destinations of the wrapped scan.
+type Prefixed struct {
+	Row   Scanner
+	First any
+}
+
+// Scan implements Scanner.
+func (p Prefixed) Scan(dest ...any) error { return p.Row.Scan(append([]any{p.First}, dest...)...) }
+
+// Placeholders returns "?, ?, …" for n values.
+func Placeholders(n int) string {
+	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
+}
+
+// Int64Args returns ids as query arguments.
+func Int64Args(ids []int64) []any {
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = id
+	}
+	return args
+}
