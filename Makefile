@@ -3,13 +3,18 @@
 BUF     := go tool -modfile=tools/buf/go.mod buf
 GRPCURL := go tool -modfile=tools/grpcurl/go.mod grpcurl
 
-.PHONY: all generate lint test run check-generated
+.PHONY: all generate generate-node lint test run check-generated
 
 all: generate lint test
 
-## generate: regenerate gen/ from proto/ (committed; CI fails on a diff)
-generate:
+## generate: regenerate gen/ and clients/node/src/gen/ from proto/ (committed; CI fails on a diff)
+generate: generate-node
 	$(BUF) generate
+
+## generate-node: regenerate the TypeScript client's clients/node/src/gen/ (needs `npm ci` in clients/node)
+generate-node:
+	@test -x clients/node/node_modules/.bin/protoc-gen-es || { echo "run npm ci in clients/node first"; exit 1; }
+	cd clients/node && go tool -modfile=$(CURDIR)/tools/buf/go.mod buf generate
 
 ## lint: buf lint, gofmt and go vet
 lint:
@@ -25,7 +30,7 @@ test:
 run:
 	go run ./cmd/coordinator
 
-## check-generated: fail if gen/ is not what proto/ generates
+## check-generated: fail if gen/ or clients/node/src/gen/ is not what proto/ generates
 check-generated: generate
-	@git diff --exit-code --stat -- gen/ || { echo "gen/ is stale: run make generate and commit"; exit 1; }
-	@test -z "$$(git status --porcelain -- gen/)" || { git status --porcelain -- gen/; echo "gen/ has untracked files"; exit 1; }
+	@git diff --exit-code --stat -- gen/ clients/node/src/gen/ || { echo "generated code is stale: run make generate and commit"; exit 1; }
+	@test -z "$$(git status --porcelain -- gen/ clients/node/src/gen/)" || { git status --porcelain -- gen/ clients/node/src/gen/; echo "generated code has untracked files"; exit 1; }

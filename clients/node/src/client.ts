@@ -1,0 +1,170 @@
+// A typed client for jobfence.v1.Coordinator over the gRPC protocol.
+
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import { createClient, type Client, type Interceptor } from "@connectrpc/connect";
+import { Http2SessionManager, createGrpcTransport } from "@connectrpc/connect-node";
+import type { SecureClientSessionOptions } from "node:http2";
+
+import { toCoordinatorError } from "./errors.js";
+import {
+  Coordinator,
+  type ClaimRequestSchema,
+  type ClaimResponse,
+  type CompleteRequestSchema,
+  type CompleteResponse,
+  type EnqueueRefundRequestSchema,
+  type EnqueueRefundResponse,
+  type EscalateRequestSchema,
+  type EscalateResponse,
+  type GetJobRequestSchema,
+  type GetJobResponse,
+  type ReportObservationRequestSchema,
+  type ReportObservationResponse,
+  type RescheduleRequestSchema,
+  type RescheduleResponse,
+} from "./gen/jobfence/v1/coordinator_pb.js";
+
+/** TLSOptions configures a TLS connection; `true` uses the system roots. */
+export type TLSOptions = true | Pick<SecureClientSessionOptions, "ca" | "cert" | "key" | "servername" | "rejectUnauthorized">;
+
+/** CoordinatorClientOptions configures a CoordinatorClient. */
+export interface CoordinatorClientOptions {
+  /** "host:port", or a URL ("http://host:port", "https://host:port"). */
+  address: string;
+  /** Connect with TLS. Off by default ("host:port" then means plaintext). */
+  tls?: TLSOptions;
+  /**
+   * Bearer token sent as `authorization: Bearer <token>` on every call; a
+   * function is asked before each call, so it can refresh the token.
+   */
+  token?: string | (() => string | Promise<string>);
+  /** Adds request metadata (headers) to every call, e.g. a tenant header. */
+  metadata?: (headers: Headers, method: string) => void | Promise<void>;
+  /** The deadline of a call that names none. Default 10 s. */
+  defaultTimeoutMs?: number;
+  /** Extra connect interceptors, outermost first. */
+  interceptors?: Interceptor[];
+}
+
+/** CallOptions apply to one call. */
+export interface CallOptions {
+  /** The call's deadline, sent to the server as grpc-timeout. */
+  timeoutMs?: number;
+  /** Cancels the call. */
+  signal?: AbortSignal;
+  /** Extra request metadata. */
+  headers?: ConstructorParameters<typeof Headers>[0];
+}
+
+/** Request init shapes: plain objects; int64 fields take bigint. */
+export type EnqueueRefundInit = MessageInitShape<typeof EnqueueRefundRequestSchema>;
+export type ClaimInit = MessageInitShape<typeof ClaimRequestSchema>;
+export type CompleteInit = MessageInitShape<typeof CompleteRequestSchema>;
+export type RescheduleInit = MessageInitShape<typeof RescheduleRequestSchema>;
+export type EscalateInit = MessageInitShape<typeof EscalateRequestSchema>;
+export type ReportObservationInit = MessageInitShape<typeof ReportObservationRequestSchema>;
+export type GetJobInit = MessageInitShape<typeof GetJobRequestSchema>;
+
+/**
+ * CoordinatorClient calls jobfence.v1.Coordinator. Every method rejects with
+ * a CoordinatorError subclass chosen by the ErrorInfo reason (R24):
+ * StaleAttemptError, JobNotRunningError, OperationKeyConflictError,
+ * ClaimOutcomeUnknownError, WriteOutcomeUnknownError,
+ * DatabaseUnavailableError, NotFoundError, InvalidArgumentError, or a plain
+ * CoordinatorError carrying the status code. It never retries: whether a
+ * repeat is safe depends on the call (see Worker and isRetryableWrite).
+ */
+export class CoordinatorClient {
+  /** The underlying connect client, for calls this wrapper does not cover. */
+  readonly raw: Client<typeof Coordinator>;
+  private readonly sessions: Http2SessionManager;
+  private readonly defaultTimeoutMs: number;
+
+  constructor(opts: CoordinatorClientOptions) {
+    const baseUrl = toBaseUrl(opts.address, opts.tls !== undefined);
+    const nodeOptions: SecureClientSessionOptions = typeof opts.tls === "object" ? { ...opts.tls } : {};
+    // One HTTP/2 session per client, owned here so close() can end it.
+    this.sessions = new Http2SessionManager(baseUrl, undefined, nodeOptions);
+    this.defaultTimeoutMs = opts.defaultTimeoutMs ?? 10_000;
+    const interceptors: Interceptor[] = [...(opts.interceptors ?? [])];
+    if (opts.token !== undefined || opts.metadata !== undefined) {
+      interceptors.push(metadataInterceptor(opts.token, opts.metadata));
+    }
+    const transport = createGrpcTransport({ baseUrl, sessionManager: this.sessions, interceptors });
+    this.raw = createClient(Coordinator, transport);
+  }
+
+  /** enqueueRefund creates a ready job, or returns the existing one for the same refund (R1). */
+  enqueueRefund(req: EnqueueRefundInit, opts?: CallOptions): Promise<EnqueueRefundResponse> {
+    return this.call((o) => this.raw.enqueueRefund(req, o), opts);
+  }
+
+  /**
+   * claim grants up to max_jobs jobs, each with a bumped attempt (R5, R6).
+   * Rejects with ClaimOutcomeUnknownError when nothing may be acted on (R7).
+   */
+  claim(req: ClaimInit, opts?: CallOptions): Promise<ClaimResponse> {
+    return this.call((o) => this.raw.claim(req, o), opts);
+  }
+
+  /** complete marks the job succeeded under its attempt (R9, R10). */
+  complete(req: CompleteInit, opts?: CallOptions): Promise<CompleteResponse> {
+    return this.call((o) => this.raw.complete(req, o), opts);
+  }
+
+  /** reschedule hands the job back to ready under its attempt (R9). */
+  reschedule(req: RescheduleInit, opts?: CallOptions): Promise<RescheduleResponse> {
+    return this.call((o) => this.raw.reschedule(req, o), opts);
+  }
+
+  /** escalate moves the job to manual review under its attempt (R14, R16). */
+  escalate(req: EscalateInit, opts?: CallOptions): Promise<EscalateResponse> {
+    return this.call((o) => this.raw.escalate(req, o), opts);
+  }
+
+  /** reportObservation files a provider receipt; it never changes the job (R15). */
+  reportObservation(req: ReportObservationInit, opts?: CallOptions): Promise<ReportObservationResponse> {
+    return this.call((o) => this.raw.reportObservation(req, o), opts);
+  }
+
+  /** getJob returns the job with its history and observations. */
+  getJob(req: GetJobInit, opts?: CallOptions): Promise<GetJobResponse> {
+    return this.call((o) => this.raw.getJob(req, o), opts);
+  }
+
+  /** close ends the connection; calls still in flight fail. */
+  close(): void {
+    this.sessions.abort();
+  }
+
+  private async call<T>(fn: (o: CallOptions) => Promise<T>, opts: CallOptions | undefined): Promise<T> {
+    try {
+      return await fn({ ...opts, timeoutMs: opts?.timeoutMs ?? this.defaultTimeoutMs });
+    } catch (err) {
+      throw toCoordinatorError(err);
+    }
+  }
+}
+
+function metadataInterceptor(token: CoordinatorClientOptions["token"], metadata: CoordinatorClientOptions["metadata"]): Interceptor {
+  return (next) => async (req) => {
+    if (token !== undefined) {
+      const t = typeof token === "function" ? await token() : token;
+      req.header.set("authorization", `Bearer ${t}`);
+    }
+    if (metadata !== undefined) {
+      await metadata(req.header, req.method.name);
+    }
+    return next(req);
+  };
+}
+
+function toBaseUrl(address: string, tls: boolean): string {
+  if (/^https?:\/\//.test(address)) {
+    if (tls && address.startsWith("http://")) {
+      throw new Error(`address ${address} is plaintext but tls options were given`);
+    }
+    return address;
+  }
+  return `${tls ? "https" : "http"}://${address}`;
+}

@@ -1,0 +1,163 @@
+// What a provider answer means for the job: the fenced write to make.
+
+import { timestampDate } from "@bufbuild/protobuf/wkt";
+
+import { NextAction, type ClaimedJob } from "./gen/jobfence/v1/coordinator_pb.js";
+
+/**
+ * ProviderResult is what a refund or reconcile handler learned from the
+ * payment provider, asked with the job's operation_key (R1, R14).
+ *
+ * - `succeeded`: the provider says the refund was made.
+ * - `pending`: accepted but not finished; never a success (R4).
+ * - `not_found`: the provider has no record, which does not prove nothing
+ *   happened (R14).
+ * - `failed`: the provider rejected the refund for good.
+ * - `not_sent`: the request provably never reached the provider (refused
+ *   before sending, rate limited at the door); the same action may run again.
+ * - `escalate`: the handler wants a person to look.
+ *
+ * A handler that throws, or outlives the provider-call deadline, leaves the
+ * outcome unknown: the job is rescheduled for RECONCILE (R14).
+ */
+export type ProviderResult =
+  | { kind: "succeeded"; providerRefundId: string; providerEventId?: string; detail?: string }
+  | { kind: "pending"; retryAfterMs?: number; detail?: string }
+  | { kind: "not_found"; detail?: string }
+  | { kind: "failed"; reason: string }
+  | { kind: "not_sent"; reason: string; retryAfterMs?: number }
+  | { kind: "escalate"; reason: string };
+
+/** WriteDecision is the fenced write-back to make under the claimed attempt. */
+export type WriteDecision =
+  | { kind: "complete"; providerRefundId: string }
+  | { kind: "reschedule"; nextAction: NextAction; delayMs: number; reason: string }
+  | { kind: "escalate"; reason: string };
+
+/** DecisionPolicy holds what the decision needs besides the answer. */
+export interface DecisionPolicy {
+  /**
+   * Whether this provider guarantees that a resend with the same
+   * Idempotency-Key and the same body is safe (R14). Without that guarantee
+   * a "no record" always escalates (R16).
+   */
+  sameKeyResendSafe: boolean;
+  /**
+   * The current time on the coordinator's clock, to compare with the job's
+   * resend_deadline (R12, R22). Worker estimates it from the claim; see
+   * coordinatorNow.
+   */
+  now: Date;
+  /** How long before resend_deadline a resend is no longer started. Default 60 s. */
+  resendMarginMs?: number;
+  /** Delay before reconciling a pending refund again, when the answer names none. Default 30 s. */
+  pendingDelayMs?: number;
+  /** Delay before repeating an action whose request was not sent. Default 5 s. */
+  notSentDelayMs?: number;
+}
+
+/** MaxDelayMs is the longest delay Reschedule accepts: 30 days. */
+export const MaxDelayMs = 30 * 24 * 3600 * 1000;
+
+/**
+ * decideReconcile turns a provider answer into the fenced write for the
+ * claimed job (R14, R16):
+ *
+ * - refunded → complete with the provider's refund id;
+ * - pending → reschedule another RECONCILE (R4);
+ * - no record → reschedule a REFUND (a same-key resend) only if the provider
+ *   guarantees same-key resends and the coordinator's resend_deadline is not
+ *   yet reached (R22); otherwise escalate to manual review;
+ * - rejected → escalate: the API has no failed state, a person decides;
+ * - not sent → reschedule the same action;
+ * - escalate → escalate.
+ *
+ * It is pure: the caller makes the write, carrying claimed.attempt.
+ */
+export function decideReconcile(result: ProviderResult, claimed: ClaimedJob, policy: DecisionPolicy): WriteDecision {
+  switch (result.kind) {
+    case "succeeded":
+      if (result.providerRefundId === "") {
+        return { kind: "escalate", reason: "provider reported the refund made but gave no refund id" };
+      }
+      return { kind: "complete", providerRefundId: result.providerRefundId };
+    case "pending":
+      return {
+        kind: "reschedule",
+        nextAction: NextAction.RECONCILE,
+        delayMs: clampDelay(result.retryAfterMs ?? policy.pendingDelayMs ?? 30_000),
+        reason: withDetail("provider: refund pending", result.detail),
+      };
+    case "not_found":
+      return decideNoRecord(claimed, policy, result.detail);
+    case "failed":
+      return { kind: "escalate", reason: `provider rejected the refund: ${result.reason || "no reason given"}` };
+    case "not_sent":
+      return {
+        kind: "reschedule",
+        nextAction: claimed.nextAction === NextAction.REFUND ? NextAction.REFUND : NextAction.RECONCILE,
+        delayMs: clampDelay(result.retryAfterMs ?? policy.notSentDelayMs ?? 5_000),
+        reason: `request not sent: ${result.reason}`,
+      };
+    case "escalate":
+      // Escalate requires a reason; a person reads it.
+      return { kind: "escalate", reason: result.reason || "escalated by the handler" };
+  }
+}
+
+/**
+ * resendAllowed reports whether a same-key resend is safe now (R14, R16,
+ * R22): the provider guarantees same-key resends and the coordinator's
+ * resend_deadline lies more than the margin ahead. An unset resend_deadline
+ * means the key never went out, so sending is a first send.
+ */
+export function resendAllowed(claimed: ClaimedJob, policy: DecisionPolicy): boolean {
+  if (claimed.resendDeadline === undefined) {
+    return true;
+  }
+  if (!policy.sameKeyResendSafe) {
+    return false;
+  }
+  const deadline = timestampDate(claimed.resendDeadline).getTime();
+  return policy.now.getTime() + (policy.resendMarginMs ?? 60_000) < deadline;
+}
+
+/**
+ * coordinatorNow estimates the coordinator's clock (R12): the job's
+ * updated_at is the database time of the claim, plus the time elapsed since
+ * the claim's answer arrived, measured on a monotonic clock. A worker's wall
+ * clock is never used.
+ */
+export function coordinatorNow(claimed: ClaimedJob, elapsedSinceClaimMs: number): Date | undefined {
+  const at = claimed.job?.updatedAt;
+  if (at === undefined) {
+    return undefined;
+  }
+  return new Date(timestampDate(at).getTime() + Math.max(0, elapsedSinceClaimMs));
+}
+
+function decideNoRecord(claimed: ClaimedJob, policy: DecisionPolicy, detail: string | undefined): WriteDecision {
+  if (resendAllowed(claimed, policy)) {
+    return {
+      kind: "reschedule",
+      nextAction: NextAction.REFUND,
+      delayMs: 0,
+      reason: withDetail("reconcile: no record at provider; same-key resend inside the retention window (R14)", detail),
+    };
+  }
+  const why = policy.sameKeyResendSafe
+    ? "the provider's idempotency-key retention window has passed"
+    : "the provider does not guarantee same-key resends";
+  return { kind: "escalate", reason: withDetail(`reconcile: no record at provider and ${why} (R14, R16)`, detail) };
+}
+
+function clampDelay(ms: number): number {
+  if (!Number.isFinite(ms) || ms < 0) {
+    return 0;
+  }
+  return Math.min(Math.round(ms), MaxDelayMs);
+}
+
+function withDetail(reason: string, detail: string | undefined): string {
+  return detail ? `${reason}: ${detail}` : reason;
+}

@@ -1,0 +1,244 @@
+// Typed errors decoded from the coordinator's google.rpc.ErrorInfo (R24).
+//
+// The coordinator attaches an ErrorInfo{domain: "jobfence", reason, metadata}
+// to every error it returns; this module turns it into one class per reason.
+// Callers branch with `instanceof`, never on message text.
+
+import { fromBinary } from "@bufbuild/protobuf";
+import { Code, ConnectError, decodeBinaryHeader } from "@connectrpc/connect";
+
+import { BadRequestSchema, ErrorInfoSchema, type ErrorInfo } from "./gen/google/rpc/error_details_pb.js";
+import { StatusSchema } from "./gen/google/rpc/status_pb.js";
+import { JobState, JobStateSchema } from "./gen/jobfence/v1/coordinator_pb.js";
+
+/** ErrorDomain is the ErrorInfo domain of every error the coordinator returns. */
+export const ErrorDomain = "jobfence";
+
+/** Reason lists the ErrorInfo reasons of the API (R24). */
+export const Reason = {
+  StaleAttempt: "STALE_ATTEMPT",
+  JobNotRunning: "JOB_NOT_RUNNING",
+  OperationKeyConflict: "OPERATION_KEY_CONFLICT",
+  ClaimOutcomeUnknown: "CLAIM_OUTCOME_UNKNOWN",
+  WriteOutcomeUnknown: "WRITE_OUTCOME_UNKNOWN",
+  DatabaseUnavailable: "DATABASE_UNAVAILABLE",
+  NotFound: "NOT_FOUND",
+  InvalidArgument: "INVALID_ARGUMENT",
+} as const;
+
+/**
+ * CoordinatorError is the base of every error a CoordinatorClient call
+ * rejects with. `code` is the gRPC status code (connect's Code has the same
+ * numbers); `reason` and `metadata` come from the ErrorInfo, when the
+ * coordinator sent one (transport failures carry none).
+ */
+export class CoordinatorError extends Error {
+  /** The gRPC status code. */
+  readonly code: Code;
+  /** The ErrorInfo reason, undefined when the error carried no ErrorInfo. */
+  readonly reason: string | undefined;
+  /** The ErrorInfo metadata. */
+  readonly metadata: Readonly<Record<string, string>>;
+
+  constructor(message: string, code: Code, reason: string | undefined, metadata: Record<string, string>, cause?: unknown) {
+    super(message, { cause });
+    this.name = new.target.name;
+    this.code = code;
+    this.reason = reason;
+    this.metadata = Object.freeze({ ...metadata });
+  }
+}
+
+/**
+ * FencedWriteError is a write-back rejected by the fence (R9): nothing was
+ * written. `attempt` is the attempt the write carried, `currentAttempt` and
+ * `currentState` what the job holds now.
+ */
+export class FencedWriteError extends CoordinatorError {
+  readonly jobId: bigint;
+  readonly attempt: bigint;
+  readonly currentAttempt: bigint;
+  readonly currentState: JobState;
+
+  constructor(message: string, code: Code, reason: string, metadata: Record<string, string>, cause?: unknown) {
+    super(message, code, reason, metadata, cause);
+    this.jobId = int64(metadata["job_id"]);
+    this.attempt = int64(metadata["attempt"]);
+    this.currentAttempt = int64(metadata["current_attempt"]);
+    this.currentState = jobState(metadata["current_state"]);
+  }
+}
+
+/**
+ * StaleAttemptError (STALE_ATTEMPT, FAILED_PRECONDITION): the job was taken
+ * over; the write carried an older attempt and changed nothing. Never retry
+ * it: file what the provider said with ReportObservation instead (R15).
+ */
+export class StaleAttemptError extends FencedWriteError {}
+
+/**
+ * JobNotRunningError (JOB_NOT_RUNNING, FAILED_PRECONDITION): this attempt
+ * already wrote a different outcome (R21); nothing was written.
+ */
+export class JobNotRunningError extends FencedWriteError {}
+
+/**
+ * OperationKeyConflictError (OPERATION_KEY_CONFLICT, ALREADY_EXISTS): the
+ * operation_key is bound to a refund with different values (R1).
+ */
+export class OperationKeyConflictError extends CoordinatorError {
+  readonly operationKey: string;
+  /** The job that holds the key. */
+  readonly jobId: bigint;
+
+  constructor(message: string, code: Code, reason: string, metadata: Record<string, string>, cause?: unknown) {
+    super(message, code, reason, metadata, cause);
+    this.operationKey = metadata["operation_key"] ?? "";
+    this.jobId = int64(metadata["job_id"]);
+  }
+}
+
+/**
+ * ClaimOutcomeUnknownError (CLAIM_OUTCOME_UNKNOWN, UNAVAILABLE): the claim may
+ * or may not have committed. Nothing was granted: act on nothing, claim again
+ * (R7). A job it did commit is recovered by a takeover after its lease.
+ */
+export class ClaimOutcomeUnknownError extends CoordinatorError {}
+
+/**
+ * WriteOutcomeUnknownError (WRITE_OUTCOME_UNKNOWN, UNAVAILABLE): a write-back's
+ * commit was cut off. Repeat the same write: it is idempotent for its attempt
+ * and answers `replayed: true` if the first one landed (R21).
+ */
+export class WriteOutcomeUnknownError extends CoordinatorError {}
+
+/**
+ * DatabaseUnavailableError (DATABASE_UNAVAILABLE, UNAVAILABLE): nothing was
+ * changed; retry.
+ */
+export class DatabaseUnavailableError extends CoordinatorError {}
+
+/** NotFoundError (NOT_FOUND): no such job. */
+export class NotFoundError extends CoordinatorError {}
+
+/** FieldViolation names one bad request field. */
+export interface FieldViolation {
+  /** The proto field name, e.g. "max_jobs". */
+  field: string;
+  description: string;
+}
+
+/**
+ * InvalidArgumentError (INVALID_ARGUMENT): the request was rejected before
+ * anything happened; `fieldViolations` names each bad field (from
+ * google.rpc.BadRequest).
+ */
+export class InvalidArgumentError extends CoordinatorError {
+  readonly fieldViolations: readonly FieldViolation[];
+
+  constructor(message: string, code: Code, reason: string | undefined, metadata: Record<string, string>,
+    fieldViolations: FieldViolation[], cause?: unknown) {
+    super(message, code, reason, metadata, cause);
+    this.fieldViolations = Object.freeze(fieldViolations);
+  }
+
+  /** fields returns the names of the violated fields. */
+  get fields(): string[] {
+    return this.fieldViolations.map((v) => v.field);
+  }
+}
+
+/**
+ * toCoordinatorError turns whatever a call rejected with into a
+ * CoordinatorError subclass, chosen by the ErrorInfo reason of domain
+ * "jobfence" (R24). Errors without one keep their status code (e.g.
+ * UNAVAILABLE when the coordinator cannot be reached).
+ */
+export function toCoordinatorError(err: unknown): CoordinatorError {
+  if (err instanceof CoordinatorError) {
+    return err;
+  }
+  const ce = ConnectError.from(err);
+  const details = errorDetails(ce);
+  const ei = details.info;
+  const msg = ce.rawMessage;
+  const meta = ei?.metadata ?? {};
+  switch (ei?.reason) {
+    case Reason.StaleAttempt:
+      return new StaleAttemptError(msg, ce.code, ei.reason, meta, ce);
+    case Reason.JobNotRunning:
+      return new JobNotRunningError(msg, ce.code, ei.reason, meta, ce);
+    case Reason.OperationKeyConflict:
+      return new OperationKeyConflictError(msg, ce.code, ei.reason, meta, ce);
+    case Reason.ClaimOutcomeUnknown:
+      return new ClaimOutcomeUnknownError(msg, ce.code, ei.reason, meta, ce);
+    case Reason.WriteOutcomeUnknown:
+      return new WriteOutcomeUnknownError(msg, ce.code, ei.reason, meta, ce);
+    case Reason.DatabaseUnavailable:
+      return new DatabaseUnavailableError(msg, ce.code, ei.reason, meta, ce);
+    case Reason.NotFound:
+      return new NotFoundError(msg, ce.code, ei.reason, meta, ce);
+    case Reason.InvalidArgument:
+      return new InvalidArgumentError(msg, ce.code, ei.reason, meta, details.violations, ce);
+  }
+  if (ce.code === Code.InvalidArgument && details.violations.length > 0) {
+    return new InvalidArgumentError(msg, ce.code, ei?.reason, meta, details.violations, ce);
+  }
+  return new CoordinatorError(msg, ce.code, ei?.reason, meta, ce);
+}
+
+/**
+ * isRetryableWrite reports whether repeating the same write-back is safe and
+ * useful: the outcome is unknown or nothing happened (UNAVAILABLE, including
+ * WRITE_OUTCOME_UNKNOWN and DATABASE_UNAVAILABLE) or the call's deadline cut
+ * it. A repeat is idempotent for its attempt (R21). Fenced rejections,
+ * invalid input and NOT_FOUND are final.
+ */
+export function isRetryableWrite(err: CoordinatorError): boolean {
+  if (err.reason === Reason.ClaimOutcomeUnknown) {
+    return false; // a claim's answer, never a write's
+  }
+  return err.code === Code.Unavailable || err.code === Code.DeadlineExceeded;
+}
+
+interface Details {
+  info: ErrorInfo | undefined;
+  violations: FieldViolation[];
+}
+
+// errorDetails finds the jobfence ErrorInfo and the BadRequest field
+// violations. connect decodes grpc-status-details-bin into ce.details; when a
+// proxy left the trailer undecoded in the metadata, decode it here.
+function errorDetails(ce: ConnectError): Details {
+  let infos = ce.findDetails(ErrorInfoSchema);
+  let badRequests = ce.findDetails(BadRequestSchema);
+  if (infos.length === 0) {
+    const raw = ce.metadata.get("grpc-status-details-bin");
+    if (raw) {
+      try {
+        const st = fromBinary(StatusSchema, decodeBinaryHeader(raw));
+        const fromTrailer = new ConnectError(st.message, ce.code, undefined, undefined);
+        fromTrailer.details = st.details.map((a) => ({ type: a.typeUrl.slice(a.typeUrl.lastIndexOf("/") + 1), value: a.value }));
+        infos = fromTrailer.findDetails(ErrorInfoSchema);
+        badRequests = fromTrailer.findDetails(BadRequestSchema);
+      } catch {
+        // An undecodable trailer leaves the error without details.
+      }
+    }
+  }
+  const info = infos.find((i) => i.domain === ErrorDomain);
+  const violations = badRequests.flatMap((b) => b.fieldViolations.map((v) => ({ field: v.field, description: v.description })));
+  return { info, violations };
+}
+
+function int64(s: string | undefined): bigint {
+  if (s === undefined || !/^-?\d+$/.test(s)) {
+    return 0n;
+  }
+  return BigInt(s);
+}
+
+function jobState(name: string | undefined): JobState {
+  const v = JobStateSchema.values.find((e) => e.name === name);
+  return v ? (v.number as JobState) : JobState.UNSPECIFIED;
+}

@@ -1,0 +1,39 @@
+// Package entry point: the typed Coordinator client, the Worker runtime, the
+// decision helper and the error classes.
+
+export { CoordinatorClient } from "./client.js";
+export type {
+  CallOptions,
+  ClaimInit,
+  CompleteInit,
+  CoordinatorClientOptions,
+  EnqueueRefundInit,
+  EscalateInit,
+  GetJobInit,
+  ReportObservationInit,
+  RescheduleInit,
+  TLSOptions,
+} from "./client.js";
+export { Worker } from "./worker.js";
+export type { Handlers, WorkerEvent, WorkerJob, WorkerOptions } from "./worker.js";
+export { MaxDelayMs, coordinatorNow, decideReconcile, resendAllowed } from "./decide.js";
+export type { DecisionPolicy, ProviderResult, WriteDecision } from "./decide.js";
+export {
+  ClaimOutcomeUnknownError,
+  CoordinatorError,
+  DatabaseUnavailableError,
+  ErrorDomain,
+  FencedWriteError,
+  InvalidArgumentError,
+  JobNotRunningError,
+  NotFoundError,
+  OperationKeyConflictError,
+  Reason,
+  StaleAttemptError,
+  WriteOutcomeUnknownError,
+  isRetryableWrite,
+  toCoordinatorError,
+} from "./errors.js";
+export type { FieldViolation } from "./errors.js";
+export * from "./gen/jobfence/v1/coordinator_pb.js";
+export { Code } from "@connectrpc/connect";

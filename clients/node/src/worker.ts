@@ -1,0 +1,504 @@
+// Worker: claims what it can start now, calls the user's provider handlers and
+// writes the outcome back under the claimed attempt.
+
+import { durationFromMs } from "@bufbuild/protobuf/wkt";
+import { performance } from "node:perf_hooks";
+
+import type { CoordinatorClient } from "./client.js";
+import { coordinatorNow, decideReconcile, type ProviderResult, type WriteDecision } from "./decide.js";
+import { CoordinatorError, FencedWriteError, isRetryableWrite, toCoordinatorError } from "./errors.js";
+import { NextAction, ObservationOutcome, type ClaimedJob, type Job } from "./gen/jobfence/v1/coordinator_pb.js";
+
+/** WorkerJob is one claimed job as a handler sees it. */
+export interface WorkerJob {
+  readonly jobId: bigint;
+  /**
+   * The fencing token of this claim, for logs next to operationKey (R3).
+   * Never send it to the provider (R2).
+   */
+  readonly attempt: bigint;
+  /** The refund's business key: send it as the provider's Idempotency-Key (R1). */
+  readonly operationKey: string;
+  readonly nextAction: NextAction;
+  /** True when this claim took the job over from an expired lease (R6). */
+  readonly takeover: boolean;
+  /** The job as claimed: order, payment, amount, currency, provider… */
+  readonly job: Job;
+  /** The full claim, including receipts already filed for the job (R15). */
+  readonly claimed: ClaimedJob;
+  /** Aborted when the provider-call deadline passes: cancel the request. */
+  readonly signal: AbortSignal;
+  /** The provider-call timeout in milliseconds. */
+  readonly timeoutMs: number;
+}
+
+/**
+ * Handlers call the payment provider. `refund` sends the refund with
+ * operationKey as Idempotency-Key; `reconcile` asks the provider what
+ * happened under operationKey (R14). Both answer with a ProviderResult; a
+ * throw means the outcome is unknown.
+ */
+export interface Handlers {
+  refund(job: WorkerJob): Promise<ProviderResult>;
+  reconcile(job: WorkerJob): Promise<ProviderResult>;
+}
+
+/** WorkerEvent reports what the worker did, for logs and metrics (M1). */
+export type WorkerEvent =
+  | { type: "claimed"; jobId: bigint; attempt: bigint; operationKey: string; nextAction: NextAction; takeover: boolean }
+  | { type: "claim_failed"; error: CoordinatorError }
+  | { type: "handler_error"; jobId: bigint; attempt: bigint; operationKey: string; error: unknown }
+  | { type: "provider_deadline"; jobId: bigint; attempt: bigint; operationKey: string }
+  | { type: "written"; jobId: bigint; attempt: bigint; operationKey: string; decision: WriteDecision; replayed: boolean }
+  | { type: "write_retry"; jobId: bigint; attempt: bigint; operationKey: string; error: CoordinatorError; retry: number }
+  | { type: "write_failed"; jobId: bigint; attempt: bigint; operationKey: string; error: CoordinatorError }
+  | { type: "stale"; jobId: bigint; attempt: bigint; operationKey: string; error: FencedWriteError }
+  | { type: "observation"; jobId: bigint; attempt: bigint; operationKey: string; outcome: ObservationOutcome; duplicate: boolean }
+  | { type: "observation_failed"; jobId: bigint; attempt: bigint; operationKey: string; error: CoordinatorError };
+
+/** WorkerOptions configures a Worker. */
+export interface WorkerOptions {
+  client: CoordinatorClient;
+  /** Recorded in the job history; 1..128 characters. */
+  workerId: string;
+  handlers: Handlers;
+  /** How many jobs may be in flight at once (1..100). Default 1. */
+  concurrency?: number;
+  /** The lease to ask for (1 s..15 min); the coordinator's default when unset (R17). */
+  leaseMs?: number;
+  /** Claim only jobs of this provider. */
+  provider?: string;
+  /**
+   * The provider-call deadline: a handler still running after it is aborted
+   * and the outcome counts as unknown. Must be shorter than the lease (R17).
+   * Default 10 s.
+   */
+  providerCallTimeoutMs?: number;
+  /**
+   * Whether the provider guarantees same-key, same-body resends are safe
+   * (R14); per provider name when a function. Default false: a "no record"
+   * reconcile escalates (R16).
+   */
+  sameKeyResendSafe?: boolean | ((provider: string) => boolean);
+  /** No resend is started this close to the resend_deadline. Default 60 s. */
+  resendMarginMs?: number;
+  /** Delay before reconciling a job whose outcome is unknown. Default 5 s. */
+  unknownOutcomeDelayMs?: number;
+  /** Delay before reconciling a pending refund when the answer names none. Default 30 s. */
+  pendingDelayMs?: number;
+  /**
+   * Long poll: how long an idle Claim may wait at the coordinator for work
+   * (0..60 s); new jobs then start within milliseconds of their enqueue.
+   * 0 polls instead. Default 10 s.
+   */
+  claimWaitMs?: number;
+  /**
+   * The least time between two claims that found nothing (when long polling,
+   * counted from the start of the claim, so a coordinator that answers at
+   * once, e.g. while draining, is not hammered). Default 1 s.
+   */
+  idlePollMs?: number;
+  /** Wait after a failed claim. Default 1 s. */
+  claimErrorBackoffMs?: number;
+  /** How often a write-back is repeated after UNAVAILABLE or a cut deadline. Default 6. */
+  writeRetries?: number;
+  /** First delay between write-back repeats, doubling up to 2 s. Default 100 ms. */
+  writeRetryDelayMs?: number;
+  /** How long stop() waits for answers that arrive after their deadline, to file them. Default providerCallTimeoutMs. */
+  lateAnswerGraceMs?: number;
+  /** Receives every WorkerEvent. */
+  onEvent?: (event: WorkerEvent) => void;
+}
+
+/**
+ * Worker runs the claim → provider call → fenced write-back loop.
+ *
+ * - It claims only as many jobs as it has free slots (R18): no batch is
+ *   claimed to be held in memory, no lease is renewed.
+ * - It dispatches by next_action: REFUND to handlers.refund, anything else to
+ *   handlers.reconcile (R14).
+ * - It turns the answer into Complete, Reschedule or Escalate carrying the
+ *   claimed attempt (R9), via decideReconcile.
+ * - A write rejected by the fence (STALE_ATTEMPT, JOB_NOT_RUNNING) is never
+ *   repeated: the provider's answer is filed with ReportObservation (R15).
+ * - A failed claim, CLAIM_OUTCOME_UNKNOWN included, grants nothing: nothing is
+ *   acted on (R7).
+ * - A write-back is repeated only after UNAVAILABLE (WRITE_OUTCOME_UNKNOWN,
+ *   DATABASE_UNAVAILABLE, transport) or a cut deadline; the same write is
+ *   idempotent for its attempt and `replayed: true` is success (R21).
+ */
+export class Worker {
+  private readonly client: CoordinatorClient;
+  // The part of a Claim's deadline beyond its long poll.
+  private readonly claimTimeoutMs = 10_000;
+  private readonly opts: Required<Omit<WorkerOptions, "leaseMs" | "provider" | "onEvent" | "client" | "handlers">> &
+    Pick<WorkerOptions, "leaseMs" | "provider" | "onEvent" | "handlers">;
+  private readonly active = new Set<Promise<void>>();
+  private readonly late = new Set<Promise<void>>();
+  private wakers: Array<() => void> = [];
+  private stopping = false;
+  // Cancels a parked long-poll Claim on stop().
+  private readonly stopSignal = new AbortController();
+  private loopDone: Promise<void> | undefined;
+
+  /** Throws RangeError for options outside their bounds. */
+  constructor(options: WorkerOptions) {
+    const providerCallTimeoutMs = options.providerCallTimeoutMs ?? 10_000;
+    this.client = options.client;
+    this.opts = {
+      workerId: options.workerId,
+      handlers: options.handlers,
+      concurrency: options.concurrency ?? 1,
+      leaseMs: options.leaseMs,
+      provider: options.provider,
+      providerCallTimeoutMs,
+      sameKeyResendSafe: options.sameKeyResendSafe ?? false,
+      resendMarginMs: options.resendMarginMs ?? 60_000,
+      unknownOutcomeDelayMs: options.unknownOutcomeDelayMs ?? 5_000,
+      pendingDelayMs: options.pendingDelayMs ?? 30_000,
+      claimWaitMs: options.claimWaitMs ?? 10_000,
+      idlePollMs: options.idlePollMs ?? 1_000,
+      claimErrorBackoffMs: options.claimErrorBackoffMs ?? 1_000,
+      writeRetries: options.writeRetries ?? 6,
+      writeRetryDelayMs: options.writeRetryDelayMs ?? 100,
+      lateAnswerGraceMs: options.lateAnswerGraceMs ?? providerCallTimeoutMs,
+      onEvent: options.onEvent,
+    };
+    if (!Number.isInteger(this.opts.concurrency) || this.opts.concurrency < 1 || this.opts.concurrency > 100) {
+      throw new RangeError(`concurrency must be 1..100, got ${this.opts.concurrency}`);
+    }
+    if (!(this.opts.claimWaitMs >= 0 && this.opts.claimWaitMs <= 60_000)) {
+      throw new RangeError(`claimWaitMs must be 0..60000, got ${this.opts.claimWaitMs}`);
+    }
+    if (!(providerCallTimeoutMs > 0)) {
+      throw new RangeError(`providerCallTimeoutMs must be positive, got ${providerCallTimeoutMs}`);
+    }
+    // R17: the provider call must end well inside the lease, or every slow
+    // call turns into a takeover.
+    if (this.opts.leaseMs !== undefined && providerCallTimeoutMs >= this.opts.leaseMs) {
+      throw new RangeError(`providerCallTimeoutMs (${providerCallTimeoutMs}) must be shorter than leaseMs (${this.opts.leaseMs})`);
+    }
+  }
+
+  /** inFlight is the number of jobs being handled now. */
+  get inFlight(): number {
+    return this.active.size;
+  }
+
+  /** start begins claiming. Throws if the worker was already started. */
+  start(): void {
+    if (this.loopDone !== undefined) {
+      throw new Error("worker already started");
+    }
+    this.loopDone = this.loop();
+  }
+
+  /**
+   * stop drains the worker: it claims nothing more and resolves once every
+   * in-flight job has written back. A long-poll Claim still waiting at the
+   * coordinator is cancelled; jobs a finished claim granted are handled.
+   * Answers that arrived after their provider-call deadline are filed for up
+   * to lateAnswerGraceMs more.
+   */
+  async stop(): Promise<void> {
+    this.stopping = true;
+    this.wake();
+    // R7: a cancelled claim grants nothing the worker acts on; should the
+    // cancel land inside the claim's own commit, the job returns through a
+    // takeover after its lease.
+    this.stopSignal.abort();
+    await this.loopDone;
+    while (this.active.size > 0) {
+      await Promise.allSettled([...this.active]);
+    }
+    if (this.late.size > 0) {
+      await Promise.race([Promise.allSettled([...this.late]), delay(this.opts.lateAnswerGraceMs)]);
+    }
+  }
+
+  private async loop(): Promise<void> {
+    while (!this.stopping) {
+      const free = this.opts.concurrency - this.active.size;
+      if (free <= 0) {
+        await this.sleep(1_000); // woken as soon as a job finishes
+        continue;
+      }
+      let jobs: ClaimedJob[];
+      const started = performance.now();
+      try {
+        // R18: ask only for what can start now.
+        const wait = this.opts.claimWaitMs;
+        const resp = await this.client.claim(
+          {
+            workerId: this.opts.workerId,
+            maxJobs: free,
+            leaseDuration: this.opts.leaseMs === undefined ? undefined : durationFromMs(this.opts.leaseMs),
+            provider: this.opts.provider ?? "",
+            wait: wait > 0 ? durationFromMs(wait) : undefined,
+          },
+          // The call's deadline lies beyond the long poll.
+          { timeoutMs: wait + this.claimTimeoutMs, signal: this.stopSignal.signal },
+        );
+        jobs = resp.jobs;
+      } catch (err) {
+        if (this.stopping) {
+          break; // the long poll was cancelled by stop()
+        }
+        // R7: a failed claim, CLAIM_OUTCOME_UNKNOWN included, grants nothing.
+        // A job it did commit comes back through a takeover after its lease.
+        this.emit({ type: "claim_failed", error: toCoordinatorError(err) });
+        await this.sleep(this.opts.claimErrorBackoffMs);
+        continue;
+      }
+      const claimedAt = performance.now();
+      for (const claimed of jobs) {
+        const run = this.runJob(claimed, claimedAt).finally(() => {
+          this.active.delete(run);
+          this.wake();
+        });
+        this.active.add(run);
+      }
+      if (jobs.length === 0) {
+        await this.sleep(this.opts.idlePollMs - (performance.now() - started));
+      }
+    }
+  }
+
+  private async runJob(claimed: ClaimedJob, claimedAt: number): Promise<void> {
+    const job = claimed.job;
+    if (job === undefined) {
+      return; // never sent by the coordinator; nothing to act on
+    }
+    const ids = { jobId: job.id, attempt: claimed.attempt, operationKey: job.operationKey };
+    this.emit({ type: "claimed", ...ids, nextAction: claimed.nextAction, takeover: claimed.takeover });
+
+    const abort = new AbortController();
+    const view: WorkerJob = {
+      ...ids,
+      nextAction: claimed.nextAction,
+      takeover: claimed.takeover,
+      job,
+      claimed,
+      signal: abort.signal,
+      timeoutMs: this.opts.providerCallTimeoutMs,
+    };
+    // R14: only a REFUND action sends; anything else asks first.
+    const handler = claimed.nextAction === NextAction.REFUND ? this.opts.handlers.refund : this.opts.handlers.reconcile;
+    const settled = Promise.resolve()
+      .then(() => handler.call(this.opts.handlers, view))
+      .then((result): Settled => ({ ok: true, result }), (error: unknown): Settled => ({ ok: false, error }));
+
+    let timer: NodeJS.Timeout | undefined;
+    const deadline = new Promise<"deadline">((resolve) => {
+      timer = setTimeout(() => resolve("deadline"), this.opts.providerCallTimeoutMs);
+    });
+    const first = await Promise.race([settled, deadline]);
+    clearTimeout(timer);
+
+    let answer: ProviderResult | undefined;
+    let decision: WriteDecision;
+    if (first === "deadline") {
+      abort.abort(new Error(`provider call deadline of ${this.opts.providerCallTimeoutMs} ms exceeded`));
+      this.emit({ type: "provider_deadline", ...ids });
+      decision = this.unknownOutcome("provider call deadline exceeded; outcome unknown");
+      // R15: an answer arriving after the deadline is a receipt: file it, never
+      // write with it.
+      const filing = settled.then(async (s) => {
+        if (s.ok && isProviderResult(s.result)) {
+          await this.fileObservation(claimed, s.result, "answer arrived after the provider-call deadline");
+        }
+      });
+      const tracked = filing.finally(() => this.late.delete(tracked));
+      this.late.add(tracked);
+    } else if (!first.ok) {
+      this.emit({ type: "handler_error", ...ids, error: first.error });
+      decision = this.unknownOutcome(`provider call failed; outcome unknown: ${errorText(first.error)}`);
+    } else if (!isProviderResult(first.result)) {
+      this.emit({ type: "handler_error", ...ids, error: new TypeError("handler returned no ProviderResult") });
+      decision = this.unknownOutcome("handler returned no valid result; outcome unknown");
+    } else {
+      answer = first.result;
+      decision = decideReconcile(answer, claimed, {
+        sameKeyResendSafe: this.resendSafe(job.provider),
+        now: coordinatorNow(claimed, performance.now() - claimedAt) ?? new Date(),
+        resendMarginMs: this.opts.resendMarginMs,
+        pendingDelayMs: this.opts.pendingDelayMs,
+        notSentDelayMs: this.opts.unknownOutcomeDelayMs,
+      });
+    }
+    await this.writeBack(claimed, decision, answer);
+  }
+
+  // writeBack makes the fenced write under the claimed attempt (R9).
+  private async writeBack(claimed: ClaimedJob, decision: WriteDecision, answer: ProviderResult | undefined): Promise<void> {
+    const job = claimed.job!;
+    const ids = { jobId: job.id, attempt: claimed.attempt, operationKey: job.operationKey };
+    const write = (): Promise<{ replayed: boolean }> => {
+      switch (decision.kind) {
+        case "complete":
+          return this.client.complete({ jobId: job.id, attempt: claimed.attempt, providerRefundId: decision.providerRefundId });
+        case "reschedule":
+          return this.client.reschedule({
+            jobId: job.id,
+            attempt: claimed.attempt,
+            nextAction: decision.nextAction,
+            when: { case: "delay", value: durationFromMs(decision.delayMs) },
+            reason: clip(decision.reason, 1024),
+          });
+        case "escalate":
+          return this.client.escalate({ jobId: job.id, attempt: claimed.attempt, reason: clip(decision.reason, 1024) });
+      }
+    };
+    for (let retry = 0; ; retry++) {
+      try {
+        const resp = await write();
+        this.emit({ type: "written", ...ids, decision, replayed: resp.replayed });
+        return;
+      } catch (e) {
+        const err = toCoordinatorError(e);
+        if (err instanceof FencedWriteError) {
+          // R9, R21: the fence said no; repeating cannot change that. Keep the
+          // provider's answer as evidence for the current holder (R15).
+          this.emit({ type: "stale", ...ids, error: err });
+          if (answer !== undefined) {
+            await this.fileObservation(claimed, answer, `write-back rejected with ${err.reason}`);
+          }
+          return;
+        }
+        if (isRetryableWrite(err) && retry < this.opts.writeRetries) {
+          // R21: the same write under the same attempt is idempotent.
+          this.emit({ type: "write_retry", ...ids, error: err, retry: retry + 1 });
+          await delay(Math.min(this.opts.writeRetryDelayMs * 2 ** retry, 2_000));
+          continue;
+        }
+        // Give up: the lease lapses and a takeover reconciles (R6, R14). The
+        // receipt is kept if the coordinator takes it (R15).
+        this.emit({ type: "write_failed", ...ids, error: err });
+        if (answer !== undefined) {
+          await this.fileObservation(claimed, answer, `write-back failed: ${err.message}`);
+        }
+        return;
+      }
+    }
+  }
+
+  // fileObservation records a provider answer that this claim could not
+  // write (R15). It is deduplicated by the coordinator, so repeating it after
+  // UNAVAILABLE is safe.
+  private async fileObservation(claimed: ClaimedJob, answer: ProviderResult, detail: string): Promise<void> {
+    const job = claimed.job!;
+    const ids = { jobId: job.id, attempt: claimed.attempt, operationKey: job.operationKey };
+    const obs = observationOf(answer);
+    if (obs === undefined) {
+      return; // no word from the provider to keep
+    }
+    for (let retry = 0; ; retry++) {
+      try {
+        const resp = await this.client.reportObservation({
+          job: { case: "jobId", value: job.id },
+          attempt: claimed.attempt,
+          source: clip(`worker:${this.opts.workerId}`, 128),
+          outcome: obs.outcome,
+          providerRefundId: obs.providerRefundId,
+          providerEventId: obs.providerEventId,
+          detail: clip(obs.detail ? `${detail}: ${obs.detail}` : detail, 4096),
+        });
+        this.emit({ type: "observation", ...ids, outcome: obs.outcome, duplicate: resp.duplicate });
+        return;
+      } catch (e) {
+        const err = toCoordinatorError(e);
+        if (isRetryableWrite(err) && retry < this.opts.writeRetries) {
+          await delay(Math.min(this.opts.writeRetryDelayMs * 2 ** retry, 2_000));
+          continue;
+        }
+        this.emit({ type: "observation_failed", ...ids, error: err });
+        return;
+      }
+    }
+  }
+
+  // unknownOutcome: a request may have reached the provider; the next holder
+  // asks before anything else (R14).
+  private unknownOutcome(reason: string): WriteDecision {
+    return { kind: "reschedule", nextAction: NextAction.RECONCILE, delayMs: this.opts.unknownOutcomeDelayMs, reason };
+  }
+
+  private resendSafe(provider: string): boolean {
+    const s = this.opts.sameKeyResendSafe;
+    return typeof s === "function" ? s(provider) : s;
+  }
+
+  private emit(event: WorkerEvent): void {
+    try {
+      this.opts.onEvent?.(event);
+    } catch {
+      // A failing listener must not break the fencing protocol.
+    }
+  }
+
+  private sleep(ms: number): Promise<void> {
+    if (this.stopping || ms <= 0) {
+      return Promise.resolve();
+    }
+    return new Promise((resolve) => {
+      const timer = setTimeout(done, ms);
+      const waker = (): void => done();
+      this.wakers.push(waker);
+      function done(): void {
+        clearTimeout(timer);
+        resolve();
+      }
+    });
+  }
+
+  private wake(): void {
+    const w = this.wakers;
+    this.wakers = [];
+    for (const f of w) {
+      f();
+    }
+  }
+}
+
+type Settled = { ok: true; result: unknown } | { ok: false; error: unknown };
+
+function observationOf(answer: ProviderResult):
+  | { outcome: ObservationOutcome; providerRefundId: string; providerEventId: string; detail: string | undefined }
+  | undefined {
+  switch (answer.kind) {
+    case "succeeded":
+      return {
+        outcome: ObservationOutcome.SUCCEEDED,
+        providerRefundId: answer.providerRefundId,
+        providerEventId: answer.providerEventId ?? "",
+        detail: answer.detail,
+      };
+    case "pending":
+      return { outcome: ObservationOutcome.PENDING, providerRefundId: "", providerEventId: "", detail: answer.detail };
+    case "not_found":
+      return { outcome: ObservationOutcome.NOT_FOUND, providerRefundId: "", providerEventId: "", detail: answer.detail };
+    case "failed":
+      return { outcome: ObservationOutcome.FAILED, providerRefundId: "", providerEventId: "", detail: answer.reason };
+    case "not_sent":
+    case "escalate":
+      return undefined;
+  }
+}
+
+const resultKinds = new Set(["succeeded", "pending", "not_found", "failed", "not_sent", "escalate"]);
+
+function isProviderResult(v: unknown): v is ProviderResult {
+  return typeof v === "object" && v !== null && resultKinds.has((v as { kind?: unknown }).kind as string);
+}
+
+function errorText(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}
+
+function clip(s: string, max: number): string {
+  return s.length <= max ? s : s.slice(0, max);
+}
+
+function delay(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}

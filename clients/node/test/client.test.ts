@@ -1,0 +1,207 @@
+// CoordinatorClient against a real coordinator on real MariaDB: the happy
+// path, replays, typed errors and int64 exactness.
+
+import assert from "node:assert/strict";
+import { after, describe, it } from "node:test";
+
+import { timestampDate } from "@bufbuild/protobuf/wkt";
+import { Code, ConnectError } from "@connectrpc/connect";
+
+import {
+  CoordinatorError,
+  InvalidArgumentError,
+  JobNotRunningError,
+  JobState,
+  NextAction,
+  NotFoundError,
+  ObservationOutcome,
+  OperationKeyConflictError,
+  StaleAttemptError,
+  isRetryableWrite,
+  type CoordinatorClient,
+  type Job,
+} from "../src/index.js";
+import { refund, startCoordinator, type Coordinator } from "./harness.js";
+
+
+// Top-level await: a missing MySQL fails the whole file loudly, never skips it.
+const coord: Coordinator = await startCoordinator();
+const client: CoordinatorClient = coord.client();
+after(async () => {
+  await coord.stop();
+});
+
+async function claimOne(worker: string, job: Job, c: CoordinatorClient = client) {
+  const resp = await c.claim({ workerId: worker, maxJobs: 1, provider: job.provider });
+  assert.equal(resp.jobs.length, 1, `${worker} claimed ${resp.jobs.length} jobs`);
+  assert.equal(resp.jobs[0]!.job!.id, job.id);
+  return resp.jobs[0]!;
+}
+
+describe("CoordinatorClient", () => {
+  it("enqueues, claims and completes a refund (R1, R5, R9)", async () => {
+    const req = refund();
+    const enq = await client.enqueueRefund(req);
+    assert.equal(enq.created, true);
+    const job = enq.job!;
+    assert.equal(typeof job.id, "bigint");
+    assert.equal(job.state, JobState.READY);
+    assert.equal(job.attempt, 0n);
+
+    const claimed = await claimOne("node-a", job);
+    assert.equal(typeof claimed.attempt, "bigint");
+    assert.equal(claimed.attempt, 1n);
+    assert.equal(claimed.nextAction, NextAction.REFUND);
+    assert.equal(claimed.takeover, false);
+    assert.equal(claimed.job!.operationKey, req.operationKey);
+    // R22: the coordinator keeps the resend window, counted from the first send.
+    assert.ok(claimed.resendDeadline && claimed.job!.firstSentAt);
+    assert.equal(
+      timestampDate(claimed.resendDeadline).getTime() - timestampDate(claimed.job!.firstSentAt).getTime(),
+      24 * 3600 * 1000,
+    );
+
+    const done = await client.complete({ jobId: job.id, attempt: claimed.attempt, providerRefundId: "re_1" });
+    assert.equal(done.replayed, false);
+    assert.equal(done.job!.state, JobState.SUCCEEDED);
+    assert.equal(done.job!.providerRefundId, "re_1");
+
+    const got = await client.getJob({ job: { case: "operationKey", value: req.operationKey! } });
+    assert.deepEqual(got.events.map((e) => [e.kind, e.attempt]), [["enqueued", 0n], ["claimed", 1n], ["completed", 1n]]);
+  });
+
+  it("answers a repeated write-back with replayed: true (R21, T4)", async () => {
+    const job = (await client.enqueueRefund(refund())).job!;
+    const claimed = await claimOne("node-a", job);
+    const req = { jobId: job.id, attempt: claimed.attempt, providerRefundId: "re_replay" };
+    const first = await client.complete(req);
+    const again = await client.complete(req);
+    assert.equal(first.replayed, false);
+    assert.equal(again.replayed, true);
+    assert.equal(again.job!.state, JobState.SUCCEEDED);
+
+    // The same attempt, another outcome: not a replay.
+    await assert.rejects(client.escalate({ jobId: job.id, attempt: claimed.attempt, reason: "second thoughts" }), (err) => {
+      assert.ok(err instanceof JobNotRunningError, String(err));
+      assert.equal(err.code, Code.FailedPrecondition);
+      assert.equal(err.currentState, JobState.SUCCEEDED);
+      assert.equal(err.currentAttempt, claimed.attempt);
+      return true;
+    });
+    const got = await client.getJob({ job: { case: "jobId", value: job.id } });
+    assert.equal(got.events.filter((e) => e.kind === "completed").length, 1);
+  });
+
+  it("repeats a write-back whose reply was lost and gets replayed (R21, T4)", async () => {
+    // The reply of the first Complete is lost after the coordinator committed it.
+    let drop = true;
+    const lossy = coord.client({
+      interceptors: [
+        (next) => async (req) => {
+          const res = await next(req);
+          if (req.method.name === "Complete" && drop) {
+            drop = false;
+            throw new ConnectError("test: reply lost after commit", Code.Unavailable);
+          }
+          return res;
+        },
+      ],
+    });
+    const job = (await lossy.enqueueRefund(refund())).job!;
+    const claimed = await claimOne("node-a", job, lossy);
+    const req = { jobId: job.id, attempt: claimed.attempt, providerRefundId: "re_lost" };
+    const lost = await lossy.complete(req).then(() => undefined, (e: unknown) => e);
+    assert.ok(lost instanceof CoordinatorError);
+    assert.equal(lost.code, Code.Unavailable);
+    assert.equal(isRetryableWrite(lost), true);
+    const again = await lossy.complete(req);
+    assert.equal(again.replayed, true);
+    assert.equal(again.job!.providerRefundId, "re_lost");
+  });
+
+  it("rejects bad input with InvalidArgumentError naming the field", async () => {
+    const job = (await client.enqueueRefund(refund())).job!;
+    const claimed = await claimOne("node-a", job);
+    const cases: Array<[string, () => Promise<unknown>]> = [
+      ["operation_key", () => client.enqueueRefund(refund({ operationKey: "" }))],
+      ["amount_minor", () => client.enqueueRefund(refund({ amountMinor: 0n }))],
+      ["currency", () => client.enqueueRefund(refund({ currency: "usd" }))],
+      ["max_jobs", () => client.claim({ workerId: "w", maxJobs: 0 })],
+      ["max_jobs", () => client.claim({ workerId: "w", maxJobs: 101 })],
+      ["lease_duration", () => client.claim({ workerId: "w", maxJobs: 1, leaseDuration: { seconds: 0n, nanos: 500_000_000 } })],
+      ["worker_id", () => client.claim({ maxJobs: 1 })],
+      ["attempt", () => client.complete({ jobId: job.id, attempt: 0n, providerRefundId: "re" })],
+      ["provider_refund_id", () => client.complete({ jobId: job.id, attempt: claimed.attempt })],
+      ["reason", () => client.escalate({ jobId: job.id, attempt: claimed.attempt })],
+      ["outcome", () => client.reportObservation({ job: { case: "jobId", value: job.id }, source: "x" })],
+    ];
+    for (const [field, call] of cases) {
+      await assert.rejects(call(), (err) => {
+        assert.ok(err instanceof InvalidArgumentError, `${field}: ${String(err)}`);
+        assert.equal(err.code, Code.InvalidArgument);
+        assert.equal(err.reason, "INVALID_ARGUMENT");
+        assert.ok(err.fields.includes(field), `${field}: violations ${JSON.stringify(err.fieldViolations)}`);
+        assert.ok(err.fieldViolations.every((v) => v.description !== ""));
+        return true;
+      });
+    }
+  });
+
+  it("returns the existing job for the same refund and OperationKeyConflictError for different values (R1)", async () => {
+    const req = refund();
+    const first = await client.enqueueRefund(req);
+    const again = await client.enqueueRefund(req);
+    assert.equal(again.created, false);
+    assert.equal(again.job!.id, first.job!.id);
+    await assert.rejects(client.enqueueRefund({ ...req, amountMinor: 4201n }), (err) => {
+      assert.ok(err instanceof OperationKeyConflictError, String(err));
+      assert.equal(err.code, Code.AlreadyExists);
+      assert.equal(err.operationKey, req.operationKey);
+      assert.equal(err.jobId, first.job!.id);
+      return true;
+    });
+  });
+
+  it("reports unknown jobs as NotFoundError", async () => {
+    await assert.rejects(client.getJob({ job: { case: "jobId", value: 987_654_321n } }), NotFoundError);
+    await assert.rejects(
+      client.reportObservation({
+        job: { case: "operationKey", value: "no-such-key" },
+        source: "webhook",
+        outcome: ObservationOutcome.PENDING,
+      }),
+      (err) => err instanceof NotFoundError && err.code === Code.NotFound,
+    );
+  });
+
+  it("keeps ids and attempts above 2^53 exact (int64 as bigint)", async () => {
+    // Test data only: push the id and the attempt past Number.MAX_SAFE_INTEGER,
+    // where a JS number would silently round 2^53+1 to 2^53.
+    const big = 2n ** 53n + 1n;
+    await coord.sql(`ALTER TABLE refund_jobs AUTO_INCREMENT = ${big}`);
+    const job = (await client.enqueueRefund(refund())).job!;
+    assert.equal(typeof job.id, "bigint");
+    assert.ok(job.id >= big, `id ${job.id}`);
+    await coord.sql(`UPDATE refund_jobs SET attempt = ${big - 1n} WHERE id = ${job.id}`);
+
+    const a = await claimOne("node-a", job);
+    assert.equal(a.attempt, big);
+    assert.notEqual(a.attempt.toString(), String(Number(a.attempt)), "the value is not representable as a number");
+    await coord.expireLease(job.id);
+    const b = await claimOne("node-b", job);
+    assert.equal(b.attempt, big + 1n);
+    await client.complete({ jobId: job.id, attempt: b.attempt, providerRefundId: "re_big" });
+
+    await assert.rejects(client.complete({ jobId: job.id, attempt: a.attempt, providerRefundId: "re_a" }), (err) => {
+      assert.ok(err instanceof StaleAttemptError, String(err));
+      assert.equal(err.jobId, job.id);
+      assert.equal(err.attempt, big);
+      assert.equal(err.currentAttempt, big + 1n);
+      return true;
+    });
+    const got = await client.getJob({ job: { case: "jobId", value: job.id } });
+    assert.equal(got.job!.id, job.id);
+    assert.equal(got.job!.attempt, big + 1n);
+    assert.deepEqual(got.events.slice(-3).map((e) => e.attempt), [big, big + 1n, big + 1n]);
+  });
+});

@@ -1,0 +1,205 @@
+// A real coordinator process on a fresh MariaDB/MySQL database, per test file.
+//
+// MySQL is mandatory: when the server cannot be reached the tests fail, never
+// skip. The coordinator binary comes from JOBFENCE_COORDINATOR_BIN, or is built
+// from the repository with `go build`. JOBFENCE_TEST_MYSQL_DSN names another
+// server (default root@tcp(127.0.0.1:3306)/), as for the Go tests.
+
+import { execFile, spawn, type ChildProcess } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { rmSync } from "node:fs";
+import { mkdtemp } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { createInterface } from "node:readline";
+import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
+
+import { CoordinatorClient, type CoordinatorClientOptions, type EnqueueRefundInit } from "../src/index.js";
+
+const run = promisify(execFile);
+
+// dist/test/harness.js → the repository root.
+const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../../../..");
+
+interface MySQLServer {
+  user: string;
+  password: string;
+  host: string;
+  port: string;
+}
+
+function mysqlServer(): MySQLServer {
+  const dsn = process.env.JOBFENCE_TEST_MYSQL_DSN || "root@tcp(127.0.0.1:3306)/";
+  const m = /^([^:@]*)(?::([^@]*))?@tcp\(([^:)]+)(?::(\d+))?\)\//.exec(dsn);
+  if (!m) {
+    throw new Error(`JOBFENCE_TEST_MYSQL_DSN ${JSON.stringify(dsn)} is not user[:password]@tcp(host:port)/`);
+  }
+  return { user: m[1]!, password: m[2] ?? "", host: m[3]!, port: m[4] ?? "3306" };
+}
+
+/** mysql runs statements with the mysql CLI and returns its tab-separated output. */
+export async function mysql(sql: string, database?: string): Promise<string> {
+  const s = mysqlServer();
+  const args = [`-h${s.host}`, `-P${s.port}`, `-u${s.user}`, "--batch", "--skip-column-names", "-e", sql];
+  if (database) {
+    args.push(database);
+  }
+  const env = { ...process.env, MYSQL_PWD: s.password };
+  try {
+    const { stdout } = await run("mysql", args, { env, timeout: 30_000 });
+    return stdout;
+  } catch (err) {
+    const e = err as { stderr?: string; message: string };
+    throw new Error(`MySQL is required for these tests and the statement failed at ${s.host}:${s.port}: ` +
+      `${e.stderr?.trim() || e.message}\n(start MariaDB, or set JOBFENCE_TEST_MYSQL_DSN)`);
+  }
+}
+
+let built: Promise<string> | undefined;
+
+/** coordinatorBinary returns JOBFENCE_COORDINATOR_BIN or builds ./cmd/coordinator once per process. */
+export function coordinatorBinary(): Promise<string> {
+  const fromEnv = process.env.JOBFENCE_COORDINATOR_BIN;
+  if (fromEnv) {
+    return Promise.resolve(fromEnv);
+  }
+  built ??= (async () => {
+    const dir = await mkdtemp(path.join(tmpdir(), "jobfence-coordinator-"));
+    const bin = path.join(dir, "coordinator");
+    await run("go", ["build", "-o", bin, "./cmd/coordinator"], { cwd: repoRoot, timeout: 300_000 });
+    process.once("exit", () => rmSync(dir, { recursive: true, force: true }));
+    return bin;
+  })();
+  return built;
+}
+
+/** Coordinator is a running coordinator process on its own database. */
+export interface Coordinator {
+  /** host:port the coordinator listens on. */
+  address: string;
+  database: string;
+  /** Log lines the process wrote, parsed. */
+  logs: Array<Record<string, unknown>>;
+  client(opts?: Partial<CoordinatorClientOptions>): CoordinatorClient;
+  /** sql runs statements on the coordinator's database. */
+  sql(statement: string): Promise<string>;
+  /** expireLease ends a running job's lease in test data (T1: never by moving a clock). */
+  expireLease(jobId: bigint): Promise<void>;
+  stop(): Promise<void>;
+}
+
+/**
+ * startCoordinator creates a fresh database, starts the coordinator on it at
+ * 127.0.0.1:0 and reads the address from its "coordinator serving" log line.
+ */
+export async function startCoordinator(extraArgs: string[] = []): Promise<Coordinator> {
+  const bin = await coordinatorBinary();
+  const database = `jobfence_node_${randomBytes(6).toString("hex")}`;
+  await mysql(`CREATE DATABASE \`${database}\``);
+  const s = mysqlServer();
+  const dsn = `${s.user}${s.password ? `:${s.password}` : ""}@tcp(${s.host}:${s.port})/${database}`;
+  const proc = spawn(bin, ["--listen", "127.0.0.1:0", "--log-format", "json", "--mysql-dsn", dsn, ...extraArgs], {
+    stdio: ["ignore", "ignore", "pipe"],
+  });
+  const logs: Array<Record<string, unknown>> = [];
+  const clients: CoordinatorClient[] = [];
+  let address: string;
+  try {
+    address = await serving(proc, logs);
+  } catch (err) {
+    proc.kill("SIGKILL");
+    await mysql(`DROP DATABASE IF EXISTS \`${database}\``).catch(() => undefined);
+    throw err;
+  }
+  return {
+    address,
+    database,
+    logs,
+    client(opts) {
+      const c = new CoordinatorClient({ address, defaultTimeoutMs: 15_000, ...opts });
+      clients.push(c);
+      return c;
+    },
+    sql: (statement) => mysql(statement, database),
+    async expireLease(jobId) {
+      await mysql(`UPDATE refund_jobs SET lease_until = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE id = ${jobId} AND state = 'running'`,
+        database);
+    },
+    async stop() {
+      for (const c of clients) {
+        c.close();
+      }
+      if (proc.exitCode === null && proc.signalCode === null) {
+        const exited = new Promise((resolve) => proc.once("exit", resolve));
+        proc.kill("SIGTERM");
+        const timer = setTimeout(() => proc.kill("SIGKILL"), 10_000);
+        await exited;
+        clearTimeout(timer);
+      }
+      await mysql(`DROP DATABASE IF EXISTS \`${database}\``);
+    },
+  };
+}
+
+function serving(proc: ChildProcess, logs: Array<Record<string, unknown>>): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const raw: string[] = [];
+    const lines = createInterface({ input: proc.stderr! });
+    const timer = setTimeout(() => fail(new Error("coordinator did not log \"coordinator serving\" within 30 s")), 30_000);
+    function fail(err: Error): void {
+      clearTimeout(timer);
+      reject(new Error(`${err.message}\n${raw.join("\n")}`));
+    }
+    lines.on("line", (line) => {
+      raw.push(line);
+      let rec: Record<string, unknown>;
+      try {
+        rec = JSON.parse(line) as Record<string, unknown>;
+      } catch {
+        return;
+      }
+      logs.push(rec);
+      if (rec["msg"] === "coordinator serving" && typeof rec["listen"] === "string") {
+        clearTimeout(timer);
+        resolve(rec["listen"]);
+      }
+    });
+    proc.once("error", (err) => fail(err));
+    proc.once("exit", (code, signal) => fail(new Error(`coordinator exited (${code ?? signal}) before serving`)));
+  });
+}
+
+let seq = 0;
+
+/** refund returns a fresh, valid EnqueueRefund request. */
+export function refund(overrides: Partial<EnqueueRefundInit> = {}): EnqueueRefundInit {
+  seq++;
+  const tag = `${process.pid}-${seq}-${randomBytes(3).toString("hex")}`;
+  return {
+    operationKey: `node-op-${tag}`,
+    orderId: `ord-${tag}`,
+    paymentId: `pay-${tag}`,
+    amountMinor: 4200n,
+    currency: "USD",
+    // A provider of its own lets a test claim only its jobs.
+    provider: `p-${tag}`.toLowerCase(),
+    ...overrides,
+  };
+}
+
+/** eventually polls check until it returns without throwing, or rethrows after timeoutMs. */
+export async function eventually(check: () => Promise<void> | void, timeoutMs = 10_000): Promise<void> {
+  const end = Date.now() + timeoutMs;
+  for (;;) {
+    try {
+      await check();
+      return;
+    } catch (err) {
+      if (Date.now() > end) {
+        throw err;
+      }
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  }
+}

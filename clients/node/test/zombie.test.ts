@@ -1,0 +1,170 @@
+// T1 and T2 from Node: a zombie client writes late after a takeover, and a
+// late holder whose lease ran out while nobody took over.
+
+import assert from "node:assert/strict";
+import { after, describe, it } from "node:test";
+
+import { timestampDate } from "@bufbuild/protobuf/wkt";
+import { Code } from "@connectrpc/connect";
+
+import {
+  JobState,
+  NextAction,
+  ObservationOutcome,
+  StaleAttemptError,
+  Worker,
+  type ProviderResult,
+  type WorkerEvent,
+} from "../src/index.js";
+import { eventually, refund, startCoordinator, type Coordinator } from "./harness.js";
+
+
+// Top-level await: a missing MySQL fails the whole file loudly, never skips it.
+const coord: Coordinator = await startCoordinator();
+after(async () => {
+  await coord.stop();
+});
+
+describe("zombie writes", () => {
+  it("TestZombieLateWritesAffectNothing_T1: stale complete, reschedule and escalate are rejected and the receipt is filed", async () => {
+    const zombie = coord.client();
+    const b = coord.client();
+    const req = refund();
+    const job = (await zombie.enqueueRefund(req)).job!;
+    const a = (await zombie.claim({ workerId: "zombie-a", maxJobs: 1, provider: req.provider!, leaseDuration: { seconds: 1n } })).jobs[0]!;
+    assert.equal(a.attempt, 1n);
+
+    // A hangs on the provider; its lease runs out (test data, never a clock
+    // move) and B takes over.
+    await coord.expireLease(job.id);
+    const taken = (await b.claim({ workerId: "worker-b", maxJobs: 1, provider: req.provider! })).jobs;
+    assert.equal(taken.length, 1);
+    const bj = taken[0]!;
+    assert.equal(bj.attempt, 2n);
+    assert.equal(bj.takeover, true);
+    assert.equal(bj.nextAction, NextAction.RECONCILE);
+    assert.equal(bj.job!.operationKey, req.operationKey, "R1: the key never changes");
+    assert.deepEqual(timestampDate(bj.resendDeadline!), timestampDate(a.resendDeadline!), "R22: the window is the job's");
+
+    // B's reconcile finds the refund made and completes under attempt 2.
+    await b.complete({ jobId: job.id, attempt: bj.attempt, providerRefundId: "re_B" });
+
+    // A wakes up: every late write carries attempt 1 and changes nothing.
+    const late: Array<[string, () => Promise<unknown>]> = [
+      ["complete", () => zombie.complete({ jobId: job.id, attempt: a.attempt, providerRefundId: "re_A" })],
+      ["reschedule", () => zombie.reschedule({ jobId: job.id, attempt: a.attempt, when: { case: "delay", value: { seconds: 5n } }, reason: "socket timeout" })],
+      ["escalate", () => zombie.escalate({ jobId: job.id, attempt: a.attempt, reason: "confused" })],
+    ];
+    for (const [name, write] of late) {
+      await assert.rejects(write(), (err) => {
+        assert.ok(err instanceof StaleAttemptError, `${name}: ${String(err)}`);
+        assert.equal(err.code, Code.FailedPrecondition);
+        assert.equal(err.reason, "STALE_ATTEMPT");
+        assert.equal(err.jobId, job.id);
+        assert.equal(err.attempt, 1n);
+        assert.equal(err.currentAttempt, 2n);
+        assert.equal(err.currentState, JobState.SUCCEEDED);
+        return true;
+      });
+    }
+
+    // R15: A files what it finally heard; kept, never applied.
+    const obs = await zombie.reportObservation({
+      job: { case: "jobId", value: job.id },
+      attempt: a.attempt,
+      source: "worker:zombie-a",
+      outcome: ObservationOutcome.SUCCEEDED,
+      providerRefundId: "re_A",
+    });
+    assert.equal(obs.duplicate, false);
+    assert.equal(obs.observation!.reportedAttempt, 1n);
+    assert.equal(obs.observation!.jobAttempt, 2n);
+
+    const got = await b.getJob({ job: { case: "jobId", value: job.id } });
+    assert.equal(got.job!.state, JobState.SUCCEEDED);
+    assert.equal(got.job!.attempt, 2n);
+    assert.equal(got.job!.providerRefundId, "re_B");
+    assert.deepEqual(got.events.map((e) => [e.kind, e.attempt, e.workerId]), [
+      ["enqueued", 0n, ""],
+      ["claimed", 1n, "zombie-a"],
+      ["taken_over", 2n, "worker-b"],
+      ["completed", 2n, "worker-b"],
+    ]);
+    assert.equal(got.observations.length, 1);
+    assert.equal(got.observations[0]!.providerRefundId, "re_A");
+  });
+
+  it("TestLeaseExpiredNobodyTookOver_T2: a late complete still lands and nobody can take the job over (R8)", async () => {
+    const c = coord.client();
+    const req = refund();
+    const job = (await c.enqueueRefund(req)).job!;
+    const a = (await c.claim({ workerId: "slow-a", maxJobs: 1, provider: req.provider!, leaseDuration: { seconds: 1n } })).jobs[0]!;
+    await new Promise((r) => setTimeout(r, 1_200)); // a real 1 s lease runs out
+    const done = await c.complete({ jobId: job.id, attempt: a.attempt, providerRefundId: "re_late" });
+    assert.equal(done.replayed, false);
+    assert.equal(done.job!.state, JobState.SUCCEEDED);
+    const b = await c.claim({ workerId: "worker-b", maxJobs: 10, provider: req.provider! });
+    assert.equal(b.jobs.length, 0);
+  });
+
+  it("TestWorkerZombieFilesObservationAndNeverRetries_T1_R15: the Worker's stale write becomes an observation", async () => {
+    const req = refund();
+    const calls: string[] = [];
+    const zombieClient = coord.client({
+      interceptors: [(next) => async (r) => {
+        calls.push(r.method.name);
+        return next(r);
+      }],
+    });
+    const b = coord.client();
+    const job = (await b.enqueueRefund(req)).job!;
+
+    let release!: (r: ProviderResult) => void;
+    const held = new Promise<ProviderResult>((resolve) => (release = resolve));
+    const events: WorkerEvent[] = [];
+    const worker = new Worker({
+      client: zombieClient,
+      workerId: "zombie-worker",
+      provider: req.provider!,
+      leaseMs: 30_000,
+      providerCallTimeoutMs: 20_000,
+      idlePollMs: 50,
+      handlers: {
+        refund: () => held, // hangs on the provider
+        reconcile: () => Promise.reject(new Error("not expected")),
+      },
+      onEvent: (e) => events.push(e),
+    });
+    worker.start();
+    await eventually(() => assert.ok(events.some((e) => e.type === "claimed")));
+
+    await coord.expireLease(job.id);
+    const bj = (await b.claim({ workerId: "worker-b", maxJobs: 1, provider: req.provider! })).jobs[0]!;
+    assert.equal(bj.attempt, 2n);
+    await b.complete({ jobId: job.id, attempt: bj.attempt, providerRefundId: "re_B" });
+
+    // The provider finally answers the zombie.
+    release({ kind: "succeeded", providerRefundId: "re_A", providerEventId: "evt_A" });
+    await eventually(() => assert.ok(events.some((e) => e.type === "observation")));
+    await worker.stop();
+
+    const stale = events.find((e) => e.type === "stale");
+    assert.ok(stale && stale.type === "stale" && stale.error instanceof StaleAttemptError);
+    assert.equal(stale.error.currentAttempt, 2n);
+    assert.equal(calls.filter((m) => m === "Complete").length, 1, "a stale write is never retried");
+    assert.ok(!events.some((e) => e.type === "written"));
+
+    const got = await b.getJob({ job: { case: "jobId", value: job.id } });
+    assert.equal(got.job!.state, JobState.SUCCEEDED);
+    assert.equal(got.job!.providerRefundId, "re_B");
+    assert.equal(got.events.filter((e) => e.kind === "completed").length, 1);
+    assert.equal(got.observations.length, 1);
+    const o = got.observations[0]!;
+    assert.equal(o.source, "worker:zombie-worker");
+    assert.equal(o.outcome, ObservationOutcome.SUCCEEDED);
+    assert.equal(o.providerRefundId, "re_A");
+    assert.equal(o.providerEventId, "evt_A");
+    assert.equal(o.reportedAttempt, 1n);
+    assert.equal(o.jobAttempt, 2n);
+  });
+});
