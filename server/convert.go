@@ -48,6 +48,7 @@ func claimedToProto(c store.ClaimedJob, resendDeadline time.Time) *pb.ClaimedJob
 		Takeover:       c.Takeover,
 		Observations:   obs,
 		ResendDeadline: timeToProto(resendDeadline),
+		ClaimedAt:      timeToProto(c.Job.UpdatedAt),
 	}
 }
 

@@ -255,6 +255,10 @@ func TestRescheduleAndClaimAgainOverGRPC(t *testing.T) {
 		if a.NextAction != pb.NextAction_NEXT_ACTION_REFUND || a.Takeover || a.LeaseUntil == nil {
 			t.Fatalf("first claim = %v", a)
 		}
+		if !a.ClaimedAt.AsTime().Equal(a.Job.FirstSentAt.AsTime()) || a.LeaseUntil.AsTime().Sub(a.ClaimedAt.AsTime()) != 30*time.Second {
+			t.Fatalf("claimed_at %v, first_sent_at %v, lease_until %v: want the claim's database time",
+				a.ClaimedAt.AsTime(), a.Job.FirstSentAt.AsTime(), a.LeaseUntil.AsTime())
+		}
 		// R22: the resend window starts at the first send, per provider.
 		if a.ResendDeadline == nil || a.ResendDeadline.AsTime().Sub(a.Job.FirstSentAt.AsTime()) != 24*time.Hour {
 			t.Fatalf("resend_deadline %v, first_sent_at %v: want 24h apart", a.ResendDeadline, a.Job.FirstSentAt)
@@ -464,6 +468,33 @@ func TestClaimLongPollWakesOnEnqueue(t *testing.T) {
 			}
 		case <-time.After(15 * time.Second):
 			t.Fatal("the waiting claimer was not woken by the enqueue")
+		}
+
+		// A wake goes to a waiter that would claim the job: the older waiter
+		// only takes globex jobs, so the acme job must wake the newer one.
+		globex := make(chan *pb.ClaimResponse, 1)
+		go func() {
+			resp, _ := c.client.Claim(ctx, &pb.ClaimRequest{WorkerId: "g", MaxJobs: 1, Provider: "globex",
+				Wait: durationpb.New(3 * time.Second)})
+			globex <- resp
+		}()
+		time.Sleep(100 * time.Millisecond)
+		go func() {
+			resp, _ := c.client.Claim(ctx, &pb.ClaimRequest{WorkerId: "any", MaxJobs: 1, Wait: durationpb.New(20 * time.Second)})
+			got <- resp
+		}()
+		time.Sleep(100 * time.Millisecond)
+		acme := c.enqueue(t)
+		select {
+		case resp := <-got:
+			if resp == nil || len(resp.Jobs) != 1 || resp.Jobs[0].Job.Id != acme.Id {
+				t.Fatalf("unfiltered long poll = %v, want job %d", resp, acme.Id)
+			}
+		case <-time.After(15 * time.Second):
+			t.Fatal("the acme job woke the globex-only waiter instead of the one that takes it")
+		}
+		if resp := <-globex; resp == nil || len(resp.Jobs) != 0 {
+			t.Fatalf("globex-only waiter got %v", resp)
 		}
 
 		// Nothing to do: an empty answer once the wait is over.

@@ -93,7 +93,7 @@ func (s *Server) EnqueueRefund(ctx context.Context, req *pb.EnqueueRefundRequest
 		return nil, s.toStatus(ctx, err, jobAttrs{id: job.ID, key: p.OperationKey})
 	}
 	if created {
-		s.waiters.wake(1)
+		s.waiters.wake(job.Provider)
 		s.log.LogAttrs(ctx, slog.LevelDebug, "refund enqueued", attrsOf(job).attrs()...)
 	}
 	return &pb.EnqueueRefundResponse{Job: jobToProto(job), Created: created}, nil
@@ -129,7 +129,7 @@ func (s *Server) Claim(ctx context.Context, req *pb.ClaimRequest) (*pb.ClaimResp
 func (s *Server) claim(ctx context.Context, p store.ClaimParams, wait time.Duration) ([]store.ClaimedJob, error) {
 	deadline := time.Now().Add(wait)
 	for {
-		woken := s.waiters.add()
+		woken := s.waiters.add(p.Provider)
 		claimed, err := s.store.Claim(ctx, p)
 		left := time.Until(deadline)
 		if err != nil || len(claimed) > 0 || left <= 0 {
@@ -187,7 +187,7 @@ func (s *Server) write(ctx context.Context, w store.Writeback) (store.WriteResul
 		return res, s.toStatus(ctx, err, jobAttrs{id: w.JobID, attempt: w.Attempt})
 	}
 	if w.Kind == store.EventRescheduled && !res.Replayed {
-		s.waiters.wake(1) // it may be due now
+		s.waiters.wake(res.Job.Provider) // it may be due now
 	}
 	level := slog.LevelDebug
 	if w.Kind == store.EventEscalated {

@@ -8,12 +8,18 @@ import "sync"
 // one per new job, so an enqueue does not stampede every idle worker.
 type waiters struct {
 	mu      sync.Mutex
-	queue   []chan struct{}
+	queue   []waiter
 	stopped bool
 }
 
-// add registers a waiter. Its channel is closed when it is woken.
-func (w *waiters) add() chan struct{} {
+type waiter struct {
+	ch       chan struct{}
+	provider string // the claim's provider filter; empty takes any
+}
+
+// add registers a waiter for jobs of provider (any when empty). Its channel is
+// closed when it is woken.
+func (w *waiters) add(provider string) chan struct{} {
 	ch := make(chan struct{})
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -21,7 +27,7 @@ func (w *waiters) add() chan struct{} {
 		close(ch)
 		return ch
 	}
-	w.queue = append(w.queue, ch)
+	w.queue = append(w.queue, waiter{ch: ch, provider: provider})
 	return ch
 }
 
@@ -30,20 +36,23 @@ func (w *waiters) remove(ch chan struct{}) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for i, c := range w.queue {
-		if c == ch {
+		if c.ch == ch {
 			w.queue = append(w.queue[:i], w.queue[i+1:]...)
 			return
 		}
 	}
 }
 
-// wake wakes up to n waiters, oldest first.
-func (w *waiters) wake(n int) {
+// wake wakes the oldest waiter that would claim a job of provider.
+func (w *waiters) wake(provider string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for ; n > 0 && len(w.queue) > 0; n-- {
-		close(w.queue[0])
-		w.queue = w.queue[1:]
+	for i, c := range w.queue {
+		if c.provider == "" || c.provider == provider {
+			close(c.ch)
+			w.queue = append(w.queue[:i], w.queue[i+1:]...)
+			return
+		}
 	}
 }
 
@@ -52,8 +61,8 @@ func (w *waiters) stop() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.stopped = true
-	for _, ch := range w.queue {
-		close(ch)
+	for _, c := range w.queue {
+		close(c.ch)
 	}
 	w.queue = nil
 }

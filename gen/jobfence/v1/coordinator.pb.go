@@ -403,8 +403,12 @@ type ClaimedJob struct {
 	// retention window, counted from job.first_sent_at (R22). Unset when nothing
 	// was sent yet. After it, a "no record" reconcile must escalate (R14, R16).
 	ResendDeadline *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=resend_deadline,json=resendDeadline,proto3" json:"resend_deadline,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The database's time when the claim committed (R12). Compare
+	// resend_deadline with claimed_at plus the time elapsed on your own
+	// monotonic clock since the claim returned, never with your wall clock.
+	ClaimedAt     *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=claimed_at,json=claimedAt,proto3" json:"claimed_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ClaimedJob) Reset() {
@@ -482,6 +486,13 @@ func (x *ClaimedJob) GetObservations() []*Observation {
 func (x *ClaimedJob) GetResendDeadline() *timestamppb.Timestamp {
 	if x != nil {
 		return x.ResendDeadline
+	}
+	return nil
+}
+
+func (x *ClaimedJob) GetClaimedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ClaimedAt
 	}
 	return nil
 }
@@ -1784,7 +1795,7 @@ const file_jobfence_v1_coordinator_proto_rawDesc = "" +
 	"\n" +
 	"created_at\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x129\n" +
 	"\n" +
-	"updated_at\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\"\xe0\x02\n" +
+	"updated_at\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\"\x9b\x03\n" +
 	"\n" +
 	"ClaimedJob\x12\"\n" +
 	"\x03job\x18\x01 \x01(\v2\x10.jobfence.v1.JobR\x03job\x12\x18\n" +
@@ -1795,7 +1806,9 @@ const file_jobfence_v1_coordinator_proto_rawDesc = "" +
 	"nextAction\x12\x1a\n" +
 	"\btakeover\x18\x05 \x01(\bR\btakeover\x12<\n" +
 	"\fobservations\x18\x06 \x03(\v2\x18.jobfence.v1.ObservationR\fobservations\x12C\n" +
-	"\x0fresend_deadline\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x0eresendDeadline\"\x9f\x03\n" +
+	"\x0fresend_deadline\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x0eresendDeadline\x129\n" +
+	"\n" +
+	"claimed_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tclaimedAt\"\x9f\x03\n" +
 	"\bJobEvent\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\x03R\x05jobId\x12\x18\n" +
@@ -1975,47 +1988,48 @@ var file_jobfence_v1_coordinator_proto_depIdxs = []int32{
 	1,  // 9: jobfence.v1.ClaimedJob.next_action:type_name -> jobfence.v1.NextAction
 	6,  // 10: jobfence.v1.ClaimedJob.observations:type_name -> jobfence.v1.Observation
 	21, // 11: jobfence.v1.ClaimedJob.resend_deadline:type_name -> google.protobuf.Timestamp
-	0,  // 12: jobfence.v1.JobEvent.from_state:type_name -> jobfence.v1.JobState
-	0,  // 13: jobfence.v1.JobEvent.to_state:type_name -> jobfence.v1.JobState
-	1,  // 14: jobfence.v1.JobEvent.next_action:type_name -> jobfence.v1.NextAction
-	21, // 15: jobfence.v1.JobEvent.created_at:type_name -> google.protobuf.Timestamp
-	2,  // 16: jobfence.v1.Observation.outcome:type_name -> jobfence.v1.ObservationOutcome
-	21, // 17: jobfence.v1.Observation.created_at:type_name -> google.protobuf.Timestamp
-	21, // 18: jobfence.v1.EnqueueRefundRequest.not_before:type_name -> google.protobuf.Timestamp
-	3,  // 19: jobfence.v1.EnqueueRefundResponse.job:type_name -> jobfence.v1.Job
-	22, // 20: jobfence.v1.ClaimRequest.lease_duration:type_name -> google.protobuf.Duration
-	22, // 21: jobfence.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
-	4,  // 22: jobfence.v1.ClaimResponse.jobs:type_name -> jobfence.v1.ClaimedJob
-	3,  // 23: jobfence.v1.CompleteResponse.job:type_name -> jobfence.v1.Job
-	1,  // 24: jobfence.v1.RescheduleRequest.next_action:type_name -> jobfence.v1.NextAction
-	22, // 25: jobfence.v1.RescheduleRequest.delay:type_name -> google.protobuf.Duration
-	21, // 26: jobfence.v1.RescheduleRequest.next_attempt_at:type_name -> google.protobuf.Timestamp
-	3,  // 27: jobfence.v1.RescheduleResponse.job:type_name -> jobfence.v1.Job
-	3,  // 28: jobfence.v1.EscalateResponse.job:type_name -> jobfence.v1.Job
-	2,  // 29: jobfence.v1.ReportObservationRequest.outcome:type_name -> jobfence.v1.ObservationOutcome
-	6,  // 30: jobfence.v1.ReportObservationResponse.observation:type_name -> jobfence.v1.Observation
-	3,  // 31: jobfence.v1.GetJobResponse.job:type_name -> jobfence.v1.Job
-	5,  // 32: jobfence.v1.GetJobResponse.events:type_name -> jobfence.v1.JobEvent
-	6,  // 33: jobfence.v1.GetJobResponse.observations:type_name -> jobfence.v1.Observation
-	7,  // 34: jobfence.v1.Coordinator.EnqueueRefund:input_type -> jobfence.v1.EnqueueRefundRequest
-	9,  // 35: jobfence.v1.Coordinator.Claim:input_type -> jobfence.v1.ClaimRequest
-	11, // 36: jobfence.v1.Coordinator.Complete:input_type -> jobfence.v1.CompleteRequest
-	13, // 37: jobfence.v1.Coordinator.Reschedule:input_type -> jobfence.v1.RescheduleRequest
-	15, // 38: jobfence.v1.Coordinator.Escalate:input_type -> jobfence.v1.EscalateRequest
-	17, // 39: jobfence.v1.Coordinator.ReportObservation:input_type -> jobfence.v1.ReportObservationRequest
-	19, // 40: jobfence.v1.Coordinator.GetJob:input_type -> jobfence.v1.GetJobRequest
-	8,  // 41: jobfence.v1.Coordinator.EnqueueRefund:output_type -> jobfence.v1.EnqueueRefundResponse
-	10, // 42: jobfence.v1.Coordinator.Claim:output_type -> jobfence.v1.ClaimResponse
-	12, // 43: jobfence.v1.Coordinator.Complete:output_type -> jobfence.v1.CompleteResponse
-	14, // 44: jobfence.v1.Coordinator.Reschedule:output_type -> jobfence.v1.RescheduleResponse
-	16, // 45: jobfence.v1.Coordinator.Escalate:output_type -> jobfence.v1.EscalateResponse
-	18, // 46: jobfence.v1.Coordinator.ReportObservation:output_type -> jobfence.v1.ReportObservationResponse
-	20, // 47: jobfence.v1.Coordinator.GetJob:output_type -> jobfence.v1.GetJobResponse
-	41, // [41:48] is the sub-list for method output_type
-	34, // [34:41] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	21, // 12: jobfence.v1.ClaimedJob.claimed_at:type_name -> google.protobuf.Timestamp
+	0,  // 13: jobfence.v1.JobEvent.from_state:type_name -> jobfence.v1.JobState
+	0,  // 14: jobfence.v1.JobEvent.to_state:type_name -> jobfence.v1.JobState
+	1,  // 15: jobfence.v1.JobEvent.next_action:type_name -> jobfence.v1.NextAction
+	21, // 16: jobfence.v1.JobEvent.created_at:type_name -> google.protobuf.Timestamp
+	2,  // 17: jobfence.v1.Observation.outcome:type_name -> jobfence.v1.ObservationOutcome
+	21, // 18: jobfence.v1.Observation.created_at:type_name -> google.protobuf.Timestamp
+	21, // 19: jobfence.v1.EnqueueRefundRequest.not_before:type_name -> google.protobuf.Timestamp
+	3,  // 20: jobfence.v1.EnqueueRefundResponse.job:type_name -> jobfence.v1.Job
+	22, // 21: jobfence.v1.ClaimRequest.lease_duration:type_name -> google.protobuf.Duration
+	22, // 22: jobfence.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
+	4,  // 23: jobfence.v1.ClaimResponse.jobs:type_name -> jobfence.v1.ClaimedJob
+	3,  // 24: jobfence.v1.CompleteResponse.job:type_name -> jobfence.v1.Job
+	1,  // 25: jobfence.v1.RescheduleRequest.next_action:type_name -> jobfence.v1.NextAction
+	22, // 26: jobfence.v1.RescheduleRequest.delay:type_name -> google.protobuf.Duration
+	21, // 27: jobfence.v1.RescheduleRequest.next_attempt_at:type_name -> google.protobuf.Timestamp
+	3,  // 28: jobfence.v1.RescheduleResponse.job:type_name -> jobfence.v1.Job
+	3,  // 29: jobfence.v1.EscalateResponse.job:type_name -> jobfence.v1.Job
+	2,  // 30: jobfence.v1.ReportObservationRequest.outcome:type_name -> jobfence.v1.ObservationOutcome
+	6,  // 31: jobfence.v1.ReportObservationResponse.observation:type_name -> jobfence.v1.Observation
+	3,  // 32: jobfence.v1.GetJobResponse.job:type_name -> jobfence.v1.Job
+	5,  // 33: jobfence.v1.GetJobResponse.events:type_name -> jobfence.v1.JobEvent
+	6,  // 34: jobfence.v1.GetJobResponse.observations:type_name -> jobfence.v1.Observation
+	7,  // 35: jobfence.v1.Coordinator.EnqueueRefund:input_type -> jobfence.v1.EnqueueRefundRequest
+	9,  // 36: jobfence.v1.Coordinator.Claim:input_type -> jobfence.v1.ClaimRequest
+	11, // 37: jobfence.v1.Coordinator.Complete:input_type -> jobfence.v1.CompleteRequest
+	13, // 38: jobfence.v1.Coordinator.Reschedule:input_type -> jobfence.v1.RescheduleRequest
+	15, // 39: jobfence.v1.Coordinator.Escalate:input_type -> jobfence.v1.EscalateRequest
+	17, // 40: jobfence.v1.Coordinator.ReportObservation:input_type -> jobfence.v1.ReportObservationRequest
+	19, // 41: jobfence.v1.Coordinator.GetJob:input_type -> jobfence.v1.GetJobRequest
+	8,  // 42: jobfence.v1.Coordinator.EnqueueRefund:output_type -> jobfence.v1.EnqueueRefundResponse
+	10, // 43: jobfence.v1.Coordinator.Claim:output_type -> jobfence.v1.ClaimResponse
+	12, // 44: jobfence.v1.Coordinator.Complete:output_type -> jobfence.v1.CompleteResponse
+	14, // 45: jobfence.v1.Coordinator.Reschedule:output_type -> jobfence.v1.RescheduleResponse
+	16, // 46: jobfence.v1.Coordinator.Escalate:output_type -> jobfence.v1.EscalateResponse
+	18, // 47: jobfence.v1.Coordinator.ReportObservation:output_type -> jobfence.v1.ReportObservationResponse
+	20, // 48: jobfence.v1.Coordinator.GetJob:output_type -> jobfence.v1.GetJobResponse
+	42, // [42:49] is the sub-list for method output_type
+	35, // [35:42] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_jobfence_v1_coordinator_proto_init() }
