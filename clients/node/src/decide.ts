@@ -123,13 +123,12 @@ export function resendAllowed(claimed: ClaimedJob, policy: DecisionPolicy): bool
 }
 
 /**
- * coordinatorNow estimates the coordinator's clock (R12): the job's
- * updated_at is the database time of the claim, plus the time elapsed since
- * the claim's answer arrived, measured on a monotonic clock. A worker's wall
- * clock is never used.
+ * coordinatorNow estimates the coordinator's clock (R12): the claim's
+ * database time (claimed_at) plus the time elapsed since the claim's answer
+ * arrived, measured on a monotonic clock. A worker's wall clock is never used.
  */
 export function coordinatorNow(claimed: ClaimedJob, elapsedSinceClaimMs: number): Date | undefined {
-  const at = claimed.job?.updatedAt;
+  const at = claimed.claimedAt ?? claimed.job?.updatedAt;
   if (at === undefined) {
     return undefined;
   }
