@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/jobfence/jobfence/store"
 )
 
@@ -18,6 +20,7 @@ type writeBatcher struct {
 	queue    chan *writeCall
 	maxBatch int
 	timeout  time.Duration
+	sizes    prometheus.Observer
 }
 
 type writeCall struct {
@@ -28,8 +31,9 @@ type writeCall struct {
 
 // newWriteBatcher starts flushers goroutines that run batches of up to
 // maxBatch writes, each in a transaction bounded by timeout.
-func newWriteBatcher(st store.Store, flushers, maxBatch int, timeout time.Duration) *writeBatcher {
-	b := &writeBatcher{store: st, queue: make(chan *writeCall, flushers*maxBatch), maxBatch: maxBatch, timeout: timeout}
+func newWriteBatcher(st store.Store, flushers, maxBatch int, timeout time.Duration, sizes prometheus.Observer) *writeBatcher {
+	b := &writeBatcher{store: st, queue: make(chan *writeCall, flushers*maxBatch), maxBatch: maxBatch, timeout: timeout,
+		sizes: sizes}
 	for i := 0; i < flushers; i++ {
 		go b.flush()
 	}
@@ -69,6 +73,7 @@ func (b *writeBatcher) flush() {
 		}
 		// The batch outlives any one caller: a caller that gives up must not
 		// cut the others' transaction.
+		b.sizes.Observe(float64(len(batch)))
 		ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
 		out := b.store.WriteMany(ctx, ws)
 		cancel()

@@ -21,6 +21,9 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	pb "github.com/jobfence/jobfence/gen/jobfence/v1"
 	"github.com/jobfence/jobfence/internal/testdb"
 	"github.com/jobfence/jobfence/server"
@@ -33,6 +36,7 @@ type coordinator struct {
 	conn   *grpc.ClientConn
 	store  store.Store
 	server *server.Server
+	reg    *prometheus.Registry
 	// dropNext, when set to a method name, makes the server commit that call
 	// and then lose its reply, as a cut connection would (T4).
 	dropNext atomic.Value
@@ -40,9 +44,10 @@ type coordinator struct {
 
 func start(t *testing.T, b testdb.Backend) *coordinator {
 	t.Helper()
-	c := &coordinator{store: b.Open(t)}
+	c := &coordinator{store: b.Open(t), reg: prometheus.NewRegistry()}
 	c.dropNext.Store("")
 	srv := server.New(c.store, server.Options{
+		Metrics:              server.NewMetrics(c.reg, c.store),
 		Lease:                30 * time.Second,
 		ClaimPollInterval:    time.Minute,
 		ProviderKeyRetention: map[string]time.Duration{"globex": 7 * 24 * time.Hour},
@@ -618,6 +623,67 @@ func TestConcurrentWritesCoalescedStayFenced(t *testing.T) {
 		t.Logf("%d zombies, %d stale writes rejected", zombies.Load(), stale.Load())
 		if stale.Load() == 0 {
 			t.Fatal("no late write was rejected; the test proves nothing")
+		}
+	})
+}
+
+// TestMetricsM1: the four M1 figures move with what happens to jobs.
+func TestMetricsM1(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, c *coordinator) {
+		ctx := ctxFor(t)
+		job := c.enqueue(t)
+		c.enqueue(t)
+		a := c.claimOne(t, "A", job.Id)
+		c.expire(t, job.Id)
+		b := c.claimOne(t, "B", job.Id)
+		_, err := c.client.Complete(ctx, &pb.CompleteRequest{JobId: job.Id, Attempt: a.Attempt, ProviderRefundId: "re_A"})
+		errorInfo(t, err, codes.FailedPrecondition, server.ReasonStaleAttempt)
+		_, err = c.client.Escalate(ctx, &pb.EscalateRequest{JobId: job.Id, Attempt: a.Attempt, Reason: "late"})
+		errorInfo(t, err, codes.FailedPrecondition, server.ReasonStaleAttempt)
+		if _, err := c.client.Complete(ctx, &pb.CompleteRequest{JobId: job.Id, Attempt: b.Attempt, ProviderRefundId: "re_B"}); err != nil {
+			t.Fatal(err)
+		}
+		want := `
+# HELP jobfence_granted_jobs_total Jobs granted by Claim, by next_action; the reconcile share is the share of provider calls that are reconciles.
+# TYPE jobfence_granted_jobs_total counter
+jobfence_granted_jobs_total{next_action="reconcile"} 1
+jobfence_granted_jobs_total{next_action="refund"} 1
+# HELP jobfence_jobs Jobs by state (ready, running, manual_review; succeeded history is not counted).
+# TYPE jobfence_jobs gauge
+jobfence_jobs{state="manual_review"} 0
+jobfence_jobs{state="ready"} 1
+jobfence_jobs{state="running"} 0
+# HELP jobfence_stale_attempt_rejections_total Write-backs rejected because a newer attempt holds the job (R9), by RPC.
+# TYPE jobfence_stale_attempt_rejections_total counter
+jobfence_stale_attempt_rejections_total{rpc="Complete"} 1
+jobfence_stale_attempt_rejections_total{rpc="Escalate"} 1
+jobfence_stale_attempt_rejections_total{rpc="Reschedule"} 0
+# HELP jobfence_takeovers_total Jobs taken over from an expired lease (R6). Frequent takeovers point at GC pauses, too-short leases or over-claiming.
+# TYPE jobfence_takeovers_total counter
+jobfence_takeovers_total 1
+`
+		if err := testutil.GatherAndCompare(c.reg, strings.NewReader(want), "jobfence_granted_jobs_total", "jobfence_jobs",
+			"jobfence_stale_attempt_rejections_total", "jobfence_takeovers_total"); err != nil {
+			t.Fatal(err)
+		}
+		families, err := c.reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := map[string]bool{}
+		for _, f := range families {
+			seen[f.GetName()] = true
+			if f.GetName() == "jobfence_oldest_unfinished_job_age_seconds" {
+				if age := f.GetMetric()[0].GetGauge().GetValue(); age < 0 || age > 60 {
+					t.Fatalf("oldest unfinished job age %v s", age)
+				}
+			}
+		}
+		for _, name := range []string{"jobfence_oldest_unfinished_job_age_seconds", "jobfence_claim_batch_size",
+			"jobfence_write_batch_size", "grpc_server_handled_total", "grpc_server_handling_seconds"} {
+			if !seen[name] {
+				t.Errorf("metric %s missing", name)
+			}
 		}
 	})
 }

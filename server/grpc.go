@@ -32,11 +32,12 @@ func (s *Server) NewGRPCServer(extra ...grpc.ServerOption) (*grpc.Server, *healt
 	})
 	opts := append([]grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(
+			s.metrics.grpc.UnaryServerInterceptor(),
 			logging.UnaryServerInterceptor(logger,
 				logging.WithLogOnEvents(logging.FinishCall), logging.WithLevels(codeToLevel)),
 			recovery.UnaryServerInterceptor(recoverer),
 		),
-		grpc.ChainStreamInterceptor(recovery.StreamServerInterceptor(recoverer)),
+		grpc.ChainStreamInterceptor(s.metrics.grpc.StreamServerInterceptor(), recovery.StreamServerInterceptor(recoverer)),
 	}, extra...)
 	gs := grpc.NewServer(opts...)
 	s.Register(gs)
@@ -45,6 +46,7 @@ func (s *Server) NewGRPCServer(extra ...grpc.ServerOption) (*grpc.Server, *healt
 	hs.SetServingStatus(pb.Coordinator_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(gs, hs)
 	reflection.Register(gs)
+	s.metrics.grpc.InitializeMetrics(gs)
 	return gs, hs
 }
 

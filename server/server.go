@@ -6,9 +6,11 @@ package server
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
 	pb "github.com/jobfence/jobfence/gen/jobfence/v1"
@@ -33,6 +35,9 @@ type Options struct {
 	// transactions of up to WriteBatch writes. Defaults 4 and 128.
 	WriteFlushers int
 	WriteBatch    int
+	// Metrics records what operators watch; when nil the metrics are kept on
+	// a private registry nobody scrapes.
+	Metrics *Metrics
 	// Logger receives one line per notable event about a job; slog.Default()
 	// when nil.
 	Logger *slog.Logger
@@ -49,6 +54,7 @@ type Server struct {
 	log     *slog.Logger
 	waiters waiters
 	writes  *writeBatcher
+	metrics *Metrics
 }
 
 // New returns a Server on st. Zero options take their defaults.
@@ -71,8 +77,11 @@ func New(st store.Store, opts Options) *Server {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	return &Server{store: st, opts: opts, log: opts.Logger,
-		writes: newWriteBatcher(st, opts.WriteFlushers, opts.WriteBatch, time.Minute)}
+	if opts.Metrics == nil {
+		opts.Metrics = NewMetrics(prometheus.NewRegistry(), st)
+	}
+	return &Server{store: st, opts: opts, log: opts.Logger, metrics: opts.Metrics,
+		writes: newWriteBatcher(st, opts.WriteFlushers, opts.WriteBatch, time.Minute, opts.Metrics.writeBatch)}
 }
 
 // Drain makes waiting and future long-poll Claims return at once, so that a
@@ -110,13 +119,18 @@ func (s *Server) Claim(ctx context.Context, req *pb.ClaimRequest) (*pb.ClaimResp
 		return nil, s.toStatus(ctx, err, jobAttrs{})
 	}
 	resp := &pb.ClaimResponse{Jobs: make([]*pb.ClaimedJob, len(claimed))}
+	if len(claimed) > 0 {
+		s.metrics.claimBatch.Observe(float64(len(claimed)))
+	}
 	for i, c := range claimed {
+		s.metrics.granted.WithLabelValues(string(c.Job.NextAction)).Inc()
 		resp.Jobs[i] = claimedToProto(c, s.resendDeadline(c.Job))
 		level, msg := slog.LevelDebug, "job claimed"
 		if c.Takeover {
 			// M1: frequent takeovers point at GC pauses, short leases or
 			// over-claiming.
 			level, msg = slog.LevelInfo, "job taken over; next action reconcile"
+			s.metrics.takeovers.Inc()
 		}
 		s.log.LogAttrs(ctx, level, msg, append(attrsOf(c.Job).attrs(), slog.String("worker_id", p.WorkerID))...)
 	}
@@ -183,6 +197,9 @@ func (s *Server) Escalate(ctx context.Context, req *pb.EscalateRequest) (*pb.Esc
 
 func (s *Server) write(ctx context.Context, w store.Writeback) (store.WriteResult, error) {
 	res, err := s.writes.Write(ctx, w)
+	if errors.Is(err, store.ErrStaleAttempt) {
+		s.metrics.stale.WithLabelValues(rpcOf(w.Kind)).Inc()
+	}
 	if err != nil {
 		return res, s.toStatus(ctx, err, jobAttrs{id: w.JobID, attempt: w.Attempt})
 	}

@@ -184,6 +184,18 @@ type ObservationParams struct {
 	Detail           string
 }
 
+// Stats is a snapshot of the queue, at the database's time Now.
+type Stats struct {
+	Now time.Time
+	// Jobs counts the jobs in ready, running and manual_review. Succeeded
+	// jobs are history and are not counted: their number grows without bound.
+	Jobs map[State]int64
+	// OldestUnfinished is when the oldest ready or running job was enqueued;
+	// zero when there is none. manual_review waits for a person and is not
+	// counted here.
+	OldestUnfinished time.Time
+}
+
 // Store is what every backend provides and store/storetest verifies.
 type Store interface {
 	// Enqueue creates a ready job, or returns the existing one with created=false
@@ -218,6 +230,10 @@ type Store interface {
 	// opens the job to takeover (R8): the holder may still write until someone
 	// commits a takeover. Errors: ErrNotFound, ErrNotRunning.
 	ExpireLease(ctx context.Context, jobID int64) error
+
+	// Stats reads what operators watch (M1) from the database: counts of the
+	// unfinished and manual_review jobs and the oldest unfinished one.
+	Stats(ctx context.Context) (Stats, error)
 
 	// Close releases the backend's connections.
 	Close() error

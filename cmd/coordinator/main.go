@@ -8,6 +8,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"flag"
 	"fmt"
@@ -20,6 +21,10 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/jobfence/jobfence/internal/flagenv"
 	"github.com/jobfence/jobfence/server"
@@ -52,6 +57,7 @@ type config struct {
 	writeFlushers   int
 	writeBatch      int
 	pprofListen     string
+	metricsListen   string
 	shutdownTimeout time.Duration
 	logFormat       string
 	logLevel        slog.Level
@@ -78,6 +84,8 @@ func parseFlags(args []string, stderr *os.File) (config, error) {
 	fs.IntVar(&c.writeFlushers, "write-flushers", 4,
 		"how many write-back transactions may run at once; write-backs arriving while all are busy share the next one")
 	fs.IntVar(&c.writeBatch, "write-batch", 128, "most write-backs coalesced into one transaction")
+	fs.StringVar(&c.metricsListen, "metrics-listen", "",
+		"serve Prometheus metrics at /metrics on this address (e.g. 127.0.0.1:9090); off when empty")
 	fs.StringVar(&c.pprofListen, "pprof-listen", "",
 		"serve net/http/pprof on this address (e.g. 127.0.0.1:6060) for profiling; off when empty")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 15*time.Second,
@@ -150,12 +158,31 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	}
 	defer st.Close()
 
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if db, ok := st.(interface{ DB() *sql.DB }); ok {
+		reg.MustRegister(collectors.NewDBStatsCollector(db.DB(), "jobfence"))
+	}
+	metrics := server.NewMetrics(reg, st)
+	if c.metricsListen != "" {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		go serveHTTP("metrics", c.metricsListen, mux, log)
+	}
+
 	srv := server.New(st, server.Options{
 		Lease: c.lease, KeyRetention: c.keyRetention, ProviderKeyRetention: providerKeys,
-		ClaimPollInterval: c.claimPoll, WriteFlushers: c.writeFlushers, WriteBatch: c.writeBatch, Logger: log,
+		ClaimPollInterval: c.claimPoll, WriteFlushers: c.writeFlushers, WriteBatch: c.writeBatch,
+		Metrics: metrics, Logger: log,
 	})
 	if c.pprofListen != "" {
-		go servePprof(c.pprofListen, log)
+		mux := http.NewServeMux()
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		go serveHTTP("pprof", c.pprofListen, mux, log)
 	}
 	gs, health := srv.NewGRPCServer()
 	lis, err := net.Listen("tcp", c.listen)
@@ -206,17 +233,16 @@ func openStore(ctx context.Context, c config, log *slog.Logger) (store.Store, er
 	return st, nil
 }
 
-// servePprof serves the profiling endpoints of net/http/pprof on addr.
-func servePprof(addr string, log *slog.Logger) {
-	mux := http.NewServeMux()
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	log.Info("pprof serving", "listen", addr)
-	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	if err := srv.ListenAndServe(); err != nil {
-		log.Error("pprof", "error", err)
+// serveHTTP serves an operator endpoint (metrics, pprof) on addr.
+func serveHTTP(name, addr string, h http.Handler, log *slog.Logger) {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		log.Error(name+" listen", "error", err)
+		return
+	}
+	log.Info(name+" serving", "listen", lis.Addr().String())
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	if err := srv.Serve(lis); err != nil {
+		log.Error(name, "error", err)
 	}
 }

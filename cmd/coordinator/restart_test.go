@@ -2,6 +2,9 @@ package main_test
 
 import (
 	"context"
+	"encoding/json"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -105,5 +108,37 @@ func TestFlagsAndEnvironment(t *testing.T) {
 	out, err = runBinary(t, nil, "-h")
 	if err != nil || !strings.Contains(out, "JOBFENCE_") || !strings.Contains(out, "-mysql-dsn") {
 		t.Errorf("-h: err %v, output %q", err, out)
+	}
+}
+
+// TestMetricsEndpoint: --metrics-listen serves the M1 metrics, the gRPC and
+// database pool metrics in Prometheus text format.
+func TestMetricsEndpoint(t *testing.T) {
+	p := startCoordinator(t, "--sqlite", filepath.Join(t.TempDir(), "m.db"), "--metrics-listen", "127.0.0.1:0")
+	var addr string
+	for _, line := range strings.Split(p.logs.String(), "\n") {
+		var rec struct{ Msg, Listen string }
+		if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "metrics serving" {
+			addr = rec.Listen
+		}
+	}
+	if addr == "" {
+		t.Fatalf("no metrics listener logged:\n%s", p.logs)
+	}
+	if _, err := p.grpcurl(t, "-d", `{"worker_id":"w","max_jobs":1}`, "ADDR", "jobfence.v1.Coordinator/Claim"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for _, name := range []string{"jobfence_takeovers_total", "jobfence_stale_attempt_rejections_total",
+		"jobfence_oldest_unfinished_job_age_seconds", "jobfence_granted_jobs_total", "jobfence_jobs{",
+		`grpc_server_handled_total{grpc_code="OK",grpc_method="Claim"`, "go_sql_open_connections", "process_cpu_seconds_total"} {
+		if !strings.Contains(string(body), name) {
+			t.Errorf("/metrics lacks %s", name)
+		}
 	}
 }

@@ -161,3 +161,30 @@ func testExpireLease(t *testing.T, s store.Store) {
 		t.Fatalf("ExpireLease changed more than the lease: %+v", d.Job)
 	}
 }
+
+// testStats: M1's queue figures come from the database and leave history out.
+func testStats(t *testing.T, s store.Store) {
+	st, err := s.Stats(ctxFor(t))
+	if err != nil || st.Now.IsZero() || len(st.Jobs) != 0 || !st.OldestUnfinished.IsZero() {
+		t.Fatalf("Stats on an empty store = %+v, %v", st, err)
+	}
+	running := enqueue(t, s, refund(t))
+	review := enqueue(t, s, refund(t))
+	done := enqueue(t, s, refund(t))
+	enqueue(t, s, refund(t))
+	claimOne(t, s, "A", running.ID)
+	write(t, s, escalate(review.ID, claimOne(t, s, "A", review.ID).Job.Attempt))
+	write(t, s, complete(done.ID, claimOne(t, s, "A", done.ID).Job.Attempt, "re_1"))
+	st, err = s.Stats(ctxFor(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[store.State]int64{store.StateReady: 1, store.StateRunning: 1, store.StateManualReview: 1}
+	if len(st.Jobs) != len(want) || st.Jobs[store.StateReady] != 1 || st.Jobs[store.StateRunning] != 1 ||
+		st.Jobs[store.StateManualReview] != 1 {
+		t.Fatalf("Stats.Jobs = %v, want %v", st.Jobs, want)
+	}
+	if !st.OldestUnfinished.Equal(running.CreatedAt) || st.Now.Before(running.CreatedAt) {
+		t.Fatalf("oldest unfinished %v (now %v), want %v", st.OldestUnfinished, st.Now, running.CreatedAt)
+	}
+}

@@ -1,0 +1,114 @@
+package server
+
+import (
+	"context"
+	"time"
+
+	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/jobfence/jobfence/store"
+)
+
+// Metrics are what operators watch (M1): takeovers, stale-attempt
+// rejections, the age of the oldest unfinished job and the share of grants
+// that are reconciles, plus queue depth, batch sizes and gRPC server metrics.
+type Metrics struct {
+	takeovers  prometheus.Counter
+	stale      *prometheus.CounterVec
+	granted    *prometheus.CounterVec
+	claimBatch prometheus.Histogram
+	writeBatch prometheus.Histogram
+	grpc       *grpcprom.ServerMetrics
+}
+
+// NewMetrics registers the coordinator's metrics for st on reg.
+func NewMetrics(reg prometheus.Registerer, st store.Store) *Metrics {
+	m := &Metrics{
+		takeovers: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "jobfence_takeovers_total",
+			Help: "Jobs taken over from an expired lease (R6). Frequent takeovers point at GC pauses, too-short leases or over-claiming.",
+		}),
+		stale: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "jobfence_stale_attempt_rejections_total",
+			Help: "Write-backs rejected because a newer attempt holds the job (R9), by RPC.",
+		}, []string{"rpc"}),
+		granted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "jobfence_granted_jobs_total",
+			Help: "Jobs granted by Claim, by next_action; the reconcile share is the share of provider calls that are reconciles.",
+		}, []string{"next_action"}),
+		claimBatch: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "jobfence_claim_batch_size",
+			Help:    "Jobs granted per non-empty Claim.",
+			Buckets: []float64{1, 2, 5, 10, 20, 50, 100},
+		}),
+		writeBatch: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "jobfence_write_batch_size",
+			Help:    "Write-backs coalesced into one transaction.",
+			Buckets: []float64{1, 2, 5, 10, 20, 50, 100, 200},
+		}),
+		grpc: grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram(
+			grpcprom.WithHistogramBuckets([]float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 5, 30, 60}))),
+	}
+	for _, action := range []store.NextAction{store.ActionRefund, store.ActionReconcile} {
+		m.granted.WithLabelValues(string(action)) // present at 0 from the start
+	}
+	for _, rpc := range []string{"Complete", "Reschedule", "Escalate"} {
+		m.stale.WithLabelValues(rpc)
+	}
+	reg.MustRegister(m.takeovers, m.stale, m.granted, m.claimBatch, m.writeBatch, m.grpc, newStatsCollector(st))
+	return m
+}
+
+// rpcOf names the RPC of a write-back kind.
+func rpcOf(kind store.EventKind) string {
+	switch kind {
+	case store.EventCompleted:
+		return "Complete"
+	case store.EventRescheduled:
+		return "Reschedule"
+	default:
+		return "Escalate"
+	}
+}
+
+// statsCollector reads the queue from the database at each scrape.
+type statsCollector struct {
+	st     store.Store
+	jobs   *prometheus.Desc
+	oldest *prometheus.Desc
+}
+
+func newStatsCollector(st store.Store) *statsCollector {
+	return &statsCollector{
+		st: st,
+		jobs: prometheus.NewDesc("jobfence_jobs", "Jobs by state (ready, running, manual_review; succeeded history is not counted).",
+			[]string{"state"}, nil),
+		oldest: prometheus.NewDesc("jobfence_oldest_unfinished_job_age_seconds",
+			"Age of the oldest ready or running job by the database clock; 0 when there is none.", nil, nil),
+	}
+}
+
+func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.jobs
+	ch <- c.oldest
+}
+
+func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := c.st.Stats(ctx)
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(c.jobs, err)
+		ch <- prometheus.NewInvalidMetric(c.oldest, err)
+		return
+	}
+	for _, s := range []store.State{store.StateReady, store.StateRunning, store.StateManualReview} {
+		ch <- prometheus.MustNewConstMetric(c.jobs, prometheus.GaugeValue, float64(st.Jobs[s]), string(s))
+	}
+	age := 0.0
+	if !st.OldestUnfinished.IsZero() {
+		age = st.Now.Sub(st.OldestUnfinished).Seconds()
+	}
+	ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, age)
+}
