@@ -42,17 +42,21 @@ type coordinator struct {
 	dropNext atomic.Value
 }
 
-func start(t *testing.T, b testdb.Backend) *coordinator {
+func start(t *testing.T, b testdb.Backend, configure ...func(*server.Options)) *coordinator {
 	t.Helper()
 	c := &coordinator{store: b.Open(t), reg: prometheus.NewRegistry()}
 	c.dropNext.Store("")
-	srv := server.New(c.store, server.Options{
+	opts := server.Options{
 		Metrics:              server.NewMetrics(c.reg, c.store),
 		Lease:                30 * time.Second,
 		ClaimPollInterval:    time.Minute,
 		ProviderKeyRetention: map[string]time.Duration{"globex": 7 * 24 * time.Hour},
 		Logger:               slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
+	}
+	for _, f := range configure {
+		f(&opts)
+	}
+	srv := server.New(c.store, opts)
 	lossy := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 		resp, err := h(ctx, req)
 		if err == nil && c.dropNext.CompareAndSwap(info.FullMethod, "") {

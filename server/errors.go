@@ -29,6 +29,8 @@ const (
 	ReasonDatabaseUnavailable = "DATABASE_UNAVAILABLE"
 	ReasonNotFound            = "NOT_FOUND"
 	ReasonInvalidArgument     = "INVALID_ARGUMENT"
+	ReasonUnauthenticated     = "UNAUTHENTICATED"
+	ReasonPermissionDenied    = "PERMISSION_DENIED"
 )
 
 // toStatus turns a store error into the gRPC status the client sees. This is

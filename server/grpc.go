@@ -30,13 +30,18 @@ func (s *Server) NewGRPCServer(extra ...grpc.ServerOption) (*grpc.Server, *healt
 		s.log.ErrorContext(ctx, "panic in handler", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
 		return status.Error(codes.Internal, "internal error")
 	})
+	unary := []grpc.UnaryServerInterceptor{
+		s.metrics.grpc.UnaryServerInterceptor(),
+		logging.UnaryServerInterceptor(logger,
+			logging.WithLogOnEvents(logging.FinishCall), logging.WithLevels(codeToLevel)),
+		recovery.UnaryServerInterceptor(recoverer),
+	}
+	if s.opts.Auth != nil {
+		unary = append(unary, s.opts.Auth.interceptor())
+	}
 	opts := append([]grpc.ServerOption{
-		grpc.ChainUnaryInterceptor(
-			s.metrics.grpc.UnaryServerInterceptor(),
-			logging.UnaryServerInterceptor(logger,
-				logging.WithLogOnEvents(logging.FinishCall), logging.WithLevels(codeToLevel)),
-			recovery.UnaryServerInterceptor(recoverer),
-		),
+		grpc.ChainUnaryInterceptor(unary...),
+		grpc.MaxRecvMsgSize(MaxMessageBytes),
 		grpc.ChainStreamInterceptor(s.metrics.grpc.StreamServerInterceptor(), recovery.StreamServerInterceptor(recoverer)),
 	}, extra...)
 	gs := grpc.NewServer(opts...)
@@ -49,6 +54,10 @@ func (s *Server) NewGRPCServer(extra ...grpc.ServerOption) (*grpc.Server, *healt
 	s.metrics.grpc.InitializeMetrics(gs)
 	return gs, hs
 }
+
+// MaxMessageBytes bounds a request: the largest valid one (an observation
+// with a 4 KiB detail) is far below it.
+const MaxMessageBytes = 64 << 10
 
 // codeToLevel keeps successful calls at debug (a busy coordinator serves
 // thousands a second) and rejected writes at info: they are the fencing doing

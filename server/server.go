@@ -35,6 +35,10 @@ type Options struct {
 	// transactions of up to WriteBatch writes. Defaults 4 and 128.
 	WriteFlushers int
 	WriteBatch    int
+	// Auth authenticates and authorises every call but health checks and
+	// reflection; nil runs open (for loopback only: the command refuses
+	// anything else).
+	Auth *Authenticator
 	// Metrics records what operators watch; when nil the metrics are kept on
 	// a private registry nobody scrapes.
 	Metrics *Metrics
@@ -113,6 +117,9 @@ func (s *Server) Claim(ctx context.Context, req *pb.ClaimRequest) (*pb.ClaimResp
 	p, wait, err := claimFromProto(req, s.opts.Lease)
 	if err != nil {
 		return nil, s.toStatus(ctx, err, jobAttrs{})
+	}
+	if id, ok := IdentityFrom(ctx); ok {
+		p.WorkerID = id.Name // the history names the credential, not a request field
 	}
 	claimed, err := s.claim(ctx, p, wait)
 	if err != nil {

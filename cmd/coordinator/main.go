@@ -8,6 +8,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"database/sql"
 	"errors"
 	"flag"
@@ -25,6 +27,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/jobfence/jobfence/internal/flagenv"
 	"github.com/jobfence/jobfence/server"
@@ -58,6 +62,10 @@ type config struct {
 	writeBatch      int
 	pprofListen     string
 	metricsListen   string
+	tokensFile      string
+	tlsCert         string
+	tlsKey          string
+	tlsClientCA     string
 	shutdownTimeout time.Duration
 	logFormat       string
 	logLevel        slog.Level
@@ -84,6 +92,13 @@ func parseFlags(args []string, stderr *os.File) (config, error) {
 	fs.IntVar(&c.writeFlushers, "write-flushers", 4,
 		"how many write-back transactions may run at once; write-backs arriving while all are busy share the next one")
 	fs.IntVar(&c.writeBatch, "write-batch", 128, "most write-backs coalesced into one transaction")
+	fs.StringVar(&c.tokensFile, "tokens-file", "",
+		"bearer tokens, one per line: <name> <role,…> sha256:<hex of the token's SHA-256> (roles: producer, worker, operator, reader); "+
+			"required to listen beyond loopback unless --tls-client-ca is set")
+	fs.StringVar(&c.tlsCert, "tls-cert", "", "serve TLS with this certificate (PEM); needs --tls-key")
+	fs.StringVar(&c.tlsKey, "tls-key", "", "private key (PEM) of --tls-cert")
+	fs.StringVar(&c.tlsClientCA, "tls-client-ca", "",
+		"require client certificates signed by this CA (PEM): mutual TLS; without --tokens-file the certificate's common name is the identity, with every role")
 	fs.StringVar(&c.metricsListen, "metrics-listen", "",
 		"serve Prometheus metrics at /metrics on this address (e.g. 127.0.0.1:9090); off when empty")
 	fs.StringVar(&c.pprofListen, "pprof-listen", "",
@@ -120,6 +135,15 @@ func parseFlags(args []string, stderr *os.File) (config, error) {
 	}
 	if c.logFormat != "text" && c.logFormat != "json" {
 		return c, fmt.Errorf("--log-format must be text or json, got %q", c.logFormat)
+	}
+	if (c.tlsCert == "") != (c.tlsKey == "") {
+		return c, errors.New("--tls-cert and --tls-key go together")
+	}
+	if c.tlsClientCA != "" && c.tlsCert == "" {
+		return c, errors.New("--tls-client-ca needs --tls-cert and --tls-key")
+	}
+	if c.tokensFile == "" && c.tlsClientCA == "" && !isLoopback(c.listen) {
+		return c, fmt.Errorf("--listen %s is not a loopback address: refusing to serve refunds without --tokens-file or --tls-client-ca", c.listen)
 	}
 	return c, nil
 }
@@ -170,10 +194,19 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 		go serveHTTP("metrics", c.metricsListen, mux, log)
 	}
 
+	authn, creds, err := security(c)
+	if err != nil {
+		return err
+	}
+	if authn == nil {
+		log.Warn("NO AUTHENTICATION: anyone who can reach " + c.listen + " may enqueue, claim and complete refunds; " +
+			"serving open on loopback only. Set --tokens-file (or --tls-client-ca) before exposing it.")
+	}
+
 	srv := server.New(st, server.Options{
 		Lease: c.lease, KeyRetention: c.keyRetention, ProviderKeyRetention: providerKeys,
 		ClaimPollInterval: c.claimPoll, WriteFlushers: c.writeFlushers, WriteBatch: c.writeBatch,
-		Metrics: metrics, Logger: log,
+		Auth: authn, Metrics: metrics, Logger: log,
 	})
 	if c.pprofListen != "" {
 		mux := http.NewServeMux()
@@ -184,7 +217,7 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 		go serveHTTP("pprof", c.pprofListen, mux, log)
 	}
-	gs, health := srv.NewGRPCServer()
+	gs, health := srv.NewGRPCServer(creds...)
 	lis, err := net.Listen("tcp", c.listen)
 	if err != nil {
 		return err
@@ -231,6 +264,52 @@ func openStore(ctx context.Context, c config, log *slog.Logger) (store.Store, er
 	log.Warn("store: embedded sqlite, single-node only: run one coordinator on this file; use --mysql-dsn for production",
 		"path", c.sqlitePath)
 	return st, nil
+}
+
+// isLoopback reports whether a listen address stays on this machine.
+func isLoopback(listen string) bool {
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// security loads the credentials and TLS the flags name.
+func security(c config) (*server.Authenticator, []grpc.ServerOption, error) {
+	var authn *server.Authenticator
+	var opts []grpc.ServerOption
+	if c.tlsCert != "" {
+		cert, err := tls.LoadX509KeyPair(c.tlsCert, c.tlsKey)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--tls-cert/--tls-key: %w", err)
+		}
+		cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		if c.tlsClientCA != "" {
+			pem, err := os.ReadFile(c.tlsClientCA)
+			if err != nil {
+				return nil, nil, fmt.Errorf("--tls-client-ca: %w", err)
+			}
+			cfg.ClientCAs = x509.NewCertPool()
+			if !cfg.ClientCAs.AppendCertsFromPEM(pem) {
+				return nil, nil, fmt.Errorf("--tls-client-ca: no certificate in %s", c.tlsClientCA)
+			}
+			cfg.ClientAuth = tls.RequireAndVerifyClientCert
+			authn = server.MutualTLS()
+		}
+		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg)))
+	}
+	if c.tokensFile != "" {
+		var err error
+		if authn, err = server.LoadTokens(c.tokensFile); err != nil {
+			return nil, nil, fmt.Errorf("--tokens-file: %w", err)
+		}
+	}
+	return authn, opts, nil
 }
 
 // serveHTTP serves an operator endpoint (metrics, pprof) on addr.

@@ -1,0 +1,126 @@
+package main_test
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	pb "github.com/jobfence/jobfence/gen/jobfence/v1"
+)
+
+// TestOpenOnlyOnLoopback: without credentials the coordinator serves on
+// loopback, warning loudly, and refuses any other address.
+func TestOpenOnlyOnLoopback(t *testing.T) {
+	for _, listen := range []string{"0.0.0.0:0", ":0", "192.0.2.1:50051"} {
+		out, err := runBinary(t, nil, "--listen", listen, "--sqlite", filepath.Join(t.TempDir(), "x.db"))
+		if err == nil || !strings.Contains(out, "--tokens-file") {
+			t.Errorf("--listen %s without credentials: err %v, output %q; want a refusal", listen, err, out)
+		}
+	}
+	p := startCoordinator(t, "--sqlite", filepath.Join(t.TempDir(), "open.db"))
+	if !strings.Contains(p.logs.String(), "NO AUTHENTICATION") {
+		t.Fatalf("open start-up is not loud:\n%s", p.logs)
+	}
+}
+
+// TestMutualTLS: with --tls-client-ca the coordinator accepts only clients
+// whose certificate the CA signed, and the history names the certificate.
+func TestMutualTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca, caKey := newCert(t, "jobfence test CA", nil, nil, true)
+	srvCert, srvKey := newCert(t, "coordinator", ca, caKey, false)
+	cliCert, cliKey := newCert(t, "worker-7", ca, caKey, false)
+	files := map[string][]byte{"ca.pem": pemOf("CERTIFICATE", ca.Raw), "srv.pem": pemOf("CERTIFICATE", srvCert.Raw),
+		"srv.key": keyPEM(t, srvKey)}
+	for name, data := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := startCoordinator(t, "--sqlite", filepath.Join(dir, "tls.db"), "--tls-cert", filepath.Join(dir, "srv.pem"),
+		"--tls-key", filepath.Join(dir, "srv.key"), "--tls-client-ca", filepath.Join(dir, "ca.pem"))
+	if strings.Contains(p.logs.String(), "NO AUTHENTICATION") {
+		t.Fatalf("mutual TLS start-up claims to be open:\n%s", p.logs)
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(ca)
+	dial := func(certs []tls.Certificate) pb.CoordinatorClient {
+		conn, err := grpc.NewClient(p.addr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
+			RootCAs: roots, ServerName: "127.0.0.1", Certificates: certs})))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		return pb.NewCoordinatorClient(conn)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := dial(nil).Claim(ctx, &pb.ClaimRequest{WorkerId: "w", MaxJobs: 1}); err == nil {
+		t.Fatal("a client without a certificate was served")
+	}
+	c := dial([]tls.Certificate{{Certificate: [][]byte{cliCert.Raw}, PrivateKey: cliKey}})
+	if _, err := c.EnqueueRefund(ctx, &pb.EnqueueRefundRequest{OperationKey: "k-tls", OrderId: "o", PaymentId: "p",
+		AmountMinor: 1, Currency: "EUR", Provider: "acme"}); err != nil {
+		t.Fatal(err)
+	}
+	claimed, err := c.Claim(ctx, &pb.ClaimRequest{WorkerId: "not-me", MaxJobs: 1})
+	if err != nil || len(claimed.Jobs) != 1 || claimed.Jobs[0].Job.WorkerId != "worker-7" {
+		t.Fatalf("Claim over mutual TLS = %v, %v; want the job held by worker-7", claimed, err)
+	}
+}
+
+func newCert(t *testing.T, cn string, parent *x509.Certificate, parentKey *ecdsa.PrivateKey, isCA bool) (*x509.Certificate, *ecdsa.PrivateKey) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serial, _ := rand.Int(rand.Reader, big.NewInt(1<<62))
+	tmpl := &x509.Certificate{
+		SerialNumber: serial, Subject: pkix.Name{CommonName: cn},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+		IsCA:        isCA, BasicConstraintsValid: true,
+	}
+	if parent == nil {
+		parent, parentKey = tmpl, key
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, parentKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cert, key
+}
+
+func pemOf(kind string, der []byte) []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: der})
+}
+
+func keyPEM(t *testing.T, key *ecdsa.PrivateKey) []byte {
+	der, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pemOf("EC PRIVATE KEY", der)
+}
