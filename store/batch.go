@@ -28,9 +28,34 @@ func (w Writeback) Apply(job Job, now time.Time) Job {
 		job.LastReason = w.Reason
 	case EventEscalated:
 		job.LastReason = w.Reason
+	case EventResolved:
+		job.LastReason = w.Reason
+		if w.Resolution == ResolutionRefunded {
+			job.ProviderRefundID = w.ProviderRefundID
+		} else {
+			job.NextAction = ActionReconcile
+			job.NextAttemptAt = now
+		}
 	}
 	return job
 }
+
+// Event is the history entry of this write-back, applied to job (the row
+// before it) at now. The holder's writes are made by the job's worker; a
+// resolution by its actor.
+func (w Writeback) Event(before Job, now time.Time) Event {
+	after := w.Apply(before, now)
+	e := Event{JobID: before.ID, Attempt: before.Attempt, Kind: w.Kind, WorkerID: before.WorkerID,
+		FromState: before.State, ToState: after.State, NextAction: after.NextAction,
+		ProviderRefundID: after.ProviderRefundID, Reason: w.Reason, CreatedAt: now}
+	if w.Kind == EventResolved {
+		e.WorkerID = w.Actor
+	}
+	return e
+}
+
+// Ledgered reports whether the write records a refund in the ledger (R10).
+func (w Writeback) Ledgered() bool { return w.ToState() == StateSucceeded }
 
 // NextAttemptAt is when a rescheduled job becomes due: At when given, else now
 // (the database's clock, R12) plus Delay, at the microsecond resolution both
@@ -53,7 +78,9 @@ type BatchPlan struct {
 	Apply []int
 	// After maps every planned index to its job: after its write for Apply,
 	// as it stands for the others.
-	After   map[int]Job
+	After map[int]Job
+	// Events are the history entries of the writes in Apply, in order.
+	Events  []Event
 	applied map[int]bool
 	ws      []Writeback
 }
@@ -72,7 +99,8 @@ func PlanBatch(ws []Writeback, idx []int, current map[int64]Job, now time.Time) 
 		if !ok {
 			continue
 		}
-		if cur.State == StateRunning && cur.Attempt == w.Attempt {
+		if w.Fenced(cur) {
+			p.Events = append(p.Events, w.Event(cur, now))
 			cur = w.Apply(cur, now)
 			rows[w.JobID] = cur
 			p.Apply = append(p.Apply, i)
@@ -96,11 +124,11 @@ func (p BatchPlan) Outcome(i int) WriteOutcome {
 	return WriteOutcome{Result: res, Err: err}
 }
 
-// Applied returns the indexes in Apply whose write is of kind.
-func (p BatchPlan) Applied(kind EventKind) []int {
+// Applied returns the indexes in Apply whose write matches.
+func (p BatchPlan) Applied(match func(Writeback) bool) []int {
 	var out []int
 	for _, i := range p.Apply {
-		if p.ws[i].Kind == kind {
+		if match(p.ws[i]) {
 			out = append(out, i)
 		}
 	}
@@ -176,7 +204,7 @@ func settleUnknown(ctx context.Context, ws []Writeback, idx []int, out []WriteOu
 			out[i].Err = ErrNotFound
 		case w.AppliedTo(cur):
 			out[i] = WriteOutcome{Result: WriteResult{Job: cur}} // the lost COMMIT landed
-		case cur.State == StateRunning && cur.Attempt == w.Attempt && again:
+		case w.Fenced(cur) && again:
 			retry = append(retry, i)
 		default:
 			res, err := Settle(w, cur)

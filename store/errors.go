@@ -17,6 +17,9 @@ var (
 	// ErrNotRunning: this attempt already moved the job out of running with a
 	// different write (R21).
 	ErrNotRunning = errors.New("job is not running under this attempt")
+	// ErrNotInReview: a resolution found the job no longer in manual_review
+	// under the attempt the operator looked at, and not resolved this way.
+	ErrNotInReview = errors.New("job is not in manual review under this attempt")
 	// ErrClaimOutcomeUnknown: the claim's COMMIT failed in a way that leaves its
 	// outcome unknown. Nothing is granted; the coordinator never retries the bump
 	// (R7). If it did commit, the lease expires and the job is taken over.
@@ -35,7 +38,7 @@ var (
 // ErrNotRunning with errors.Is, and carries the job as it is now (R10: re-read
 // after the rollback).
 type FenceError struct {
-	Err     error // ErrStaleAttempt or ErrNotRunning
+	Err     error // ErrStaleAttempt, ErrNotRunning or ErrNotInReview
 	Attempt int64 // the caller's attempt
 	Current Job
 }

@@ -53,6 +53,18 @@ const (
 	EventCompleted   EventKind = "completed"
 	EventRescheduled EventKind = "rescheduled"
 	EventEscalated   EventKind = "escalated"
+	EventResolved    EventKind = "resolved" // an operator closed a manual review
+)
+
+// Resolution is an operator's decision on a job in manual_review.
+type Resolution string
+
+// The resolutions of a manual review.
+const (
+	// ResolutionRefunded: the operator confirmed the refund at the provider.
+	ResolutionRefunded Resolution = "refunded"
+	// ResolutionReconcile: back to ready, to reconcile again now.
+	ResolutionReconcile Resolution = "reconcile"
 )
 
 // Job is one row of refund_jobs. Times come from the database's UTC clock (R12);
@@ -150,19 +162,23 @@ type ClaimParams struct {
 }
 
 // Writeback is one fenced write by the holder of Attempt (R9): Complete,
-// Reschedule or Escalate, chosen by Kind.
+// Reschedule or Escalate, chosen by Kind; or an operator's resolution of a
+// manual review (EventResolved), fenced by the attempt the operator looked at.
 type Writeback struct {
-	Kind    EventKind // EventCompleted, EventRescheduled or EventEscalated
+	Kind    EventKind // EventCompleted, EventRescheduled, EventEscalated or EventResolved
 	JobID   int64
 	Attempt int64
 
-	ProviderRefundID string // completed: required
+	ProviderRefundID string // completed, resolved as refunded: required
 
 	NextAction NextAction    // rescheduled: required
 	Delay      time.Duration // rescheduled: from the database's now, when At is zero
 	At         time.Time     // rescheduled: absolute time, wins over Delay
 
-	Reason string // rescheduled, escalated
+	Reason string // rescheduled, escalated; resolved: the operator's note
+
+	Resolution Resolution // resolved: required
+	Actor      string     // resolved: the operator, from the credential
 }
 
 // WriteResult is the job after a write-back.
@@ -247,12 +263,13 @@ func SameRefund(j Job, p EnqueueParams) bool {
 		j.Currency == p.Currency && j.Provider == p.Provider
 }
 
-// Grant returns job as a claim at the database time now leaves it, and
-// whether the claim is a takeover of an expired lease. Backends use it to
-// answer without reading the rows back; the SQL they run must set the same
-// values.
-func (p ClaimParams) Grant(job Job, now time.Time) (Job, bool) {
-	takeover := job.State == StateRunning
+// Grant returns the job as a claim at the database time now leaves it, and
+// the history entry of the claim (claimed, or taken_over from an expired
+// lease). Backends use it to answer without reading the rows back; the SQL
+// they run must set the same values.
+func (p ClaimParams) Grant(job Job, now time.Time) (ClaimedJob, Event) {
+	from := job.State
+	takeover := from == StateRunning
 	if !takeover && job.NextAction == ActionRefund && job.FirstSentAt.IsZero() {
 		job.FirstSentAt = now // R22: the key may reach the provider from now on
 	}
@@ -264,5 +281,10 @@ func (p ClaimParams) Grant(job Job, now time.Time) (Job, bool) {
 	job.LeaseUntil = now.Add(p.Lease).Truncate(time.Microsecond)
 	job.WorkerID = p.WorkerID
 	job.UpdatedAt = now
-	return job, takeover
+	kind := EventClaimed
+	if takeover {
+		kind = EventTakenOver
+	}
+	return ClaimedJob{Job: job, Takeover: takeover}, Event{JobID: job.ID, Attempt: job.Attempt, Kind: kind,
+		WorkerID: job.WorkerID, FromState: from, ToState: job.State, NextAction: job.NextAction, CreatedAt: now}
 }

@@ -86,8 +86,21 @@ func (w Writeback) Validate() error {
 		v.text("reason", w.Reason, 0, MaxReasonLen)
 	case EventEscalated:
 		v.text("reason", w.Reason, 1, MaxReasonLen)
+	case EventResolved:
+		switch w.Resolution {
+		case ResolutionRefunded:
+			v.text("provider_refund_id", w.ProviderRefundID, 1, MaxRefIDLen)
+		case ResolutionReconcile:
+			if w.ProviderRefundID != "" {
+				v.add("provider_refund_id", "must be empty when sending the job back to reconcile")
+			}
+		default:
+			v.add("resolution", "must be REFUNDED or RECONCILE, got %q", w.Resolution)
+		}
+		v.text("note", w.Reason, 1, MaxReasonLen)
+		v.text("actor", w.Actor, 1, MaxKeyLen)
 	default:
-		v.add("kind", "must be completed, rescheduled or escalated, got %q", w.Kind)
+		v.add("kind", "must be completed, rescheduled, escalated or resolved, got %q", w.Kind)
 	}
 	return v.err()
 }

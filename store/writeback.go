@@ -2,16 +2,31 @@ package store
 
 import "fmt"
 
-// ToState is the state a write-back of this kind moves a running job to.
+// FromState is the state the fence requires: running for the holder's
+// write-backs, manual_review for an operator's resolution.
+func (w Writeback) FromState() State {
+	if w.Kind == EventResolved {
+		return StateManualReview
+	}
+	return StateRunning
+}
+
+// ToState is the state a write-back of this kind moves the job to.
 func (w Writeback) ToState() State {
-	switch w.Kind {
-	case EventCompleted:
+	switch {
+	case w.Kind == EventCompleted, w.Kind == EventResolved && w.Resolution == ResolutionRefunded:
 		return StateSucceeded
-	case EventRescheduled:
+	case w.Kind == EventRescheduled, w.Kind == EventResolved:
 		return StateReady
 	default:
 		return StateManualReview
 	}
+}
+
+// Fenced reports whether job is still where w may write: in w.FromState()
+// under w's attempt.
+func (w Writeback) Fenced(job Job) bool {
+	return job.State == w.FromState() && job.Attempt == w.Attempt
 }
 
 // AppliedTo reports whether job shows exactly this write-back, made under its
@@ -22,11 +37,13 @@ func (w Writeback) AppliedTo(job Job) bool {
 	if job.Attempt != w.Attempt || job.State != w.ToState() {
 		return false
 	}
-	switch w.Kind {
-	case EventCompleted:
+	switch {
+	case w.Kind == EventCompleted, w.Kind == EventResolved && w.Resolution == ResolutionRefunded:
 		return job.ProviderRefundID == w.ProviderRefundID
-	case EventRescheduled:
+	case w.Kind == EventRescheduled:
 		return job.NextAction == w.NextAction
+	case w.Kind == EventResolved:
+		return job.NextAction == ActionReconcile && job.LastReason == w.Reason
 	default:
 		return true
 	}
@@ -46,13 +63,15 @@ func Settle(w Writeback, current Job) (WriteResult, error) {
 		// Claims hand out attempts; this one was never granted.
 		return WriteResult{}, Invalid("attempt", "attempt %d was never granted for job %d (current attempt is %d)",
 			w.Attempt, current.ID, current.Attempt)
-	case current.State != StateRunning:
+	case current.State != w.FromState() && w.Kind == EventResolved:
+		return WriteResult{}, &FenceError{Err: ErrNotInReview, Attempt: w.Attempt, Current: current}
+	case current.State != w.FromState():
 		return WriteResult{}, &FenceError{Err: ErrNotRunning, Attempt: w.Attempt, Current: current}
 	default:
-		// Running under this very attempt, yet the fenced update matched nothing:
-		// the row changed between the update and the re-read in a way no
-		// transition allows. Report it rather than guess.
-		return WriteResult{}, fmt.Errorf("job %d: fenced update matched no row but job is running under attempt %d",
-			current.ID, current.Attempt)
+		// Fenced under this very attempt, yet nothing was written: the row
+		// changed between the update and the re-read in a way no transition
+		// allows. Report it rather than guess.
+		return WriteResult{}, fmt.Errorf("job %d: fenced update matched no row but job is %s under attempt %d",
+			current.ID, current.State, current.Attempt)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jobfence/jobfence/store"
@@ -46,10 +45,6 @@ const (
   updated_at    = ?
  WHERE id IN (%s)
    AND ((state = 'ready' AND next_attempt_at <= ?) OR (state = 'running' AND lease_until <= ?))`
-
-	insertEvents = `INSERT INTO refund_job_events
-  (job_id, attempt, kind, worker_id, from_state, to_state, next_action, provider_refund_id, reason, created_at)
-VALUES %s`
 
 	selectObservationsOf = `SELECT ` + observationColumns + ` FROM refund_observations
  WHERE job_id IN (%s) ORDER BY job_id, id`
@@ -97,18 +92,10 @@ func claimTx(ctx context.Context, tx *sql.Tx, p store.ClaimParams) ([]store.Clai
 
 	ids := make([]int64, len(locked))
 	claimed := make([]store.ClaimedJob, len(locked))
-	values := make([]string, len(locked))
-	eventArgs := make([]any, 0, len(locked)*8)
+	events := make([]store.Event, len(locked))
 	for i, cur := range locked {
 		ids[i] = cur.ID
-		job, takeover := p.Grant(cur, now)
-		claimed[i] = store.ClaimedJob{Job: job, Takeover: takeover}
-		kind := store.EventClaimed
-		if takeover {
-			kind = store.EventTakenOver
-		}
-		values[i] = "(?, ?, ?, ?, ?, ?, ?, '', '', ?)"
-		eventArgs = append(eventArgs, job.ID, job.Attempt, kind, job.WorkerID, cur.State, job.State, job.NextAction, now)
+		claimed[i], events[i] = p.Grant(cur, now)
 	}
 	args := append([]any{now, claimed[0].Job.LeaseUntil, p.WorkerID, now}, sqlbase.Int64Args(ids)...)
 	args = append(args, now, now)
@@ -123,7 +110,7 @@ func claimTx(ctx context.Context, tx *sql.Tx, p store.ClaimParams) ([]store.Clai
 		// re-check failed. Grant nothing rather than guess which.
 		return nil, fmt.Errorf("claim: locked %d jobs but %d passed the re-check", len(ids), n)
 	}
-	if _, err := tx.ExecContext(ctx, fmt.Sprintf(insertEvents, strings.Join(values, ", ")), eventArgs...); err != nil {
+	if err := sqlbase.InsertHistory(ctx, tx, events, asDatetime); err != nil {
 		return nil, err
 	}
 	// R15: hand the receipts on file to the new holder. Read before COMMIT so

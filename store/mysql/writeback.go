@@ -12,9 +12,11 @@ import (
 )
 
 // The fenced write-backs (R9). A batch of writes is joined to the job rows on
-// id AND attempt AND state = 'running': only rows still running under the
-// writer's attempt change. None looks at lease_until (R8: expiry only opens
-// the competition; the takeover's COMMIT is the moment of loss).
+// id AND attempt AND state: only rows still running under the writer's
+// attempt (or, for an operator's resolution, still in manual_review under the
+// attempt the operator looked at) change. None looks at lease_until (R8:
+// expiry only opens the competition; the takeover's COMMIT is the moment of
+// loss).
 const (
 	// Locks the batch's rows in id order (two batches never wait on each other
 	// in a cycle) and reads the database's clock (R12).
@@ -37,21 +39,23 @@ const (
    SET j.state = 'manual_review', j.lease_until = NULL, j.last_reason = w.reason, j.updated_at = ?`
 	escalateRow = `SELECT ? AS id, ? AS attempt, ? AS reason`
 
+	resolveRefundedFenced = `UPDATE refund_jobs j
+  JOIN (%s) w ON j.id = w.id AND j.attempt = w.attempt AND j.state = 'manual_review'
+   SET j.state = 'succeeded', j.provider_refund_id = w.provider_refund_id, j.last_reason = w.reason, j.updated_at = ?`
+	resolveRefundedRow = `SELECT ? AS id, ? AS attempt, ? AS provider_refund_id, ? AS reason`
+
+	resolveReconcileFenced = `UPDATE refund_jobs j
+  JOIN (%s) w ON j.id = w.id AND j.attempt = w.attempt AND j.state = 'manual_review'
+   SET j.state = 'ready', j.next_action = 'reconcile', j.next_attempt_at = w.next_attempt_at,
+       j.last_reason = w.reason, j.updated_at = ?`
+	resolveReconcileRow = `SELECT ? AS id, ? AS attempt, ? AS next_attempt_at, ? AS reason`
+
 	// R10: our own record of each refund, in the same transaction as the
 	// fenced completions.
 	insertLedger = `INSERT INTO refund_ledger
   (job_id, operation_key, provider, provider_refund_id, amount_minor, currency, attempt, recorded_at)
 SELECT id, operation_key, provider, provider_refund_id, amount_minor, currency, attempt, updated_at
   FROM refund_jobs WHERE id IN (%s)`
-
-	// The history entries of the transitions just made, read off the rows.
-	insertWriteEvents = `INSERT INTO refund_job_events
-  (job_id, attempt, kind, worker_id, from_state, to_state, next_action, provider_refund_id, reason, created_at)
-SELECT id, attempt,
-       CASE state WHEN 'succeeded' THEN 'completed' WHEN 'ready' THEN 'rescheduled' ELSE 'escalated' END,
-       worker_id, 'running', state, next_action, COALESCE(provider_refund_id, ''),
-       CASE state WHEN 'succeeded' THEN '' ELSE last_reason END, updated_at
-  FROM refund_jobs WHERE id IN (%s) ORDER BY id`
 
 	// Waits for a transaction still holding the rows, so that a COMMIT cut off
 	// in flight has settled before we read its outcome (R20).
@@ -102,35 +106,47 @@ func writeTx(ctx context.Context, tx *sql.Tx, ws []store.Writeback, idx []int) (
 	if len(plan.Apply) == 0 {
 		return plan, nil
 	}
-	kinds := []struct {
-		kind   store.EventKind
+	kind := func(k store.EventKind) func(store.Writeback) bool {
+		return func(w store.Writeback) bool { return w.Kind == k }
+	}
+	resolved := func(r store.Resolution) func(store.Writeback) bool {
+		return func(w store.Writeback) bool { return w.Kind == store.EventResolved && w.Resolution == r }
+	}
+	updates := []struct {
+		match  func(store.Writeback) bool
 		update string
 		row    string
 		args   func(store.Writeback) []any
 	}{
-		{store.EventCompleted, completeFenced, completeRow, func(w store.Writeback) []any {
+		{kind(store.EventCompleted), completeFenced, completeRow, func(w store.Writeback) []any {
 			return []any{w.JobID, w.Attempt, w.ProviderRefundID}
 		}},
-		{store.EventRescheduled, rescheduleFenced, rescheduleRow, func(w store.Writeback) []any {
+		{kind(store.EventRescheduled), rescheduleFenced, rescheduleRow, func(w store.Writeback) []any {
 			return []any{w.JobID, w.Attempt, w.NextAction, w.NextAttemptAt(now), w.Reason}
 		}},
-		{store.EventEscalated, escalateFenced, escalateRow, func(w store.Writeback) []any {
+		{kind(store.EventEscalated), escalateFenced, escalateRow, func(w store.Writeback) []any {
 			return []any{w.JobID, w.Attempt, w.Reason}
 		}},
+		{resolved(store.ResolutionRefunded), resolveRefundedFenced, resolveRefundedRow, func(w store.Writeback) []any {
+			return []any{w.JobID, w.Attempt, w.ProviderRefundID, w.Reason}
+		}},
+		{resolved(store.ResolutionReconcile), resolveReconcileFenced, resolveReconcileRow, func(w store.Writeback) []any {
+			return []any{w.JobID, w.Attempt, now, w.Reason}
+		}},
 	}
-	for _, k := range kinds {
-		applied := plan.Applied(k.kind)
+	for _, u := range updates {
+		applied := plan.Applied(u.match)
 		if len(applied) == 0 {
 			continue
 		}
 		selects := make([]string, len(applied))
 		var args []any
 		for n, i := range applied {
-			selects[n] = k.row
-			args = append(args, k.args(ws[i])...)
+			selects[n] = u.row
+			args = append(args, u.args(ws[i])...)
 		}
 		args = append(args, now)
-		res, err := tx.ExecContext(ctx, fmt.Sprintf(k.update, strings.Join(selects, " UNION ALL ")), args...)
+		res, err := tx.ExecContext(ctx, fmt.Sprintf(u.update, strings.Join(selects, " UNION ALL ")), args...)
 		if err != nil {
 			return plan, err
 		}
@@ -139,17 +155,15 @@ func writeTx(ctx context.Context, tx *sql.Tx, ws []store.Writeback, idx []int) (
 		} else if n != int64(len(applied)) {
 			// The rows are locked by this transaction and passed the fence
 			// when read; anything else is a bug, not a race. Write nothing.
-			return plan, fmt.Errorf("write-back: %d %s writes passed the fence but %d rows matched", len(applied), k.kind, n)
-		}
-		if k.kind == store.EventCompleted {
-			done := store.JobIDs(ws, applied)
-			if _, err := tx.ExecContext(ctx, fmt.Sprintf(insertLedger, sqlbase.Placeholders(len(done))), sqlbase.Int64Args(done)...); err != nil {
-				return plan, err
-			}
+			return plan, fmt.Errorf("write-back: %d writes passed the fence but %d rows matched", len(applied), n)
 		}
 	}
-	written := store.JobIDs(ws, plan.Apply)
-	if _, err := tx.ExecContext(ctx, fmt.Sprintf(insertWriteEvents, sqlbase.Placeholders(len(written))), sqlbase.Int64Args(written)...); err != nil {
+	if refunded := store.JobIDs(ws, plan.Applied(store.Writeback.Ledgered)); len(refunded) > 0 {
+		if _, err := tx.ExecContext(ctx, fmt.Sprintf(insertLedger, sqlbase.Placeholders(len(refunded))), sqlbase.Int64Args(refunded)...); err != nil {
+			return plan, err
+		}
+	}
+	if err := sqlbase.InsertHistory(ctx, tx, plan.Events, asDatetime); err != nil {
 		return plan, err
 	}
 	return plan, nil
@@ -174,3 +188,6 @@ func (s *Store) ExpireLease(ctx context.Context, jobID int64) error {
 
 const expireLease = `UPDATE refund_jobs SET lease_until = TIMESTAMPADD(MICROSECOND, -1, UTC_TIMESTAMP(6))
  WHERE id = ? AND state = 'running'`
+
+// asDatetime stores a time in a DATETIME(6) column.
+func asDatetime(t time.Time) any { return t }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"sort"
-	"strings"
 
 	"github.com/jobfence/jobfence/store"
 	"github.com/jobfence/jobfence/store/internal/sqlbase"
@@ -18,13 +16,13 @@ const (
 	// R6, R23: expired leases, oldest first. No SKIP LOCKED in SQLite: the
 	// claim's BEGIN IMMEDIATE holds the only write lock, so nothing read here
 	// can be claimed by anyone else before this transaction commits (R13).
-	selectExpiredLeases = `SELECT id FROM refund_jobs
+	selectExpiredLeases = `SELECT ` + jobColumns + ` FROM refund_jobs
  WHERE state = 'running' AND lease_until <= ?%s
  ORDER BY lease_until, id
  LIMIT ?`
 
 	// Q1, Q2, R23: ready and due, oldest first, stable by id (Q4).
-	selectDueJobs = `SELECT id FROM refund_jobs
+	selectDueJobs = `SELECT ` + jobColumns + ` FROM refund_jobs
  WHERE state = 'ready' AND next_attempt_at <= ?%s
  ORDER BY next_attempt_at, id
  LIMIT ?`
@@ -44,12 +42,7 @@ const (
   worker_id     = ?,
   updated_at    = ?
  WHERE id IN (%s)
-   AND ((state = 'ready' AND next_attempt_at <= ?) OR (state = 'running' AND lease_until <= ?))
-RETURNING ` + jobColumns
-
-	insertEvents = `INSERT INTO refund_job_events
-  (job_id, attempt, kind, worker_id, from_state, to_state, next_action, provider_refund_id, reason, created_at)
-VALUES %s`
+   AND ((state = 'ready' AND next_attempt_at <= ?) OR (state = 'running' AND lease_until <= ?))`
 
 	selectObservationsOf = `SELECT ` + observationColumns + ` FROM refund_observations
  WHERE job_id IN (%s) ORDER BY job_id, id`
@@ -75,63 +68,48 @@ func claimTx(ctx context.Context, tx *sql.Tx, p store.ClaimParams) ([]store.Clai
 	if p.Provider != "" {
 		filter, filterArgs = " AND provider = ?", []any{p.Provider}
 	}
-	selectIDs := func(query string, limit int) ([]int64, error) {
+	selectJobs := func(query string, limit int) ([]store.Job, error) {
 		args := append(append([]any{now}, filterArgs...), limit)
-		return sqlbase.QueryAll(ctx, tx, scanID, fmt.Sprintf(query, filter), args...)
+		return sqlbase.QueryAll(ctx, tx, scanJob, fmt.Sprintf(query, filter), args...)
 	}
-	takeovers, err := selectIDs(selectExpiredLeases, p.MaxJobs)
+	// R23: takeovers first, then due jobs, each group oldest first.
+	selected, err := selectJobs(selectExpiredLeases, p.MaxJobs)
 	if err != nil {
 		return nil, err
 	}
-	ids := takeovers
-	if rest := p.MaxJobs - len(takeovers); rest > 0 {
-		due, err := selectIDs(selectDueJobs, rest)
+	if rest := p.MaxJobs - len(selected); rest > 0 {
+		due, err := selectJobs(selectDueJobs, rest)
 		if err != nil {
 			return nil, err
 		}
-		ids = append(append([]int64(nil), takeovers...), due...)
+		selected = append(selected, due...)
 	}
-	if len(ids) == 0 {
+	if len(selected) == 0 {
 		return nil, nil
 	}
 
-	leaseUntil := now + p.Lease.Microseconds()
-	args := append([]any{now, leaseUntil, p.WorkerID, now}, sqlbase.Int64Args(ids)...)
+	nowTime := fromMicros(now)
+	ids := make([]int64, len(selected))
+	claimed := make([]store.ClaimedJob, len(selected))
+	events := make([]store.Event, len(selected))
+	for i, cur := range selected {
+		ids[i] = cur.ID
+		claimed[i], events[i] = p.Grant(cur, nowTime)
+	}
+	args := append([]any{now, toMicros(claimed[0].Job.LeaseUntil), p.WorkerID, now}, sqlbase.Int64Args(ids)...)
 	args = append(args, now, now)
-	jobs, err := sqlbase.QueryAll(ctx, tx, scanJob, fmt.Sprintf(claimSelected, sqlbase.Placeholders(len(ids))), args...)
+	res, err := tx.ExecContext(ctx, fmt.Sprintf(claimSelected, sqlbase.Placeholders(len(ids))), args...)
 	if err != nil {
 		return nil, err
 	}
-	if len(jobs) != len(ids) {
+	if n, err := res.RowsAffected(); err != nil {
+		return nil, err
+	} else if n != int64(len(ids)) {
 		// Nothing else can write while this transaction holds the write lock;
 		// a mismatch means the re-check failed. Grant nothing rather than guess.
-		return nil, fmt.Errorf("claim: selected %d jobs but %d passed the re-check", len(ids), len(jobs))
+		return nil, fmt.Errorf("claim: selected %d jobs but %d passed the re-check", len(ids), n)
 	}
-	// R23: takeovers first, each group oldest first, as selected. RETURNING
-	// promises no order.
-	order := make(map[int64]int, len(ids))
-	for i, id := range ids {
-		order[id] = i
-	}
-	sort.Slice(jobs, func(a, b int) bool { return order[jobs[a].ID] < order[jobs[b].ID] })
-
-	isTakeover := make(map[int64]bool, len(takeovers))
-	for _, id := range takeovers {
-		isTakeover[id] = true
-	}
-	claimed := make([]store.ClaimedJob, len(jobs))
-	values := make([]string, len(jobs))
-	eventArgs := make([]any, 0, len(jobs)*8)
-	for i, j := range jobs {
-		kind, from := store.EventClaimed, store.StateReady
-		if isTakeover[j.ID] {
-			kind, from = store.EventTakenOver, store.StateRunning
-		}
-		claimed[i] = store.ClaimedJob{Job: j, Takeover: isTakeover[j.ID]}
-		values[i] = "(?, ?, ?, ?, ?, ?, ?, '', '', ?)"
-		eventArgs = append(eventArgs, j.ID, j.Attempt, kind, j.WorkerID, from, j.State, j.NextAction, now)
-	}
-	if _, err := tx.ExecContext(ctx, fmt.Sprintf(insertEvents, strings.Join(values, ", ")), eventArgs...); err != nil {
+	if err := sqlbase.InsertHistory(ctx, tx, events, toMicros); err != nil {
 		return nil, err
 	}
 	// R15: hand the receipts on file to the new holder. Read before COMMIT so

@@ -28,6 +28,15 @@ const (
    SET state = 'manual_review', lease_until = NULL, last_reason = ?, updated_at = ?
  WHERE id = ? AND state = 'running' AND attempt = ?`
 
+	// An operator's resolution, fenced by the attempt the operator looked at.
+	resolveRefundedFenced = `UPDATE refund_jobs
+   SET state = 'succeeded', provider_refund_id = ?, last_reason = ?, updated_at = ?
+ WHERE id = ? AND state = 'manual_review' AND attempt = ?`
+
+	resolveReconcileFenced = `UPDATE refund_jobs
+   SET state = 'ready', next_action = 'reconcile', next_attempt_at = ?, last_reason = ?, updated_at = ?
+ WHERE id = ? AND state = 'manual_review' AND attempt = ?`
+
 	// R10: our own record of the refund, in the same transaction as the fenced
 	// completion.
 	insertLedger = `INSERT INTO refund_ledger
@@ -97,6 +106,12 @@ func writeTx(ctx context.Context, tx *sql.Tx, ws []store.Writeback, idx []int) (
 				w.JobID, w.Attempt)
 		case store.EventEscalated:
 			res, err = tx.ExecContext(ctx, escalateFenced, w.Reason, now, w.JobID, w.Attempt)
+		case store.EventResolved:
+			if w.Resolution == store.ResolutionRefunded {
+				res, err = tx.ExecContext(ctx, resolveRefundedFenced, w.ProviderRefundID, w.Reason, now, w.JobID, w.Attempt)
+			} else {
+				res, err = tx.ExecContext(ctx, resolveReconcileFenced, now, w.Reason, now, w.JobID, w.Attempt)
+			}
 		}
 		if err != nil {
 			return plan, err
@@ -108,14 +123,14 @@ func writeTx(ctx context.Context, tx *sql.Tx, ws []store.Writeback, idx []int) (
 			// lock, and the row passed the fence when read: a bug, not a race.
 			return plan, fmt.Errorf("write-back: job %d passed the fence but %d rows matched", w.JobID, n)
 		}
-		if w.Kind == store.EventCompleted {
+		if w.Ledgered() {
 			if _, err := tx.ExecContext(ctx, insertLedger, w.JobID); err != nil {
 				return plan, err
 			}
 		}
-		if _, err := tx.ExecContext(ctx, insertEventFromJob, w.Kind, store.StateRunning, w.Reason, w.JobID); err != nil {
-			return plan, err
-		}
+	}
+	if err := sqlbase.InsertHistory(ctx, tx, plan.Events, toMicros); err != nil {
+		return plan, err
 	}
 	return plan, nil
 }

@@ -42,6 +42,7 @@ func Run(t *testing.T, open Opener) {
 		{"WriteManyAnswersEachOnItsOwn_R9_R21", testWriteManyEachOnItsOwn},
 		{"RescheduleReturnsToReady", testReschedule},
 		{"EscalateToManualReview_R16", testEscalate},
+		{"ResolveReviewFencedByAttempt", testResolveReview},
 		{"WriteUnknownJobOrUngrantedAttempt", testWriteUnknown},
 		{"ObservationsDedupedNeverChangeJob_R15", testObservations},
 		{"ClaimCarriesObservations_R15", testClaimCarriesObservations},

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jobfence/jobfence/store"
 )
@@ -204,6 +205,27 @@ func AttachObservations(ctx context.Context, q Querier, claimed []store.ClaimedJ
 		c.Observations = append(c.Observations, o)
 	}
 	return nil
+}
+
+const insertEvents = `INSERT INTO refund_job_events
+  (job_id, attempt, kind, worker_id, from_state, to_state, next_action, provider_refund_id, reason, created_at)
+VALUES %s`
+
+// InsertHistory appends events to the append-only history in one statement
+// (R3); created converts a time to the backend's column value.
+func InsertHistory(ctx context.Context, tx *sql.Tx, events []store.Event, created func(time.Time) any) error {
+	if len(events) == 0 {
+		return nil
+	}
+	values := make([]string, len(events))
+	args := make([]any, 0, len(events)*10)
+	for i, e := range events {
+		values[i] = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+		args = append(args, e.JobID, e.Attempt, e.Kind, e.WorkerID, e.FromState, e.ToState, e.NextAction,
+			e.ProviderRefundID, e.Reason, created(e.CreatedAt))
+	}
+	_, err := tx.ExecContext(ctx, fmt.Sprintf(insertEvents, strings.Join(values, ", ")), args...)
+	return err
 }
 
 // Scanner is a row to scan: *sql.Row or *sql.Rows.
