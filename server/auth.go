@@ -43,6 +43,8 @@ var methodRoles = map[string][]Role{
 	pb.Coordinator_Escalate_FullMethodName:          {RoleWorker},
 	pb.Coordinator_ReportObservation_FullMethodName: {RoleWorker},
 	pb.Coordinator_GetJob_FullMethodName:            {RoleReader, RoleOperator},
+	pb.Coordinator_ListJobs_FullMethodName:          {RoleReader, RoleOperator},
+	pb.Coordinator_ResolveReview_FullMethodName:     {RoleOperator},
 }
 
 // Identity is who made a call, from its credential.

@@ -72,6 +72,22 @@ func TestBearerTokensAndRoles(t *testing.T) {
 	if err != nil || got.Events[1].WorkerId != "worker-a" {
 		t.Fatalf("GetJob = %v, %v", got, err)
 	}
+	// An operator resolves under their own name; a worker may not.
+	if _, err := c.client.Escalate(as(ctx, "tok-worker"), &pb.EscalateRequest{JobId: enq.Job.Id,
+		Attempt: claimed.Jobs[0].Attempt, Reason: "no record"}); err != nil {
+		t.Fatal(err)
+	}
+	resolve := &pb.ResolveReviewRequest{JobId: enq.Job.Id, Attempt: claimed.Jobs[0].Attempt,
+		Resolution: pb.ReviewResolution_REVIEW_RESOLUTION_REFUNDED, ProviderRefundId: "re_1", Note: "seen in dashboard"}
+	_, err = c.client.ResolveReview(as(ctx, "tok-worker"), resolve)
+	errorInfo(t, err, codes.PermissionDenied, server.ReasonPermissionDenied)
+	if _, err := c.client.ResolveReview(as(ctx, "tok-ops"), resolve); err != nil {
+		t.Fatal(err)
+	}
+	got, err = c.client.GetJob(as(ctx, "tok-ops"), &pb.GetJobRequest{Job: &pb.GetJobRequest_JobId{JobId: enq.Job.Id}})
+	if err != nil || got.Events[len(got.Events)-1].WorkerId != "alice" {
+		t.Fatalf("resolution recorded as %v, %v; want alice", got.Events[len(got.Events)-1], err)
+	}
 	// Health checks need no credential.
 	if _, err := healthpb.NewHealthClient(c.conn).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
 		t.Fatal(err)

@@ -231,3 +231,34 @@ func durationFromProto(field string, d *durationpb.Duration) (time.Duration, err
 	}
 	return d.AsDuration(), nil
 }
+
+func listFromProto(r *pb.ListJobsRequest) (store.ListParams, error) {
+	p := store.ListParams{Provider: r.GetProvider(), OrderID: r.GetOrderId(), Limit: int(r.GetPageSize()),
+		PageToken: r.GetPageToken()}
+	if p.Limit == 0 {
+		p.Limit = 50
+	}
+	if r.GetState() != pb.JobState_JOB_STATE_UNSPECIFIED {
+		for st, v := range states {
+			if v == r.GetState() {
+				p.State = st
+			}
+		}
+		if p.State == "" {
+			return p, store.Invalid("state", "unknown value %d", r.GetState())
+		}
+	}
+	return p, nil
+}
+
+func resolveFromProto(r *pb.ResolveReviewRequest, actor string) store.Writeback {
+	w := store.Writeback{Kind: store.EventResolved, JobID: r.GetJobId(), Attempt: r.GetAttempt(),
+		ProviderRefundID: r.GetProviderRefundId(), Reason: r.GetNote(), Actor: actor}
+	switch r.GetResolution() {
+	case pb.ReviewResolution_REVIEW_RESOLUTION_REFUNDED:
+		w.Resolution = store.ResolutionRefunded
+	case pb.ReviewResolution_REVIEW_RESOLUTION_RECONCILE:
+		w.Resolution = store.ResolutionReconcile
+	}
+	return w
+}

@@ -691,3 +691,65 @@ jobfence_takeovers_total 1
 		}
 	})
 }
+
+// TestOperatorListAndResolveOverGRPC: an operator finds the job in review,
+// resolves it with the attempt they looked at, and a stale view is refused.
+func TestOperatorListAndResolveOverGRPC(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, c *coordinator) {
+		ctx := ctxFor(t)
+		var review *pb.Job
+		for i := 0; i < 3; i++ {
+			job := c.enqueue(t)
+			a := c.claimOne(t, "A", job.Id)
+			if _, err := c.client.Escalate(ctx, &pb.EscalateRequest{JobId: job.Id, Attempt: a.Attempt, Reason: "no record"}); err != nil {
+				t.Fatal(err)
+			}
+			review = job
+		}
+		first, err := c.client.ListJobs(ctx, &pb.ListJobsRequest{State: pb.JobState_JOB_STATE_MANUAL_REVIEW, PageSize: 2})
+		if err != nil || len(first.Jobs) != 2 || first.NextPageToken == "" {
+			t.Fatalf("first page = %v, %v", first, err)
+		}
+		second, err := c.client.ListJobs(ctx, &pb.ListJobsRequest{State: pb.JobState_JOB_STATE_MANUAL_REVIEW, PageSize: 2,
+			PageToken: first.NextPageToken})
+		if err != nil || len(second.Jobs) != 1 || second.NextPageToken != "" || second.Jobs[0].Id != review.Id {
+			t.Fatalf("second page = %v, %v; want the last job %d", second, err, review.Id)
+		}
+		_, err = c.client.ListJobs(ctx, &pb.ListJobsRequest{PageToken: first.NextPageToken})
+		errorInfo(t, err, codes.InvalidArgument, server.ReasonInvalidArgument)
+
+		seen := second.Jobs[0]
+		resp, err := c.client.ResolveReview(ctx, &pb.ResolveReviewRequest{JobId: seen.Id, Attempt: seen.Attempt,
+			Resolution: pb.ReviewResolution_REVIEW_RESOLUTION_RECONCILE, Note: "provider support says retry the lookup"})
+		if err != nil || resp.Job.State != pb.JobState_JOB_STATE_READY || resp.Job.NextAction != pb.NextAction_NEXT_ACTION_RECONCILE {
+			t.Fatalf("ResolveReview = %v, %v", resp, err)
+		}
+		b := c.claimOne(t, "B", seen.Id)
+		_, err = c.client.ResolveReview(ctx, &pb.ResolveReviewRequest{JobId: seen.Id, Attempt: seen.Attempt,
+			Resolution: pb.ReviewResolution_REVIEW_RESOLUTION_REFUNDED, ProviderRefundId: "re_x", Note: "stale view"})
+		meta := errorInfo(t, err, codes.FailedPrecondition, server.ReasonStaleAttempt)
+		if meta["current_attempt"] != fmt.Sprint(b.Attempt) {
+			t.Fatalf("metadata %v", meta)
+		}
+		_, err = c.client.ResolveReview(ctx, &pb.ResolveReviewRequest{JobId: seen.Id, Attempt: b.Attempt,
+			Resolution: pb.ReviewResolution_REVIEW_RESOLUTION_REFUNDED, ProviderRefundId: "re_x", Note: "not in review"})
+		errorInfo(t, err, codes.FailedPrecondition, server.ReasonJobNotInReview)
+		_, err = c.client.ResolveReview(ctx, &pb.ResolveReviewRequest{JobId: seen.Id, Attempt: b.Attempt})
+		errorInfo(t, err, codes.InvalidArgument, server.ReasonInvalidArgument)
+
+		got, err := c.client.GetJob(ctx, &pb.GetJobRequest{Job: &pb.GetJobRequest_JobId{JobId: seen.Id}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var resolved *pb.JobEvent
+		for _, e := range got.Events {
+			if e.Kind == "resolved" {
+				resolved = e
+			}
+		}
+		if resolved == nil || resolved.WorkerId != "operator" || resolved.Reason != "provider support says retry the lookup" ||
+			resolved.FromState != pb.JobState_JOB_STATE_MANUAL_REVIEW {
+			t.Fatalf("resolution in history = %v", resolved)
+		}
+	})
+}

@@ -23,6 +23,7 @@ const Domain = "jobfence"
 const (
 	ReasonStaleAttempt        = "STALE_ATTEMPT"
 	ReasonJobNotRunning       = "JOB_NOT_RUNNING"
+	ReasonJobNotInReview      = "JOB_NOT_IN_REVIEW"
 	ReasonKeyConflict         = "OPERATION_KEY_CONFLICT"
 	ReasonClaimOutcomeUnknown = "CLAIM_OUTCOME_UNKNOWN"
 	ReasonWriteOutcomeUnknown = "WRITE_OUTCOME_UNKNOWN"
@@ -51,9 +52,14 @@ func (s *Server) toStatus(ctx context.Context, err error, job jobAttrs) error {
 		reason := ReasonStaleAttempt
 		msg := fmt.Sprintf("attempt %d is stale: job %d was taken over (current attempt %d, state %s); nothing was written",
 			fe.Attempt, fe.Current.ID, fe.Current.Attempt, stateToProto(fe.Current.State))
-		if errors.Is(err, store.ErrNotRunning) {
+		switch {
+		case errors.Is(err, store.ErrNotRunning):
 			reason = ReasonJobNotRunning
 			msg = fmt.Sprintf("job %d is no longer running under attempt %d (state %s): this attempt already wrote a different outcome",
+				fe.Current.ID, fe.Attempt, stateToProto(fe.Current.State))
+		case errors.Is(err, store.ErrNotInReview):
+			reason = ReasonJobNotInReview
+			msg = fmt.Sprintf("job %d is not in manual review under attempt %d (state %s)",
 				fe.Current.ID, fe.Attempt, stateToProto(fe.Current.State))
 		}
 		meta := map[string]string{

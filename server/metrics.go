@@ -67,6 +67,8 @@ func rpcOf(kind store.EventKind) string {
 		return "Complete"
 	case store.EventRescheduled:
 		return "Reschedule"
+	case store.EventResolved:
+		return "ResolveReview"
 	default:
 		return "Escalate"
 	}

@@ -214,8 +214,11 @@ func (s *Server) write(ctx context.Context, w store.Writeback) (store.WriteResul
 		s.waiters.wake(res.Job.Provider) // it may be due now
 	}
 	level := slog.LevelDebug
-	if w.Kind == store.EventEscalated {
+	switch w.Kind {
+	case store.EventEscalated:
 		level = slog.LevelWarn // a person has to look
+	case store.EventResolved:
+		level = slog.LevelInfo
 	}
 	s.log.LogAttrs(ctx, level, "job "+string(w.Kind), append(attrsOf(res.Job).attrs(),
 		slog.Bool("replayed", res.Replayed), slog.String("reason", w.Reason))...)
@@ -256,6 +259,41 @@ func (s *Server) GetJob(ctx context.Context, req *pb.GetJobRequest) (*pb.GetJobR
 		resp.Observations = append(resp.Observations, observationToProto(o))
 	}
 	return resp, nil
+}
+
+// ListJobs implements jobfence.v1.Coordinator.
+func (s *Server) ListJobs(ctx context.Context, req *pb.ListJobsRequest) (*pb.ListJobsResponse, error) {
+	p, err := listFromProto(req)
+	if err != nil {
+		return nil, s.toStatus(ctx, err, jobAttrs{})
+	}
+	page, err := s.store.List(ctx, p)
+	if err != nil {
+		return nil, s.toStatus(ctx, err, jobAttrs{})
+	}
+	resp := &pb.ListJobsResponse{Jobs: make([]*pb.Job, len(page.Jobs)), NextPageToken: page.NextPageToken}
+	for i, j := range page.Jobs {
+		resp.Jobs[i] = jobToProto(j)
+	}
+	return resp, nil
+}
+
+// ResolveReview implements jobfence.v1.Coordinator. The operator is the
+// caller's credential; an open coordinator (loopback, no credentials) records
+// "operator".
+func (s *Server) ResolveReview(ctx context.Context, req *pb.ResolveReviewRequest) (*pb.ResolveReviewResponse, error) {
+	actor := "operator"
+	if id, ok := IdentityFrom(ctx); ok {
+		actor = id.Name
+	}
+	res, err := s.write(ctx, resolveFromProto(req, actor))
+	if err != nil {
+		return nil, err
+	}
+	if res.Job.State == store.StateReady && !res.Replayed {
+		s.waiters.wake(res.Job.Provider)
+	}
+	return &pb.ResolveReviewResponse{Job: jobToProto(res.Job), Replayed: res.Replayed}, nil
 }
 
 // resendDeadline is until when a same-key resend of job is inside its

@@ -247,6 +247,9 @@ type Store interface {
 	// commits a takeover. Errors: ErrNotFound, ErrNotRunning.
 	ExpireLease(ctx context.Context, jobID int64) error
 
+	// List pages through jobs by the filters of p. Errors: *ValidationError.
+	List(ctx context.Context, p ListParams) (JobPage, error)
+
 	// Stats reads what operators watch (M1) from the database: counts of the
 	// unfinished and manual_review jobs and the oldest unfinished one.
 	Stats(ctx context.Context) (Stats, error)
@@ -287,4 +290,25 @@ func (p ClaimParams) Grant(job Job, now time.Time) (ClaimedJob, Event) {
 	}
 	return ClaimedJob{Job: job, Takeover: takeover}, Event{JobID: job.ID, Attempt: job.Attempt, Kind: kind,
 		WorkerID: job.WorkerID, FromState: from, ToState: job.State, NextAction: job.NextAction, CreatedAt: now}
+}
+
+// ListParams filters and pages jobs for operators and customer service. All
+// filters are optional and combine with AND.
+type ListParams struct {
+	State    State
+	Provider string
+	// OrderID lists all refunds of one order, newest first (Q7).
+	OrderID string
+	// Limit is the page size, 1..MaxPageSize.
+	Limit int
+	// PageToken continues from a previous page (keyset pagination, never
+	// OFFSET, Q4).
+	PageToken string
+}
+
+// JobPage is one page of ListJobs.
+type JobPage struct {
+	Jobs []Job
+	// NextPageToken continues the listing; empty on the last page.
+	NextPageToken string
 }

@@ -16,14 +16,16 @@ const (
 
 	// R6, R23: expired leases, oldest first. SKIP LOCKED lets concurrent
 	// claimers pass each other (R13); the lock is what grants, not the read.
-	lockExpiredLeases = `SELECT ` + jobColumns + ` FROM refund_jobs
+	lockExpiredLeases = `SELECT ` + jobColumns + ` FROM refund_jobs FORCE INDEX (ix_refund_jobs_lease)
  WHERE state = 'running' AND lease_until <= ?%s
  ORDER BY lease_until, id
  LIMIT ?
  FOR UPDATE SKIP LOCKED`
 
-	// Q1, Q2, R23: ready and due, oldest first, stable by id (Q4).
-	lockDueJobs = `SELECT ` + jobColumns + ` FROM refund_jobs
+	// Q1, Q2, R23: ready and due, oldest first, stable by id (Q4). FORCE
+	// INDEX keeps the (state, next_attempt_at, id) walk even with a provider
+	// filter, whose own index would mean a sort of all that provider's rows.
+	lockDueJobs = `SELECT ` + jobColumns + ` FROM refund_jobs FORCE INDEX (ix_refund_jobs_due)
  WHERE state = 'ready' AND next_attempt_at <= ?%s
  ORDER BY next_attempt_at, id
  LIMIT ?

@@ -47,6 +47,7 @@ func Run(t *testing.T, open Opener) {
 		{"ObservationsDedupedNeverChangeJob_R15", testObservations},
 		{"ClaimCarriesObservations_R15", testClaimCarriesObservations},
 		{"ExpireLeaseOnlyRunning", testExpireLease},
+		{"ListJobsKeyset_Q4_Q7", testListJobsKeyset},
 		{"StatsLeaveHistoryOut_M1", testStats},
 		{"ConcurrentClaimersFenced_R2_R5_R9", testConcurrentClaimers},
 	}

@@ -135,6 +135,58 @@ func (NextAction) EnumDescriptor() ([]byte, []int) {
 	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{1}
 }
 
+// ReviewResolution is an operator's decision on a job in manual review.
+type ReviewResolution int32
+
+const (
+	ReviewResolution_REVIEW_RESOLUTION_UNSPECIFIED ReviewResolution = 0
+	// The refund happened at the provider: the job succeeds with its refund id.
+	ReviewResolution_REVIEW_RESOLUTION_REFUNDED ReviewResolution = 1
+	// Back to READY with next action RECONCILE, due now.
+	ReviewResolution_REVIEW_RESOLUTION_RECONCILE ReviewResolution = 2
+)
+
+// Enum value maps for ReviewResolution.
+var (
+	ReviewResolution_name = map[int32]string{
+		0: "REVIEW_RESOLUTION_UNSPECIFIED",
+		1: "REVIEW_RESOLUTION_REFUNDED",
+		2: "REVIEW_RESOLUTION_RECONCILE",
+	}
+	ReviewResolution_value = map[string]int32{
+		"REVIEW_RESOLUTION_UNSPECIFIED": 0,
+		"REVIEW_RESOLUTION_REFUNDED":    1,
+		"REVIEW_RESOLUTION_RECONCILE":   2,
+	}
+)
+
+func (x ReviewResolution) Enum() *ReviewResolution {
+	p := new(ReviewResolution)
+	*p = x
+	return p
+}
+
+func (x ReviewResolution) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ReviewResolution) Descriptor() protoreflect.EnumDescriptor {
+	return file_jobfence_v1_coordinator_proto_enumTypes[2].Descriptor()
+}
+
+func (ReviewResolution) Type() protoreflect.EnumType {
+	return &file_jobfence_v1_coordinator_proto_enumTypes[2]
+}
+
+func (x ReviewResolution) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ReviewResolution.Descriptor instead.
+func (ReviewResolution) EnumDescriptor() ([]byte, []int) {
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{2}
+}
+
 // ObservationOutcome is what the provider said about a refund.
 type ObservationOutcome int32
 
@@ -179,11 +231,11 @@ func (x ObservationOutcome) String() string {
 }
 
 func (ObservationOutcome) Descriptor() protoreflect.EnumDescriptor {
-	return file_jobfence_v1_coordinator_proto_enumTypes[2].Descriptor()
+	return file_jobfence_v1_coordinator_proto_enumTypes[3].Descriptor()
 }
 
 func (ObservationOutcome) Type() protoreflect.EnumType {
-	return &file_jobfence_v1_coordinator_proto_enumTypes[2]
+	return &file_jobfence_v1_coordinator_proto_enumTypes[3]
 }
 
 func (x ObservationOutcome) Number() protoreflect.EnumNumber {
@@ -192,7 +244,7 @@ func (x ObservationOutcome) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ObservationOutcome.Descriptor instead.
 func (ObservationOutcome) EnumDescriptor() ([]byte, []int) {
-	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{2}
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{3}
 }
 
 // Job is one refund and its scheduling state. Times are the database's UTC
@@ -1765,6 +1817,274 @@ func (x *GetJobResponse) GetObservations() []*Observation {
 	return nil
 }
 
+type ListJobsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Filters, all optional, combined with AND.
+	State JobState `protobuf:"varint,1,opt,name=state,proto3,enum=jobfence.v1.JobState" json:"state,omitempty"`
+	// 1..64 characters of [a-z0-9_-].
+	Provider string `protobuf:"bytes,2,opt,name=provider,proto3" json:"provider,omitempty"`
+	// All refunds of one order, newest first (Q7).
+	OrderId string `protobuf:"bytes,3,opt,name=order_id,json=orderId,proto3" json:"order_id,omitempty"`
+	// 1..500; 50 when unset.
+	PageSize int32 `protobuf:"varint,4,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// next_page_token of the previous page; it is bound to the same filters.
+	PageToken     string `protobuf:"bytes,5,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListJobsRequest) Reset() {
+	*x = ListJobsRequest{}
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListJobsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListJobsRequest) ProtoMessage() {}
+
+func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
+func (*ListJobsRequest) Descriptor() ([]byte, []int) {
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ListJobsRequest) GetState() JobState {
+	if x != nil {
+		return x.State
+	}
+	return JobState_JOB_STATE_UNSPECIFIED
+}
+
+func (x *ListJobsRequest) GetProvider() string {
+	if x != nil {
+		return x.Provider
+	}
+	return ""
+}
+
+func (x *ListJobsRequest) GetOrderId() string {
+	if x != nil {
+		return x.OrderId
+	}
+	return ""
+}
+
+func (x *ListJobsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListJobsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+type ListJobsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// With order_id: newest first. Else with state: oldest due first. Else:
+	// newest first.
+	Jobs []*Job `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`
+	// Empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListJobsResponse) Reset() {
+	*x = ListJobsResponse{}
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListJobsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListJobsResponse) ProtoMessage() {}
+
+func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
+func (*ListJobsResponse) Descriptor() ([]byte, []int) {
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ListJobsResponse) GetJobs() []*Job {
+	if x != nil {
+		return x.Jobs
+	}
+	return nil
+}
+
+func (x *ListJobsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+type ResolveReviewRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	JobId int64                  `protobuf:"varint,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	// The attempt the operator looked at (job.attempt in GetJob).
+	Attempt    int64            `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Resolution ReviewResolution `protobuf:"varint,3,opt,name=resolution,proto3,enum=jobfence.v1.ReviewResolution" json:"resolution,omitempty"`
+	// Required for REFUNDED, empty for RECONCILE.
+	ProviderRefundId string `protobuf:"bytes,4,opt,name=provider_refund_id,json=providerRefundId,proto3" json:"provider_refund_id,omitempty"`
+	// Why; required, up to 1024 characters. Kept in the history.
+	Note          string `protobuf:"bytes,5,opt,name=note,proto3" json:"note,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResolveReviewRequest) Reset() {
+	*x = ResolveReviewRequest{}
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResolveReviewRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResolveReviewRequest) ProtoMessage() {}
+
+func (x *ResolveReviewRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResolveReviewRequest.ProtoReflect.Descriptor instead.
+func (*ResolveReviewRequest) Descriptor() ([]byte, []int) {
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ResolveReviewRequest) GetJobId() int64 {
+	if x != nil {
+		return x.JobId
+	}
+	return 0
+}
+
+func (x *ResolveReviewRequest) GetAttempt() int64 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *ResolveReviewRequest) GetResolution() ReviewResolution {
+	if x != nil {
+		return x.Resolution
+	}
+	return ReviewResolution_REVIEW_RESOLUTION_UNSPECIFIED
+}
+
+func (x *ResolveReviewRequest) GetProviderRefundId() string {
+	if x != nil {
+		return x.ProviderRefundId
+	}
+	return ""
+}
+
+func (x *ResolveReviewRequest) GetNote() string {
+	if x != nil {
+		return x.Note
+	}
+	return ""
+}
+
+type ResolveReviewResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Job   *Job                   `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	// True when this same resolution had already been applied (R21).
+	Replayed      bool `protobuf:"varint,2,opt,name=replayed,proto3" json:"replayed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResolveReviewResponse) Reset() {
+	*x = ResolveReviewResponse{}
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResolveReviewResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResolveReviewResponse) ProtoMessage() {}
+
+func (x *ResolveReviewResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResolveReviewResponse.ProtoReflect.Descriptor instead.
+func (*ResolveReviewResponse) Descriptor() ([]byte, []int) {
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ResolveReviewResponse) GetJob() *Job {
+	if x != nil {
+		return x.Job
+	}
+	return nil
+}
+
+func (x *ResolveReviewResponse) GetReplayed() bool {
+	if x != nil {
+		return x.Replayed
+	}
+	return false
+}
+
 var File_jobfence_v1_coordinator_proto protoreflect.FileDescriptor
 
 const file_jobfence_v1_coordinator_proto_rawDesc = "" +
@@ -1907,7 +2227,28 @@ const file_jobfence_v1_coordinator_proto_rawDesc = "" +
 	"\x0eGetJobResponse\x12\"\n" +
 	"\x03job\x18\x01 \x01(\v2\x10.jobfence.v1.JobR\x03job\x12-\n" +
 	"\x06events\x18\x02 \x03(\v2\x15.jobfence.v1.JobEventR\x06events\x12<\n" +
-	"\fobservations\x18\x03 \x03(\v2\x18.jobfence.v1.ObservationR\fobservations*\x87\x01\n" +
+	"\fobservations\x18\x03 \x03(\v2\x18.jobfence.v1.ObservationR\fobservations\"\xb1\x01\n" +
+	"\x0fListJobsRequest\x12+\n" +
+	"\x05state\x18\x01 \x01(\x0e2\x15.jobfence.v1.JobStateR\x05state\x12\x1a\n" +
+	"\bprovider\x18\x02 \x01(\tR\bprovider\x12\x19\n" +
+	"\border_id\x18\x03 \x01(\tR\aorderId\x12\x1b\n" +
+	"\tpage_size\x18\x04 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x05 \x01(\tR\tpageToken\"`\n" +
+	"\x10ListJobsResponse\x12$\n" +
+	"\x04jobs\x18\x01 \x03(\v2\x10.jobfence.v1.JobR\x04jobs\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xc8\x01\n" +
+	"\x14ResolveReviewRequest\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\x03R\x05jobId\x12\x18\n" +
+	"\aattempt\x18\x02 \x01(\x03R\aattempt\x12=\n" +
+	"\n" +
+	"resolution\x18\x03 \x01(\x0e2\x1d.jobfence.v1.ReviewResolutionR\n" +
+	"resolution\x12,\n" +
+	"\x12provider_refund_id\x18\x04 \x01(\tR\x10providerRefundId\x12\x12\n" +
+	"\x04note\x18\x05 \x01(\tR\x04note\"W\n" +
+	"\x15ResolveReviewResponse\x12\"\n" +
+	"\x03job\x18\x01 \x01(\v2\x10.jobfence.v1.JobR\x03job\x12\x1a\n" +
+	"\breplayed\x18\x02 \x01(\bR\breplayed*\x87\x01\n" +
 	"\bJobState\x12\x19\n" +
 	"\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fJOB_STATE_READY\x10\x01\x12\x15\n" +
@@ -1918,13 +2259,17 @@ const file_jobfence_v1_coordinator_proto_rawDesc = "" +
 	"NextAction\x12\x1b\n" +
 	"\x17NEXT_ACTION_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12NEXT_ACTION_REFUND\x10\x01\x12\x19\n" +
-	"\x15NEXT_ACTION_RECONCILE\x10\x02*\xc0\x01\n" +
+	"\x15NEXT_ACTION_RECONCILE\x10\x02*v\n" +
+	"\x10ReviewResolution\x12!\n" +
+	"\x1dREVIEW_RESOLUTION_UNSPECIFIED\x10\x00\x12\x1e\n" +
+	"\x1aREVIEW_RESOLUTION_REFUNDED\x10\x01\x12\x1f\n" +
+	"\x1bREVIEW_RESOLUTION_RECONCILE\x10\x02*\xc0\x01\n" +
 	"\x12ObservationOutcome\x12#\n" +
 	"\x1fOBSERVATION_OUTCOME_UNSPECIFIED\x10\x00\x12!\n" +
 	"\x1dOBSERVATION_OUTCOME_SUCCEEDED\x10\x01\x12\x1f\n" +
 	"\x1bOBSERVATION_OUTCOME_PENDING\x10\x02\x12\x1e\n" +
 	"\x1aOBSERVATION_OUTCOME_FAILED\x10\x03\x12!\n" +
-	"\x1dOBSERVATION_OUTCOME_NOT_FOUND\x10\x042\xad\x04\n" +
+	"\x1dOBSERVATION_OUTCOME_NOT_FOUND\x10\x042\xce\x05\n" +
 	"\vCoordinator\x12V\n" +
 	"\rEnqueueRefund\x12!.jobfence.v1.EnqueueRefundRequest\x1a\".jobfence.v1.EnqueueRefundResponse\x12>\n" +
 	"\x05Claim\x12\x19.jobfence.v1.ClaimRequest\x1a\x1a.jobfence.v1.ClaimResponse\x12G\n" +
@@ -1933,7 +2278,9 @@ const file_jobfence_v1_coordinator_proto_rawDesc = "" +
 	"Reschedule\x12\x1e.jobfence.v1.RescheduleRequest\x1a\x1f.jobfence.v1.RescheduleResponse\x12G\n" +
 	"\bEscalate\x12\x1c.jobfence.v1.EscalateRequest\x1a\x1d.jobfence.v1.EscalateResponse\x12b\n" +
 	"\x11ReportObservation\x12%.jobfence.v1.ReportObservationRequest\x1a&.jobfence.v1.ReportObservationResponse\x12A\n" +
-	"\x06GetJob\x12\x1a.jobfence.v1.GetJobRequest\x1a\x1b.jobfence.v1.GetJobResponseB\xa9\x01\n" +
+	"\x06GetJob\x12\x1a.jobfence.v1.GetJobRequest\x1a\x1b.jobfence.v1.GetJobResponse\x12G\n" +
+	"\bListJobs\x12\x1c.jobfence.v1.ListJobsRequest\x1a\x1d.jobfence.v1.ListJobsResponse\x12V\n" +
+	"\rResolveReview\x12!.jobfence.v1.ResolveReviewRequest\x1a\".jobfence.v1.ResolveReviewResponseB\xa9\x01\n" +
 	"\x0fcom.jobfence.v1B\x10CoordinatorProtoP\x01Z7github.com/jobfence/jobfence/gen/jobfence/v1;jobfencev1\xa2\x02\x03JXX\xaa\x02\vJobfence.V1\xca\x02\vJobfence\\V1\xe2\x02\x17Jobfence\\V1\\GPBMetadata\xea\x02\fJobfence::V1b\x06proto3"
 
 var (
@@ -1948,88 +2295,101 @@ func file_jobfence_v1_coordinator_proto_rawDescGZIP() []byte {
 	return file_jobfence_v1_coordinator_proto_rawDescData
 }
 
-var file_jobfence_v1_coordinator_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_jobfence_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_jobfence_v1_coordinator_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_jobfence_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_jobfence_v1_coordinator_proto_goTypes = []any{
 	(JobState)(0),                     // 0: jobfence.v1.JobState
 	(NextAction)(0),                   // 1: jobfence.v1.NextAction
-	(ObservationOutcome)(0),           // 2: jobfence.v1.ObservationOutcome
-	(*Job)(nil),                       // 3: jobfence.v1.Job
-	(*ClaimedJob)(nil),                // 4: jobfence.v1.ClaimedJob
-	(*JobEvent)(nil),                  // 5: jobfence.v1.JobEvent
-	(*Observation)(nil),               // 6: jobfence.v1.Observation
-	(*EnqueueRefundRequest)(nil),      // 7: jobfence.v1.EnqueueRefundRequest
-	(*EnqueueRefundResponse)(nil),     // 8: jobfence.v1.EnqueueRefundResponse
-	(*ClaimRequest)(nil),              // 9: jobfence.v1.ClaimRequest
-	(*ClaimResponse)(nil),             // 10: jobfence.v1.ClaimResponse
-	(*CompleteRequest)(nil),           // 11: jobfence.v1.CompleteRequest
-	(*CompleteResponse)(nil),          // 12: jobfence.v1.CompleteResponse
-	(*RescheduleRequest)(nil),         // 13: jobfence.v1.RescheduleRequest
-	(*RescheduleResponse)(nil),        // 14: jobfence.v1.RescheduleResponse
-	(*EscalateRequest)(nil),           // 15: jobfence.v1.EscalateRequest
-	(*EscalateResponse)(nil),          // 16: jobfence.v1.EscalateResponse
-	(*ReportObservationRequest)(nil),  // 17: jobfence.v1.ReportObservationRequest
-	(*ReportObservationResponse)(nil), // 18: jobfence.v1.ReportObservationResponse
-	(*GetJobRequest)(nil),             // 19: jobfence.v1.GetJobRequest
-	(*GetJobResponse)(nil),            // 20: jobfence.v1.GetJobResponse
-	(*timestamppb.Timestamp)(nil),     // 21: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),       // 22: google.protobuf.Duration
+	(ReviewResolution)(0),             // 2: jobfence.v1.ReviewResolution
+	(ObservationOutcome)(0),           // 3: jobfence.v1.ObservationOutcome
+	(*Job)(nil),                       // 4: jobfence.v1.Job
+	(*ClaimedJob)(nil),                // 5: jobfence.v1.ClaimedJob
+	(*JobEvent)(nil),                  // 6: jobfence.v1.JobEvent
+	(*Observation)(nil),               // 7: jobfence.v1.Observation
+	(*EnqueueRefundRequest)(nil),      // 8: jobfence.v1.EnqueueRefundRequest
+	(*EnqueueRefundResponse)(nil),     // 9: jobfence.v1.EnqueueRefundResponse
+	(*ClaimRequest)(nil),              // 10: jobfence.v1.ClaimRequest
+	(*ClaimResponse)(nil),             // 11: jobfence.v1.ClaimResponse
+	(*CompleteRequest)(nil),           // 12: jobfence.v1.CompleteRequest
+	(*CompleteResponse)(nil),          // 13: jobfence.v1.CompleteResponse
+	(*RescheduleRequest)(nil),         // 14: jobfence.v1.RescheduleRequest
+	(*RescheduleResponse)(nil),        // 15: jobfence.v1.RescheduleResponse
+	(*EscalateRequest)(nil),           // 16: jobfence.v1.EscalateRequest
+	(*EscalateResponse)(nil),          // 17: jobfence.v1.EscalateResponse
+	(*ReportObservationRequest)(nil),  // 18: jobfence.v1.ReportObservationRequest
+	(*ReportObservationResponse)(nil), // 19: jobfence.v1.ReportObservationResponse
+	(*GetJobRequest)(nil),             // 20: jobfence.v1.GetJobRequest
+	(*GetJobResponse)(nil),            // 21: jobfence.v1.GetJobResponse
+	(*ListJobsRequest)(nil),           // 22: jobfence.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),          // 23: jobfence.v1.ListJobsResponse
+	(*ResolveReviewRequest)(nil),      // 24: jobfence.v1.ResolveReviewRequest
+	(*ResolveReviewResponse)(nil),     // 25: jobfence.v1.ResolveReviewResponse
+	(*timestamppb.Timestamp)(nil),     // 26: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),       // 27: google.protobuf.Duration
 }
 var file_jobfence_v1_coordinator_proto_depIdxs = []int32{
 	0,  // 0: jobfence.v1.Job.state:type_name -> jobfence.v1.JobState
 	1,  // 1: jobfence.v1.Job.next_action:type_name -> jobfence.v1.NextAction
-	21, // 2: jobfence.v1.Job.next_attempt_at:type_name -> google.protobuf.Timestamp
-	21, // 3: jobfence.v1.Job.lease_until:type_name -> google.protobuf.Timestamp
-	21, // 4: jobfence.v1.Job.first_sent_at:type_name -> google.protobuf.Timestamp
-	21, // 5: jobfence.v1.Job.created_at:type_name -> google.protobuf.Timestamp
-	21, // 6: jobfence.v1.Job.updated_at:type_name -> google.protobuf.Timestamp
-	3,  // 7: jobfence.v1.ClaimedJob.job:type_name -> jobfence.v1.Job
-	21, // 8: jobfence.v1.ClaimedJob.lease_until:type_name -> google.protobuf.Timestamp
+	26, // 2: jobfence.v1.Job.next_attempt_at:type_name -> google.protobuf.Timestamp
+	26, // 3: jobfence.v1.Job.lease_until:type_name -> google.protobuf.Timestamp
+	26, // 4: jobfence.v1.Job.first_sent_at:type_name -> google.protobuf.Timestamp
+	26, // 5: jobfence.v1.Job.created_at:type_name -> google.protobuf.Timestamp
+	26, // 6: jobfence.v1.Job.updated_at:type_name -> google.protobuf.Timestamp
+	4,  // 7: jobfence.v1.ClaimedJob.job:type_name -> jobfence.v1.Job
+	26, // 8: jobfence.v1.ClaimedJob.lease_until:type_name -> google.protobuf.Timestamp
 	1,  // 9: jobfence.v1.ClaimedJob.next_action:type_name -> jobfence.v1.NextAction
-	6,  // 10: jobfence.v1.ClaimedJob.observations:type_name -> jobfence.v1.Observation
-	21, // 11: jobfence.v1.ClaimedJob.resend_deadline:type_name -> google.protobuf.Timestamp
-	21, // 12: jobfence.v1.ClaimedJob.claimed_at:type_name -> google.protobuf.Timestamp
+	7,  // 10: jobfence.v1.ClaimedJob.observations:type_name -> jobfence.v1.Observation
+	26, // 11: jobfence.v1.ClaimedJob.resend_deadline:type_name -> google.protobuf.Timestamp
+	26, // 12: jobfence.v1.ClaimedJob.claimed_at:type_name -> google.protobuf.Timestamp
 	0,  // 13: jobfence.v1.JobEvent.from_state:type_name -> jobfence.v1.JobState
 	0,  // 14: jobfence.v1.JobEvent.to_state:type_name -> jobfence.v1.JobState
 	1,  // 15: jobfence.v1.JobEvent.next_action:type_name -> jobfence.v1.NextAction
-	21, // 16: jobfence.v1.JobEvent.created_at:type_name -> google.protobuf.Timestamp
-	2,  // 17: jobfence.v1.Observation.outcome:type_name -> jobfence.v1.ObservationOutcome
-	21, // 18: jobfence.v1.Observation.created_at:type_name -> google.protobuf.Timestamp
-	21, // 19: jobfence.v1.EnqueueRefundRequest.not_before:type_name -> google.protobuf.Timestamp
-	3,  // 20: jobfence.v1.EnqueueRefundResponse.job:type_name -> jobfence.v1.Job
-	22, // 21: jobfence.v1.ClaimRequest.lease_duration:type_name -> google.protobuf.Duration
-	22, // 22: jobfence.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
-	4,  // 23: jobfence.v1.ClaimResponse.jobs:type_name -> jobfence.v1.ClaimedJob
-	3,  // 24: jobfence.v1.CompleteResponse.job:type_name -> jobfence.v1.Job
+	26, // 16: jobfence.v1.JobEvent.created_at:type_name -> google.protobuf.Timestamp
+	3,  // 17: jobfence.v1.Observation.outcome:type_name -> jobfence.v1.ObservationOutcome
+	26, // 18: jobfence.v1.Observation.created_at:type_name -> google.protobuf.Timestamp
+	26, // 19: jobfence.v1.EnqueueRefundRequest.not_before:type_name -> google.protobuf.Timestamp
+	4,  // 20: jobfence.v1.EnqueueRefundResponse.job:type_name -> jobfence.v1.Job
+	27, // 21: jobfence.v1.ClaimRequest.lease_duration:type_name -> google.protobuf.Duration
+	27, // 22: jobfence.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
+	5,  // 23: jobfence.v1.ClaimResponse.jobs:type_name -> jobfence.v1.ClaimedJob
+	4,  // 24: jobfence.v1.CompleteResponse.job:type_name -> jobfence.v1.Job
 	1,  // 25: jobfence.v1.RescheduleRequest.next_action:type_name -> jobfence.v1.NextAction
-	22, // 26: jobfence.v1.RescheduleRequest.delay:type_name -> google.protobuf.Duration
-	21, // 27: jobfence.v1.RescheduleRequest.next_attempt_at:type_name -> google.protobuf.Timestamp
-	3,  // 28: jobfence.v1.RescheduleResponse.job:type_name -> jobfence.v1.Job
-	3,  // 29: jobfence.v1.EscalateResponse.job:type_name -> jobfence.v1.Job
-	2,  // 30: jobfence.v1.ReportObservationRequest.outcome:type_name -> jobfence.v1.ObservationOutcome
-	6,  // 31: jobfence.v1.ReportObservationResponse.observation:type_name -> jobfence.v1.Observation
-	3,  // 32: jobfence.v1.GetJobResponse.job:type_name -> jobfence.v1.Job
-	5,  // 33: jobfence.v1.GetJobResponse.events:type_name -> jobfence.v1.JobEvent
-	6,  // 34: jobfence.v1.GetJobResponse.observations:type_name -> jobfence.v1.Observation
-	7,  // 35: jobfence.v1.Coordinator.EnqueueRefund:input_type -> jobfence.v1.EnqueueRefundRequest
-	9,  // 36: jobfence.v1.Coordinator.Claim:input_type -> jobfence.v1.ClaimRequest
-	11, // 37: jobfence.v1.Coordinator.Complete:input_type -> jobfence.v1.CompleteRequest
-	13, // 38: jobfence.v1.Coordinator.Reschedule:input_type -> jobfence.v1.RescheduleRequest
-	15, // 39: jobfence.v1.Coordinator.Escalate:input_type -> jobfence.v1.EscalateRequest
-	17, // 40: jobfence.v1.Coordinator.ReportObservation:input_type -> jobfence.v1.ReportObservationRequest
-	19, // 41: jobfence.v1.Coordinator.GetJob:input_type -> jobfence.v1.GetJobRequest
-	8,  // 42: jobfence.v1.Coordinator.EnqueueRefund:output_type -> jobfence.v1.EnqueueRefundResponse
-	10, // 43: jobfence.v1.Coordinator.Claim:output_type -> jobfence.v1.ClaimResponse
-	12, // 44: jobfence.v1.Coordinator.Complete:output_type -> jobfence.v1.CompleteResponse
-	14, // 45: jobfence.v1.Coordinator.Reschedule:output_type -> jobfence.v1.RescheduleResponse
-	16, // 46: jobfence.v1.Coordinator.Escalate:output_type -> jobfence.v1.EscalateResponse
-	18, // 47: jobfence.v1.Coordinator.ReportObservation:output_type -> jobfence.v1.ReportObservationResponse
-	20, // 48: jobfence.v1.Coordinator.GetJob:output_type -> jobfence.v1.GetJobResponse
-	42, // [42:49] is the sub-list for method output_type
-	35, // [35:42] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	27, // 26: jobfence.v1.RescheduleRequest.delay:type_name -> google.protobuf.Duration
+	26, // 27: jobfence.v1.RescheduleRequest.next_attempt_at:type_name -> google.protobuf.Timestamp
+	4,  // 28: jobfence.v1.RescheduleResponse.job:type_name -> jobfence.v1.Job
+	4,  // 29: jobfence.v1.EscalateResponse.job:type_name -> jobfence.v1.Job
+	3,  // 30: jobfence.v1.ReportObservationRequest.outcome:type_name -> jobfence.v1.ObservationOutcome
+	7,  // 31: jobfence.v1.ReportObservationResponse.observation:type_name -> jobfence.v1.Observation
+	4,  // 32: jobfence.v1.GetJobResponse.job:type_name -> jobfence.v1.Job
+	6,  // 33: jobfence.v1.GetJobResponse.events:type_name -> jobfence.v1.JobEvent
+	7,  // 34: jobfence.v1.GetJobResponse.observations:type_name -> jobfence.v1.Observation
+	0,  // 35: jobfence.v1.ListJobsRequest.state:type_name -> jobfence.v1.JobState
+	4,  // 36: jobfence.v1.ListJobsResponse.jobs:type_name -> jobfence.v1.Job
+	2,  // 37: jobfence.v1.ResolveReviewRequest.resolution:type_name -> jobfence.v1.ReviewResolution
+	4,  // 38: jobfence.v1.ResolveReviewResponse.job:type_name -> jobfence.v1.Job
+	8,  // 39: jobfence.v1.Coordinator.EnqueueRefund:input_type -> jobfence.v1.EnqueueRefundRequest
+	10, // 40: jobfence.v1.Coordinator.Claim:input_type -> jobfence.v1.ClaimRequest
+	12, // 41: jobfence.v1.Coordinator.Complete:input_type -> jobfence.v1.CompleteRequest
+	14, // 42: jobfence.v1.Coordinator.Reschedule:input_type -> jobfence.v1.RescheduleRequest
+	16, // 43: jobfence.v1.Coordinator.Escalate:input_type -> jobfence.v1.EscalateRequest
+	18, // 44: jobfence.v1.Coordinator.ReportObservation:input_type -> jobfence.v1.ReportObservationRequest
+	20, // 45: jobfence.v1.Coordinator.GetJob:input_type -> jobfence.v1.GetJobRequest
+	22, // 46: jobfence.v1.Coordinator.ListJobs:input_type -> jobfence.v1.ListJobsRequest
+	24, // 47: jobfence.v1.Coordinator.ResolveReview:input_type -> jobfence.v1.ResolveReviewRequest
+	9,  // 48: jobfence.v1.Coordinator.EnqueueRefund:output_type -> jobfence.v1.EnqueueRefundResponse
+	11, // 49: jobfence.v1.Coordinator.Claim:output_type -> jobfence.v1.ClaimResponse
+	13, // 50: jobfence.v1.Coordinator.Complete:output_type -> jobfence.v1.CompleteResponse
+	15, // 51: jobfence.v1.Coordinator.Reschedule:output_type -> jobfence.v1.RescheduleResponse
+	17, // 52: jobfence.v1.Coordinator.Escalate:output_type -> jobfence.v1.EscalateResponse
+	19, // 53: jobfence.v1.Coordinator.ReportObservation:output_type -> jobfence.v1.ReportObservationResponse
+	21, // 54: jobfence.v1.Coordinator.GetJob:output_type -> jobfence.v1.GetJobResponse
+	23, // 55: jobfence.v1.Coordinator.ListJobs:output_type -> jobfence.v1.ListJobsResponse
+	25, // 56: jobfence.v1.Coordinator.ResolveReview:output_type -> jobfence.v1.ResolveReviewResponse
+	48, // [48:57] is the sub-list for method output_type
+	39, // [39:48] is the sub-list for method input_type
+	39, // [39:39] is the sub-list for extension type_name
+	39, // [39:39] is the sub-list for extension extendee
+	0,  // [0:39] is the sub-list for field type_name
 }
 
 func init() { file_jobfence_v1_coordinator_proto_init() }
@@ -2054,8 +2414,8 @@ func file_jobfence_v1_coordinator_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_jobfence_v1_coordinator_proto_rawDesc), len(file_jobfence_v1_coordinator_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   18,
+			NumEnums:      4,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -26,6 +26,8 @@ const (
 	Coordinator_Escalate_FullMethodName          = "/jobfence.v1.Coordinator/Escalate"
 	Coordinator_ReportObservation_FullMethodName = "/jobfence.v1.Coordinator/ReportObservation"
 	Coordinator_GetJob_FullMethodName            = "/jobfence.v1.Coordinator/GetJob"
+	Coordinator_ListJobs_FullMethodName          = "/jobfence.v1.Coordinator/ListJobs"
+	Coordinator_ResolveReview_FullMethodName     = "/jobfence.v1.Coordinator/ResolveReview"
 )
 
 // CoordinatorClient is the client API for Coordinator service.
@@ -49,6 +51,8 @@ const (
 //	WRITE_OUTCOME_UNKNOWN   UNAVAILABLE          a write-back's commit was cut off and the
 //	                                             row could not be re-read; repeat the same
 //	                                             write, it is idempotent (R21)
+//	JOB_NOT_IN_REVIEW       FAILED_PRECONDITION  ResolveReview on a job no longer in manual
+//	                                             review under that attempt
 //	NOT_FOUND               NOT_FOUND            no such job
 //	INVALID_ARGUMENT        INVALID_ARGUMENT     with google.rpc.BadRequest field violations
 type CoordinatorClient interface {
@@ -78,6 +82,15 @@ type CoordinatorClient interface {
 	ReportObservation(ctx context.Context, in *ReportObservationRequest, opts ...grpc.CallOption) (*ReportObservationResponse, error)
 	// GetJob returns a job with its transition history and its observations.
 	GetJob(ctx context.Context, in *GetJobRequest, opts ...grpc.CallOption) (*GetJobResponse, error)
+	// ListJobs pages through jobs by state, provider or order (keyset
+	// pagination: pass next_page_token back as page_token).
+	ListJobs(ctx context.Context, in *ListJobsRequest, opts ...grpc.CallOption) (*ListJobsResponse, error)
+	// ResolveReview closes a job in MANUAL_REVIEW: SUCCEEDED with the provider's
+	// refund id, or back to READY to reconcile. It is conditional on the attempt
+	// the operator looked at, like every write (STALE_ATTEMPT when the job moved
+	// on; JOB_NOT_IN_REVIEW when it is not in review), and recorded in the
+	// history under the operator's identity.
+	ResolveReview(ctx context.Context, in *ResolveReviewRequest, opts ...grpc.CallOption) (*ResolveReviewResponse, error)
 }
 
 type coordinatorClient struct {
@@ -158,6 +171,26 @@ func (c *coordinatorClient) GetJob(ctx context.Context, in *GetJobRequest, opts 
 	return out, nil
 }
 
+func (c *coordinatorClient) ListJobs(ctx context.Context, in *ListJobsRequest, opts ...grpc.CallOption) (*ListJobsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListJobsResponse)
+	err := c.cc.Invoke(ctx, Coordinator_ListJobs_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *coordinatorClient) ResolveReview(ctx context.Context, in *ResolveReviewRequest, opts ...grpc.CallOption) (*ResolveReviewResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResolveReviewResponse)
+	err := c.cc.Invoke(ctx, Coordinator_ResolveReview_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // CoordinatorServer is the server API for Coordinator service.
 // All implementations must embed UnimplementedCoordinatorServer
 // for forward compatibility.
@@ -179,6 +212,8 @@ func (c *coordinatorClient) GetJob(ctx context.Context, in *GetJobRequest, opts 
 //	WRITE_OUTCOME_UNKNOWN   UNAVAILABLE          a write-back's commit was cut off and the
 //	                                             row could not be re-read; repeat the same
 //	                                             write, it is idempotent (R21)
+//	JOB_NOT_IN_REVIEW       FAILED_PRECONDITION  ResolveReview on a job no longer in manual
+//	                                             review under that attempt
 //	NOT_FOUND               NOT_FOUND            no such job
 //	INVALID_ARGUMENT        INVALID_ARGUMENT     with google.rpc.BadRequest field violations
 type CoordinatorServer interface {
@@ -208,6 +243,15 @@ type CoordinatorServer interface {
 	ReportObservation(context.Context, *ReportObservationRequest) (*ReportObservationResponse, error)
 	// GetJob returns a job with its transition history and its observations.
 	GetJob(context.Context, *GetJobRequest) (*GetJobResponse, error)
+	// ListJobs pages through jobs by state, provider or order (keyset
+	// pagination: pass next_page_token back as page_token).
+	ListJobs(context.Context, *ListJobsRequest) (*ListJobsResponse, error)
+	// ResolveReview closes a job in MANUAL_REVIEW: SUCCEEDED with the provider's
+	// refund id, or back to READY to reconcile. It is conditional on the attempt
+	// the operator looked at, like every write (STALE_ATTEMPT when the job moved
+	// on; JOB_NOT_IN_REVIEW when it is not in review), and recorded in the
+	// history under the operator's identity.
+	ResolveReview(context.Context, *ResolveReviewRequest) (*ResolveReviewResponse, error)
 	mustEmbedUnimplementedCoordinatorServer()
 }
 
@@ -238,6 +282,12 @@ func (UnimplementedCoordinatorServer) ReportObservation(context.Context, *Report
 }
 func (UnimplementedCoordinatorServer) GetJob(context.Context, *GetJobRequest) (*GetJobResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetJob not implemented")
+}
+func (UnimplementedCoordinatorServer) ListJobs(context.Context, *ListJobsRequest) (*ListJobsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListJobs not implemented")
+}
+func (UnimplementedCoordinatorServer) ResolveReview(context.Context, *ResolveReviewRequest) (*ResolveReviewResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ResolveReview not implemented")
 }
 func (UnimplementedCoordinatorServer) mustEmbedUnimplementedCoordinatorServer() {}
 func (UnimplementedCoordinatorServer) testEmbeddedByValue()                     {}
@@ -386,6 +436,42 @@ func _Coordinator_GetJob_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Coordinator_ListJobs_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListJobsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).ListJobs(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_ListJobs_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).ListJobs(ctx, req.(*ListJobsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Coordinator_ResolveReview_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResolveReviewRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).ResolveReview(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_ResolveReview_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).ResolveReview(ctx, req.(*ResolveReviewRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Coordinator_ServiceDesc is the grpc.ServiceDesc for Coordinator service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -420,6 +506,14 @@ var Coordinator_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetJob",
 			Handler:    _Coordinator_GetJob_Handler,
+		},
+		{
+			MethodName: "ListJobs",
+			Handler:    _Coordinator_ListJobs_Handler,
+		},
+		{
+			MethodName: "ResolveReview",
+			Handler:    _Coordinator_ResolveReview_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

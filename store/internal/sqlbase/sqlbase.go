@@ -277,3 +277,67 @@ func Int64Args(ids []int64) []any {
 	}
 	return args
 }
+
+// ListQuery builds the keyset-paged listing of p (one row more than the page,
+// to know whether another follows); at converts a time to the backend's
+// column value.
+func ListQuery(p store.ListParams, at func(time.Time) any) (string, []any) {
+	var where []string
+	var args []any
+	filter := func(cond string, a ...any) {
+		where = append(where, cond)
+		args = append(args, a...)
+	}
+	if p.OrderID != "" {
+		filter("order_id = ?", p.OrderID)
+	}
+	if p.State != "" {
+		filter("state = ?", p.State)
+	}
+	if p.Provider != "" {
+		filter("provider = ?", p.Provider)
+	}
+	cursor, more, _ := p.Cursor() // validated by the caller
+	var order string
+	switch p.Order() {
+	case store.ByOrder: // Q7: all refunds of an order, newest first
+		order = "created_at DESC, id DESC"
+		if more {
+			filter("(created_at < ? OR (created_at = ? AND id < ?))", at(cursor.At), at(cursor.At), cursor.ID)
+		}
+	case store.ByState: // oldest due first, on the (state, next_attempt_at, id) index
+		order = "next_attempt_at, id"
+		if more {
+			filter("(next_attempt_at > ? OR (next_attempt_at = ? AND id > ?))", at(cursor.At), at(cursor.At), cursor.ID)
+		}
+	default:
+		order = "id DESC"
+		if more {
+			filter("id < ?", cursor.ID)
+		}
+	}
+	q := "SELECT " + JobColumns + " FROM refund_jobs"
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	return q + " ORDER BY " + order + " LIMIT ?", append(args, p.Limit+1)
+}
+
+// List runs p's listing with scan and cuts it into a page.
+func List(ctx context.Context, q Querier, p store.ListParams, at func(time.Time) any,
+	scan func(Scanner) (store.Job, error)) (store.JobPage, error) {
+	if err := p.Validate(); err != nil {
+		return store.JobPage{}, err
+	}
+	query, args := ListQuery(p, at)
+	jobs, err := QueryAll(ctx, q, scan, query, args...)
+	if err != nil {
+		return store.JobPage{}, err
+	}
+	page := store.JobPage{Jobs: jobs}
+	if len(jobs) > p.Limit {
+		page.Jobs = jobs[:p.Limit]
+		page.NextPageToken = p.NextToken(page.Jobs[p.Limit-1])
+	}
+	return page, nil
+}

@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file jobfence/v1/coordinator.proto.
  */
 export const file_jobfence_v1_coordinator: GenFile = /*@__PURE__*/
-  fileDesc("Ch1qb2JmZW5jZS92MS9jb29yZGluYXRvci5wcm90bxILam9iZmVuY2UudjEiqgQKA0pvYhIKCgJpZBgBIAEoAxIVCg1vcGVyYXRpb25fa2V5GAIgASgJEhAKCG9yZGVyX2lkGAMgASgJEhIKCnBheW1lbnRfaWQYBCABKAkSFAoMYW1vdW50X21pbm9yGAUgASgDEhAKCGN1cnJlbmN5GAYgASgJEhAKCHByb3ZpZGVyGAcgASgJEiQKBXN0YXRlGAggASgOMhUuam9iZmVuY2UudjEuSm9iU3RhdGUSDwoHYXR0ZW1wdBgJIAEoAxIsCgtuZXh0X2FjdGlvbhgKIAEoDjIXLmpvYmZlbmNlLnYxLk5leHRBY3Rpb24SMwoPbmV4dF9hdHRlbXB0X2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgtsZWFzZV91bnRpbBgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGgoScHJvdmlkZXJfcmVmdW5kX2lkGA0gASgJEhEKCXdvcmtlcl9pZBgOIAEoCRITCgtsYXN0X3JlYXNvbhgPIAEoCRIxCg1maXJzdF9zZW50X2F0GBAgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpjcmVhdGVkX2F0GBEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GBIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCLCAgoKQ2xhaW1lZEpvYhIdCgNqb2IYASABKAsyEC5qb2JmZW5jZS52MS5Kb2ISDwoHYXR0ZW1wdBgCIAEoAxIvCgtsZWFzZV91bnRpbBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLAoLbmV4dF9hY3Rpb24YBCABKA4yFy5qb2JmZW5jZS52MS5OZXh0QWN0aW9uEhAKCHRha2VvdmVyGAUgASgIEi4KDG9ic2VydmF0aW9ucxgGIAMoCzIYLmpvYmZlbmNlLnYxLk9ic2VydmF0aW9uEjMKD3Jlc2VuZF9kZWFkbGluZRgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKY2xhaW1lZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAitgIKCEpvYkV2ZW50EgoKAmlkGAEgASgDEg4KBmpvYl9pZBgCIAEoAxIPCgdhdHRlbXB0GAMgASgDEgwKBGtpbmQYBCABKAkSEQoJd29ya2VyX2lkGAUgASgJEikKCmZyb21fc3RhdGUYBiABKA4yFS5qb2JmZW5jZS52MS5Kb2JTdGF0ZRInCgh0b19zdGF0ZRgHIAEoDjIVLmpvYmZlbmNlLnYxLkpvYlN0YXRlEiwKC25leHRfYWN0aW9uGAggASgOMhcuam9iZmVuY2UudjEuTmV4dEFjdGlvbhIaChJwcm92aWRlcl9yZWZ1bmRfaWQYCSABKAkSDgoGcmVhc29uGAogASgJEi4KCmNyZWF0ZWRfYXQYCyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIqgCCgtPYnNlcnZhdGlvbhIKCgJpZBgBIAEoAxIOCgZqb2JfaWQYAiABKAMSFQoNb3BlcmF0aW9uX2tleRgDIAEoCRIYChByZXBvcnRlZF9hdHRlbXB0GAQgASgDEhMKC2pvYl9hdHRlbXB0GAUgASgDEg4KBnNvdXJjZRgGIAEoCRIwCgdvdXRjb21lGAcgASgOMh8uam9iZmVuY2UudjEuT2JzZXJ2YXRpb25PdXRjb21lEhoKEnByb3ZpZGVyX3JlZnVuZF9pZBgIIAEoCRIZChFwcm92aWRlcl9ldmVudF9pZBgJIAEoCRIOCgZkZXRhaWwYCiABKAkSLgoKY3JlYXRlZF9hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAivQEKFEVucXVldWVSZWZ1bmRSZXF1ZXN0EhUKDW9wZXJhdGlvbl9rZXkYASABKAkSEAoIb3JkZXJfaWQYAiABKAkSEgoKcGF5bWVudF9pZBgDIAEoCRIUCgxhbW91bnRfbWlub3IYBCABKAMSEAoIY3VycmVuY3kYBSABKAkSEAoIcHJvdmlkZXIYBiABKAkSLgoKbm90X2JlZm9yZRgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiRwoVRW5xdWV1ZVJlZnVuZFJlc3BvbnNlEh0KA2pvYhgBIAEoCzIQLmpvYmZlbmNlLnYxLkpvYhIPCgdjcmVhdGVkGAIgASgIIqEBCgxDbGFpbVJlcXVlc3QSEQoJd29ya2VyX2lkGAEgASgJEhAKCG1heF9qb2JzGAIgASgFEjEKDmxlYXNlX2R1cmF0aW9uGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhAKCHByb3ZpZGVyGAQgASgJEicKBHdhaXQYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iNgoNQ2xhaW1SZXNwb25zZRIlCgRqb2JzGAEgAygLMhcuam9iZmVuY2UudjEuQ2xhaW1lZEpvYiJOCg9Db21wbGV0ZVJlcXVlc3QSDgoGam9iX2lkGAEgASgDEg8KB2F0dGVtcHQYAiABKAMSGgoScHJvdmlkZXJfcmVmdW5kX2lkGAMgASgJIkMKEENvbXBsZXRlUmVzcG9uc2USHQoDam9iGAEgASgLMhAuam9iZmVuY2UudjEuSm9iEhAKCHJlcGxheWVkGAIgASgIIt0BChFSZXNjaGVkdWxlUmVxdWVzdBIOCgZqb2JfaWQYASABKAMSDwoHYXR0ZW1wdBgCIAEoAxIsCgtuZXh0X2FjdGlvbhgDIAEoDjIXLmpvYmZlbmNlLnYxLk5leHRBY3Rpb24SKgoFZGVsYXkYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb25IABI1Cg9uZXh0X2F0dGVtcHRfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wSAASDgoGcmVhc29uGAYgASgJQgYKBHdoZW4iRQoSUmVzY2hlZHVsZVJlc3BvbnNlEh0KA2pvYhgBIAEoCzIQLmpvYmZlbmNlLnYxLkpvYhIQCghyZXBsYXllZBgCIAEoCCJCCg9Fc2NhbGF0ZVJlcXVlc3QSDgoGam9iX2lkGAEgASgDEg8KB2F0dGVtcHQYAiABKAMSDgoGcmVhc29uGAMgASgJIkMKEEVzY2FsYXRlUmVzcG9uc2USHQoDam9iGAEgASgLMhAuam9iZmVuY2UudjEuSm9iEhAKCHJlcGxheWVkGAIgASgIIuYBChhSZXBvcnRPYnNlcnZhdGlvblJlcXVlc3QSEAoGam9iX2lkGAEgASgDSAASFwoNb3BlcmF0aW9uX2tleRgCIAEoCUgAEg8KB2F0dGVtcHQYAyABKAMSDgoGc291cmNlGAQgASgJEjAKB291dGNvbWUYBSABKA4yHy5qb2JmZW5jZS52MS5PYnNlcnZhdGlvbk91dGNvbWUSGgoScHJvdmlkZXJfcmVmdW5kX2lkGAYgASgJEhkKEXByb3ZpZGVyX2V2ZW50X2lkGAcgASgJEg4KBmRldGFpbBgIIAEoCUIFCgNqb2IiXQoZUmVwb3J0T2JzZXJ2YXRpb25SZXNwb25zZRItCgtvYnNlcnZhdGlvbhgBIAEoCzIYLmpvYmZlbmNlLnYxLk9ic2VydmF0aW9uEhEKCWR1cGxpY2F0ZRgCIAEoCCJBCg1HZXRKb2JSZXF1ZXN0EhAKBmpvYl9pZBgBIAEoA0gAEhcKDW9wZXJhdGlvbl9rZXkYAiABKAlIAEIFCgNqb2IihgEKDkdldEpvYlJlc3BvbnNlEh0KA2pvYhgBIAEoCzIQLmpvYmZlbmNlLnYxLkpvYhIlCgZldmVudHMYAiADKAsyFS5qb2JmZW5jZS52MS5Kb2JFdmVudBIuCgxvYnNlcnZhdGlvbnMYAyADKAsyGC5qb2JmZW5jZS52MS5PYnNlcnZhdGlvbiqHAQoISm9iU3RhdGUSGQoVSk9CX1NUQVRFX1VOU1BFQ0lGSUVEEAASEwoPSk9CX1NUQVRFX1JFQURZEAESFQoRSk9CX1NUQVRFX1JVTk5JTkcQAhIXChNKT0JfU1RBVEVfU1VDQ0VFREVEEAMSGwoXSk9CX1NUQVRFX01BTlVBTF9SRVZJRVcQBCpcCgpOZXh0QWN0aW9uEhsKF05FWFRfQUNUSU9OX1VOU1BFQ0lGSUVEEAASFgoSTkVYVF9BQ1RJT05fUkVGVU5EEAESGQoVTkVYVF9BQ1RJT05fUkVDT05DSUxFEAIqwAEKEk9ic2VydmF0aW9uT3V0Y29tZRIjCh9PQlNFUlZBVElPTl9PVVRDT01FX1VOU1BFQ0lGSUVEEAASIQodT0JTRVJWQVRJT05fT1VUQ09NRV9TVUNDRUVERUQQARIfChtPQlNFUlZBVElPTl9PVVRDT01FX1BFTkRJTkcQAhIeChpPQlNFUlZBVElPTl9PVVRDT01FX0ZBSUxFRBADEiEKHU9CU0VSVkFUSU9OX09VVENPTUVfTk9UX0ZPVU5EEAQyrQQKC0Nvb3JkaW5hdG9yElYKDUVucXVldWVSZWZ1bmQSIS5qb2JmZW5jZS52MS5FbnF1ZXVlUmVmdW5kUmVxdWVzdBoiLmpvYmZlbmNlLnYxLkVucXVldWVSZWZ1bmRSZXNwb25zZRI+CgVDbGFpbRIZLmpvYmZlbmNlLnYxLkNsYWltUmVxdWVzdBoaLmpvYmZlbmNlLnYxLkNsYWltUmVzcG9uc2USRwoIQ29tcGxldGUSHC5qb2JmZW5jZS52MS5Db21wbGV0ZVJlcXVlc3QaHS5qb2JmZW5jZS52MS5Db21wbGV0ZVJlc3BvbnNlEk0KClJlc2NoZWR1bGUSHi5qb2JmZW5jZS52MS5SZXNjaGVkdWxlUmVxdWVzdBofLmpvYmZlbmNlLnYxLlJlc2NoZWR1bGVSZXNwb25zZRJHCghFc2NhbGF0ZRIcLmpvYmZlbmNlLnYxLkVzY2FsYXRlUmVxdWVzdBodLmpvYmZlbmNlLnYxLkVzY2FsYXRlUmVzcG9uc2USYgoRUmVwb3J0T2JzZXJ2YXRpb24SJS5qb2JmZW5jZS52MS5SZXBvcnRPYnNlcnZhdGlvblJlcXVlc3QaJi5qb2JmZW5jZS52MS5SZXBvcnRPYnNlcnZhdGlvblJlc3BvbnNlEkEKBkdldEpvYhIaLmpvYmZlbmNlLnYxLkdldEpvYlJlcXVlc3QaGy5qb2JmZW5jZS52MS5HZXRKb2JSZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("Ch1qb2JmZW5jZS92MS9jb29yZGluYXRvci5wcm90bxILam9iZmVuY2UudjEiqgQKA0pvYhIKCgJpZBgBIAEoAxIVCg1vcGVyYXRpb25fa2V5GAIgASgJEhAKCG9yZGVyX2lkGAMgASgJEhIKCnBheW1lbnRfaWQYBCABKAkSFAoMYW1vdW50X21pbm9yGAUgASgDEhAKCGN1cnJlbmN5GAYgASgJEhAKCHByb3ZpZGVyGAcgASgJEiQKBXN0YXRlGAggASgOMhUuam9iZmVuY2UudjEuSm9iU3RhdGUSDwoHYXR0ZW1wdBgJIAEoAxIsCgtuZXh0X2FjdGlvbhgKIAEoDjIXLmpvYmZlbmNlLnYxLk5leHRBY3Rpb24SMwoPbmV4dF9hdHRlbXB0X2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgtsZWFzZV91bnRpbBgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGgoScHJvdmlkZXJfcmVmdW5kX2lkGA0gASgJEhEKCXdvcmtlcl9pZBgOIAEoCRITCgtsYXN0X3JlYXNvbhgPIAEoCRIxCg1maXJzdF9zZW50X2F0GBAgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpjcmVhdGVkX2F0GBEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GBIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCLCAgoKQ2xhaW1lZEpvYhIdCgNqb2IYASABKAsyEC5qb2JmZW5jZS52MS5Kb2ISDwoHYXR0ZW1wdBgCIAEoAxIvCgtsZWFzZV91bnRpbBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLAoLbmV4dF9hY3Rpb24YBCABKA4yFy5qb2JmZW5jZS52MS5OZXh0QWN0aW9uEhAKCHRha2VvdmVyGAUgASgIEi4KDG9ic2VydmF0aW9ucxgGIAMoCzIYLmpvYmZlbmNlLnYxLk9ic2VydmF0aW9uEjMKD3Jlc2VuZF9kZWFkbGluZRgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKY2xhaW1lZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAitgIKCEpvYkV2ZW50EgoKAmlkGAEgASgDEg4KBmpvYl9pZBgCIAEoAxIPCgdhdHRlbXB0GAMgASgDEgwKBGtpbmQYBCABKAkSEQoJd29ya2VyX2lkGAUgASgJEikKCmZyb21fc3RhdGUYBiABKA4yFS5qb2JmZW5jZS52MS5Kb2JTdGF0ZRInCgh0b19zdGF0ZRgHIAEoDjIVLmpvYmZlbmNlLnYxLkpvYlN0YXRlEiwKC25leHRfYWN0aW9uGAggASgOMhcuam9iZmVuY2UudjEuTmV4dEFjdGlvbhIaChJwcm92aWRlcl9yZWZ1bmRfaWQYCSABKAkSDgoGcmVhc29uGAogASgJEi4KCmNyZWF0ZWRfYXQYCyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIqgCCgtPYnNlcnZhdGlvbhIKCgJpZBgBIAEoAxIOCgZqb2JfaWQYAiABKAMSFQoNb3BlcmF0aW9uX2tleRgDIAEoCRIYChByZXBvcnRlZF9hdHRlbXB0GAQgASgDEhMKC2pvYl9hdHRlbXB0GAUgASgDEg4KBnNvdXJjZRgGIAEoCRIwCgdvdXRjb21lGAcgASgOMh8uam9iZmVuY2UudjEuT2JzZXJ2YXRpb25PdXRjb21lEhoKEnByb3ZpZGVyX3JlZnVuZF9pZBgIIAEoCRIZChFwcm92aWRlcl9ldmVudF9pZBgJIAEoCRIOCgZkZXRhaWwYCiABKAkSLgoKY3JlYXRlZF9hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAivQEKFEVucXVldWVSZWZ1bmRSZXF1ZXN0EhUKDW9wZXJhdGlvbl9rZXkYASABKAkSEAoIb3JkZXJfaWQYAiABKAkSEgoKcGF5bWVudF9pZBgDIAEoCRIUCgxhbW91bnRfbWlub3IYBCABKAMSEAoIY3VycmVuY3kYBSABKAkSEAoIcHJvdmlkZXIYBiABKAkSLgoKbm90X2JlZm9yZRgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiRwoVRW5xdWV1ZVJlZnVuZFJlc3BvbnNlEh0KA2pvYhgBIAEoCzIQLmpvYmZlbmNlLnYxLkpvYhIPCgdjcmVhdGVkGAIgASgIIqEBCgxDbGFpbVJlcXVlc3QSEQoJd29ya2VyX2lkGAEgASgJEhAKCG1heF9qb2JzGAIgASgFEjEKDmxlYXNlX2R1cmF0aW9uGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhAKCHByb3ZpZGVyGAQgASgJEicKBHdhaXQYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iNgoNQ2xhaW1SZXNwb25zZRIlCgRqb2JzGAEgAygLMhcuam9iZmVuY2UudjEuQ2xhaW1lZEpvYiJOCg9Db21wbGV0ZVJlcXVlc3QSDgoGam9iX2lkGAEgASgDEg8KB2F0dGVtcHQYAiABKAMSGgoScHJvdmlkZXJfcmVmdW5kX2lkGAMgASgJIkMKEENvbXBsZXRlUmVzcG9uc2USHQoDam9iGAEgASgLMhAuam9iZmVuY2UudjEuSm9iEhAKCHJlcGxheWVkGAIgASgIIt0BChFSZXNjaGVkdWxlUmVxdWVzdBIOCgZqb2JfaWQYASABKAMSDwoHYXR0ZW1wdBgCIAEoAxIsCgtuZXh0X2FjdGlvbhgDIAEoDjIXLmpvYmZlbmNlLnYxLk5leHRBY3Rpb24SKgoFZGVsYXkYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb25IABI1Cg9uZXh0X2F0dGVtcHRfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wSAASDgoGcmVhc29uGAYgASgJQgYKBHdoZW4iRQoSUmVzY2hlZHVsZVJlc3BvbnNlEh0KA2pvYhgBIAEoCzIQLmpvYmZlbmNlLnYxLkpvYhIQCghyZXBsYXllZBgCIAEoCCJCCg9Fc2NhbGF0ZVJlcXVlc3QSDgoGam9iX2lkGAEgASgDEg8KB2F0dGVtcHQYAiABKAMSDgoGcmVhc29uGAMgASgJIkMKEEVzY2FsYXRlUmVzcG9uc2USHQoDam9iGAEgASgLMhAuam9iZmVuY2UudjEuSm9iEhAKCHJlcGxheWVkGAIgASgIIuYBChhSZXBvcnRPYnNlcnZhdGlvblJlcXVlc3QSEAoGam9iX2lkGAEgASgDSAASFwoNb3BlcmF0aW9uX2tleRgCIAEoCUgAEg8KB2F0dGVtcHQYAyABKAMSDgoGc291cmNlGAQgASgJEjAKB291dGNvbWUYBSABKA4yHy5qb2JmZW5jZS52MS5PYnNlcnZhdGlvbk91dGNvbWUSGgoScHJvdmlkZXJfcmVmdW5kX2lkGAYgASgJEhkKEXByb3ZpZGVyX2V2ZW50X2lkGAcgASgJEg4KBmRldGFpbBgIIAEoCUIFCgNqb2IiXQoZUmVwb3J0T2JzZXJ2YXRpb25SZXNwb25zZRItCgtvYnNlcnZhdGlvbhgBIAEoCzIYLmpvYmZlbmNlLnYxLk9ic2VydmF0aW9uEhEKCWR1cGxpY2F0ZRgCIAEoCCJBCg1HZXRKb2JSZXF1ZXN0EhAKBmpvYl9pZBgBIAEoA0gAEhcKDW9wZXJhdGlvbl9rZXkYAiABKAlIAEIFCgNqb2IihgEKDkdldEpvYlJlc3BvbnNlEh0KA2pvYhgBIAEoCzIQLmpvYmZlbmNlLnYxLkpvYhIlCgZldmVudHMYAiADKAsyFS5qb2JmZW5jZS52MS5Kb2JFdmVudBIuCgxvYnNlcnZhdGlvbnMYAyADKAsyGC5qb2JmZW5jZS52MS5PYnNlcnZhdGlvbiKCAQoPTGlzdEpvYnNSZXF1ZXN0EiQKBXN0YXRlGAEgASgOMhUuam9iZmVuY2UudjEuSm9iU3RhdGUSEAoIcHJvdmlkZXIYAiABKAkSEAoIb3JkZXJfaWQYAyABKAkSEQoJcGFnZV9zaXplGAQgASgFEhIKCnBhZ2VfdG9rZW4YBSABKAkiSwoQTGlzdEpvYnNSZXNwb25zZRIeCgRqb2JzGAEgAygLMhAuam9iZmVuY2UudjEuSm9iEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSKUAQoUUmVzb2x2ZVJldmlld1JlcXVlc3QSDgoGam9iX2lkGAEgASgDEg8KB2F0dGVtcHQYAiABKAMSMQoKcmVzb2x1dGlvbhgDIAEoDjIdLmpvYmZlbmNlLnYxLlJldmlld1Jlc29sdXRpb24SGgoScHJvdmlkZXJfcmVmdW5kX2lkGAQgASgJEgwKBG5vdGUYBSABKAkiSAoVUmVzb2x2ZVJldmlld1Jlc3BvbnNlEh0KA2pvYhgBIAEoCzIQLmpvYmZlbmNlLnYxLkpvYhIQCghyZXBsYXllZBgCIAEoCCqHAQoISm9iU3RhdGUSGQoVSk9CX1NUQVRFX1VOU1BFQ0lGSUVEEAASEwoPSk9CX1NUQVRFX1JFQURZEAESFQoRSk9CX1NUQVRFX1JVTk5JTkcQAhIXChNKT0JfU1RBVEVfU1VDQ0VFREVEEAMSGwoXSk9CX1NUQVRFX01BTlVBTF9SRVZJRVcQBCpcCgpOZXh0QWN0aW9uEhsKF05FWFRfQUNUSU9OX1VOU1BFQ0lGSUVEEAASFgoSTkVYVF9BQ1RJT05fUkVGVU5EEAESGQoVTkVYVF9BQ1RJT05fUkVDT05DSUxFEAIqdgoQUmV2aWV3UmVzb2x1dGlvbhIhCh1SRVZJRVdfUkVTT0xVVElPTl9VTlNQRUNJRklFRBAAEh4KGlJFVklFV19SRVNPTFVUSU9OX1JFRlVOREVEEAESHwobUkVWSUVXX1JFU09MVVRJT05fUkVDT05DSUxFEAIqwAEKEk9ic2VydmF0aW9uT3V0Y29tZRIjCh9PQlNFUlZBVElPTl9PVVRDT01FX1VOU1BFQ0lGSUVEEAASIQodT0JTRVJWQVRJT05fT1VUQ09NRV9TVUNDRUVERUQQARIfChtPQlNFUlZBVElPTl9PVVRDT01FX1BFTkRJTkcQAhIeChpPQlNFUlZBVElPTl9PVVRDT01FX0ZBSUxFRBADEiEKHU9CU0VSVkFUSU9OX09VVENPTUVfTk9UX0ZPVU5EEAQyzgUKC0Nvb3JkaW5hdG9yElYKDUVucXVldWVSZWZ1bmQSIS5qb2JmZW5jZS52MS5FbnF1ZXVlUmVmdW5kUmVxdWVzdBoiLmpvYmZlbmNlLnYxLkVucXVldWVSZWZ1bmRSZXNwb25zZRI+CgVDbGFpbRIZLmpvYmZlbmNlLnYxLkNsYWltUmVxdWVzdBoaLmpvYmZlbmNlLnYxLkNsYWltUmVzcG9uc2USRwoIQ29tcGxldGUSHC5qb2JmZW5jZS52MS5Db21wbGV0ZVJlcXVlc3QaHS5qb2JmZW5jZS52MS5Db21wbGV0ZVJlc3BvbnNlEk0KClJlc2NoZWR1bGUSHi5qb2JmZW5jZS52MS5SZXNjaGVkdWxlUmVxdWVzdBofLmpvYmZlbmNlLnYxLlJlc2NoZWR1bGVSZXNwb25zZRJHCghFc2NhbGF0ZRIcLmpvYmZlbmNlLnYxLkVzY2FsYXRlUmVxdWVzdBodLmpvYmZlbmNlLnYxLkVzY2FsYXRlUmVzcG9uc2USYgoRUmVwb3J0T2JzZXJ2YXRpb24SJS5qb2JmZW5jZS52MS5SZXBvcnRPYnNlcnZhdGlvblJlcXVlc3QaJi5qb2JmZW5jZS52MS5SZXBvcnRPYnNlcnZhdGlvblJlc3BvbnNlEkEKBkdldEpvYhIaLmpvYmZlbmNlLnYxLkdldEpvYlJlcXVlc3QaGy5qb2JmZW5jZS52MS5HZXRKb2JSZXNwb25zZRJHCghMaXN0Sm9icxIcLmpvYmZlbmNlLnYxLkxpc3RKb2JzUmVxdWVzdBodLmpvYmZlbmNlLnYxLkxpc3RKb2JzUmVzcG9uc2USVgoNUmVzb2x2ZVJldmlldxIhLmpvYmZlbmNlLnYxLlJlc29sdmVSZXZpZXdSZXF1ZXN0GiIuam9iZmVuY2UudjEuUmVzb2x2ZVJldmlld1Jlc3BvbnNlYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * Job is one refund and its scheduling state. Times are the database's UTC
@@ -845,6 +845,147 @@ export const GetJobResponseSchema: GenMessage<GetJobResponse> = /*@__PURE__*/
   messageDesc(file_jobfence_v1_coordinator, 17);
 
 /**
+ * @generated from message jobfence.v1.ListJobsRequest
+ */
+export type ListJobsRequest = Message<"jobfence.v1.ListJobsRequest"> & {
+  /**
+   * Filters, all optional, combined with AND.
+   *
+   * @generated from field: jobfence.v1.JobState state = 1;
+   */
+  state: JobState;
+
+  /**
+   * 1..64 characters of [a-z0-9_-].
+   *
+   * @generated from field: string provider = 2;
+   */
+  provider: string;
+
+  /**
+   * All refunds of one order, newest first (Q7).
+   *
+   * @generated from field: string order_id = 3;
+   */
+  orderId: string;
+
+  /**
+   * 1..500; 50 when unset.
+   *
+   * @generated from field: int32 page_size = 4;
+   */
+  pageSize: number;
+
+  /**
+   * next_page_token of the previous page; it is bound to the same filters.
+   *
+   * @generated from field: string page_token = 5;
+   */
+  pageToken: string;
+};
+
+/**
+ * Describes the message jobfence.v1.ListJobsRequest.
+ * Use `create(ListJobsRequestSchema)` to create a new message.
+ */
+export const ListJobsRequestSchema: GenMessage<ListJobsRequest> = /*@__PURE__*/
+  messageDesc(file_jobfence_v1_coordinator, 18);
+
+/**
+ * @generated from message jobfence.v1.ListJobsResponse
+ */
+export type ListJobsResponse = Message<"jobfence.v1.ListJobsResponse"> & {
+  /**
+   * With order_id: newest first. Else with state: oldest due first. Else:
+   * newest first.
+   *
+   * @generated from field: repeated jobfence.v1.Job jobs = 1;
+   */
+  jobs: Job[];
+
+  /**
+   * Empty on the last page.
+   *
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
+};
+
+/**
+ * Describes the message jobfence.v1.ListJobsResponse.
+ * Use `create(ListJobsResponseSchema)` to create a new message.
+ */
+export const ListJobsResponseSchema: GenMessage<ListJobsResponse> = /*@__PURE__*/
+  messageDesc(file_jobfence_v1_coordinator, 19);
+
+/**
+ * @generated from message jobfence.v1.ResolveReviewRequest
+ */
+export type ResolveReviewRequest = Message<"jobfence.v1.ResolveReviewRequest"> & {
+  /**
+   * @generated from field: int64 job_id = 1;
+   */
+  jobId: bigint;
+
+  /**
+   * The attempt the operator looked at (job.attempt in GetJob).
+   *
+   * @generated from field: int64 attempt = 2;
+   */
+  attempt: bigint;
+
+  /**
+   * @generated from field: jobfence.v1.ReviewResolution resolution = 3;
+   */
+  resolution: ReviewResolution;
+
+  /**
+   * Required for REFUNDED, empty for RECONCILE.
+   *
+   * @generated from field: string provider_refund_id = 4;
+   */
+  providerRefundId: string;
+
+  /**
+   * Why; required, up to 1024 characters. Kept in the history.
+   *
+   * @generated from field: string note = 5;
+   */
+  note: string;
+};
+
+/**
+ * Describes the message jobfence.v1.ResolveReviewRequest.
+ * Use `create(ResolveReviewRequestSchema)` to create a new message.
+ */
+export const ResolveReviewRequestSchema: GenMessage<ResolveReviewRequest> = /*@__PURE__*/
+  messageDesc(file_jobfence_v1_coordinator, 20);
+
+/**
+ * @generated from message jobfence.v1.ResolveReviewResponse
+ */
+export type ResolveReviewResponse = Message<"jobfence.v1.ResolveReviewResponse"> & {
+  /**
+   * @generated from field: jobfence.v1.Job job = 1;
+   */
+  job?: Job | undefined;
+
+  /**
+   * True when this same resolution had already been applied (R21).
+   *
+   * @generated from field: bool replayed = 2;
+   */
+  replayed: boolean;
+};
+
+/**
+ * Describes the message jobfence.v1.ResolveReviewResponse.
+ * Use `create(ResolveReviewResponseSchema)` to create a new message.
+ */
+export const ResolveReviewResponseSchema: GenMessage<ResolveReviewResponse> = /*@__PURE__*/
+  messageDesc(file_jobfence_v1_coordinator, 21);
+
+/**
  * JobState is where a job stands.
  *
  * @generated from enum jobfence.v1.JobState
@@ -923,6 +1064,38 @@ export const NextActionSchema: GenEnum<NextAction> = /*@__PURE__*/
   enumDesc(file_jobfence_v1_coordinator, 1);
 
 /**
+ * ReviewResolution is an operator's decision on a job in manual review.
+ *
+ * @generated from enum jobfence.v1.ReviewResolution
+ */
+export enum ReviewResolution {
+  /**
+   * @generated from enum value: REVIEW_RESOLUTION_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * The refund happened at the provider: the job succeeds with its refund id.
+   *
+   * @generated from enum value: REVIEW_RESOLUTION_REFUNDED = 1;
+   */
+  REFUNDED = 1,
+
+  /**
+   * Back to READY with next action RECONCILE, due now.
+   *
+   * @generated from enum value: REVIEW_RESOLUTION_RECONCILE = 2;
+   */
+  RECONCILE = 2,
+}
+
+/**
+ * Describes the enum jobfence.v1.ReviewResolution.
+ */
+export const ReviewResolutionSchema: GenEnum<ReviewResolution> = /*@__PURE__*/
+  enumDesc(file_jobfence_v1_coordinator, 2);
+
+/**
  * ObservationOutcome is what the provider said about a refund.
  *
  * @generated from enum jobfence.v1.ObservationOutcome
@@ -966,7 +1139,7 @@ export enum ObservationOutcome {
  * Describes the enum jobfence.v1.ObservationOutcome.
  */
 export const ObservationOutcomeSchema: GenEnum<ObservationOutcome> = /*@__PURE__*/
-  enumDesc(file_jobfence_v1_coordinator, 2);
+  enumDesc(file_jobfence_v1_coordinator, 3);
 
 /**
  * Coordinator owns the refund_jobs table. Workers never touch the database:
@@ -986,6 +1159,8 @@ export const ObservationOutcomeSchema: GenEnum<ObservationOutcome> = /*@__PURE__
  *   WRITE_OUTCOME_UNKNOWN   UNAVAILABLE          a write-back's commit was cut off and the
  *                                                row could not be re-read; repeat the same
  *                                                write, it is idempotent (R21)
+ *   JOB_NOT_IN_REVIEW       FAILED_PRECONDITION  ResolveReview on a job no longer in manual
+ *                                                review under that attempt
  *   NOT_FOUND               NOT_FOUND            no such job
  *   INVALID_ARGUMENT        INVALID_ARGUMENT     with google.rpc.BadRequest field violations
  *
@@ -1073,6 +1248,31 @@ export const Coordinator: GenService<{
     methodKind: "unary";
     input: typeof GetJobRequestSchema;
     output: typeof GetJobResponseSchema;
+  },
+  /**
+   * ListJobs pages through jobs by state, provider or order (keyset
+   * pagination: pass next_page_token back as page_token).
+   *
+   * @generated from rpc jobfence.v1.Coordinator.ListJobs
+   */
+  listJobs: {
+    methodKind: "unary";
+    input: typeof ListJobsRequestSchema;
+    output: typeof ListJobsResponseSchema;
+  },
+  /**
+   * ResolveReview closes a job in MANUAL_REVIEW: SUCCEEDED with the provider's
+   * refund id, or back to READY to reconcile. It is conditional on the attempt
+   * the operator looked at, like every write (STALE_ATTEMPT when the job moved
+   * on; JOB_NOT_IN_REVIEW when it is not in review), and recorded in the
+   * history under the operator's identity.
+   *
+   * @generated from rpc jobfence.v1.Coordinator.ResolveReview
+   */
+  resolveReview: {
+    methodKind: "unary";
+    input: typeof ResolveReviewRequestSchema;
+    output: typeof ResolveReviewResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_jobfence_v1_coordinator, 0);
