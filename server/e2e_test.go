@@ -753,3 +753,25 @@ func TestOperatorListAndResolveOverGRPC(t *testing.T) {
 		}
 	})
 }
+
+// TestClaimSaysWhenBudgetRefills_R19: due jobs held back by an empty provider
+// budget answer no jobs and retry_after.
+func TestClaimSaysWhenBudgetRefills_R19(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, c *coordinator) {
+		ctx := ctxFor(t)
+		if err := c.store.ConfigureBudgets(ctx, map[string]store.BudgetConfig{"acme": {Rate: 0.5, Burst: 1}}); err != nil {
+			t.Fatal(err)
+		}
+		c.enqueue(t)
+		c.enqueue(t)
+		first, err := c.client.Claim(ctx, &pb.ClaimRequest{WorkerId: "w", MaxJobs: 5, Wait: durationpb.New(time.Second)})
+		if err != nil || len(first.Jobs) != 1 || first.RetryAfter != nil {
+			t.Fatalf("first claim = %v, %v; want the one job the burst allows", first, err)
+		}
+		second, err := c.client.Claim(ctx, &pb.ClaimRequest{WorkerId: "w", MaxJobs: 5, Wait: durationpb.New(time.Second)})
+		if err != nil || len(second.Jobs) != 0 || second.RetryAfter == nil ||
+			second.RetryAfter.AsDuration() <= 0 || second.RetryAfter.AsDuration() > 2*time.Second {
+			t.Fatalf("second claim = %v, %v; want no jobs and retry_after within 2s", second, err)
+		}
+	})
+}

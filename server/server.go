@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	pb "github.com/jobfence/jobfence/gen/jobfence/v1"
 	"github.com/jobfence/jobfence/store"
@@ -122,6 +123,11 @@ func (s *Server) Claim(ctx context.Context, req *pb.ClaimRequest) (*pb.ClaimResp
 		p.WorkerID = id.Name // the history names the credential, not a request field
 	}
 	claimed, err := s.claim(ctx, p, wait)
+	var budget *store.BudgetExhaustedError
+	if errors.As(err, &budget) {
+		// R19: due work waits on the provider's budget, not on a fault.
+		return &pb.ClaimResponse{RetryAfter: durationpb.New(budget.RetryAfter)}, nil
+	}
 	if err != nil {
 		return nil, s.toStatus(ctx, err, jobAttrs{})
 	}

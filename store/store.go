@@ -221,7 +221,7 @@ type Store interface {
 
 	// Claim grants up to MaxJobs jobs, each bumped and committed (R5, R6, R23).
 	// Errors: *ValidationError, ErrClaimOutcomeUnknown (nothing may be acted on,
-	// R7), ErrUnavailable.
+	// R7), ErrUnavailable, *BudgetExhaustedError (nothing granted).
 	Claim(ctx context.Context, p ClaimParams) ([]ClaimedJob, error)
 
 	// Write applies a fenced write-back (R9, R10, R21). Errors: *ValidationError,
@@ -246,6 +246,12 @@ type Store interface {
 	// opens the job to takeover (R8): the holder may still write until someone
 	// commits a takeover. Errors: ErrNotFound, ErrNotRunning.
 	ExpireLease(ctx context.Context, jobID int64) error
+
+	// ConfigureBudgets sets the providers' outbound budgets (R19), shared
+	// through the database; Claim then grants no more of a provider's jobs
+	// than its budget allows and returns *BudgetExhaustedError when due jobs
+	// wait only on empty budgets.
+	ConfigureBudgets(ctx context.Context, budgets map[string]BudgetConfig) error
 
 	// List pages through jobs by the filters of p. Errors: *ValidationError.
 	List(ctx context.Context, p ListParams) (JobPage, error)

@@ -20,6 +20,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -57,6 +58,7 @@ type config struct {
 	lease           time.Duration
 	keyRetention    time.Duration
 	providerKeys    string
+	budgets         string
 	claimPoll       time.Duration
 	writeFlushers   int
 	writeBatch      int
@@ -87,6 +89,9 @@ func parseFlags(args []string, stderr *os.File) (config, error) {
 		"how long providers keep an idempotency key; same-key resends are safe only inside it")
 	fs.StringVar(&c.providerKeys, "provider-key-retention", "",
 		"per-provider key retention overriding --key-retention, e.g. acme=24h,globex=168h")
+	fs.StringVar(&c.budgets, "provider-budget", "",
+		"per-provider outbound budget shared by all replicas through the database, as rate per second and burst, "+
+			"e.g. acme=50:100,globex=5:5; refunds and reconciles draw from it alike; start every replica with the same value")
 	fs.DurationVar(&c.claimPoll, "claim-poll-interval", 200*time.Millisecond,
 		"how often a long-polling Claim looks again for work it was not woken for (other replicas' enqueues, delays, expired leases)")
 	fs.IntVar(&c.writeFlushers, "write-flushers", 4,
@@ -161,12 +166,38 @@ func parseProviderKeys(s string) (map[string]time.Duration, error) {
 	return out, nil
 }
 
+// parseBudgets reads --provider-budget: provider=rate[:burst], burst
+// defaulting to the rate.
+func parseBudgets(s string) (map[string]store.BudgetConfig, error) {
+	out := map[string]store.BudgetConfig{}
+	for _, part := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' }) {
+		name, spec, ok := strings.Cut(strings.TrimSpace(part), "=")
+		rate, burst, hasBurst := strings.Cut(spec, ":")
+		var c store.BudgetConfig
+		var err1, err2 error
+		c.Rate, err1 = strconv.ParseFloat(rate, 64)
+		c.Burst = c.Rate
+		if hasBurst {
+			c.Burst, err2 = strconv.ParseFloat(burst, 64)
+		}
+		if !ok || name == "" || err1 != nil || err2 != nil || c.Validate() != nil {
+			return nil, fmt.Errorf("--provider-budget: %q is not provider=rate[:burst] with rate > 0 and burst >= 1", part)
+		}
+		out[name] = c
+	}
+	return out, nil
+}
+
 func run(ctx context.Context, args []string, stderr *os.File) error {
 	c, err := parseFlags(args, stderr)
 	if err != nil {
 		return err
 	}
 	providerKeys, err := parseProviderKeys(c.providerKeys)
+	if err != nil {
+		return err
+	}
+	budgets, err := parseBudgets(c.budgets)
 	if err != nil {
 		return err
 	}
@@ -181,6 +212,12 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 		return err
 	}
 	defer st.Close()
+	if err := st.ConfigureBudgets(ctx, budgets); err != nil {
+		return fmt.Errorf("--provider-budget: %w", err)
+	}
+	for name, b := range budgets {
+		log.Info("provider budget", "provider", name, "rate_per_s", b.Rate, "burst", b.Burst)
+	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

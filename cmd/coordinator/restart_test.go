@@ -95,6 +95,8 @@ func TestFlagsAndEnvironment(t *testing.T) {
 		{"--lease", "16m"},
 		{"--provider-key-retention", "acme"},
 		{"--log-format", "xml"},
+		{"--provider-budget", "acme=0"},
+		{"--provider-budget", "acme=5:0.5"},
 	} {
 		out, err := runBinary(t, nil, args...)
 		if err == nil || !strings.Contains(out, args[0]) {

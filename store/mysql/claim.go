@@ -3,8 +3,6 @@ package mysql
 import (
 	"context"
 	"database/sql"
-	"fmt"
-	"time"
 
 	"github.com/jobfence/jobfence/store"
 	"github.com/jobfence/jobfence/store/internal/sqlbase"
@@ -52,6 +50,26 @@ const (
  WHERE job_id IN (%s) ORDER BY job_id, id`
 )
 
+// R19: provider budgets, shared by every coordinator on the database.
+const (
+	selectAllBudgets = `SELECT provider, tokens, rate, burst, refilled_at FROM provider_budgets`
+	lockBudgets      = `SELECT provider, tokens, rate, burst, refilled_at FROM provider_budgets
+ WHERE provider IN (%s) ORDER BY provider FOR UPDATE`
+)
+
+var claimSQL = sqlbase.ClaimSQL{
+	Now:             selectNow,
+	ExpiredLeases:   lockExpiredLeases,
+	DueJobs:         lockDueJobs,
+	Grant:           claimLocked,
+	Observations:    selectObservationsOf,
+	AllBudgets:      selectAllBudgets,
+	Budgets:         lockBudgets,
+	At:              asDatetime,
+	ScanJob:         scanJob,
+	ScanObservation: scanObservation,
+}
+
 // Claim implements store.Store.
 //
 // One short transaction on one connection (R5, R11): read the database clock,
@@ -60,66 +78,16 @@ const (
 // unknown nothing is granted and nothing is retried (R7). Deadlocks and
 // lock-wait timeouts roll everything back and are retried whole (R20).
 func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]store.ClaimedJob, error) {
-	return s.base.Claim(ctx, p, func(tx *sql.Tx) ([]store.ClaimedJob, error) { return claimTx(ctx, tx, p) })
+	return s.base.Claim(ctx, p, func(tx *sql.Tx) ([]store.ClaimedJob, error) {
+		return sqlbase.ClaimTx(ctx, tx, claimSQL, p, s.budgeted.Load())
+	})
 }
 
-func claimTx(ctx context.Context, tx *sql.Tx, p store.ClaimParams) ([]store.ClaimedJob, error) {
-	var now time.Time
-	if err := tx.QueryRowContext(ctx, selectNow).Scan(&now); err != nil {
-		return nil, err
+// ConfigureBudgets implements store.Store.
+func (s *Store) ConfigureBudgets(ctx context.Context, cfg map[string]store.BudgetConfig) error {
+	any, err := s.base.ConfigureBudgets(ctx, claimSQL, cfg)
+	if err == nil {
+		s.budgeted.Store(any)
 	}
-	filter, filterArgs := "", []any{}
-	if p.Provider != "" {
-		filter, filterArgs = " AND provider = ?", []any{p.Provider}
-	}
-	lock := func(query string, limit int) ([]store.Job, error) {
-		args := append(append([]any{now}, filterArgs...), limit)
-		return sqlbase.QueryAll(ctx, tx, scanJob, fmt.Sprintf(query, filter), args...)
-	}
-	// R23: takeovers first, then due jobs, each group oldest first.
-	locked, err := lock(lockExpiredLeases, p.MaxJobs)
-	if err != nil {
-		return nil, err
-	}
-	if rest := p.MaxJobs - len(locked); rest > 0 {
-		due, err := lock(lockDueJobs, rest)
-		if err != nil {
-			return nil, err
-		}
-		locked = append(locked, due...)
-	}
-	if len(locked) == 0 {
-		return nil, nil
-	}
-
-	ids := make([]int64, len(locked))
-	claimed := make([]store.ClaimedJob, len(locked))
-	events := make([]store.Event, len(locked))
-	for i, cur := range locked {
-		ids[i] = cur.ID
-		claimed[i], events[i] = p.Grant(cur, now)
-	}
-	args := append([]any{now, claimed[0].Job.LeaseUntil, p.WorkerID, now}, sqlbase.Int64Args(ids)...)
-	args = append(args, now, now)
-	res, err := tx.ExecContext(ctx, fmt.Sprintf(claimLocked, sqlbase.Placeholders(len(ids))), args...)
-	if err != nil {
-		return nil, err
-	}
-	if n, err := res.RowsAffected(); err != nil {
-		return nil, err
-	} else if n != int64(len(ids)) {
-		// The rows are locked by this transaction; a mismatch means the
-		// re-check failed. Grant nothing rather than guess which.
-		return nil, fmt.Errorf("claim: locked %d jobs but %d passed the re-check", len(ids), n)
-	}
-	if err := sqlbase.InsertHistory(ctx, tx, events, asDatetime); err != nil {
-		return nil, err
-	}
-	// R15: hand the receipts on file to the new holder. Read before COMMIT so
-	// that a failure here grants nothing, rather than granting jobs the caller
-	// never hears of.
-	if err := sqlbase.AttachObservations(ctx, tx, claimed, selectObservationsOf, scanObservation); err != nil {
-		return nil, err
-	}
-	return claimed, nil
+	return err
 }

@@ -15,6 +15,7 @@ import (
 	"io"
 	"net"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -31,8 +32,9 @@ type Options struct {
 
 // Store is the MySQL backend. It implements store.Store.
 type Store struct {
-	db   *sql.DB
-	base *sqlbase.Backend
+	db       *sql.DB
+	base     *sqlbase.Backend
+	budgeted atomic.Bool // any provider budget configured (R19)
 }
 
 var _ store.Store = (*Store)(nil)

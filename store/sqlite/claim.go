@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"fmt"
 
 	"github.com/jobfence/jobfence/store"
 	"github.com/jobfence/jobfence/store/internal/sqlbase"
@@ -50,6 +49,26 @@ const (
  WHERE job_id IN (%s) ORDER BY job_id, id`
 )
 
+// R19: provider budgets, shared by every coordinator on the database.
+const (
+	selectAllBudgets = `SELECT provider, tokens, rate, burst, refilled_at FROM provider_budgets`
+	lockBudgets      = `SELECT provider, tokens, rate, burst, refilled_at FROM provider_budgets
+ WHERE provider IN (%s) ORDER BY provider`
+)
+
+var claimSQL = sqlbase.ClaimSQL{
+	Now:             selectNow,
+	ExpiredLeases:   selectExpiredLeases,
+	DueJobs:         selectDueJobs,
+	Grant:           claimSelected,
+	Observations:    selectObservationsOf,
+	AllBudgets:      selectAllBudgets,
+	Budgets:         lockBudgets,
+	At:              toMicros,
+	ScanJob:         scanJob,
+	ScanObservation: scanObservation,
+}
+
 // Claim implements store.Store.
 //
 // One short BEGIN IMMEDIATE transaction (R5, R11): read the database clock
@@ -58,67 +77,16 @@ const (
 // if its outcome is unknown nothing is granted and nothing is retried (R7). A
 // busy write lock leaves nothing behind and is retried whole (R20).
 func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]store.ClaimedJob, error) {
-	return s.base.Claim(ctx, p, func(tx *sql.Tx) ([]store.ClaimedJob, error) { return claimTx(ctx, tx, p) })
+	return s.base.Claim(ctx, p, func(tx *sql.Tx) ([]store.ClaimedJob, error) {
+		return sqlbase.ClaimTx(ctx, tx, claimSQL, p, s.budgeted.Load())
+	})
 }
 
-func claimTx(ctx context.Context, tx *sql.Tx, p store.ClaimParams) ([]store.ClaimedJob, error) {
-	var now int64
-	if err := tx.QueryRowContext(ctx, selectNow).Scan(&now); err != nil {
-		return nil, err
+// ConfigureBudgets implements store.Store.
+func (s *Store) ConfigureBudgets(ctx context.Context, cfg map[string]store.BudgetConfig) error {
+	any, err := s.base.ConfigureBudgets(ctx, claimSQL, cfg)
+	if err == nil {
+		s.budgeted.Store(any)
 	}
-	filter, filterArgs := "", []any{}
-	if p.Provider != "" {
-		filter, filterArgs = " AND provider = ?", []any{p.Provider}
-	}
-	selectJobs := func(query string, limit int) ([]store.Job, error) {
-		args := append(append([]any{now}, filterArgs...), limit)
-		return sqlbase.QueryAll(ctx, tx, scanJob, fmt.Sprintf(query, filter), args...)
-	}
-	// R23: takeovers first, then due jobs, each group oldest first.
-	selected, err := selectJobs(selectExpiredLeases, p.MaxJobs)
-	if err != nil {
-		return nil, err
-	}
-	if rest := p.MaxJobs - len(selected); rest > 0 {
-		due, err := selectJobs(selectDueJobs, rest)
-		if err != nil {
-			return nil, err
-		}
-		selected = append(selected, due...)
-	}
-	if len(selected) == 0 {
-		return nil, nil
-	}
-
-	nowTime := fromMicros(now)
-	ids := make([]int64, len(selected))
-	claimed := make([]store.ClaimedJob, len(selected))
-	events := make([]store.Event, len(selected))
-	for i, cur := range selected {
-		ids[i] = cur.ID
-		claimed[i], events[i] = p.Grant(cur, nowTime)
-	}
-	args := append([]any{now, toMicros(claimed[0].Job.LeaseUntil), p.WorkerID, now}, sqlbase.Int64Args(ids)...)
-	args = append(args, now, now)
-	res, err := tx.ExecContext(ctx, fmt.Sprintf(claimSelected, sqlbase.Placeholders(len(ids))), args...)
-	if err != nil {
-		return nil, err
-	}
-	if n, err := res.RowsAffected(); err != nil {
-		return nil, err
-	} else if n != int64(len(ids)) {
-		// Nothing else can write while this transaction holds the write lock;
-		// a mismatch means the re-check failed. Grant nothing rather than guess.
-		return nil, fmt.Errorf("claim: selected %d jobs but %d passed the re-check", len(ids), n)
-	}
-	if err := sqlbase.InsertHistory(ctx, tx, events, toMicros); err != nil {
-		return nil, err
-	}
-	// R15: hand the receipts on file to the new holder. Read before COMMIT so
-	// that a failure here grants nothing, rather than granting jobs the caller
-	// never hears of.
-	if err := sqlbase.AttachObservations(ctx, tx, claimed, selectObservationsOf, scanObservation); err != nil {
-		return nil, err
-	}
-	return claimed, nil
+	return err
 }

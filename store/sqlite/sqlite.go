@@ -20,6 +20,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"modernc.org/sqlite"
@@ -39,8 +40,9 @@ type Options struct {
 
 // Store is the SQLite backend. It implements store.Store.
 type Store struct {
-	db   *sql.DB
-	base *sqlbase.Backend
+	db       *sql.DB
+	base     *sqlbase.Backend
+	budgeted atomic.Bool // any provider budget configured (R19)
 }
 
 var _ store.Store = (*Store)(nil)

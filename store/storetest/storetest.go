@@ -48,6 +48,7 @@ func Run(t *testing.T, open Opener) {
 		{"ClaimCarriesObservations_R15", testClaimCarriesObservations},
 		{"ExpireLeaseOnlyRunning", testExpireLease},
 		{"ListJobsKeyset_Q4_Q7", testListJobsKeyset},
+		{"ProviderBudgetCapsGrants_R19", testProviderBudget},
 		{"StatsLeaveHistoryOut_M1", testStats},
 		{"ConcurrentClaimersFenced_R2_R5_R9", testConcurrentClaimers},
 	}

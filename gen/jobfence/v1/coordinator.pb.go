@@ -1041,8 +1041,11 @@ func (x *ClaimRequest) GetWait() *durationpb.Duration {
 }
 
 type ClaimResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Jobs          []*ClaimedJob          `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Jobs  []*ClaimedJob          `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`
+	// Set when jobs are due but their providers' outbound budgets allow none
+	// now (R19): come back after this long. Unset otherwise.
+	RetryAfter    *durationpb.Duration `protobuf:"bytes,2,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1080,6 +1083,13 @@ func (*ClaimResponse) Descriptor() ([]byte, []int) {
 func (x *ClaimResponse) GetJobs() []*ClaimedJob {
 	if x != nil {
 		return x.Jobs
+	}
+	return nil
+}
+
+func (x *ClaimResponse) GetRetryAfter() *durationpb.Duration {
+	if x != nil {
+		return x.RetryAfter
 	}
 	return nil
 }
@@ -2178,9 +2188,11 @@ const file_jobfence_v1_coordinator_proto_rawDesc = "" +
 	"\bmax_jobs\x18\x02 \x01(\x05R\amaxJobs\x12@\n" +
 	"\x0elease_duration\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\rleaseDuration\x12\x1a\n" +
 	"\bprovider\x18\x04 \x01(\tR\bprovider\x12-\n" +
-	"\x04wait\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x04wait\"<\n" +
+	"\x04wait\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x04wait\"x\n" +
 	"\rClaimResponse\x12+\n" +
-	"\x04jobs\x18\x01 \x03(\v2\x17.jobfence.v1.ClaimedJobR\x04jobs\"p\n" +
+	"\x04jobs\x18\x01 \x03(\v2\x17.jobfence.v1.ClaimedJobR\x04jobs\x12:\n" +
+	"\vretry_after\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"retryAfter\"p\n" +
 	"\x0fCompleteRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\x03R\x05jobId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x03R\aattempt\x12,\n" +
@@ -2352,44 +2364,45 @@ var file_jobfence_v1_coordinator_proto_depIdxs = []int32{
 	27, // 21: jobfence.v1.ClaimRequest.lease_duration:type_name -> google.protobuf.Duration
 	27, // 22: jobfence.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
 	5,  // 23: jobfence.v1.ClaimResponse.jobs:type_name -> jobfence.v1.ClaimedJob
-	4,  // 24: jobfence.v1.CompleteResponse.job:type_name -> jobfence.v1.Job
-	1,  // 25: jobfence.v1.RescheduleRequest.next_action:type_name -> jobfence.v1.NextAction
-	27, // 26: jobfence.v1.RescheduleRequest.delay:type_name -> google.protobuf.Duration
-	26, // 27: jobfence.v1.RescheduleRequest.next_attempt_at:type_name -> google.protobuf.Timestamp
-	4,  // 28: jobfence.v1.RescheduleResponse.job:type_name -> jobfence.v1.Job
-	4,  // 29: jobfence.v1.EscalateResponse.job:type_name -> jobfence.v1.Job
-	3,  // 30: jobfence.v1.ReportObservationRequest.outcome:type_name -> jobfence.v1.ObservationOutcome
-	7,  // 31: jobfence.v1.ReportObservationResponse.observation:type_name -> jobfence.v1.Observation
-	4,  // 32: jobfence.v1.GetJobResponse.job:type_name -> jobfence.v1.Job
-	6,  // 33: jobfence.v1.GetJobResponse.events:type_name -> jobfence.v1.JobEvent
-	7,  // 34: jobfence.v1.GetJobResponse.observations:type_name -> jobfence.v1.Observation
-	0,  // 35: jobfence.v1.ListJobsRequest.state:type_name -> jobfence.v1.JobState
-	4,  // 36: jobfence.v1.ListJobsResponse.jobs:type_name -> jobfence.v1.Job
-	2,  // 37: jobfence.v1.ResolveReviewRequest.resolution:type_name -> jobfence.v1.ReviewResolution
-	4,  // 38: jobfence.v1.ResolveReviewResponse.job:type_name -> jobfence.v1.Job
-	8,  // 39: jobfence.v1.Coordinator.EnqueueRefund:input_type -> jobfence.v1.EnqueueRefundRequest
-	10, // 40: jobfence.v1.Coordinator.Claim:input_type -> jobfence.v1.ClaimRequest
-	12, // 41: jobfence.v1.Coordinator.Complete:input_type -> jobfence.v1.CompleteRequest
-	14, // 42: jobfence.v1.Coordinator.Reschedule:input_type -> jobfence.v1.RescheduleRequest
-	16, // 43: jobfence.v1.Coordinator.Escalate:input_type -> jobfence.v1.EscalateRequest
-	18, // 44: jobfence.v1.Coordinator.ReportObservation:input_type -> jobfence.v1.ReportObservationRequest
-	20, // 45: jobfence.v1.Coordinator.GetJob:input_type -> jobfence.v1.GetJobRequest
-	22, // 46: jobfence.v1.Coordinator.ListJobs:input_type -> jobfence.v1.ListJobsRequest
-	24, // 47: jobfence.v1.Coordinator.ResolveReview:input_type -> jobfence.v1.ResolveReviewRequest
-	9,  // 48: jobfence.v1.Coordinator.EnqueueRefund:output_type -> jobfence.v1.EnqueueRefundResponse
-	11, // 49: jobfence.v1.Coordinator.Claim:output_type -> jobfence.v1.ClaimResponse
-	13, // 50: jobfence.v1.Coordinator.Complete:output_type -> jobfence.v1.CompleteResponse
-	15, // 51: jobfence.v1.Coordinator.Reschedule:output_type -> jobfence.v1.RescheduleResponse
-	17, // 52: jobfence.v1.Coordinator.Escalate:output_type -> jobfence.v1.EscalateResponse
-	19, // 53: jobfence.v1.Coordinator.ReportObservation:output_type -> jobfence.v1.ReportObservationResponse
-	21, // 54: jobfence.v1.Coordinator.GetJob:output_type -> jobfence.v1.GetJobResponse
-	23, // 55: jobfence.v1.Coordinator.ListJobs:output_type -> jobfence.v1.ListJobsResponse
-	25, // 56: jobfence.v1.Coordinator.ResolveReview:output_type -> jobfence.v1.ResolveReviewResponse
-	48, // [48:57] is the sub-list for method output_type
-	39, // [39:48] is the sub-list for method input_type
-	39, // [39:39] is the sub-list for extension type_name
-	39, // [39:39] is the sub-list for extension extendee
-	0,  // [0:39] is the sub-list for field type_name
+	27, // 24: jobfence.v1.ClaimResponse.retry_after:type_name -> google.protobuf.Duration
+	4,  // 25: jobfence.v1.CompleteResponse.job:type_name -> jobfence.v1.Job
+	1,  // 26: jobfence.v1.RescheduleRequest.next_action:type_name -> jobfence.v1.NextAction
+	27, // 27: jobfence.v1.RescheduleRequest.delay:type_name -> google.protobuf.Duration
+	26, // 28: jobfence.v1.RescheduleRequest.next_attempt_at:type_name -> google.protobuf.Timestamp
+	4,  // 29: jobfence.v1.RescheduleResponse.job:type_name -> jobfence.v1.Job
+	4,  // 30: jobfence.v1.EscalateResponse.job:type_name -> jobfence.v1.Job
+	3,  // 31: jobfence.v1.ReportObservationRequest.outcome:type_name -> jobfence.v1.ObservationOutcome
+	7,  // 32: jobfence.v1.ReportObservationResponse.observation:type_name -> jobfence.v1.Observation
+	4,  // 33: jobfence.v1.GetJobResponse.job:type_name -> jobfence.v1.Job
+	6,  // 34: jobfence.v1.GetJobResponse.events:type_name -> jobfence.v1.JobEvent
+	7,  // 35: jobfence.v1.GetJobResponse.observations:type_name -> jobfence.v1.Observation
+	0,  // 36: jobfence.v1.ListJobsRequest.state:type_name -> jobfence.v1.JobState
+	4,  // 37: jobfence.v1.ListJobsResponse.jobs:type_name -> jobfence.v1.Job
+	2,  // 38: jobfence.v1.ResolveReviewRequest.resolution:type_name -> jobfence.v1.ReviewResolution
+	4,  // 39: jobfence.v1.ResolveReviewResponse.job:type_name -> jobfence.v1.Job
+	8,  // 40: jobfence.v1.Coordinator.EnqueueRefund:input_type -> jobfence.v1.EnqueueRefundRequest
+	10, // 41: jobfence.v1.Coordinator.Claim:input_type -> jobfence.v1.ClaimRequest
+	12, // 42: jobfence.v1.Coordinator.Complete:input_type -> jobfence.v1.CompleteRequest
+	14, // 43: jobfence.v1.Coordinator.Reschedule:input_type -> jobfence.v1.RescheduleRequest
+	16, // 44: jobfence.v1.Coordinator.Escalate:input_type -> jobfence.v1.EscalateRequest
+	18, // 45: jobfence.v1.Coordinator.ReportObservation:input_type -> jobfence.v1.ReportObservationRequest
+	20, // 46: jobfence.v1.Coordinator.GetJob:input_type -> jobfence.v1.GetJobRequest
+	22, // 47: jobfence.v1.Coordinator.ListJobs:input_type -> jobfence.v1.ListJobsRequest
+	24, // 48: jobfence.v1.Coordinator.ResolveReview:input_type -> jobfence.v1.ResolveReviewRequest
+	9,  // 49: jobfence.v1.Coordinator.EnqueueRefund:output_type -> jobfence.v1.EnqueueRefundResponse
+	11, // 50: jobfence.v1.Coordinator.Claim:output_type -> jobfence.v1.ClaimResponse
+	13, // 51: jobfence.v1.Coordinator.Complete:output_type -> jobfence.v1.CompleteResponse
+	15, // 52: jobfence.v1.Coordinator.Reschedule:output_type -> jobfence.v1.RescheduleResponse
+	17, // 53: jobfence.v1.Coordinator.Escalate:output_type -> jobfence.v1.EscalateResponse
+	19, // 54: jobfence.v1.Coordinator.ReportObservation:output_type -> jobfence.v1.ReportObservationResponse
+	21, // 55: jobfence.v1.Coordinator.GetJob:output_type -> jobfence.v1.GetJobResponse
+	23, // 56: jobfence.v1.Coordinator.ListJobs:output_type -> jobfence.v1.ListJobsResponse
+	25, // 57: jobfence.v1.Coordinator.ResolveReview:output_type -> jobfence.v1.ResolveReviewResponse
+	49, // [49:58] is the sub-list for method output_type
+	40, // [40:49] is the sub-list for method input_type
+	40, // [40:40] is the sub-list for extension type_name
+	40, // [40:40] is the sub-list for extension extendee
+	0,  // [0:40] is the sub-list for field type_name
 }
 
 func init() { file_jobfence_v1_coordinator_proto_init() }

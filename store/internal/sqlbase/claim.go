@@ -1,0 +1,308 @@
+package sqlbase
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jobfence/jobfence/store"
+)
+
+// ClaimSQL is a backend's SQL for a claim. Candidate queries take, in order,
+// the cutoff, the filter's arguments and a limit; %s is where the filter goes.
+type ClaimSQL struct {
+	// Now reads the database clock (R12).
+	Now string
+	// ExpiredLeases and DueJobs lock (or, under a database-wide write lock,
+	// select) candidates, oldest first (R6, Q1, R23).
+	ExpiredLeases, DueJobs string
+	// Grant bumps the candidates in %s: arguments first_sent_at, lease_until,
+	// worker_id, updated_at, the ids, then the cutoff twice for the re-check.
+	Grant string
+	// Observations reads the receipts of the jobs in %s (R15).
+	Observations string
+	// AllBudgets reads every budget without locking it; Budgets locks the
+	// budgets of the providers in %s in provider order.
+	AllBudgets, Budgets string
+	// At converts a time to the backend's column value.
+	At func(time.Time) any
+	// ScanJob and ScanObservation read rows.
+	ScanJob         func(Scanner) (store.Job, error)
+	ScanObservation func(Scanner) (store.Observation, error)
+}
+
+const (
+	// anyDue finds one due or expired job of the providers in %[1]s: whether
+	// an exhausted budget is what keeps a claim empty.
+	anyDue = `SELECT 1 FROM refund_jobs WHERE state = 'ready' AND next_attempt_at <= ? AND provider IN (%[1]s)
+UNION ALL
+SELECT 1 FROM refund_jobs WHERE state = 'running' AND lease_until <= ? AND provider IN (%[1]s)
+LIMIT 1`
+
+	saveBudget   = `UPDATE provider_budgets SET tokens = ?, refilled_at = ? WHERE provider = ?`
+	insertBudget = `INSERT INTO provider_budgets (provider, tokens, rate, burst, refilled_at) VALUES (?, ?, ?, ?, ?)`
+	updateBudget = `UPDATE provider_budgets SET rate = ?, burst = ?, tokens = ? WHERE provider = ?`
+	deleteBudget = `DELETE FROM provider_budgets WHERE provider = ?`
+)
+
+// ClaimTx is the claim transaction: read the clock, leave out providers whose
+// budget is empty, lock expired leases then due jobs, cap each provider at
+// what its budget allows and take the tokens (R19), bump the rest (R5, R6),
+// record the history and attach the receipts (R15). budgeted says whether any
+// budget is configured; when none is, the budget steps cost nothing.
+func ClaimTx(ctx context.Context, tx *sql.Tx, q ClaimSQL, p store.ClaimParams, budgeted bool) ([]store.ClaimedJob, error) {
+	var now time.Time
+	if err := tx.QueryRowContext(ctx, q.Now).Scan(Time{&now}); err != nil {
+		return nil, err
+	}
+	var budgets map[string]store.Budget
+	var exhausted []string
+	if budgeted {
+		var err error
+		if budgets, err = readBudgets(ctx, tx, q, nil); err != nil {
+			return nil, err
+		}
+		for name, b := range budgets {
+			if b.Available(now) < 1 && (p.Provider == "" || p.Provider == name) {
+				exhausted = append(exhausted, name)
+			}
+		}
+		slices.Sort(exhausted)
+	}
+
+	var filters []string
+	var filterArgs []any
+	if p.Provider != "" {
+		filters, filterArgs = append(filters, "provider = ?"), append(filterArgs, p.Provider)
+	}
+	if len(exhausted) > 0 {
+		filters = append(filters, "provider NOT IN ("+Placeholders(len(exhausted))+")")
+		filterArgs = append(filterArgs, strArgs(exhausted)...)
+	}
+	filter := ""
+	if len(filters) > 0 {
+		filter = " AND " + strings.Join(filters, " AND ")
+	}
+	lock := func(query string, limit int) ([]store.Job, error) {
+		args := append(append([]any{q.At(now)}, filterArgs...), limit)
+		return QueryAll(ctx, tx, q.ScanJob, fmt.Sprintf(query, filter), args...)
+	}
+	// R23: takeovers first, then due jobs, each group oldest first.
+	locked, err := lock(q.ExpiredLeases, p.MaxJobs)
+	if err != nil {
+		return nil, err
+	}
+	if rest := p.MaxJobs - len(locked); rest > 0 {
+		due, err := lock(q.DueJobs, rest)
+		if err != nil {
+			return nil, err
+		}
+		locked = append(locked, due...)
+	}
+	if budgeted {
+		if locked, err = spendBudgets(ctx, tx, q, locked, now); err != nil {
+			return nil, err
+		}
+	}
+	if len(locked) == 0 {
+		return nil, budgetWait(ctx, tx, q, budgets, exhausted, now)
+	}
+
+	ids := make([]int64, len(locked))
+	claimed := make([]store.ClaimedJob, len(locked))
+	events := make([]store.Event, len(locked))
+	for i, cur := range locked {
+		ids[i] = cur.ID
+		claimed[i], events[i] = p.Grant(cur, now)
+	}
+	args := append([]any{q.At(now), q.At(claimed[0].Job.LeaseUntil), p.WorkerID, q.At(now)}, Int64Args(ids)...)
+	args = append(args, q.At(now), q.At(now))
+	res, err := tx.ExecContext(ctx, fmt.Sprintf(q.Grant, Placeholders(len(ids))), args...)
+	if err != nil {
+		return nil, err
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return nil, err
+	} else if n != int64(len(ids)) {
+		// The rows are held by this transaction; a mismatch means the
+		// re-check failed. Grant nothing rather than guess which.
+		return nil, fmt.Errorf("claim: held %d jobs but %d passed the re-check", len(ids), n)
+	}
+	if err := InsertHistory(ctx, tx, events, q.At); err != nil {
+		return nil, err
+	}
+	// R15: hand the receipts on file to the new holder. Read before COMMIT so
+	// that a failure here grants nothing, rather than granting jobs the caller
+	// never hears of.
+	if err := AttachObservations(ctx, tx, claimed, q.Observations, q.ScanObservation); err != nil {
+		return nil, err
+	}
+	return claimed, nil
+}
+
+// spendBudgets locks the budgets of the candidates' providers, keeps of each
+// provider's candidates (in claim order) only as many as its tokens allow,
+// and takes those tokens (R19). Candidates left out stay untouched.
+func spendBudgets(ctx context.Context, tx *sql.Tx, q ClaimSQL, locked []store.Job, now time.Time) ([]store.Job, error) {
+	var providers []string
+	for _, j := range locked {
+		if !slices.Contains(providers, j.Provider) {
+			providers = append(providers, j.Provider)
+		}
+	}
+	if len(providers) == 0 {
+		return locked, nil
+	}
+	slices.Sort(providers)
+	budgets, err := readBudgets(ctx, tx, q, providers)
+	if err != nil {
+		return nil, err
+	}
+	left := make(map[string]int, len(budgets))
+	for name, b := range budgets {
+		left[name] = int(b.Available(now))
+	}
+	kept := locked[:0:0]
+	for _, j := range locked {
+		if n, limited := left[j.Provider]; limited {
+			if n == 0 {
+				continue
+			}
+			left[j.Provider] = n - 1
+		}
+		kept = append(kept, j)
+	}
+	for _, name := range providers {
+		b, ok := budgets[name]
+		if !ok {
+			continue
+		}
+		spent := int(b.Available(now)) - left[name]
+		if spent == 0 {
+			continue
+		}
+		if _, err := tx.ExecContext(ctx, saveBudget, b.Available(now)-float64(spent), q.At(now), name); err != nil {
+			return nil, err
+		}
+	}
+	return kept, nil
+}
+
+// budgetWait explains an empty claim: if due work of an exhausted provider is
+// waiting, a *store.BudgetExhaustedError with the shortest wait; else nil.
+func budgetWait(ctx context.Context, tx *sql.Tx, q ClaimSQL, budgets map[string]store.Budget, exhausted []string,
+	now time.Time) error {
+	if len(exhausted) == 0 {
+		return nil
+	}
+	args := append(append(append([]any{q.At(now)}, strArgs(exhausted)...), q.At(now)), strArgs(exhausted)...)
+	var one int
+	err := tx.QueryRowContext(ctx, fmt.Sprintf(anyDue, Placeholders(len(exhausted))), args...).Scan(&one)
+	if err == sql.ErrNoRows {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	wait := time.Duration(-1)
+	for _, name := range exhausted {
+		if w := budgets[name].Wait(now); wait < 0 || w < wait {
+			wait = w
+		}
+	}
+	return &store.BudgetExhaustedError{RetryAfter: wait}
+}
+
+// readBudgets reads the budgets of providers (every budget when nil); the
+// backend's query locks them when it is a locking read.
+func readBudgets(ctx context.Context, tx *sql.Tx, q ClaimSQL, providers []string) (map[string]store.Budget, error) {
+	query, args := q.AllBudgets, []any(nil)
+	if providers != nil {
+		query, args = fmt.Sprintf(q.Budgets, Placeholders(len(providers))), strArgs(providers)
+	}
+	list, err := QueryAll(ctx, tx, func(row Scanner) (store.Budget, error) {
+		var b store.Budget
+		err := row.Scan(&b.Provider, &b.Tokens, &b.Rate, &b.Burst, Time{&b.RefilledAt})
+		return b, err
+	}, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]store.Budget, len(list))
+	for _, b := range list {
+		out[b.Provider] = b
+	}
+	return out, nil
+}
+
+func strArgs(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
+}
+
+// Time scans a DATETIME (time.Time) or INTEGER microseconds since the epoch
+// into T, in UTC.
+type Time struct{ T *time.Time }
+
+// Scan implements sql.Scanner.
+func (t Time) Scan(src any) error {
+	switch v := src.(type) {
+	case time.Time:
+		*t.T = v.UTC()
+	case int64:
+		*t.T = time.UnixMicro(v).UTC()
+	case nil:
+		*t.T = time.Time{}
+	default:
+		return fmt.Errorf("cannot scan %T as a time", src)
+	}
+	return nil
+}
+
+// ConfigureBudgets makes the stored budgets those of cfg (R19): new providers
+// start with a full bucket, changed ones keep their tokens up to the new
+// burst, providers not in cfg lose their budget. Every coordinator on the
+// database should be started with the same budgets. It reports whether any
+// budget is configured.
+func (b *Backend) ConfigureBudgets(ctx context.Context, q ClaimSQL, cfg map[string]store.BudgetConfig) (bool, error) {
+	for name, c := range cfg {
+		if err := c.Validate(); err != nil {
+			return false, fmt.Errorf("provider %s: %w", name, err)
+		}
+	}
+	err := b.InTx(ctx, func(tx *sql.Tx) error {
+		var now time.Time
+		if err := tx.QueryRowContext(ctx, q.Now).Scan(Time{&now}); err != nil {
+			return err
+		}
+		stored, err := readBudgets(ctx, tx, q, nil)
+		if err != nil {
+			return err
+		}
+		for name := range stored {
+			if _, ok := cfg[name]; !ok {
+				if _, err := tx.ExecContext(ctx, deleteBudget, name); err != nil {
+					return err
+				}
+			}
+		}
+		for name, c := range cfg {
+			if old, ok := stored[name]; ok {
+				_, err = tx.ExecContext(ctx, updateBudget, c.Rate, c.Burst, min(old.Tokens, c.Burst), name)
+			} else {
+				_, err = tx.ExecContext(ctx, insertBudget, name, c.Burst, c.Rate, c.Burst, q.At(now))
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return len(cfg) > 0, b.Unavailable(err)
+}
