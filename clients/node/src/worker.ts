@@ -224,6 +224,7 @@ export class Worker {
         continue;
       }
       let jobs: ClaimedJob[];
+      let retryAfterMs = 0;
       const started = performance.now();
       try {
         // R18: ask only for what can start now.
@@ -240,6 +241,10 @@ export class Worker {
           { timeoutMs: wait + this.claimTimeoutMs, signal: this.stopSignal.signal },
         );
         jobs = resp.jobs;
+        if (resp.retryAfter !== undefined) {
+          // R19: due work waits on the provider's outbound budget.
+          retryAfterMs = Number(resp.retryAfter.seconds) * 1000 + resp.retryAfter.nanos / 1e6;
+        }
       } catch (err) {
         if (this.stopping) {
           break; // the long poll was cancelled by stop()
@@ -259,7 +264,7 @@ export class Worker {
         this.active.add(run);
       }
       if (jobs.length === 0) {
-        await this.sleep(this.opts.idlePollMs - (performance.now() - started));
+        await this.sleep(Math.max(retryAfterMs, this.opts.idlePollMs - (performance.now() - started)));
       }
     }
   }

@@ -1,0 +1,306 @@
+package jobfence
+
+import (
+	"fmt"
+	"time"
+)
+
+// ResultKind says what a handler learned from the payment provider.
+type ResultKind int
+
+// The result kinds. The zero value is ResultUnknown, so a handler that
+// returns an empty Result leaves the job to a reconcile, never to a resend.
+const (
+	// ResultUnknown: the request may or may not have reached the provider
+	// (timeout, cut connection, crash): reconcile next (R14).
+	ResultUnknown ResultKind = iota
+	// ResultSucceeded: the provider says the refund was made.
+	ResultSucceeded
+	// ResultPending: the provider accepted the refund but has not finished;
+	// not a success (R4).
+	ResultPending
+	// ResultNoRecord: the provider has no record of the operation key, which
+	// does not prove that nothing happened (replica lag, queued request, R14).
+	ResultNoRecord
+	// ResultFailed: the provider rejected the refund for good.
+	ResultFailed
+	// ResultNotSent: the request provably never reached the provider
+	// (refused locally, rate limited before sending): the same action may run
+	// again.
+	ResultNotSent
+	// ResultEscalate: the handler wants a person to decide.
+	ResultEscalate
+)
+
+// String names the kind.
+func (k ResultKind) String() string {
+	switch k {
+	case ResultUnknown:
+		return "unknown"
+	case ResultSucceeded:
+		return "succeeded"
+	case ResultPending:
+		return "pending"
+	case ResultNoRecord:
+		return "no_record"
+	case ResultFailed:
+		return "failed"
+	case ResultNotSent:
+		return "not_sent"
+	case ResultEscalate:
+		return "escalate"
+	}
+	return fmt.Sprintf("ResultKind(%d)", int(k))
+}
+
+// Result is what a Refund or Reconcile handler learned from the provider,
+// asked with the job's operation key (R1, R14). Build it with Succeeded,
+// Pending, NoRecord, Failed, NotSent, Unknown or Escalate.
+type Result struct {
+	Kind ResultKind
+	// ProviderRefundID is the provider's refund id (required for
+	// ResultSucceeded, welcome for the others).
+	ProviderRefundID string
+	// ProviderEventID identifies the provider's answer, when it has one; it
+	// deduplicates the observation filed from it (R15).
+	ProviderEventID string
+	// RetryAfter is when to ask again (ResultPending, ResultNotSent); zero:
+	// the policy's delay.
+	RetryAfter time.Duration
+	// Reason says why (ResultFailed, ResultNotSent, ResultEscalate); kept in
+	// the job's history.
+	Reason string
+	// Err is what went wrong (ResultUnknown).
+	Err error
+}
+
+// Succeeded reports a refund the provider made, with its id.
+func Succeeded(providerRefundID string) Result {
+	return Result{Kind: ResultSucceeded, ProviderRefundID: providerRefundID}
+}
+
+// Pending reports a refund accepted but not finished (R4); retryAfter zero
+// means the policy's PendingDelay.
+func Pending(providerRefundID string, retryAfter time.Duration) Result {
+	return Result{Kind: ResultPending, ProviderRefundID: providerRefundID, RetryAfter: retryAfter}
+}
+
+// NoRecord reports that the provider has no record of the operation key.
+func NoRecord() Result { return Result{Kind: ResultNoRecord} }
+
+// Failed reports a refund the provider rejected for good.
+func Failed(providerRefundID, reason string) Result {
+	return Result{Kind: ResultFailed, ProviderRefundID: providerRefundID, Reason: reason}
+}
+
+// NotSent reports a request that provably never reached the provider;
+// retryAfter zero means the policy's NotSentDelay.
+func NotSent(reason string, retryAfter time.Duration) Result {
+	return Result{Kind: ResultNotSent, Reason: reason, RetryAfter: retryAfter}
+}
+
+// Unknown reports a call whose outcome is unknown.
+func Unknown(err error) Result { return Result{Kind: ResultUnknown, Err: err} }
+
+// Escalate asks for a person to decide.
+func Escalate(reason string) Result { return Result{Kind: ResultEscalate, Reason: reason} }
+
+// observed returns the outcome a provider answer is evidence of (R15), or
+// false when the result carries no word from the provider.
+func (r Result) observed() (Outcome, bool) {
+	switch r.Kind {
+	case ResultSucceeded:
+		return OutcomeSucceeded, true
+	case ResultPending:
+		return OutcomePending, true
+	case ResultFailed:
+		return OutcomeFailed, true
+	case ResultNoRecord:
+		return OutcomeNotFound, true
+	}
+	return OutcomeUnspecified, false
+}
+
+// Policy defaults.
+const (
+	DefaultResendMargin = 5 * time.Minute
+	DefaultPendingDelay = 30 * time.Second
+	DefaultUnknownDelay = 5 * time.Second
+	DefaultNotSentDelay = 5 * time.Second
+	// MaxRescheduleDelay is the longest delay Reschedule accepts.
+	MaxRescheduleDelay = 30 * 24 * time.Hour
+)
+
+// ProviderPolicy is what the decision table needs to know about one payment
+// provider. The idempotency-key retention window itself is not here: the
+// coordinator keeps it per provider and hands every claim its
+// ResendDeadline (R22), so no worker keeps its own clock for it.
+type ProviderPolicy struct {
+	// SameKeyResendSafe: the provider guarantees that a request resent with
+	// the same Idempotency-Key and the same body, inside its retention
+	// window, returns the first result instead of refunding again (R14).
+	// Without it, "no record" always escalates (R16).
+	SameKeyResendSafe bool
+	// ResendMargin: no same-key resend is started closer than this to the
+	// job's ResendDeadline. It absorbs the gap between the coordinator's and
+	// the provider's clocks and the time the request takes to arrive.
+	// Zero: DefaultResendMargin.
+	ResendMargin time.Duration
+	// PendingDelay: when to reconcile a pending refund again, unless the
+	// answer says. Zero: DefaultPendingDelay.
+	PendingDelay time.Duration
+	// UnknownDelay: when to reconcile after an unknown outcome. Zero:
+	// DefaultUnknownDelay.
+	UnknownDelay time.Duration
+	// NotSentDelay: when to repeat an action whose request was not sent,
+	// unless the result says. Zero: DefaultNotSentDelay.
+	NotSentDelay time.Duration
+}
+
+func (p ProviderPolicy) orDefaults() ProviderPolicy {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&p.ResendMargin, DefaultResendMargin)
+	def(&p.PendingDelay, DefaultPendingDelay)
+	def(&p.UnknownDelay, DefaultUnknownDelay)
+	def(&p.NotSentDelay, DefaultNotSentDelay)
+	return p
+}
+
+// ResendAllowed reports whether a same-key resend of c's refund may start at
+// now, a time on the coordinator's clock (see ClaimedJob.CoordinatorNow), and
+// if not, why (R14, R16, R22). It is allowed when the operation key never went
+// out (ResendDeadline is zero: sending is a first send), or when the provider
+// guarantees same-key resends and now lies more than ResendMargin before
+// c.ResendDeadline.
+func (p ProviderPolicy) ResendAllowed(c ClaimedJob, now time.Time) (bool, string) {
+	p = p.orDefaults()
+	switch {
+	case c.ResendDeadline.IsZero():
+		return true, "the operation key was never sent"
+	case !p.SameKeyResendSafe:
+		return false, "the provider does not guarantee that same-key resends are safe"
+	case !now.Add(p.ResendMargin).Before(c.ResendDeadline):
+		return false, fmt.Sprintf("the provider's idempotency-key window closes at %s (margin %s)",
+			c.ResendDeadline.UTC().Format(time.RFC3339), p.ResendMargin)
+	}
+	return true, fmt.Sprintf("inside the provider's idempotency-key window until %s",
+		c.ResendDeadline.UTC().Format(time.RFC3339))
+}
+
+// DecisionKind is the fenced write-back a Decision asks for.
+type DecisionKind int
+
+// The write-backs.
+const (
+	DecideReschedule DecisionKind = iota // back to ready, with NextAction and Delay
+	DecideComplete                       // succeeded, with ProviderRefundID
+	DecideEscalate                       // manual_review, with Reason
+)
+
+// String names the kind.
+func (k DecisionKind) String() string {
+	switch k {
+	case DecideReschedule:
+		return "reschedule"
+	case DecideComplete:
+		return "complete"
+	case DecideEscalate:
+		return "escalate"
+	}
+	return fmt.Sprintf("DecisionKind(%d)", int(k))
+}
+
+// Decision is the write-back to make, under the claimed attempt, for one
+// provider answer.
+type Decision struct {
+	Kind             DecisionKind
+	ProviderRefundID string        // DecideComplete
+	NextAction       NextAction    // DecideReschedule
+	Delay            time.Duration // DecideReschedule
+	Reason           string        // DecideReschedule, DecideEscalate
+}
+
+// Decide turns a provider answer about claimed job c into its fenced
+// write-back, by the decision table of R14 and R16, using
+// c.CoordinatorNow() as the time. See DecideAt.
+func Decide(r Result, c ClaimedJob, p ProviderPolicy) Decision {
+	return DecideAt(r, c, p, c.CoordinatorNow())
+}
+
+// DecideAt turns a provider answer about claimed job c into its fenced
+// write-back, with now on the coordinator's clock:
+//
+//	provider says                  write-back
+//	refunded (id)                  Complete with the refund id
+//	refunded, no id                Escalate: nothing to record
+//	pending                        Reschedule reconcile after RetryAfter or PendingDelay (R4)
+//	no record, resend allowed      Reschedule refund now: a same-key resend (R14)
+//	no record, otherwise           Escalate to manual_review (R14, R16)
+//	rejected                       Escalate: the API has no failed state, a person decides
+//	not sent                       Reschedule the claimed action after RetryAfter or NotSentDelay
+//	outcome unknown                Reschedule reconcile after UnknownDelay (R14)
+//	handler asks to escalate       Escalate
+//
+// "Resend allowed" is ProviderPolicy.ResendAllowed. It never consults this
+// machine's wall clock and has no side effects; the caller writes the
+// decision with c.Attempt.
+func DecideAt(r Result, c ClaimedJob, p ProviderPolicy, now time.Time) Decision {
+	p = p.orDefaults()
+	detail := func(s string) string {
+		if r.Reason != "" {
+			return s + ": " + r.Reason
+		}
+		return s
+	}
+	switch r.Kind {
+	case ResultSucceeded:
+		if r.ProviderRefundID == "" {
+			return Decision{Kind: DecideEscalate, Reason: "provider reported the refund made but gave no refund id"}
+		}
+		return Decision{Kind: DecideComplete, ProviderRefundID: r.ProviderRefundID}
+	case ResultPending:
+		return Decision{Kind: DecideReschedule, NextAction: ActionReconcile, Delay: delay(r.RetryAfter, p.PendingDelay),
+			Reason: detail("provider: refund pending (R4)")}
+	case ResultNoRecord:
+		ok, why := p.ResendAllowed(c, now)
+		if ok {
+			return Decision{Kind: DecideReschedule, NextAction: ActionRefund,
+				Reason: detail("reconcile: no record at the provider; same-key resend, " + why + " (R14)")}
+		}
+		return Decision{Kind: DecideEscalate, Reason: detail("reconcile: no record at the provider and " + why + " (R14, R16)")}
+	case ResultFailed:
+		return Decision{Kind: DecideEscalate, Reason: "provider rejected the refund: " + or(r.Reason, "no reason given")}
+	case ResultNotSent:
+		action := ActionReconcile
+		if c.NextAction == ActionRefund {
+			action = ActionRefund
+		}
+		return Decision{Kind: DecideReschedule, NextAction: action, Delay: delay(r.RetryAfter, p.NotSentDelay),
+			Reason: "request not sent: " + or(r.Reason, "no reason given")}
+	case ResultEscalate:
+		return Decision{Kind: DecideEscalate, Reason: or(r.Reason, "escalated by the handler")}
+	}
+	why := "outcome unknown"
+	if r.Err != nil {
+		why += ": " + r.Err.Error()
+	}
+	return Decision{Kind: DecideReschedule, NextAction: ActionReconcile, Delay: p.UnknownDelay, Reason: why + " (R14)"}
+}
+
+func delay(d, def time.Duration) time.Duration {
+	if d <= 0 {
+		d = def
+	}
+	return min(d, MaxRescheduleDelay)
+}
+
+func or(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}

@@ -1,0 +1,321 @@
+package jobfence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// ErrorDomain is the google.rpc.ErrorInfo domain of every error the
+// coordinator returns.
+const ErrorDomain = "jobfence"
+
+// The ErrorInfo reasons the coordinator sends. They are API (R24): this
+// package decodes them into the errors below, and callers branch with
+// errors.Is and errors.As, never on message text.
+const (
+	ReasonStaleAttempt        = "STALE_ATTEMPT"
+	ReasonJobNotRunning       = "JOB_NOT_RUNNING"
+	ReasonKeyConflict         = "OPERATION_KEY_CONFLICT"
+	ReasonClaimOutcomeUnknown = "CLAIM_OUTCOME_UNKNOWN"
+	ReasonWriteOutcomeUnknown = "WRITE_OUTCOME_UNKNOWN"
+	ReasonDatabaseUnavailable = "DATABASE_UNAVAILABLE"
+	ReasonJobNotInReview      = "JOB_NOT_IN_REVIEW"
+	ReasonNotFound            = "NOT_FOUND"
+	ReasonInvalidArgument     = "INVALID_ARGUMENT"
+	ReasonUnauthenticated     = "UNAUTHENTICATED"
+	ReasonPermissionDenied    = "PERMISSION_DENIED"
+)
+
+// Sentinel errors. Every error returned by a Client method matches at most
+// one reason sentinel (plus ErrFenced and ErrUnavailable where noted) with
+// errors.Is; *Error carries the status code, reason and metadata.
+var (
+	// ErrStaleAttempt: the job was taken over; the write carried an older
+	// attempt and changed nothing (R9). Never repeat it: file what the provider
+	// said with ReportObservation instead (R15). The error is a
+	// *StaleAttemptError.
+	ErrStaleAttempt = errors.New("jobfence: stale attempt")
+	// ErrJobNotRunning: this attempt already wrote a different outcome, so the
+	// job left running; nothing was written (R21). The error is a
+	// *JobNotRunningError.
+	ErrJobNotRunning = errors.New("jobfence: job not running")
+	// ErrFenced matches both ErrStaleAttempt and ErrJobNotRunning: the fence
+	// rejected the write and repeating it cannot change that.
+	ErrFenced = errors.New("jobfence: write rejected by the fence")
+	// ErrKeyConflict: the operation key is already bound to a refund with
+	// different order, payment, amount, currency or provider (R1).
+	ErrKeyConflict = errors.New("jobfence: operation key conflict")
+	// ErrClaimOutcomeUnknown: the claim may or may not have committed. Nothing
+	// was granted: act on nothing and claim again (R7). A job it did commit
+	// returns through a takeover once its lease expires.
+	ErrClaimOutcomeUnknown = errors.New("jobfence: claim outcome unknown")
+	// ErrWriteOutcomeUnknown: a write-back's commit was cut off. Repeating the
+	// same write is safe (R21); Client repeats write-backs itself.
+	ErrWriteOutcomeUnknown = errors.New("jobfence: write outcome unknown")
+	// ErrDatabaseUnavailable: the coordinator could not reach its database;
+	// nothing was changed.
+	ErrDatabaseUnavailable = errors.New("jobfence: database unavailable")
+	// ErrJobNotInReview: an operator's resolution named a job that is no
+	// longer in manual review under that attempt.
+	ErrJobNotInReview = errors.New("jobfence: job not in manual review")
+	// ErrNotFound: no such job.
+	ErrNotFound = errors.New("jobfence: job not found")
+	// ErrInvalidArgument: the request was rejected before anything happened.
+	// The error is an *InvalidArgumentError naming each bad field.
+	ErrInvalidArgument = errors.New("jobfence: invalid argument")
+	// ErrUnauthenticated: the call carried no valid credential (bearer token
+	// or client certificate).
+	ErrUnauthenticated = errors.New("jobfence: unauthenticated")
+	// ErrPermissionDenied: the credential's roles do not allow this call.
+	ErrPermissionDenied = errors.New("jobfence: permission denied")
+	// ErrUnavailable matches every error with gRPC code UNAVAILABLE: the
+	// coordinator or its database could not be reached, or a commit was cut
+	// off (ErrClaimOutcomeUnknown, ErrWriteOutcomeUnknown and
+	// ErrDatabaseUnavailable match it too).
+	ErrUnavailable = errors.New("jobfence: coordinator unavailable")
+)
+
+var reasonSentinels = map[string]error{
+	ReasonStaleAttempt:        ErrStaleAttempt,
+	ReasonJobNotRunning:       ErrJobNotRunning,
+	ReasonKeyConflict:         ErrKeyConflict,
+	ReasonClaimOutcomeUnknown: ErrClaimOutcomeUnknown,
+	ReasonWriteOutcomeUnknown: ErrWriteOutcomeUnknown,
+	ReasonDatabaseUnavailable: ErrDatabaseUnavailable,
+	ReasonJobNotInReview:      ErrJobNotInReview,
+	ReasonNotFound:            ErrNotFound,
+	ReasonInvalidArgument:     ErrInvalidArgument,
+	ReasonUnauthenticated:     ErrUnauthenticated,
+	ReasonPermissionDenied:    ErrPermissionDenied,
+}
+
+// Error is an error answered by the coordinator (or by the gRPC transport on
+// its behalf). Reason and Metadata come from the status's ErrorInfo of domain
+// "jobfence"; both are empty for transport failures, which carry none.
+//
+// It matches, with errors.Is, the sentinel of its reason; ErrUnavailable,
+// ErrUnauthenticated and ErrPermissionDenied by code, whatever the reason;
+// and context.Canceled / context.DeadlineExceeded for codes CANCELED /
+// DEADLINE_EXCEEDED.
+type Error struct {
+	Code     codes.Code
+	Reason   string
+	Message  string
+	Metadata map[string]string
+	status   *status.Status
+}
+
+// Error returns the code, reason and message.
+func (e *Error) Error() string {
+	if e.Reason != "" {
+		return fmt.Sprintf("jobfence: %s (%s): %s", e.Code, e.Reason, e.Message)
+	}
+	return fmt.Sprintf("jobfence: %s: %s", e.Code, e.Message)
+}
+
+// Is reports whether e is the kind of failure target names.
+func (e *Error) Is(target error) bool {
+	switch target {
+	case ErrUnavailable:
+		return e.Code == codes.Unavailable
+	case ErrFenced:
+		return e.Reason == ReasonStaleAttempt || e.Reason == ReasonJobNotRunning
+	case context.Canceled:
+		return e.Code == codes.Canceled
+	case context.DeadlineExceeded:
+		return e.Code == codes.DeadlineExceeded
+	case ErrUnauthenticated:
+		return e.Code == codes.Unauthenticated
+	case ErrPermissionDenied:
+		return e.Code == codes.PermissionDenied
+	}
+	s, ok := reasonSentinels[e.Reason]
+	return ok && s == target
+}
+
+// GRPCStatus returns the status the error was decoded from, so that
+// status.FromError and status.Code keep working.
+func (e *Error) GRPCStatus() *status.Status { return e.status }
+
+// FenceError is the detail of a write-back rejected by the fence (R9):
+// nothing was written. Attempt is what the write carried; CurrentAttempt and
+// CurrentState are what the job holds now.
+type FenceError struct {
+	JobID          int64
+	Attempt        int64
+	CurrentAttempt int64
+	CurrentState   JobState
+	Err            *Error
+}
+
+func (e FenceError) fields() string {
+	return fmt.Sprintf("job %d, attempt %d; current attempt %d, state %s", e.JobID, e.Attempt, e.CurrentAttempt, e.CurrentState)
+}
+
+// StaleAttemptError (reason STALE_ATTEMPT, code FAILED_PRECONDITION): the job
+// was taken over and now runs, or ended, under CurrentAttempt. It matches
+// ErrStaleAttempt and ErrFenced; errors.As also finds its *Error.
+type StaleAttemptError struct{ FenceError }
+
+// Error describes the rejected write.
+func (e *StaleAttemptError) Error() string {
+	return "jobfence: stale attempt, the job was taken over (" + e.fields() + ")"
+}
+
+// Is matches ErrStaleAttempt and ErrFenced.
+func (e *StaleAttemptError) Is(target error) bool {
+	return target == ErrStaleAttempt || target == ErrFenced
+}
+
+// Unwrap returns the underlying *Error.
+func (e *StaleAttemptError) Unwrap() error { return unwrapped(e.Err) }
+
+// JobNotRunningError (reason JOB_NOT_RUNNING, code FAILED_PRECONDITION): this
+// attempt already moved the job to CurrentState with a different write. It
+// matches ErrJobNotRunning and ErrFenced; errors.As also finds its *Error.
+type JobNotRunningError struct{ FenceError }
+
+// Error describes the rejected write.
+func (e *JobNotRunningError) Error() string {
+	return "jobfence: job no longer running under this attempt (" + e.fields() + ")"
+}
+
+// Is matches ErrJobNotRunning and ErrFenced.
+func (e *JobNotRunningError) Is(target error) bool {
+	return target == ErrJobNotRunning || target == ErrFenced
+}
+
+// Unwrap returns the underlying *Error.
+func (e *JobNotRunningError) Unwrap() error { return unwrapped(e.Err) }
+
+// FieldViolation names one bad request field.
+type FieldViolation struct {
+	Field       string // the proto field name, e.g. "max_jobs"
+	Description string
+}
+
+// InvalidArgumentError (reason INVALID_ARGUMENT): the request was rejected
+// before anything happened. It matches ErrInvalidArgument; errors.As also
+// finds its *Error.
+type InvalidArgumentError struct {
+	Violations []FieldViolation
+	Err        *Error
+}
+
+// Error lists the violations.
+func (e *InvalidArgumentError) Error() string {
+	s := "jobfence: invalid argument"
+	for i, v := range e.Violations {
+		sep := ", "
+		if i == 0 {
+			sep = ": "
+		}
+		s += sep + v.Field + " " + v.Description
+	}
+	if len(e.Violations) == 0 && e.Err != nil {
+		s += ": " + e.Err.Message
+	}
+	return s
+}
+
+// Is matches ErrInvalidArgument.
+func (e *InvalidArgumentError) Is(target error) bool { return target == ErrInvalidArgument }
+
+// Unwrap returns the underlying *Error.
+func (e *InvalidArgumentError) Unwrap() error { return unwrapped(e.Err) }
+
+// unwrapped keeps a nil *Error from becoming a non-nil error.
+func unwrapped(e *Error) error {
+	if e == nil {
+		return nil
+	}
+	return e
+}
+
+// Field returns the violation of the named field, if any.
+func (e *InvalidArgumentError) Field(name string) (FieldViolation, bool) {
+	for _, v := range e.Violations {
+		if v.Field == name {
+			return v, true
+		}
+	}
+	return FieldViolation{}, false
+}
+
+// decodeError turns an error from a gRPC call into this package's errors. A
+// nil error stays nil; an error that is not a gRPC status is returned as is.
+func decodeError(err error) error {
+	if err == nil {
+		return nil
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		return err
+	}
+	e := &Error{Code: st.Code(), Message: st.Message(), Metadata: map[string]string{}, status: st}
+	var br *errdetails.BadRequest
+	for _, d := range st.Details() {
+		switch d := d.(type) {
+		case *errdetails.ErrorInfo:
+			if d.GetDomain() == ErrorDomain && e.Reason == "" {
+				e.Reason = d.GetReason()
+				for k, v := range d.GetMetadata() {
+					e.Metadata[k] = v
+				}
+			}
+		case *errdetails.BadRequest:
+			br = d
+		}
+	}
+	switch {
+	case e.Reason == ReasonStaleAttempt:
+		return &StaleAttemptError{fenceOf(e)}
+	case e.Reason == ReasonJobNotRunning:
+		return &JobNotRunningError{fenceOf(e)}
+	case e.Reason == ReasonInvalidArgument || (e.Code == codes.InvalidArgument && br != nil):
+		ia := &InvalidArgumentError{Err: e}
+		for _, v := range br.GetFieldViolations() {
+			ia.Violations = append(ia.Violations, FieldViolation{Field: v.GetField(), Description: v.GetDescription()})
+		}
+		return ia
+	}
+	return e
+}
+
+func fenceOf(e *Error) FenceError {
+	num := func(k string) int64 {
+		n, _ := strconv.ParseInt(e.Metadata[k], 10, 64)
+		return n
+	}
+	return FenceError{
+		JobID:          num("job_id"),
+		Attempt:        num("attempt"),
+		CurrentAttempt: num("current_attempt"),
+		CurrentState:   stateFromName(e.Metadata["current_state"]),
+		Err:            e,
+	}
+}
+
+// BudgetExhaustedError is returned by Claim when jobs are due but their
+// providers' outbound budgets allow none now (R19): nothing was granted; come
+// back after RetryAfter. It matches ErrBudgetExhausted.
+type BudgetExhaustedError struct {
+	RetryAfter time.Duration
+}
+
+// ErrBudgetExhausted matches a *BudgetExhaustedError.
+var ErrBudgetExhausted = errors.New("jobfence: provider budget exhausted")
+
+func (e *BudgetExhaustedError) Error() string {
+	return fmt.Sprintf("jobfence: provider budget exhausted; retry after %s", e.RetryAfter)
+}
+
+// Is reports whether target is ErrBudgetExhausted.
+func (e *BudgetExhaustedError) Is(target error) bool { return target == ErrBudgetExhausted }

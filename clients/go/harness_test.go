@@ -1,0 +1,230 @@
+package jobfence_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	jobfence "github.com/jobfence/jobfence/clients/go"
+	"github.com/jobfence/jobfence/internal/testdb"
+	"github.com/jobfence/jobfence/server"
+	"github.com/jobfence/jobfence/store"
+)
+
+// coordinator is a real coordinator server on a loopback socket over a fresh
+// MySQL database, with a fault hook that can lose replies after the server
+// committed (as a cut connection would).
+type coordinator struct {
+	addr   string
+	store  store.Store
+	client *jobfence.Client
+
+	mu    sync.Mutex
+	drop  map[string]int // full method → replies still to lose after commit
+	calls map[string]int // full method → calls served
+}
+
+// sqliteBackend is the embedded store, for tests that are not about the database.
+func sqliteBackend() testdb.Backend {
+	for _, b := range testdb.Backends() {
+		if b.Name == "sqlite" {
+			return b
+		}
+	}
+	panic("no sqlite backend")
+}
+
+// startCoordinator starts a coordinator on MySQL.
+func startCoordinator(t *testing.T, opts ...jobfence.Option) *coordinator {
+	t.Helper()
+	return startCoordinatorOn(t, testdb.Backends()[0], nil, opts...) // MySQL: mandatory, never skipped
+}
+
+// startCoordinatorOn starts a coordinator on backend b with extra server
+// options; opts configure its client.
+func startCoordinatorOn(t *testing.T, b testdb.Backend, extra []grpc.ServerOption, opts ...jobfence.Option) *coordinator {
+	t.Helper()
+	c := &coordinator{store: b.Open(t), drop: map[string]int{}, calls: map[string]int{}}
+	srv := server.New(c.store, server.Options{
+		Lease:                30 * time.Second,
+		ProviderKeyRetention: map[string]time.Duration{"shortwindow": 2 * time.Second},
+		Logger:               slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	gs, _ := srv.NewGRPCServer(append([]grpc.ServerOption{grpc.ChainUnaryInterceptor(c.lossy)}, extra...)...)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go gs.Serve(lis) //nolint:errcheck
+	t.Cleanup(gs.Stop)
+	c.addr = lis.Addr().String()
+	c.client, err = jobfence.Dial(c.addr, append([]jobfence.Option{jobfence.WithRetry(6, 10*time.Millisecond, 50*time.Millisecond)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.client.Close() })
+	return c
+}
+
+// lossy serves the call, then loses the reply of methods armed with dropAfterCommit.
+func (c *coordinator) lossy(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	resp, err := h(ctx, req)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.calls[info.FullMethod]++
+	if err == nil && c.drop[info.FullMethod] > 0 {
+		c.drop[info.FullMethod]--
+		if info.FullMethod == "/jobfence.v1.Coordinator/Claim" {
+			// The claim committed, but the caller learns only that the
+			// outcome is unknown (R7).
+			st, _ := status.New(codes.Unavailable, "test: claim commit outcome unknown").WithDetails(
+				&errdetails.ErrorInfo{Domain: "jobfence", Reason: "CLAIM_OUTCOME_UNKNOWN"})
+			return nil, st.Err()
+		}
+		return nil, status.Error(codes.Unavailable, "test: reply lost after commit")
+	}
+	return resp, err
+}
+
+// dropAfterCommit makes the next n calls of method ("Complete", "Claim"…)
+// commit and then lose their reply.
+func (c *coordinator) dropAfterCommit(method string, n int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.drop["/jobfence.v1.Coordinator/"+method] += n
+}
+
+func (c *coordinator) callCount(method string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.calls["/jobfence.v1.Coordinator/"+method]
+}
+
+func (c *coordinator) expire(t *testing.T, jobID int64) {
+	t.Helper()
+	if err := c.store.ExpireLease(ctxFor(t), jobID); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func ctxFor(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+var keySeq atomic.Int64
+
+func refund(provider string) jobfence.EnqueueRequest {
+	n := keySeq.Add(1)
+	return jobfence.EnqueueRequest{
+		OperationKey: fmt.Sprintf("op-%d", n), OrderID: fmt.Sprintf("ord-%d", n), PaymentID: fmt.Sprintf("pay-%d", n),
+		AmountMinor: 4200, Currency: "EUR", Provider: provider,
+	}
+}
+
+func (c *coordinator) enqueue(t *testing.T, provider string) jobfence.Job {
+	t.Helper()
+	job, created, err := c.client.EnqueueRefund(ctxFor(t), refund(provider))
+	if err != nil || !created {
+		t.Fatalf("EnqueueRefund: %v, created=%v", err, created)
+	}
+	return job
+}
+
+// claimOne claims one job of want's provider and requires it to be want.
+func (c *coordinator) claimOne(t *testing.T, worker string, want jobfence.Job) jobfence.ClaimedJob {
+	t.Helper()
+	jobs, err := c.client.Claim(ctxFor(t), jobfence.ClaimRequest{WorkerID: worker, MaxJobs: 1, Provider: want.Provider})
+	if err != nil || len(jobs) != 1 || jobs[0].Job.ID != want.ID {
+		t.Fatalf("Claim(%s) = %+v, %v; want job %d", worker, jobs, err, want.ID)
+	}
+	return jobs[0]
+}
+
+func (c *coordinator) get(t *testing.T, id int64) jobfence.JobDetail {
+	t.Helper()
+	d, err := c.client.GetJob(ctxFor(t), id)
+	if err != nil {
+		t.Fatalf("GetJob(%d): %v", id, err)
+	}
+	return d
+}
+
+// waitFor polls cond every 20ms until it holds or d passes.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// kinds lists the history as "kind@attempt" strings.
+func kinds(d jobfence.JobDetail) []string {
+	out := make([]string, len(d.Events))
+	for i, e := range d.Events {
+		out[i] = fmt.Sprintf("%s@%d", e.Kind, e.Attempt)
+	}
+	return out
+}
+
+// running is a Worker's Run in progress.
+type running struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	err    error
+}
+
+// runWorker runs w until the test ends (or cancel).
+func runWorker(t *testing.T, w *jobfence.Worker) *running {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{cancel: cancel, done: make(chan struct{})}
+	go func() { r.err = w.Run(ctx); close(r.done) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-r.done:
+		case <-time.After(30 * time.Second):
+			t.Errorf("worker did not stop")
+		}
+	})
+	return r
+}
+
+// wait returns Run's error, failing the test if Run does not return within d.
+func (r *running) wait(t *testing.T, d time.Duration) error {
+	t.Helper()
+	select {
+	case <-r.done:
+		return r.err
+	case <-time.After(d):
+		t.Fatalf("Run did not return within %s", d)
+		return nil
+	}
+}
+
+// returned reports whether Run has returned.
+func (r *running) returned() bool {
+	select {
+	case <-r.done:
+		return true
+	default:
+		return false
+	}
+}

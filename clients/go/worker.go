@@ -1,0 +1,597 @@
+package jobfence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Handler calls the payment provider for claimed jobs. Both methods get a
+// context that ends at the provider-call deadline (WorkerOptions.ProviderTimeout)
+// and must pass it to the provider call.
+//
+// Refund sends the refund with job.Job.OperationKey as the Idempotency-Key
+// (R1) — never anything derived from the attempt (R2). Reconcile asks the
+// provider what happened under that key (R14). Either returns what the
+// provider said; a call whose outcome is unknown returns Unknown (the zero
+// Result), never a guess.
+type Handler interface {
+	Refund(ctx context.Context, job ClaimedJob) Result
+	Reconcile(ctx context.Context, job ClaimedJob) Result
+}
+
+// HandlerFuncs adapts two functions to Handler.
+type HandlerFuncs struct {
+	RefundFunc    func(ctx context.Context, job ClaimedJob) Result
+	ReconcileFunc func(ctx context.Context, job ClaimedJob) Result
+}
+
+// Refund calls RefundFunc.
+func (h HandlerFuncs) Refund(ctx context.Context, job ClaimedJob) Result {
+	return h.RefundFunc(ctx, job)
+}
+
+// Reconcile calls ReconcileFunc.
+func (h HandlerFuncs) Reconcile(ctx context.Context, job ClaimedJob) Result {
+	return h.ReconcileFunc(ctx, job)
+}
+
+// Worker defaults.
+const (
+	DefaultProviderTimeout = 10 * time.Second
+	DefaultPollInterval    = time.Second
+	DefaultDrainTimeout    = 30 * time.Second
+	DefaultLateAnswerGrace = time.Second
+)
+
+// WorkerOptions configures a Worker. WorkerID is required; every other zero
+// value takes its default.
+type WorkerOptions struct {
+	// WorkerID names this worker in the job history and in the source of its
+	// observations ("worker:<id>"); 1..128 characters.
+	WorkerID string
+	// Concurrency is how many jobs run at once (1..100, default 1). The
+	// worker claims only as many as it has free slots (R18).
+	Concurrency int
+	// Lease is the lease to ask for (1s..15m); zero: the coordinator's
+	// default. There is no lease renewal (R18): choose it above the provider
+	// call's p99 and the deploy hand-over time (R17).
+	Lease time.Duration
+	// Provider limits claims to this provider's jobs, when set.
+	Provider string
+	// ProviderTimeout is the deadline of each handler call (default
+	// DefaultProviderTimeout). Keep it well under Lease (R17), or slow calls
+	// turn into takeovers; the fencing keeps them harmless either way.
+	ProviderTimeout time.Duration
+	// LateAnswerGrace is how long, after the provider-call deadline, a
+	// handler that ignores its context is waited for (default
+	// DefaultLateAnswerGrace). After that the outcome counts as unknown, and
+	// whatever the handler returns later is filed as an observation (R15).
+	LateAnswerGrace time.Duration
+	// Policy is the decision table's policy for every provider not in
+	// Policies (see ProviderPolicy; by default same-key resends are not
+	// trusted, so "no record" escalates, R16).
+	Policy ProviderPolicy
+	// Policies holds per-provider policies, by the job's provider name.
+	Policies map[string]ProviderPolicy
+	// PollInterval is the pause after a claim that found less work than it
+	// asked for (default DefaultPollInterval). Ignored with ClaimWait.
+	PollInterval time.Duration
+	// ClaimWait makes each claim a long poll of up to this long (0..60s).
+	// On shutdown the waiting claim is cancelled; a job it may still have
+	// granted returns through a takeover after its lease (R7).
+	ClaimWait time.Duration
+	// ClaimBackoff is the first pause after a failed claim, doubling up to
+	// MaxClaimBackoff (defaults 200ms and 5s).
+	ClaimBackoff    time.Duration
+	MaxClaimBackoff time.Duration
+	// DrainTimeout bounds the drain after Run's context ends or Shutdown is
+	// called (default DefaultDrainTimeout): in-flight jobs may finish their
+	// provider calls and write-backs until then; after it their contexts are
+	// cancelled and Run returns ErrDrainTimeout.
+	DrainTimeout time.Duration
+	// Logger receives one record per notable event, with job_id,
+	// operation_key and attempt (R3); nil: no logging.
+	Logger *slog.Logger
+	// OnEvent, when set, receives every WorkerEvent, from the worker's
+	// goroutines; it must not block.
+	OnEvent func(WorkerEvent)
+}
+
+// WorkerEventKind names what a Worker did.
+type WorkerEventKind string
+
+// The worker events.
+const (
+	WorkerClaimed       WorkerEventKind = "claimed"           // a job was granted
+	WorkerClaimFailed   WorkerEventKind = "claim_failed"      // a claim failed; nothing acted on (R7)
+	WorkerHandled       WorkerEventKind = "handled"           // a handler returned (Result set)
+	WorkerDeadline      WorkerEventKind = "provider_deadline" // a handler outlived its deadline and grace
+	WorkerWritten       WorkerEventKind = "written"           // the write-back was accepted (Replayed set)
+	WorkerStale         WorkerEventKind = "stale"             // the fence rejected the write-back (Err set)
+	WorkerWriteFailed   WorkerEventKind = "write_failed"      // the write-back failed otherwise (Err set)
+	WorkerObserved      WorkerEventKind = "observed"          // an observation was filed (Duplicate set)
+	WorkerObserveFailed WorkerEventKind = "observe_failed"    // filing an observation failed (Err set)
+	WorkerResendRefused WorkerEventKind = "resend_refused"    // a resend was refused before calling the provider
+)
+
+// WorkerEvent reports one thing a Worker did, for metrics and tests (M1).
+type WorkerEvent struct {
+	Kind      WorkerEventKind
+	Job       ClaimedJob // zero for WorkerClaimFailed
+	Result    Result     // WorkerHandled, WorkerStale, WorkerObserved…
+	Decision  Decision   // WorkerWritten, WorkerStale, WorkerWriteFailed
+	Replayed  bool       // WorkerWritten
+	Duplicate bool       // WorkerObserved
+	Err       error
+}
+
+// WorkerStats counts what a Worker did since it was made.
+type WorkerStats struct {
+	Claimed       int64 // jobs granted
+	Takeovers     int64 // of which taken over from an expired lease (M1)
+	ClaimFailures int64
+	Completed     int64
+	Rescheduled   int64
+	Escalated     int64
+	Replayed      int64 // write-backs answered replayed=true (R21)
+	StaleRejected int64 // write-backs rejected by the fence (M1)
+	WriteFailures int64
+	Observations  int64 // observations filed (duplicates not counted)
+	LateAnswers   int64 // handlers that outlived their deadline and grace
+}
+
+// ErrDrainTimeout is returned by Run when in-flight jobs were still running
+// at the end of the drain. Their leases expire and a takeover reconciles
+// them (R6, R14).
+var ErrDrainTimeout = errors.New("jobfence: drain timeout: in-flight jobs were cut off")
+
+// ErrWorkerStarted is returned by a second call to Run.
+var ErrWorkerStarted = errors.New("jobfence: worker already started")
+
+// Worker runs the claim → provider call → fenced write-back loop:
+//
+//   - it claims only what it can start now, max_jobs = free slots (R18), and
+//     never renews a lease;
+//   - it dispatches by next action: refund to Handler.Refund, anything else
+//     to Handler.Reconcile (R14);
+//   - before a same-key resend it checks the coordinator's resend deadline
+//     again (R22) and escalates instead when the window is closing;
+//   - it turns the answer into Complete, Reschedule or Escalate with the
+//     claimed attempt, by DecideAt (R9, R14, R16);
+//   - a write-back rejected by the fence (STALE_ATTEMPT, JOB_NOT_RUNNING) is
+//     never repeated: the provider's answer is filed with ReportObservation,
+//     source "worker:<id>", attempt the stale one (R15);
+//   - a failed claim, CLAIM_OUTCOME_UNKNOWN included, is never acted on: it
+//     backs off and claims again (R7);
+//   - when Run's context ends or Shutdown is called it stops claiming and
+//     drains: in-flight provider calls and write-backs run on, untouched by
+//     the cancellation, until they finish or DrainTimeout passes.
+type Worker struct {
+	client  *Client
+	handler Handler
+	o       WorkerOptions
+	log     *slog.Logger
+
+	started  atomic.Bool
+	stopOnce sync.Once
+	stop     chan struct{} // closed: claim no more
+	done     chan struct{} // closed when Run returns
+
+	mu     sync.Mutex
+	active int
+	freed  chan struct{} // signalled when a job finishes
+	jobs   sync.WaitGroup
+	late   sync.WaitGroup
+
+	stats struct {
+		claimed, takeovers, claimFailures, completed, rescheduled, escalated, replayed,
+		stale, writeFailures, observations, late atomic.Int64
+	}
+}
+
+// NewWorker returns a Worker that claims through c and calls h. Errors: an
+// invalid option (empty WorkerID, Concurrency outside 1..100, a negative
+// duration, ClaimWait over 60s).
+func NewWorker(c *Client, h Handler, o WorkerOptions) (*Worker, error) {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	if o.Concurrency == 0 {
+		o.Concurrency = 1
+	}
+	def(&o.ProviderTimeout, DefaultProviderTimeout)
+	def(&o.LateAnswerGrace, DefaultLateAnswerGrace)
+	def(&o.PollInterval, DefaultPollInterval)
+	def(&o.ClaimBackoff, 200*time.Millisecond)
+	def(&o.MaxClaimBackoff, 5*time.Second)
+	def(&o.DrainTimeout, DefaultDrainTimeout)
+	switch {
+	case c == nil || h == nil:
+		return nil, errors.New("jobfence: NewWorker needs a Client and a Handler")
+	case o.WorkerID == "" || len(o.WorkerID) > 128:
+		return nil, fmt.Errorf("jobfence: WorkerID must be 1..128 characters, got %q", o.WorkerID)
+	case o.Concurrency < 1 || o.Concurrency > 100:
+		return nil, fmt.Errorf("jobfence: Concurrency must be 1..100, got %d", o.Concurrency)
+	case o.ClaimWait < 0 || o.ClaimWait > time.Minute:
+		return nil, fmt.Errorf("jobfence: ClaimWait must be 0..60s, got %s", o.ClaimWait)
+	}
+	for name, d := range map[string]time.Duration{
+		"Lease": o.Lease, "ProviderTimeout": o.ProviderTimeout, "LateAnswerGrace": o.LateAnswerGrace,
+		"PollInterval": o.PollInterval, "ClaimBackoff": o.ClaimBackoff, "MaxClaimBackoff": o.MaxClaimBackoff,
+		"DrainTimeout": o.DrainTimeout,
+	} {
+		if d < 0 {
+			return nil, fmt.Errorf("jobfence: %s must not be negative, got %s", name, d)
+		}
+	}
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Worker{
+		client: c, handler: h, o: o, log: log.With("worker_id", o.WorkerID),
+		stop: make(chan struct{}), done: make(chan struct{}), freed: make(chan struct{}, 1),
+	}, nil
+}
+
+// Stats returns the worker's counters.
+func (w *Worker) Stats() WorkerStats {
+	s := &w.stats
+	return WorkerStats{
+		Claimed: s.claimed.Load(), Takeovers: s.takeovers.Load(), ClaimFailures: s.claimFailures.Load(),
+		Completed: s.completed.Load(), Rescheduled: s.rescheduled.Load(), Escalated: s.escalated.Load(),
+		Replayed: s.replayed.Load(), StaleRejected: s.stale.Load(), WriteFailures: s.writeFailures.Load(),
+		Observations: s.observations.Load(), LateAnswers: s.late.Load(),
+	}
+}
+
+// Shutdown stops the worker from claiming and waits until Run has drained
+// and returned, or ctx ends. It returns nil at once when Run was never
+// called. Errors: ctx.Err() when ctx ended first (the drain goes on).
+func (w *Worker) Shutdown(ctx context.Context) error {
+	w.stopOnce.Do(func() { close(w.stop) })
+	if !w.started.Load() {
+		return nil
+	}
+	select {
+	case <-w.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Run claims and works jobs until ctx ends or Shutdown is called, then
+// drains (see Worker). Cancelling ctx is the SIGTERM path of a rolling
+// deploy: jobs already claimed are finished, not abandoned. Claim and
+// write-back failures are handled inside and never end Run.
+//
+// Errors: nil after a complete drain; ErrDrainTimeout when jobs were cut off
+// at DrainTimeout; ErrWorkerStarted on a second call.
+func (w *Worker) Run(ctx context.Context) error {
+	if !w.started.CompareAndSwap(false, true) {
+		return ErrWorkerStarted
+	}
+	defer close(w.done)
+	go func() {
+		select {
+		case <-ctx.Done():
+			w.stopOnce.Do(func() { close(w.stop) })
+		case <-w.done:
+		}
+	}()
+	// In-flight jobs outlive ctx: their provider calls and write-backs must
+	// not be cut by the shutdown signal, or a known outcome turns unknown.
+	jobCtx, cutOff := context.WithCancel(context.WithoutCancel(ctx))
+	defer cutOff()
+
+	w.claimLoop(jobCtx)
+
+	drained := make(chan struct{})
+	go func() { w.jobs.Wait(); w.late.Wait(); close(drained) }()
+	timer := time.NewTimer(w.o.DrainTimeout)
+	defer timer.Stop()
+	select {
+	case <-drained:
+		w.log.Info("worker drained")
+		return nil
+	case <-timer.C:
+	}
+	w.log.Warn("drain timeout: cutting in-flight jobs off; their leases will expire", "active", w.inFlight())
+	cutOff()
+	// Cut-off calls return promptly; wait for them so that no goroutine of
+	// this worker outlives Run, but not for handlers that ignore ctx.
+	w.jobs.Wait()
+	return ErrDrainTimeout
+}
+
+func (w *Worker) stopping() bool {
+	select {
+	case <-w.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// pause waits d, or less when the worker stops or wake fires.
+func (w *Worker) pause(d time.Duration, wake <-chan struct{}) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-w.stop:
+	case <-wake:
+	}
+}
+
+func (w *Worker) inFlight() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.active
+}
+
+func (w *Worker) claimLoop(jobCtx context.Context) {
+	backoff := w.o.ClaimBackoff
+	for !w.stopping() {
+		free := w.o.Concurrency - w.inFlight()
+		if free <= 0 {
+			w.pause(time.Minute, w.freed)
+			continue
+		}
+		jobs, err := w.claim(jobCtx, free)
+		var budget *BudgetExhaustedError
+		if errors.As(err, &budget) {
+			// R19: due work waits on the provider's budget; not a failure.
+			w.log.Debug("provider budget exhausted", "retry_after", budget.RetryAfter)
+			w.pause(budget.RetryAfter, nil)
+			continue
+		}
+		if err != nil {
+			// R7: a failed claim, CLAIM_OUTCOME_UNKNOWN included, grants
+			// nothing to act on. A job it did commit comes back through a
+			// takeover after its lease.
+			w.stats.claimFailures.Add(1)
+			w.emit(WorkerEvent{Kind: WorkerClaimFailed, Err: err})
+			if !w.stopping() {
+				w.log.Warn("claim failed; nothing acted on", "error", err, "backoff", backoff)
+			}
+			w.pause(time.Duration(float64(backoff)*(0.5+rand.Float64())), nil)
+			backoff = min(2*backoff, w.o.MaxClaimBackoff)
+			continue
+		}
+		backoff = w.o.ClaimBackoff
+		for _, j := range jobs {
+			w.start(jobCtx, j)
+		}
+		if w.o.ClaimWait == 0 && len(jobs) < free {
+			w.pause(w.o.PollInterval, nil)
+		}
+	}
+}
+
+// claim asks for n jobs. A plain claim runs to its end even when the worker
+// stops meanwhile (its jobs are then worked during the drain); a long poll
+// is cancelled.
+func (w *Worker) claim(jobCtx context.Context, n int) ([]ClaimedJob, error) {
+	ctx := jobCtx
+	if w.o.ClaimWait > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(jobCtx)
+		defer cancel()
+		go func() {
+			select {
+			case <-w.stop:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+	}
+	// R18: ask only for what can start now.
+	return w.client.Claim(ctx, ClaimRequest{
+		WorkerID: w.o.WorkerID, MaxJobs: n, Lease: w.o.Lease, Provider: w.o.Provider, Wait: w.o.ClaimWait,
+	})
+}
+
+func (w *Worker) start(ctx context.Context, c ClaimedJob) {
+	w.mu.Lock()
+	w.active++
+	w.mu.Unlock()
+	w.jobs.Add(1)
+	go func() {
+		defer func() {
+			w.mu.Lock()
+			w.active--
+			w.mu.Unlock()
+			select {
+			case w.freed <- struct{}{}:
+			default:
+			}
+			w.jobs.Done()
+		}()
+		w.work(ctx, c)
+	}()
+}
+
+func (w *Worker) policy(provider string) ProviderPolicy {
+	if p, ok := w.o.Policies[provider]; ok {
+		return p
+	}
+	return w.o.Policy
+}
+
+func jobAttrs(c ClaimedJob) []any {
+	return []any{"job_id", c.Job.ID, "operation_key", c.Job.OperationKey, "attempt", c.Attempt}
+}
+
+// work handles one claimed job from provider call to write-back.
+func (w *Worker) work(ctx context.Context, c ClaimedJob) {
+	w.stats.claimed.Add(1)
+	if c.Takeover {
+		w.stats.takeovers.Add(1)
+	}
+	w.emit(WorkerEvent{Kind: WorkerClaimed, Job: c})
+	log := w.log.With(jobAttrs(c)...)
+	log.Debug("job claimed", "next_action", c.NextAction, "takeover", c.Takeover)
+	pol := w.policy(c.Job.Provider)
+
+	if c.NextAction == ActionRefund && c.SendsAgain() && pol.SameKeyResendSafe {
+		// R14, R22: the reconcile that chose this resend checked the window,
+		// but time has passed since; check again before anything leaves.
+		if ok, why := pol.ResendAllowed(c, c.CoordinatorNow()); !ok {
+			d := Decision{Kind: DecideEscalate, Reason: "same-key resend refused before sending: " + why + " (R14, R16)"}
+			w.emit(WorkerEvent{Kind: WorkerResendRefused, Job: c, Decision: d})
+			log.Warn("same-key resend refused; escalating", "why", why)
+			w.write(ctx, log, c, d, Result{})
+			return
+		}
+	}
+	res := w.call(ctx, log, c)
+	w.emit(WorkerEvent{Kind: WorkerHandled, Job: c, Result: res})
+	w.write(ctx, log, c, DecideAt(res, c, pol, c.CoordinatorNow()), res)
+}
+
+// call runs the handler under the provider-call deadline. A handler that
+// ignores its context is given LateAnswerGrace; after that its outcome is
+// unknown and its eventual answer is filed as an observation (R15).
+func (w *Worker) call(ctx context.Context, log *slog.Logger, c ClaimedJob) Result {
+	pctx, cancel := context.WithTimeout(ctx, w.o.ProviderTimeout)
+	defer cancel()
+	answer := make(chan Result, 1)
+	go func() {
+		defer func() {
+			if p := recover(); p != nil {
+				answer <- Unknown(fmt.Errorf("handler panicked: %v", p))
+			}
+		}()
+		if c.NextAction == ActionRefund {
+			answer <- w.handler.Refund(pctx, c)
+		} else {
+			// R14: anything but a first send asks the provider first.
+			answer <- w.handler.Reconcile(pctx, c)
+		}
+	}()
+	select {
+	case r := <-answer:
+		return r
+	case <-pctx.Done():
+	}
+	grace := time.NewTimer(w.o.LateAnswerGrace)
+	defer grace.Stop()
+	select {
+	case r := <-answer:
+		return r
+	case <-grace.C:
+	}
+	w.stats.late.Add(1)
+	w.emit(WorkerEvent{Kind: WorkerDeadline, Job: c})
+	log.Warn("handler outlived the provider-call deadline; outcome unknown", "deadline", w.o.ProviderTimeout)
+	w.late.Add(1)
+	go func() {
+		defer w.late.Done()
+		r := <-answer
+		w.observe(context.WithoutCancel(ctx), log, c, r, "answer arrived after the provider-call deadline")
+	}()
+	return Unknown(fmt.Errorf("provider call outlived its deadline of %s", w.o.ProviderTimeout))
+}
+
+// write makes the fenced write-back under the claimed attempt (R9). The
+// Client repeats it after UNAVAILABLE (R21); the fence's refusal is final.
+func (w *Worker) write(ctx context.Context, log *slog.Logger, c ClaimedJob, d Decision, res Result) {
+	var wr WriteResult
+	var err error
+	switch d.Kind {
+	case DecideComplete:
+		wr, err = w.client.Complete(ctx, CompleteRequest{JobID: c.Job.ID, Attempt: c.Attempt, ProviderRefundID: d.ProviderRefundID})
+	case DecideEscalate:
+		wr, err = w.client.Escalate(ctx, EscalateRequest{JobID: c.Job.ID, Attempt: c.Attempt, Reason: clip(d.Reason, 1024)})
+	default:
+		wr, err = w.client.Reschedule(ctx, RescheduleRequest{JobID: c.Job.ID, Attempt: c.Attempt,
+			NextAction: d.NextAction, Delay: d.Delay, Reason: clip(d.Reason, 1024)})
+	}
+	switch {
+	case err == nil:
+		switch d.Kind {
+		case DecideComplete:
+			w.stats.completed.Add(1)
+		case DecideEscalate:
+			w.stats.escalated.Add(1)
+		default:
+			w.stats.rescheduled.Add(1)
+		}
+		if wr.Replayed {
+			w.stats.replayed.Add(1)
+		}
+		w.emit(WorkerEvent{Kind: WorkerWritten, Job: c, Result: res, Decision: d, Replayed: wr.Replayed})
+		log.Info("job written", "decision", d.Kind.String(), "next_action", d.NextAction, "reason", d.Reason,
+			"provider_refund_id", d.ProviderRefundID, "replayed", wr.Replayed)
+	case errors.Is(err, ErrFenced):
+		// R9, R21: the fence said no and a repeat cannot change that. Keep
+		// the provider's answer as evidence for the current holder (R15).
+		w.stats.stale.Add(1)
+		w.emit(WorkerEvent{Kind: WorkerStale, Job: c, Result: res, Decision: d, Err: err})
+		log.Info("write-back rejected by the fence; filing the answer as an observation",
+			"decision", d.Kind.String(), "error", err)
+		w.observe(ctx, log, c, res, "write-back "+d.Kind.String()+" rejected: "+err.Error())
+	default:
+		// The lease will lapse and a takeover reconciles (R6, R14); the
+		// receipt is kept if the coordinator takes it.
+		w.stats.writeFailures.Add(1)
+		w.emit(WorkerEvent{Kind: WorkerWriteFailed, Job: c, Result: res, Decision: d, Err: err})
+		log.Warn("write-back failed; the lease will expire and a takeover reconciles",
+			"decision", d.Kind.String(), "error", err)
+		w.observe(ctx, log, c, res, "write-back "+d.Kind.String()+" failed: "+err.Error())
+	}
+}
+
+// observe files a provider answer as an observation under the claimed
+// attempt (R15); results that carry no word from the provider are skipped.
+func (w *Worker) observe(ctx context.Context, log *slog.Logger, c ClaimedJob, res Result, detail string) {
+	outcome, ok := res.observed()
+	if !ok {
+		return
+	}
+	if res.Reason != "" {
+		detail += "; provider: " + res.Reason
+	}
+	obs, dup, err := w.client.ReportObservation(ctx, ObservationRequest{
+		JobID: c.Job.ID, Attempt: c.Attempt, Source: clip("worker:"+w.o.WorkerID, 128), Outcome: outcome,
+		ProviderRefundID: res.ProviderRefundID, ProviderEventID: res.ProviderEventID, Detail: clip(detail, 4096),
+	})
+	if err != nil {
+		w.emit(WorkerEvent{Kind: WorkerObserveFailed, Job: c, Result: res, Err: err})
+		log.Warn("observation not filed", "outcome", outcome, "error", err)
+		return
+	}
+	if !dup {
+		w.stats.observations.Add(1)
+	}
+	w.emit(WorkerEvent{Kind: WorkerObserved, Job: c, Result: res, Duplicate: dup})
+	log.Info("observation filed", "observation_id", obs.ID, "outcome", outcome,
+		"provider_refund_id", res.ProviderRefundID, "duplicate", dup)
+}
+
+func (w *Worker) emit(e WorkerEvent) {
+	if w.o.OnEvent != nil {
+		w.o.OnEvent(e)
+	}
+}
+
+// clip cuts s to at most n bytes without splitting a UTF-8 sequence.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && s[n]&0xC0 == 0x80 {
+		n--
+	}
+	return s[:n]
+}
