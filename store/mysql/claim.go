@@ -1,10 +1,6 @@
 package mysql
 
 import (
-	"context"
-	"database/sql"
-
-	"github.com/jobfence/jobfence/store"
 	"github.com/jobfence/jobfence/store/internal/sqlbase"
 )
 
@@ -57,6 +53,11 @@ const (
  WHERE provider IN (%s) ORDER BY provider FOR UPDATE`
 )
 
+// claimSQL is the claim (sqlbase.ClaimTx): one short transaction on one
+// connection (R5, R11) that reads the database clock, locks expired leases and
+// due jobs with SKIP LOCKED so concurrent claimers pass each other (R13),
+// bumps them and records the history. Deadlocks and lock-wait timeouts roll
+// everything back and are retried whole (R20).
 var claimSQL = sqlbase.ClaimSQL{
 	Now:             selectNow,
 	ExpiredLeases:   lockExpiredLeases,
@@ -68,26 +69,4 @@ var claimSQL = sqlbase.ClaimSQL{
 	At:              asDatetime,
 	ScanJob:         scanJob,
 	ScanObservation: scanObservation,
-}
-
-// Claim implements store.Store.
-//
-// One short transaction on one connection (R5, R11): read the database clock,
-// lock expired leases and due jobs with SKIP LOCKED, bump them, record the
-// history, COMMIT. Only a successful COMMIT grants anything; if its outcome is
-// unknown nothing is granted and nothing is retried (R7). Deadlocks and
-// lock-wait timeouts roll everything back and are retried whole (R20).
-func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]store.ClaimedJob, error) {
-	return s.base.Claim(ctx, p, func(tx *sql.Tx) ([]store.ClaimedJob, error) {
-		return sqlbase.ClaimTx(ctx, tx, claimSQL, p, s.budgeted.Load())
-	})
-}
-
-// ConfigureBudgets implements store.Store.
-func (s *Store) ConfigureBudgets(ctx context.Context, cfg map[string]store.BudgetConfig) error {
-	any, err := s.base.ConfigureBudgets(ctx, claimSQL, cfg)
-	if err == nil {
-		s.budgeted.Store(any)
-	}
-	return err
 }

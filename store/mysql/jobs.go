@@ -50,7 +50,7 @@ func (s *Store) Enqueue(ctx context.Context, p store.EnqueueParams) (store.Job, 
 		return scanJob(tx.QueryRowContext(ctx, selectJobByID, id))
 	}
 	byKey := func(key string) (store.Job, error) { return s.jobByRef(ctx, store.JobRef{OperationKey: key}) }
-	return s.base.Enqueue(ctx, p, insert, byKey)
+	return s.EnqueueWith(ctx, p, insert, byKey)
 }
 
 // Get implements store.Store.

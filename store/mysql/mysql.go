@@ -15,7 +15,6 @@ import (
 	"io"
 	"net"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -32,9 +31,10 @@ type Options struct {
 
 // Store is the MySQL backend. It implements store.Store.
 type Store struct {
-	db       *sql.DB
-	base     *sqlbase.Backend
-	budgeted atomic.Bool // any provider budget configured (R19)
+	db *sql.DB
+	// Backend provides Claim, Write, WriteMany and ConfigureBudgets around
+	// this package's SQL.
+	*sqlbase.Backend
 }
 
 var _ store.Store = (*Store)(nil)
@@ -78,12 +78,15 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	db.SetMaxOpenConns(n)
 	db.SetMaxIdleConns(n)
 	db.SetConnMaxLifetime(5 * time.Minute)
-	s := &Store{db: db, base: &sqlbase.Backend{
+	s := &Store{db: db, Backend: &sqlbase.Backend{
 		DB:            db,
 		Retryable:     isRetryable,
 		CommitRefused: serverAnswered,
 		Unavailable:   unavailable,
 		Duplicate:     isDuplicate,
+		Claims:        claimSQL,
+		WriteTx:       writeTx,
+		LockedRead:    selectJobsLocked,
 	}}
 	if err := s.migrate(ctx); err != nil {
 		db.Close()

@@ -62,25 +62,6 @@ SELECT id, operation_key, provider, provider_refund_id, amount_minor, currency, 
 	selectJobsLocked = `SELECT ` + jobColumns + ` FROM refund_jobs WHERE id IN (%s) LOCK IN SHARE MODE`
 )
 
-// Write implements store.Store.
-func (s *Store) Write(ctx context.Context, w store.Writeback) (store.WriteResult, error) {
-	out := s.WriteMany(ctx, []store.Writeback{w})
-	return out[0].Result, out[0].Err
-}
-
-// WriteMany implements store.Store.
-//
-// One transaction on one connection for the whole batch (R10, R11): lock the
-// rows, decide each write against its row (store.PlanBatch), one fenced UPDATE
-// per kind of write, the ledger rows and the history, COMMIT. A write whose
-// fence does not hold changes nothing and is answered from the locked row
-// (R10, R21). If the COMMIT's reply is lost, the rows are re-read under a lock
-// to learn which writes landed (R20); those that did not are written again.
-func (s *Store) WriteMany(ctx context.Context, ws []store.Writeback) []store.WriteOutcome {
-	write := func(tx *sql.Tx, idx []int) (store.BatchPlan, error) { return writeTx(ctx, tx, ws, idx) }
-	return s.base.WriteMany(ctx, ws, write, selectJobsLocked, scanJob)
-}
-
 func writeTx(ctx context.Context, tx *sql.Tx, ws []store.Writeback, idx []int) (store.BatchPlan, error) {
 	ids := store.JobIDs(ws, idx)
 	var now time.Time

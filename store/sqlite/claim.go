@@ -1,10 +1,6 @@
 package sqlite
 
 import (
-	"context"
-	"database/sql"
-
-	"github.com/jobfence/jobfence/store"
 	"github.com/jobfence/jobfence/store/internal/sqlbase"
 )
 
@@ -56,6 +52,10 @@ const (
  WHERE provider IN (%s) ORDER BY provider`
 )
 
+// claimSQL is the claim (sqlbase.ClaimTx): one short BEGIN IMMEDIATE
+// transaction (R5, R11) that holds the database's only write lock, so the
+// candidates it reads cannot be claimed by anyone else before it commits
+// (R13). A busy write lock leaves nothing behind and is retried whole (R20).
 var claimSQL = sqlbase.ClaimSQL{
 	Now:             selectNow,
 	ExpiredLeases:   selectExpiredLeases,
@@ -67,26 +67,4 @@ var claimSQL = sqlbase.ClaimSQL{
 	At:              toMicros,
 	ScanJob:         scanJob,
 	ScanObservation: scanObservation,
-}
-
-// Claim implements store.Store.
-//
-// One short BEGIN IMMEDIATE transaction (R5, R11): read the database clock
-// once, select expired leases and then due jobs under the write lock, bump
-// them, record the history, COMMIT. Only a successful COMMIT grants anything;
-// if its outcome is unknown nothing is granted and nothing is retried (R7). A
-// busy write lock leaves nothing behind and is retried whole (R20).
-func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]store.ClaimedJob, error) {
-	return s.base.Claim(ctx, p, func(tx *sql.Tx) ([]store.ClaimedJob, error) {
-		return sqlbase.ClaimTx(ctx, tx, claimSQL, p, s.budgeted.Load())
-	})
-}
-
-// ConfigureBudgets implements store.Store.
-func (s *Store) ConfigureBudgets(ctx context.Context, cfg map[string]store.BudgetConfig) error {
-	any, err := s.base.ConfigureBudgets(ctx, claimSQL, cfg)
-	if err == nil {
-		s.budgeted.Store(any)
-	}
-	return err
 }

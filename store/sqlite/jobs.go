@@ -44,7 +44,7 @@ func (s *Store) Enqueue(ctx context.Context, p store.EnqueueParams) (store.Job, 
 		return job, err
 	}
 	byKey := func(key string) (store.Job, error) { return s.jobByRef(ctx, store.JobRef{OperationKey: key}) }
-	return s.base.Enqueue(ctx, p, insert, byKey)
+	return s.EnqueueWith(ctx, p, insert, byKey)
 }
 
 // Get implements store.Store. The job, its history and its observations are

@@ -28,7 +28,7 @@ func (s *Store) Observe(ctx context.Context, p store.ObservationParams) (store.O
 	}
 	var obs store.Observation
 	var duplicate bool
-	err := s.base.InTx(ctx, func(tx *sql.Tx) error {
+	err := s.InTx(ctx, func(tx *sql.Tx) error {
 		obs, duplicate = store.Observation{}, false
 		job, err := jobByRef(ctx, tx, p.Job)
 		if err != nil {

@@ -20,7 +20,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"modernc.org/sqlite"
@@ -40,9 +39,10 @@ type Options struct {
 
 // Store is the SQLite backend. It implements store.Store.
 type Store struct {
-	db       *sql.DB
-	base     *sqlbase.Backend
-	budgeted atomic.Bool // any provider budget configured (R19)
+	db *sql.DB
+	// Backend provides Claim, Write, WriteMany and ConfigureBudgets around
+	// this package's SQL.
+	*sqlbase.Backend
 }
 
 var _ store.Store = (*Store)(nil)
@@ -90,7 +90,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	db.SetMaxIdleConns(1)
 	db.SetConnMaxLifetime(0)
 	db.SetConnMaxIdleTime(0)
-	s := &Store{db: db, base: &sqlbase.Backend{
+	s := &Store{db: db, Backend: &sqlbase.Backend{
 		DB:        db,
 		Retryable: isRetryable,
 		// SQLite refused the COMMIT for a lock and the driver rolled the
@@ -98,6 +98,9 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		CommitRefused: isRetryable,
 		Unavailable:   unavailable,
 		Duplicate:     isUnique,
+		Claims:        claimSQL,
+		WriteTx:       writeTx,
+		LockedRead:    selectJobsByIDs,
 	}}
 
 	var mode string

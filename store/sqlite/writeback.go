@@ -50,28 +50,6 @@ SELECT id, operation_key, provider, provider_refund_id, amount_minor, currency, 
  WHERE id = ? AND state = 'running'`
 )
 
-// Write implements store.Store.
-func (s *Store) Write(ctx context.Context, w store.Writeback) (store.WriteResult, error) {
-	out := s.WriteMany(ctx, []store.Writeback{w})
-	return out[0].Result, out[0].Err
-}
-
-// WriteMany implements store.Store.
-//
-// One BEGIN IMMEDIATE transaction for the whole batch, so one COMMIT (one
-// sync) for all of it (R10, R11): read the rows and the clock, decide each
-// write against its row (store.PlanBatch), run the fenced UPDATE, ledger row
-// and history entry of each write that passes, COMMIT. A write whose fence
-// does not hold changes nothing and is answered from the row (R10, R21). If
-// the COMMIT's outcome is unknown the rows are re-read under the write lock to
-// learn which writes landed (R20); those that did not are written again.
-func (s *Store) WriteMany(ctx context.Context, ws []store.Writeback) []store.WriteOutcome {
-	write := func(tx *sql.Tx, idx []int) (store.BatchPlan, error) { return writeTx(ctx, tx, ws, idx) }
-	// Re-read in a BEGIN IMMEDIATE transaction: it waits for any writer, in
-	// this process or another, so a COMMIT of unknown outcome has settled.
-	return s.base.WriteMany(ctx, ws, write, selectJobsByIDs, scanJob)
-}
-
 func writeTx(ctx context.Context, tx *sql.Tx, ws []store.Writeback, idx []int) (store.BatchPlan, error) {
 	ids := store.JobIDs(ws, idx)
 	var now int64
@@ -138,7 +116,7 @@ func writeTx(ctx context.Context, tx *sql.Tx, ws []store.Writeback, idx []int) (
 // ExpireLease implements store.Store.
 func (s *Store) ExpireLease(ctx context.Context, jobID int64) error {
 	var n int64
-	err := s.base.InTx(ctx, func(tx *sql.Tx) error {
+	err := s.InTx(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, expireLease, jobID)
 		if err != nil {
 			return err

@@ -268,12 +268,12 @@ func (t Time) Scan(src any) error {
 // ConfigureBudgets makes the stored budgets those of cfg (R19): new providers
 // start with a full bucket, changed ones keep their tokens up to the new
 // burst, providers not in cfg lose their budget. Every coordinator on the
-// database should be started with the same budgets. It reports whether any
-// budget is configured.
-func (b *Backend) ConfigureBudgets(ctx context.Context, q ClaimSQL, cfg map[string]store.BudgetConfig) (bool, error) {
+// database should be started with the same budgets.
+func (b *Backend) ConfigureBudgets(ctx context.Context, cfg map[string]store.BudgetConfig) error {
+	q := b.Claims
 	for name, c := range cfg {
 		if err := c.Validate(); err != nil {
-			return false, fmt.Errorf("provider %s: %w", name, err)
+			return fmt.Errorf("provider %s: %w", name, err)
 		}
 	}
 	err := b.InTx(ctx, func(tx *sql.Tx) error {
@@ -304,5 +304,9 @@ func (b *Backend) ConfigureBudgets(ctx context.Context, q ClaimSQL, cfg map[stri
 		}
 		return nil
 	})
-	return len(cfg) > 0, b.Unavailable(err)
+	if err != nil {
+		return b.Unavailable(err)
+	}
+	b.budgeted.Store(len(cfg) > 0)
+	return nil
 }

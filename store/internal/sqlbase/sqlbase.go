@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jobfence/jobfence/store"
@@ -44,6 +45,15 @@ type Backend struct {
 	Unavailable func(error) error
 	// Duplicate reports a unique-key violation.
 	Duplicate func(error) bool
+	// Claims is the backend's claim SQL.
+	Claims ClaimSQL
+	// WriteTx runs one batch of write-backs in tx (store.PlanBatch, then the
+	// fenced statements); LockedRead re-reads the jobs in %s, waiting for any
+	// transaction holding them.
+	WriteTx    func(ctx context.Context, tx *sql.Tx, ws []store.Writeback, idx []int) (store.BatchPlan, error)
+	LockedRead string
+
+	budgeted atomic.Bool // any provider budget configured (R19)
 }
 
 // CommitUnknownError wraps a COMMIT whose outcome is unknown: the connection
@@ -92,10 +102,10 @@ func (b *Backend) txOnce(ctx context.Context, fn func(*sql.Tx) error) error {
 	return nil
 }
 
-// Enqueue validates p and runs insert (the job and its history entry) in a
+// EnqueueWith validates p and runs insert (the job and its history entry) in a
 // transaction. A duplicate key answers with the existing job when it is the
 // same refund and ErrKeyConflict otherwise (R1); byKey reads it.
-func (b *Backend) Enqueue(ctx context.Context, p store.EnqueueParams,
+func (b *Backend) EnqueueWith(ctx context.Context, p store.EnqueueParams,
 	insert func(*sql.Tx) (store.Job, error), byKey func(key string) (store.Job, error)) (store.Job, bool, error) {
 	if err := p.Validate(); err != nil {
 		return store.Job{}, false, err
@@ -126,18 +136,17 @@ func (b *Backend) Enqueue(ctx context.Context, p store.EnqueueParams,
 	}
 }
 
-// Claim validates p and runs claim in a transaction. Only a successful COMMIT
-// grants anything; if its outcome is unknown nothing is granted and nothing is
-// retried (R7).
-func (b *Backend) Claim(ctx context.Context, p store.ClaimParams,
-	claim func(*sql.Tx) ([]store.ClaimedJob, error)) ([]store.ClaimedJob, error) {
+// Claim implements store.Store: ClaimTx in one transaction. Only a
+// successful COMMIT grants anything; if its outcome is unknown nothing is
+// granted and nothing is retried (R7).
+func (b *Backend) Claim(ctx context.Context, p store.ClaimParams) ([]store.ClaimedJob, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
 	var claimed []store.ClaimedJob
 	err := b.InTx(ctx, func(tx *sql.Tx) error {
 		var err error
-		claimed, err = claim(tx)
+		claimed, err = ClaimTx(ctx, tx, b.Claims, p, b.budgeted.Load())
 		return err
 	})
 	if IsCommitUnknown(err) {
@@ -149,17 +158,22 @@ func (b *Backend) Claim(ctx context.Context, p store.ClaimParams,
 	return claimed, nil
 }
 
-// WriteMany applies ws through store.WriteBatch: write runs one batch in a
-// transaction; lockedRead re-reads rows, waiting for any transaction holding
-// them, after a lost COMMIT reply.
-func (b *Backend) WriteMany(ctx context.Context, ws []store.Writeback,
-	write func(tx *sql.Tx, idx []int) (store.BatchPlan, error), lockedRead string, scan func(Scanner) (store.Job, error)) []store.WriteOutcome {
+// Write implements store.Store.
+func (b *Backend) Write(ctx context.Context, w store.Writeback) (store.WriteResult, error) {
+	out := b.WriteMany(ctx, []store.Writeback{w})
+	return out[0].Result, out[0].Err
+}
+
+// WriteMany implements store.Store through store.WriteBatch: WriteTx runs
+// each batch in a transaction; LockedRead re-reads rows after a lost COMMIT
+// reply (R20).
+func (b *Backend) WriteMany(ctx context.Context, ws []store.Writeback) []store.WriteOutcome {
 	return store.WriteBatch(ctx, ws, store.BatchBackend{
 		Tx: func(ctx context.Context, idx []int) (store.BatchPlan, error) {
 			var plan store.BatchPlan
 			err := b.InTx(ctx, func(tx *sql.Tx) error {
 				var err error
-				plan, err = write(tx, idx)
+				plan, err = b.WriteTx(ctx, tx, ws, idx)
 				return err
 			})
 			return plan, err
@@ -169,7 +183,7 @@ func (b *Backend) WriteMany(ctx context.Context, ws []store.Writeback,
 			var jobs []store.Job
 			err := b.InTx(ctx, func(tx *sql.Tx) error {
 				var err error
-				jobs, err = QueryAll(ctx, tx, scan, fmt.Sprintf(lockedRead, Placeholders(len(ids))), Int64Args(ids)...)
+				jobs, err = QueryAll(ctx, tx, b.Claims.ScanJob, fmt.Sprintf(b.LockedRead, Placeholders(len(ids))), Int64Args(ids)...)
 				return err
 			})
 			if err != nil {
