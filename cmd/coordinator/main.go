@@ -19,10 +19,8 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -31,7 +29,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
-	"github.com/jobfence/jobfence/internal/flagenv"
+	"github.com/jobfence/jobfence/internal/cli"
 	"github.com/jobfence/jobfence/server"
 	"github.com/jobfence/jobfence/store"
 	"github.com/jobfence/jobfence/store/mysql"
@@ -39,15 +37,7 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stderr); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			os.Exit(0)
-		}
-		fmt.Fprintln(os.Stderr, "coordinator:", err)
-		os.Exit(1)
-	}
+	cli.Main("coordinator", func(ctx context.Context) error { return run(ctx, os.Args[1:], os.Stderr) })
 }
 
 type config struct {
@@ -69,8 +59,7 @@ type config struct {
 	tlsKey          string
 	tlsClientCA     string
 	shutdownTimeout time.Duration
-	logFormat       string
-	logLevel        slog.Level
+	log             cli.Log
 }
 
 func parseFlags(args []string, stderr *os.File) (config, error) {
@@ -110,17 +99,13 @@ func parseFlags(args []string, stderr *os.File) (config, error) {
 		"serve net/http/pprof on this address (e.g. 127.0.0.1:6060) for profiling; off when empty")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 15*time.Second,
 		"on SIGTERM, how long in-flight calls may finish before they are cut")
-	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
-	fs.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
+	c.log.Register(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: coordinator [flags]\n\nEvery flag falls back to the environment variable "+
 			"JOBFENCE_<FLAG> (upper case, '-' as '_'), e.g. JOBFENCE_MYSQL_DSN.\n\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		return c, err
-	}
-	if err := flagenv.Apply(fs, "JOBFENCE"); err != nil {
+	if err := cli.Parse(fs, args, "JOBFENCE"); err != nil {
 		return c, err
 	}
 	if c.lease < store.MinLease || c.lease > store.MaxLease {
@@ -138,8 +123,8 @@ func parseFlags(args []string, stderr *os.File) (config, error) {
 	if c.keyRetention <= 0 {
 		return c, fmt.Errorf("--key-retention must be positive, got %s", c.keyRetention)
 	}
-	if c.logFormat != "text" && c.logFormat != "json" {
-		return c, fmt.Errorf("--log-format must be text or json, got %q", c.logFormat)
+	if err := c.log.Validate(); err != nil {
+		return c, err
 	}
 	if (c.tlsCert == "") != (c.tlsKey == "") {
 		return c, errors.New("--tls-cert and --tls-key go together")
@@ -201,11 +186,7 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	if err != nil {
 		return err
 	}
-	var handler slog.Handler = slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: c.logLevel})
-	if c.logFormat == "json" {
-		handler = slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: c.logLevel})
-	}
-	log := slog.New(handler)
+	log := c.log.New(stderr)
 
 	st, err := openStore(ctx, c, log)
 	if err != nil {

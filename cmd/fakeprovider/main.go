@@ -8,7 +8,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -16,24 +15,14 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/jobfence/jobfence/fakeprovider"
-	"github.com/jobfence/jobfence/internal/flagenv"
+	"github.com/jobfence/jobfence/internal/cli"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stderr); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			os.Exit(0)
-		}
-		fmt.Fprintln(os.Stderr, "fakeprovider:", err)
-		os.Exit(1)
-	}
+	cli.Main("fakeprovider", func(ctx context.Context) error { return run(ctx, os.Args[1:], os.Stderr) })
 }
 
 type config struct {
@@ -41,8 +30,7 @@ type config struct {
 	keyRetention    time.Duration
 	faults          fakeprovider.Faults
 	shutdownTimeout time.Duration
-	logFormat       string
-	logLevel        slog.Level
+	log             cli.Log
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -65,8 +53,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		})
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 5*time.Second,
 		"on SIGTERM, how long in-flight requests (hangs included) may finish before connections are cut")
-	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
-	fs.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
+	c.log.Register(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: fakeprovider [flags]\n\n"+
 			"A simulated payment provider (refunds with Stripe-like idempotency, fault injection, an oracle).\n"+
@@ -74,13 +61,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 			"e.g. FAKEPROVIDER_KEY_RETENTION.\n\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		return c, err
-	}
-	if fs.NArg() > 0 {
-		return c, fmt.Errorf("unexpected arguments: %q", fs.Args())
-	}
-	if err := flagenv.Apply(fs, "FAKEPROVIDER"); err != nil {
+	if err := cli.Parse(fs, args, "FAKEPROVIDER"); err != nil {
 		return c, err
 	}
 	if c.keyRetention <= 0 {
@@ -89,8 +70,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if c.shutdownTimeout < 0 {
 		return c, fmt.Errorf("--shutdown-timeout must not be negative, got %s", c.shutdownTimeout)
 	}
-	if c.logFormat != "text" && c.logFormat != "json" {
-		return c, fmt.Errorf("--log-format must be text or json, got %q", c.logFormat)
+	if err := c.log.Validate(); err != nil {
+		return c, err
 	}
 	return c, nil
 }
@@ -100,11 +81,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	var handler slog.Handler = slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: c.logLevel})
-	if c.logFormat == "json" {
-		handler = slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: c.logLevel})
-	}
-	log := slog.New(handler)
+	log := c.log.New(stderr)
 
 	p := fakeprovider.New(fakeprovider.Config{KeyRetention: c.keyRetention, Faults: c.faults, Logger: log})
 	lis, err := net.Listen("tcp", c.listen)
@@ -114,7 +91,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	srv := &http.Server{
 		Handler:           p,
 		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(handler, slog.LevelWarn),
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	log.Info("fakeprovider serving", "listen", lis.Addr().String(), "key_retention", c.keyRetention,
 		"faults", c.faults.String())

@@ -26,31 +26,20 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	jobfence "github.com/jobfence/jobfence/clients/go"
 	"github.com/jobfence/jobfence/fakeprovider"
-	"github.com/jobfence/jobfence/internal/flagenv"
+	"github.com/jobfence/jobfence/internal/cli"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			os.Exit(0)
-		}
-		fmt.Fprintln(os.Stderr, "refundworker:", err)
-		os.Exit(1)
-	}
+	cli.Main("refundworker", func(ctx context.Context) error { return run(ctx, os.Args[1:], os.Stdout, os.Stderr) })
 }
 
 type config struct {
@@ -79,8 +68,7 @@ type config struct {
 	amountMinor     int64
 	currency        string
 	jobsTimeout     time.Duration
-	logFormat       string
-	logLevel        slog.Level
+	log             cli.Log
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -125,8 +113,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.Int64Var(&c.amountMinor, "amount-minor", 1500, "with --jobs: the amount of each refund (and of its payment), in minor units")
 	fs.StringVar(&c.currency, "currency", "EUR", "with --jobs: the currency of each refund")
 	fs.DurationVar(&c.jobsTimeout, "jobs-timeout", 5*time.Minute, "with --jobs: give up when the jobs are not all final by then")
-	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
-	fs.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
+	c.log.Register(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: refundworker [flags]\n\n"+
 			"Works refund jobs from a jobfence coordinator against a payment provider until SIGTERM (then drains).\n"+
@@ -139,13 +126,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 			"e.g. REFUNDWORKER_COORDINATOR.\n\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		return c, err
-	}
-	if fs.NArg() > 0 {
-		return c, fmt.Errorf("unexpected arguments: %q", fs.Args())
-	}
-	if err := flagenv.Apply(fs, "REFUNDWORKER"); err != nil {
+	if err := cli.Parse(fs, args, "REFUNDWORKER"); err != nil {
 		return c, err
 	}
 	switch {
@@ -159,8 +140,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, fmt.Errorf("--jobs must not be negative, got %d", c.jobs)
 	case c.jobs > 0 && c.amountMinor <= 0:
 		return c, fmt.Errorf("--amount-minor must be positive, got %d", c.amountMinor)
-	case c.logFormat != "text" && c.logFormat != "json":
-		return c, fmt.Errorf("--log-format must be text or json, got %q", c.logFormat)
+	case c.log.Validate() != nil:
+		return c, c.log.Validate()
 	case (c.tlsCert == "") != (c.tlsKey == ""):
 		return c, errors.New("--tls-cert and --tls-key go together")
 	}
@@ -184,11 +165,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	var handler slog.Handler = slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: c.logLevel})
-	if c.logFormat == "json" {
-		handler = slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: c.logLevel})
-	}
-	log := slog.New(handler)
+	log := c.log.New(stderr)
 	if c.providerTimeout >= c.lease {
 		log.Warn("--provider-timeout is not shorter than --lease: slow provider calls will be taken over (R17)",
 			"provider_timeout", c.providerTimeout, "lease", c.lease)
