@@ -18,6 +18,8 @@ import {
   type EscalateResponse,
   type GetJobRequestSchema,
   type GetJobResponse,
+  type ListJobsRequestSchema,
+  type ListJobsResponse,
   type ReportObservationRequestSchema,
   type ReportObservationResponse,
   type RescheduleRequestSchema,
@@ -64,6 +66,7 @@ export type RescheduleInit = MessageInitShape<typeof RescheduleRequestSchema>;
 export type EscalateInit = MessageInitShape<typeof EscalateRequestSchema>;
 export type ReportObservationInit = MessageInitShape<typeof ReportObservationRequestSchema>;
 export type GetJobInit = MessageInitShape<typeof GetJobRequestSchema>;
+export type ListJobsInit = MessageInitShape<typeof ListJobsRequestSchema>;
 
 /**
  * CoordinatorClient calls jobfence.v1.Coordinator. Every method rejects with
@@ -130,6 +133,14 @@ export class CoordinatorClient {
   /** getJob returns the job with its history and observations. */
   getJob(req: GetJobInit, opts?: CallOptions): Promise<GetJobResponse> {
     return this.call((o) => this.raw.getJob(req, o), opts);
+  }
+
+  /**
+   * listJobs pages through jobs by state, provider or order: pass
+   * next_page_token back as page_token until it comes back empty.
+   */
+  listJobs(req: ListJobsInit, opts?: CallOptions): Promise<ListJobsResponse> {
+    return this.call((o) => this.raw.listJobs(req, o), opts);
   }
 
   /** close ends the connection; calls still in flight fail. */

@@ -123,6 +123,21 @@ export function resendAllowed(claimed: ClaimedJob, policy: DecisionPolicy): bool
 }
 
 /**
+ * sendsAgain reports whether a REFUND under this claim would be a same-key
+ * resend: the operation key first went out under an earlier claim
+ * (job.first_sent_at precedes claimed_at). A first send, whose own claim set
+ * first_sent_at, is not a resend.
+ */
+export function sendsAgain(claimed: ClaimedJob): boolean {
+  const first = claimed.job?.firstSentAt;
+  const at = claimed.claimedAt ?? claimed.job?.updatedAt;
+  if (first === undefined || at === undefined) {
+    return false;
+  }
+  return first.seconds < at.seconds || (first.seconds === at.seconds && first.nanos < at.nanos);
+}
+
+/**
  * coordinatorNow estimates the coordinator's clock (R12): the claim's
  * database time (claimed_at) plus the time elapsed since the claim's answer
  * arrived, measured on a monotonic clock. A worker's wall clock is never used.

@@ -10,13 +10,14 @@ export type {
   EnqueueRefundInit,
   EscalateInit,
   GetJobInit,
+  ListJobsInit,
   ReportObservationInit,
   RescheduleInit,
   TLSOptions,
 } from "./client.js";
 export { Worker } from "./worker.js";
 export type { Handlers, WorkerEvent, WorkerJob, WorkerOptions } from "./worker.js";
-export { MaxDelayMs, coordinatorNow, decideReconcile, resendAllowed } from "./decide.js";
+export { MaxDelayMs, coordinatorNow, decideReconcile, resendAllowed, sendsAgain } from "./decide.js";
 export type { DecisionPolicy, ProviderResult, WriteDecision } from "./decide.js";
 export {
   ClaimOutcomeUnknownError,

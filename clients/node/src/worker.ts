@@ -5,7 +5,7 @@ import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import { performance } from "node:perf_hooks";
 
 import type { CoordinatorClient } from "./client.js";
-import { coordinatorNow, decideReconcile, type ProviderResult, type WriteDecision } from "./decide.js";
+import { coordinatorNow, decideReconcile, resendAllowed, sendsAgain, type ProviderResult, type WriteDecision } from "./decide.js";
 import { CoordinatorError, FencedWriteError, isRetryableWrite, toCoordinatorError } from "./errors.js";
 import { NextAction, ObservationOutcome, type ClaimedJob, type Job } from "./gen/jobfence/v1/coordinator_pb.js";
 
@@ -49,6 +49,7 @@ export type WorkerEvent =
   | { type: "claim_failed"; error: CoordinatorError }
   | { type: "handler_error"; jobId: bigint; attempt: bigint; operationKey: string; error: unknown }
   | { type: "provider_deadline"; jobId: bigint; attempt: bigint; operationKey: string }
+  | { type: "resend_refused"; jobId: bigint; attempt: bigint; operationKey: string; reason: string }
   | { type: "written"; jobId: bigint; attempt: bigint; operationKey: string; decision: WriteDecision; replayed: boolean }
   | { type: "write_retry"; jobId: bigint; attempt: bigint; operationKey: string; error: CoordinatorError; retry: number }
   | { type: "write_failed"; jobId: bigint; attempt: bigint; operationKey: string; error: CoordinatorError }
@@ -117,6 +118,8 @@ export interface WorkerOptions {
  *   claimed to be held in memory, no lease is renewed.
  * - It dispatches by next_action: REFUND to handlers.refund, anything else to
  *   handlers.reconcile (R14).
+ * - Before a same-key resend it checks the coordinator's resend_deadline
+ *   again and escalates instead when the window has closed (R14, R16, R22).
  * - It turns the answer into Complete, Reschedule or Escalate carrying the
  *   claimed attempt (R9), via decideReconcile.
  * - A write rejected by the fence (STALE_ATTEMPT, JOB_NOT_RUNNING) is never
@@ -276,6 +279,22 @@ export class Worker {
     }
     const ids = { jobId: job.id, attempt: claimed.attempt, operationKey: job.operationKey };
     this.emit({ type: "claimed", ...ids, nextAction: claimed.nextAction, takeover: claimed.takeover });
+
+    if (claimed.nextAction === NextAction.REFUND && sendsAgain(claimed) && this.resendSafe(job.provider)) {
+      // R14, R22: the reconcile that chose this same-key resend checked the
+      // window, but the job may have waited since (a backlog, an empty
+      // provider budget). Past the window the provider has forgotten the key
+      // and the resend would be a second refund: check again before anything
+      // leaves, against the coordinator's clock (R12).
+      const now = coordinatorNow(claimed, performance.now() - claimedAt);
+      if (now === undefined || !resendAllowed(claimed, { sameKeyResendSafe: true, now, resendMarginMs: this.opts.resendMarginMs })) {
+        const reason = "same-key resend refused before sending: the provider's idempotency-key retention window has passed " +
+          "or is about to (R14, R16, R22)";
+        this.emit({ type: "resend_refused", ...ids, reason });
+        await this.writeBack(claimed, { kind: "escalate", reason }, undefined);
+        return;
+      }
+    }
 
     const abort = new AbortController();
     const view: WorkerJob = {

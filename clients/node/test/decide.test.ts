@@ -13,6 +13,7 @@ import {
   NextAction,
   coordinatorNow,
   decideReconcile,
+  sendsAgain,
   type ClaimedJob,
   type DecisionPolicy,
 } from "../src/index.js";
@@ -99,5 +100,20 @@ describe("coordinatorNow", () => {
   it("counts from the claim's database time, never the worker's wall clock (R12)", () => {
     assert.equal(coordinatorNow(claimed(NextAction.REFUND), 2_500)!.getTime(), claimTime.getTime() + 2_500);
     assert.equal(coordinatorNow(create(ClaimedJobSchema, {}), 1), undefined);
+  });
+});
+
+describe("sendsAgain", () => {
+  const at = (firstSent: Date | undefined, claimedAt: Date): ClaimedJob =>
+    create(ClaimedJobSchema, {
+      job: { id: 7n, firstSentAt: firstSent === undefined ? undefined : timestampFromDate(firstSent) },
+      claimedAt: timestampFromDate(claimedAt),
+      nextAction: NextAction.REFUND,
+    });
+
+  it("tells a same-key resend from a first send (R22)", () => {
+    assert.equal(sendsAgain(at(undefined, claimTime)), false, "nothing went out yet");
+    assert.equal(sendsAgain(at(claimTime, claimTime)), false, "this claim is the first send");
+    assert.equal(sendsAgain(at(new Date(claimTime.getTime() - 1), claimTime)), true, "an earlier claim sent the key");
   });
 });

@@ -56,22 +56,34 @@ export async function mysql(sql: string, database?: string): Promise<string> {
   }
 }
 
-let built: Promise<string> | undefined;
+const built = new Map<string, Promise<string>>();
 
-/** coordinatorBinary returns JOBFENCE_COORDINATOR_BIN or builds ./cmd/coordinator once per process. */
-export function coordinatorBinary(): Promise<string> {
-  const fromEnv = process.env.JOBFENCE_COORDINATOR_BIN;
+/**
+ * goBinary returns the binary named by the environment variable envVar, or
+ * builds ./cmd/<name> of the repository once per process.
+ */
+export function goBinary(name: string, envVar: string): Promise<string> {
+  const fromEnv = process.env[envVar];
   if (fromEnv) {
     return Promise.resolve(fromEnv);
   }
-  built ??= (async () => {
-    const dir = await mkdtemp(path.join(tmpdir(), "jobfence-coordinator-"));
-    const bin = path.join(dir, "coordinator");
-    await run("go", ["build", "-o", bin, "./cmd/coordinator"], { cwd: repoRoot, timeout: 300_000 });
-    process.once("exit", () => rmSync(dir, { recursive: true, force: true }));
-    return bin;
-  })();
-  return built;
+  let bin = built.get(name);
+  if (bin === undefined) {
+    bin = (async () => {
+      const dir = await mkdtemp(path.join(tmpdir(), `jobfence-${name}-`));
+      const out = path.join(dir, name);
+      process.once("exit", () => rmSync(dir, { recursive: true, force: true }));
+      await run("go", ["build", "-o", out, `./cmd/${name}`], { cwd: repoRoot, timeout: 300_000 });
+      return out;
+    })();
+    built.set(name, bin);
+  }
+  return bin;
+}
+
+/** coordinatorBinary returns JOBFENCE_COORDINATOR_BIN or builds ./cmd/coordinator once per process. */
+export function coordinatorBinary(): Promise<string> {
+  return goBinary("coordinator", "JOBFENCE_COORDINATOR_BIN");
 }
 
 /** Coordinator is a running coordinator process on its own database. */

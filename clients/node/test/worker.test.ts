@@ -246,6 +246,28 @@ describe("Worker", () => {
     });
   }
 
+  it("TestWorkerRefusesResendPastWindow_R14_R22: a resend decided inside the window is not sent once it has closed", async () => {
+    const provider = uniqueProvider();
+    const [job] = await enqueue(1, provider);
+    // A reconcile found no record and chose a same-key resend (REFUND)…
+    const first = (await admin.claim({ workerId: "first", maxJobs: 1, provider })).jobs[0]!;
+    await admin.reschedule({ jobId: job!.id, attempt: first.attempt, nextAction: NextAction.REFUND, reason: "no record; resend" });
+    // …but the job waited (a backlog, an empty budget) until the provider's
+    // retention window closed. Test data: the key went out two days ago.
+    await coord.sql(`UPDATE refund_jobs SET first_sent_at = UTC_TIMESTAMP(6) - INTERVAL 2 DAY WHERE id = ${job!.id}`);
+    const fake = new FakeProvider();
+    const seen: WorkerJob[] = [];
+    const events: WorkerEvent[] = [];
+    const worker = newWorker({ provider, sameKeyResendSafe: true, handlers: providerHandlers(fake, seen) }, events);
+    worker.start();
+    const got = await waitState(job!.id, JobState.MANUAL_REVIEW);
+    await worker.stop();
+    assert.deepEqual(seen, [], "the provider was not called");
+    assert.equal(fake.sends.size, 0, "nothing was resent: the provider would have made a second refund");
+    assert.match(got.job!.lastReason, /resend refused before sending/);
+    assert.ok(events.some((e) => e.type === "resend_refused" && e.jobId === job!.id));
+  });
+
   it("TestWorkerProviderDeadline_R14_R15_T3: an unknown outcome reconciles and the late answer is filed", async () => {
     const provider = uniqueProvider();
     const [job] = await enqueue(1, provider);

@@ -1,0 +1,755 @@
+// refund-worker: the example jobfence worker for Node.js. It claims refund jobs
+// from a coordinator, refunds through the fake payment provider (the
+// `fakeprovider` command, a Stripe-like refunds API) over HTTP, and writes each
+// outcome back with the attempt it was granted, using this package's Worker.
+//
+//   node dist/examples/refund-worker.js --coordinator 127.0.0.1:50051 --provider http://127.0.0.1:8099
+//
+// It works jobs until SIGTERM or SIGINT, then stops claiming and drains the
+// jobs in flight (a rolling deploy); a second signal exits at once. Its flags
+// and environment variables are those of the Go example worker
+// (cmd/refundworker), so a fleet of both is configured alike: every flag falls
+// back to REFUNDWORKER_<FLAG> (upper case, '-' as '_'), e.g.
+// REFUNDWORKER_COORDINATOR. Logs are JSON lines on stderr; the last one,
+// "refund-worker stopped", carries the worker's counters.
+//
+// What it sends to the provider (R1, R2): the job's operation_key as the
+// Idempotency-Key and as the merchant_reference, never anything derived from
+// the attempt. What it makes of the answers:
+//
+//   refund     200 succeeded → succeeded; 200 pending → pending (R4, not a
+//              success); 200 failed or 4xx → failed (a person decides);
+//              409 key reused → escalate (R1 broke somewhere).
+//   reconcile  GET /v1/refunds?merchant_reference=<operation_key>, plus the
+//              refund ids of receipts already filed for the job (R15): one
+//              live refund → its status; none → not_found, which proves
+//              nothing (R14: the Worker resends under the same key only inside
+//              the coordinator's resend window, else escalates); more than
+//              one → escalate.
+//   anything   no reply (cut connection, the provider-call deadline), a 5xx,
+//              an unreadable body → the handler throws: the outcome is
+//              unknown and the job is reconciled later (R14).
+//
+// The HTTP layer is node:http on purpose, and it never sends a request twice.
+// fetch() would follow redirects with the POST body and, as the Fetch standard
+// asks, replay a request answered 421 on a new connection: a refund resent by
+// the transport, behind the decision table's back (R14, R16).
+
+import { readFileSync, realpathSync } from "node:fs";
+import http from "node:http";
+import https from "node:https";
+import { hostname } from "node:os";
+import { fileURLToPath } from "node:url";
+import { parseArgs } from "node:util";
+
+import {
+  CoordinatorClient,
+  NextAction,
+  Worker,
+  type ProviderResult,
+  type TLSOptions,
+  type WorkerEvent,
+  type WorkerJob,
+} from "../src/index.js";
+
+// ---------------------------------------------------------------------------
+// Configuration
+
+/** Config is the worker's configuration, from flags and REFUNDWORKER_* variables. */
+export interface Config {
+  coordinator: string;
+  tlsCA: string;
+  useTLS: boolean;
+  tokenFile: string;
+  callTimeoutMs: number;
+  provider: string;
+  providerName: string;
+  workerId: string;
+  concurrency: number;
+  leaseMs: number;
+  providerTimeoutMs: number;
+  sameKeyResends: boolean;
+  resendMarginMs: number;
+  pendingDelayMs: number;
+  unknownDelayMs: number;
+  claimWaitMs: number;
+  drainTimeoutMs: number;
+  logLevel: Level;
+}
+
+type FlagKind = "string" | "duration" | "int" | "bool";
+
+interface FlagSpec {
+  kind: FlagKind;
+  default: string;
+  usage: string;
+}
+
+// The flags, in the order -h lists them. Defaults are strings, parsed like
+// values from the command line or the environment.
+const flags = {
+  coordinator: { kind: "string", default: "127.0.0.1:50051", usage: "coordinator gRPC address (host:port)" },
+  tls: { kind: "bool", default: "false", usage: "connect to the coordinator over TLS (system roots unless --tls-ca)" },
+  "tls-ca": { kind: "string", default: "", usage: "PEM file of the CA that signed the coordinator's certificate; implies --tls" },
+  "token-file": {
+    kind: "string",
+    default: "",
+    usage: "file holding a bearer token sent with every coordinator call, re-read per call; only over TLS or to a loopback coordinator",
+  },
+  "call-timeout": { kind: "duration", default: "10s", usage: "deadline of each coordinator call" },
+  provider: { kind: "string", default: "http://127.0.0.1:8099", usage: "base URL of the payment provider (fakeprovider)" },
+  "provider-name": { kind: "string", default: "acme", usage: "the provider name of the jobs to claim" },
+  "worker-id": {
+    kind: "string",
+    default: "",
+    usage: "this worker's name in job histories and observation sources (default refund-worker-node-<hostname>-<pid>)",
+  },
+  concurrency: { kind: "int", default: "4", usage: "jobs worked at once (1..100); only that many are claimed (R18)" },
+  lease: { kind: "duration", default: "30s", usage: "lease to ask for (1s..15m); above the provider call's p99 and the deploy hand-over time (R17)" },
+  "provider-timeout": { kind: "duration", default: "3s", usage: "deadline of each provider call; shorter than --lease (R17)" },
+  "same-key-resends": {
+    kind: "bool",
+    default: "true",
+    usage: "the provider honours same-key, same-body resends inside its idempotency-key window (fakeprovider does); " +
+      "false: every \"no record\" reconcile goes to manual review (R14, R16)",
+  },
+  "resend-margin": { kind: "duration", default: "5m", usage: "no same-key resend is started closer than this to the job's resend deadline (R22)" },
+  "pending-delay": { kind: "duration", default: "30s", usage: "when to reconcile a pending refund again (R4)" },
+  "unknown-delay": { kind: "duration", default: "5s", usage: "when to reconcile after a provider call whose outcome is unknown (R14)" },
+  "claim-wait": { kind: "duration", default: "10s", usage: "long-poll each claim up to this long (0..60s); 0: poll every second" },
+  "drain-timeout": { kind: "duration", default: "30s", usage: "on SIGTERM, how long jobs in flight may finish their provider call and write-back" },
+  "log-level": { kind: "string", default: "info", usage: "log level: debug, info, warn or error" },
+} satisfies Record<string, FlagSpec>;
+
+type FlagName = keyof typeof flags;
+
+/** UsageError is a bad flag or variable; main prints it with the usage. */
+export class UsageError extends Error {}
+
+/** envName is the variable standing in for a flag: REFUNDWORKER_<FLAG>. */
+export function envName(flag: string): string {
+  return `REFUNDWORKER_${flag.toUpperCase().replaceAll("-", "_")}`;
+}
+
+/**
+ * parseConfig reads the command line, then REFUNDWORKER_* variables for the
+ * flags not given, then the defaults. Throws UsageError.
+ */
+export function parseConfig(argv: string[], env: NodeJS.ProcessEnv): Config | "help" {
+  const options: Record<string, { type: "string" | "boolean"; short?: string }> = { help: { type: "boolean", short: "h" } };
+  for (const [name, spec] of Object.entries(flags)) {
+    options[name] = { type: spec.kind === "bool" ? "boolean" : "string" };
+    if (spec.kind === "bool") {
+      options[`no-${name}`] = { type: "boolean" };
+    }
+  }
+  let values: Record<string, string | boolean | undefined>;
+  try {
+    ({ values } = parseArgs({ args: goStyle(argv), options, strict: true, allowPositionals: false }));
+  } catch (err) {
+    throw new UsageError((err as Error).message);
+  }
+  if (values["help"]) {
+    return "help";
+  }
+  const raw = (name: FlagName): { value: string; from: string } => {
+    const given = values[name];
+    if (given !== undefined) {
+      return { value: String(given), from: `--${name}` };
+    }
+    if (values[`no-${name}`] !== undefined) {
+      return { value: String(!values[`no-${name}`]), from: `--no-${name}` };
+    }
+    const fromEnv = env[envName(name)];
+    if (fromEnv !== undefined) {
+      return { value: fromEnv, from: envName(name) };
+    }
+    return { value: flags[name].default, from: `--${name} default` };
+  };
+  const str = (name: FlagName): string => raw(name).value;
+  const dur = (name: FlagName): number => {
+    const { value, from } = raw(name);
+    const ms = parseDuration(value);
+    if (ms === undefined) {
+      throw new UsageError(`${from}: ${JSON.stringify(value)} is not a duration (e.g. 2s, 1500ms, 1m30s)`);
+    }
+    return ms;
+  };
+  const int = (name: FlagName): number => {
+    const { value, from } = raw(name);
+    if (!/^-?\d+$/.test(value.trim())) {
+      throw new UsageError(`${from}: ${JSON.stringify(value)} is not an integer`);
+    }
+    return Number.parseInt(value, 10);
+  };
+  const bool = (name: FlagName): boolean => {
+    const { value, from } = raw(name);
+    const v = value.trim().toLowerCase();
+    if (["1", "t", "true"].includes(v)) return true;
+    if (["0", "f", "false"].includes(v)) return false;
+    throw new UsageError(`${from}: ${JSON.stringify(value)} is not a boolean`);
+  };
+
+  const c: Config = {
+    coordinator: str("coordinator"),
+    tlsCA: str("tls-ca"),
+    useTLS: bool("tls"),
+    tokenFile: str("token-file"),
+    callTimeoutMs: dur("call-timeout"),
+    provider: str("provider").replace(/\/+$/, ""),
+    providerName: str("provider-name"),
+    workerId: str("worker-id") || `refund-worker-node-${hostname()}-${process.pid}`.slice(0, 128),
+    concurrency: int("concurrency"),
+    leaseMs: dur("lease"),
+    providerTimeoutMs: dur("provider-timeout"),
+    sameKeyResends: bool("same-key-resends"),
+    resendMarginMs: dur("resend-margin"),
+    pendingDelayMs: dur("pending-delay"),
+    unknownDelayMs: dur("unknown-delay"),
+    claimWaitMs: dur("claim-wait"),
+    drainTimeoutMs: dur("drain-timeout"),
+    logLevel: str("log-level") as Level,
+  };
+  c.useTLS ||= c.tlsCA !== "";
+  let url: URL;
+  try {
+    url = new URL(c.provider);
+  } catch {
+    throw new UsageError(`--provider: ${JSON.stringify(c.provider)} is not a URL`);
+  }
+  switch (true) {
+    case url.protocol !== "http:" && url.protocol !== "https:":
+      throw new UsageError(`--provider must be an http:// or https:// URL, got ${c.provider}`);
+    case !(c.concurrency >= 1 && c.concurrency <= 100):
+      throw new UsageError(`--concurrency must be 1..100, got ${c.concurrency}`);
+    case !(c.leaseMs >= 1_000 && c.leaseMs <= 15 * 60_000):
+      throw new UsageError(`--lease must be between 1s and 15m, got ${c.leaseMs} ms`);
+    case !(c.providerTimeoutMs > 0 && c.providerTimeoutMs < c.leaseMs):
+      // R17: the Worker cuts every provider call at this deadline, so the
+      // write-back lands inside the lease.
+      throw new UsageError(`--provider-timeout must be positive and shorter than --lease, got ${c.providerTimeoutMs} ms`);
+    case !(c.claimWaitMs >= 0 && c.claimWaitMs <= 60_000):
+      throw new UsageError(`--claim-wait must be 0..60s, got ${c.claimWaitMs} ms`);
+    case c.callTimeoutMs <= 0:
+      throw new UsageError(`--call-timeout must be positive, got ${c.callTimeoutMs} ms`);
+    case !(c.logLevel in levels):
+      throw new UsageError(`--log-level must be debug, info, warn or error, got ${JSON.stringify(c.logLevel)}`);
+    case c.tokenFile !== "" && !c.useTLS && !isLoopback(c.coordinator):
+      throw new UsageError("--token-file needs TLS (--tls or --tls-ca) unless the coordinator is on loopback: " +
+        "a bearer token never crosses a network in plaintext");
+  }
+  return c;
+}
+
+/**
+ * goStyle rewrites the command-line forms Go's flag package accepts and
+ * parseArgs does not: a single dash (-lease 2s) and a boolean with a value
+ * (--tls=false).
+ */
+function goStyle(argv: string[]): string[] {
+  return argv.map((arg) => {
+    const m = /^--?([a-z][a-z-]*)(?:=(.*))?$/.exec(arg);
+    if (!m || !(m[1]! in flags || m[1] === "help")) {
+      return arg;
+    }
+    const name = m[1]!;
+    const value = m[2];
+    if (value !== undefined && name in flags && flags[name as FlagName].kind === "bool") {
+      const v = value.trim().toLowerCase();
+      if (["0", "f", "false"].includes(v)) return `--no-${name}`;
+      if (["1", "t", "true"].includes(v)) return `--${name}`;
+    }
+    return value === undefined ? `--${name}` : `--${name}=${value}`;
+  });
+}
+
+/**
+ * parseDuration reads a Go-style duration ("2s", "1500ms", "1m30s", "0") into
+ * milliseconds; undefined when it is not one.
+ */
+export function parseDuration(s: string): number | undefined {
+  const units: Record<string, number> = { ns: 1e-6, us: 1e-3, "µs": 1e-3, ms: 1, s: 1_000, m: 60_000, h: 3_600_000 };
+  const text = s.trim();
+  if (text === "0") {
+    return 0;
+  }
+  const part = /(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)/y;
+  let ms = 0;
+  let at = 0;
+  while (at < text.length) {
+    part.lastIndex = at;
+    const m = part.exec(text);
+    if (!m) {
+      return undefined;
+    }
+    ms += Number(m[1]) * units[m[2]!]!;
+    at = part.lastIndex;
+  }
+  return at > 0 ? ms : undefined;
+}
+
+function isLoopback(address: string): boolean {
+  const host = address.replace(/^https?:\/\//, "").replace(/:\d+$/, "").replace(/^\[|\]$/g, "");
+  return host === "localhost" || host === "::1" || /^127\.\d+\.\d+\.\d+$/.test(host);
+}
+
+function usage(): string {
+  const lines = [
+    "Usage: refund-worker [flags]",
+    "",
+    "Works refund jobs from a jobfence coordinator against a payment provider until SIGTERM (then drains).",
+    "Every flag falls back to the environment variable REFUNDWORKER_<FLAG> (upper case, '-' as '_'),",
+    "e.g. REFUNDWORKER_COORDINATOR. Boolean flags also take --no-<flag>.",
+    "",
+  ];
+  for (const [name, spec] of Object.entries(flags) as Array<[string, FlagSpec]>) {
+    const dflt = spec.default === "" ? "" : ` (default ${spec.default})`;
+    lines.push(`  --${name}${spec.kind === "bool" ? "" : ` <${spec.kind}>`}`, `        ${spec.usage}${dflt}`);
+  }
+  return lines.join("\n");
+}
+
+// ---------------------------------------------------------------------------
+// Logging: JSON lines on stderr.
+
+const levels = { debug: 0, info: 1, warn: 2, error: 3 } as const;
+type Level = keyof typeof levels;
+
+/** Logger writes one JSON object per line; bigints are written as strings. */
+class Logger {
+  constructor(
+    private readonly min: Level,
+    private readonly base: Record<string, unknown>,
+  ) {}
+
+  log(level: Level, msg: string, fields: Record<string, unknown> = {}): void {
+    if (levels[level] < levels[this.min]) {
+      return;
+    }
+    const rec = { time: new Date().toISOString(), level, msg, ...this.base, ...fields };
+    process.stderr.write(`${JSON.stringify(rec, (_k, v: unknown) => (typeof v === "bigint" ? v.toString() : v))}\n`);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// The provider over HTTP
+
+/** ProviderRefund is a refund as the provider reports it. */
+export interface ProviderRefund {
+  id: string;
+  payment_id: string;
+  merchant_reference: string;
+  status: "pending" | "succeeded" | "failed" | string;
+  failure_reason?: string;
+}
+
+/**
+ * NoReplyError: no complete HTTP reply came (connection refused or cut, the
+ * call's signal aborted, a truncated body). The request may or may not have
+ * been processed: the outcome is unknown (T3).
+ */
+export class NoReplyError extends Error {}
+
+/** ProviderStatusError is an error reply; `code` is the provider's error code. */
+export class ProviderStatusError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+  ) {
+    super(`provider: ${status} ${code}: ${message}`);
+  }
+}
+
+interface Reply {
+  status: number;
+  body: string;
+}
+
+/**
+ * ProviderClient talks to the fake provider's refunds API. Each call sends
+ * exactly one HTTP request: nothing in it repeats a request, whatever the
+ * answer (or its absence).
+ */
+export class ProviderClient {
+  private readonly base: URL;
+  private readonly agent: http.Agent;
+  private readonly transport: typeof http | typeof https;
+
+  constructor(baseUrl: string, maxSockets: number) {
+    this.base = new URL(baseUrl.endsWith("/") ? baseUrl : `${baseUrl}/`);
+    const secure = this.base.protocol === "https:";
+    this.transport = secure ? https : http;
+    this.agent = secure ? new https.Agent({ keepAlive: true, maxSockets }) : new http.Agent({ keepAlive: true, maxSockets });
+  }
+
+  /**
+   * createRefund POSTs /v1/refunds under the operation key (R1): it is the
+   * Idempotency-Key and the merchant reference; the attempt is never sent (R2).
+   */
+  async createRefund(
+    operationKey: string,
+    p: { paymentId: string; amountMinor: bigint; currency: string },
+    signal: AbortSignal,
+  ): Promise<ProviderRefund> {
+    // Built by hand so that the int64 amount stays exact (JSON.stringify has no bigint).
+    const body = `{"payment_id":${JSON.stringify(p.paymentId)},"amount_minor":${p.amountMinor.toString()},` +
+      `"currency":${JSON.stringify(p.currency)},"merchant_reference":${JSON.stringify(operationKey)}}`;
+    const reply = await this.request("POST", "v1/refunds", signal, body, { "Idempotency-Key": operationKey });
+    return decode<ProviderRefund>(reply);
+  }
+
+  /** findByReference lists the visible refunds under a merchant reference, oldest first. */
+  async findByReference(merchantReference: string, signal: AbortSignal): Promise<ProviderRefund[]> {
+    const reply = await this.request("GET", `v1/refunds?merchant_reference=${encodeURIComponent(merchantReference)}`, signal);
+    return decode<{ data: ProviderRefund[] | null }>(reply).data ?? [];
+  }
+
+  /** getRefund returns one refund, or undefined on 404 (which under lookup lag proves nothing). */
+  async getRefund(id: string, signal: AbortSignal): Promise<ProviderRefund | undefined> {
+    const reply = await this.request("GET", `v1/refunds/${encodeURIComponent(id)}`, signal);
+    if (reply.status === 404) {
+      return undefined;
+    }
+    return decode<ProviderRefund>(reply);
+  }
+
+  /** close ends the idle keep-alive connections. */
+  close(): void {
+    this.agent.destroy();
+  }
+
+  private request(method: string, path: string, signal: AbortSignal, body?: string, headers: Record<string, string> = {}): Promise<Reply> {
+    const url = new URL(path, this.base);
+    return new Promise<Reply>((resolve, reject) => {
+      const fail = (why: string, cause?: unknown): void =>
+        reject(new NoReplyError(`provider: no reply to ${method} ${url.pathname}: ${why}`, { cause }));
+      if (signal.aborted) {
+        fail("cancelled before sending", signal.reason);
+        return;
+      }
+      const req = this.transport.request(url, {
+        method,
+        agent: this.agent,
+        signal,
+        headers: {
+          Accept: "application/json",
+          ...(body === undefined ? {} : { "Content-Type": "application/json", "Content-Length": Buffer.byteLength(body) }),
+          ...headers,
+        },
+      });
+      req.on("error", (err) => fail(err.message, err));
+      req.on("response", (res) => {
+        const chunks: Buffer[] = [];
+        res.on("data", (c: Buffer) => chunks.push(c));
+        res.on("error", (err) => fail(`reading the reply: ${err.message}`, err));
+        res.on("close", () => {
+          if (!res.complete) {
+            fail("connection closed inside the reply");
+            return;
+          }
+          resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString("utf8") });
+        });
+      });
+      req.end(body);
+    });
+  }
+}
+
+function decode<T>(reply: Reply): T {
+  if (reply.status >= 300) {
+    let code = "";
+    let message = reply.body.trim();
+    try {
+      const e = (JSON.parse(reply.body) as { error?: { code?: string; message?: string } }).error;
+      code = e?.code ?? "";
+      message = e?.message ?? message;
+    } catch {
+      // not the provider's error shape; keep the raw text
+    }
+    throw new ProviderStatusError(reply.status, code, message);
+  }
+  try {
+    return JSON.parse(reply.body) as T;
+  } catch (err) {
+    // A reply we cannot read tells nothing: unknown outcome.
+    throw new Error(`provider: unreadable reply: ${(err as Error).message}`);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Handlers: provider answers → ProviderResult
+
+/** resultOf reads one provider refund (R4: pending is not success). Throws on an unknown status. */
+export function resultOf(r: ProviderRefund): ProviderResult {
+  switch (r.status) {
+    case "succeeded":
+      return { kind: "succeeded", providerRefundId: r.id };
+    case "pending":
+      return { kind: "pending", detail: `refund ${r.id} pending` };
+    case "failed":
+      return { kind: "failed", reason: `refund ${r.id} ${r.failure_reason || "failed"}` };
+  }
+  throw new Error(`provider: refund ${r.id} in unknown status ${JSON.stringify(r.status)}`);
+}
+
+/**
+ * reconcileResult turns what the provider holds under one operation key
+ * into an answer: one live refund → its status; several → a person looks;
+ * only failed ones → failed; none → not_found, which proves nothing (R14).
+ */
+export function reconcileResult(found: ProviderRefund[]): ProviderResult {
+  const live = found.filter((r) => r.status !== "failed");
+  if (live.length > 1) {
+    return { kind: "escalate", reason: `provider shows ${live.length} live refunds for this operation key: ${live.map((r) => r.id).join(", ")}` };
+  }
+  if (live.length === 1) {
+    return resultOf(live[0]!);
+  }
+  if (found.length > 0) {
+    return resultOf(found[found.length - 1]!);
+  }
+  return { kind: "not_found", detail: "no refund under this merchant reference" };
+}
+
+/** handlers returns the Worker's refund and reconcile handlers for the provider. */
+export function handlers(pay: ProviderClient): { refund(job: WorkerJob): Promise<ProviderResult>; reconcile(job: WorkerJob): Promise<ProviderResult> } {
+  return {
+    async refund(job) {
+      try {
+        const r = await pay.createRefund(
+          job.operationKey,
+          { paymentId: job.job.paymentId, amountMinor: job.job.amountMinor, currency: job.job.currency },
+          job.signal,
+        );
+        return resultOf(r);
+      } catch (err) {
+        if (err instanceof ProviderStatusError && err.code === "idempotency_key_reused") {
+          // The key was used for a different refund: the binding of R1 broke.
+          return { kind: "escalate", reason: "provider: Idempotency-Key already used with different parameters (R1)" };
+        }
+        if (err instanceof ProviderStatusError && err.status >= 400 && err.status < 500) {
+          // Refused as invalid: nothing is stored under the key.
+          return { kind: "failed", reason: err.message };
+        }
+        // No reply, 5xx (a real provider does not promise it did nothing):
+        // the outcome is unknown (R14).
+        throw err;
+      }
+    },
+    async reconcile(job) {
+      const found = await pay.findByReference(job.operationKey, job.signal);
+      // R15: receipts already filed for the job name refund ids; verify the
+      // ones the lookup did not return.
+      for (const o of job.claimed.observations) {
+        const id = o.providerRefundId;
+        if (id === "" || found.some((f) => f.id === id)) {
+          continue;
+        }
+        const r = await pay.getRefund(id, job.signal);
+        if (r !== undefined && r.merchant_reference === job.operationKey) {
+          found.push(r);
+        }
+      }
+      return reconcileResult(found);
+    },
+  };
+}
+
+// ---------------------------------------------------------------------------
+// Counters (M1)
+
+/** Stats counts what the worker did, logged when it stops. */
+export interface Stats {
+  claimed: number;
+  takeovers: number;
+  reconciles: number;
+  completed: number;
+  rescheduled: number;
+  escalated: number;
+  replayed: number;
+  stale_rejected: number;
+  observations: number;
+  unknown_outcomes: number;
+  provider_deadlines: number;
+  resends_refused: number;
+  write_failures: number;
+  claim_failures: number;
+}
+
+function track(stats: Stats, log: Logger, e: WorkerEvent): void {
+  switch (e.type) {
+    case "claimed":
+      stats.claimed++;
+      if (e.takeover) stats.takeovers++;
+      if (e.nextAction !== NextAction.REFUND) stats.reconciles++;
+      log.log(e.takeover ? "info" : "debug", e.takeover ? "job taken over" : "job claimed", {
+        job_id: e.jobId, operation_key: e.operationKey, attempt: e.attempt, next_action: NextAction[e.nextAction],
+      });
+      return;
+    case "written": {
+      const d = e.decision;
+      if (e.replayed) stats.replayed++;
+      if (d.kind === "complete") stats.completed++;
+      else if (d.kind === "reschedule") stats.rescheduled++;
+      else stats.escalated++;
+      const fields = { job_id: e.jobId, operation_key: e.operationKey, attempt: e.attempt, replayed: e.replayed };
+      if (d.kind === "complete") log.log("debug", "job completed", { ...fields, provider_refund_id: d.providerRefundId });
+      else if (d.kind === "reschedule") log.log("info", "job rescheduled", { ...fields, next_action: NextAction[d.nextAction], delay_ms: d.delayMs, reason: d.reason });
+      else log.log("warn", "job escalated to manual review", { ...fields, reason: d.reason });
+      return;
+    }
+    case "stale":
+      stats.stale_rejected++;
+      log.log("info", "write-back rejected by the fence; filing the answer as an observation", {
+        job_id: e.jobId, operation_key: e.operationKey, attempt: e.attempt, reason: e.error.reason,
+        current_attempt: e.error.currentAttempt,
+      });
+      return;
+    case "observation":
+      if (!e.duplicate) stats.observations++;
+      log.log("info", "observation filed", { job_id: e.jobId, operation_key: e.operationKey, attempt: e.attempt, duplicate: e.duplicate });
+      return;
+    case "handler_error":
+      stats.unknown_outcomes++;
+      log.log("info", "provider call failed; outcome unknown", {
+        job_id: e.jobId, operation_key: e.operationKey, attempt: e.attempt, error: errorText(e.error),
+      });
+      return;
+    case "resend_refused":
+      stats.resends_refused++;
+      log.log("warn", "same-key resend refused before sending; escalating", { job_id: e.jobId, operation_key: e.operationKey, attempt: e.attempt, reason: e.reason });
+      return;
+    case "provider_deadline":
+      stats.provider_deadlines++;
+      log.log("warn", "provider call outlived its deadline; outcome unknown", { job_id: e.jobId, operation_key: e.operationKey, attempt: e.attempt });
+      return;
+    case "write_retry":
+      log.log("warn", "write-back repeated after UNAVAILABLE (R21)", { job_id: e.jobId, attempt: e.attempt, retry: e.retry, error: e.error.message });
+      return;
+    case "write_failed":
+      stats.write_failures++;
+      log.log("warn", "write-back failed; the lease will lapse and a takeover reconciles", { job_id: e.jobId, attempt: e.attempt, error: e.error.message });
+      return;
+    case "observation_failed":
+      log.log("warn", "filing an observation failed", { job_id: e.jobId, attempt: e.attempt, error: e.error.message });
+      return;
+    case "claim_failed":
+      stats.claim_failures++;
+      log.log("warn", "claim failed; nothing acted on (R7)", { error: e.error.message, reason: e.error.reason });
+      return;
+  }
+}
+
+function errorText(err: unknown): string {
+  if (!(err instanceof Error)) {
+    return String(err);
+  }
+  const cause = err.cause instanceof Error ? `: ${err.cause.message}` : "";
+  return err.message.endsWith(cause.slice(2)) ? err.message : `${err.message}${cause}`;
+}
+
+// ---------------------------------------------------------------------------
+// main
+
+async function main(): Promise<number> {
+  let cfg: Config | "help";
+  try {
+    cfg = parseConfig(process.argv.slice(2), process.env);
+  } catch (err) {
+    if (err instanceof UsageError) {
+      process.stderr.write(`refund-worker: ${err.message}\n\n${usage()}\n`);
+      return 2;
+    }
+    throw err;
+  }
+  if (cfg === "help") {
+    process.stdout.write(`${usage()}\n`);
+    return 0;
+  }
+  const c = cfg;
+  const log = new Logger(c.logLevel, { worker_id: c.workerId });
+
+  let tls: TLSOptions | undefined;
+  if (c.useTLS) {
+    tls = c.tlsCA === "" ? true : { ca: readFileSync(c.tlsCA) };
+  }
+  const client = new CoordinatorClient({
+    address: c.coordinator,
+    tls,
+    token: c.tokenFile === "" ? undefined : () => readFileSync(c.tokenFile, "utf8").trim(),
+    defaultTimeoutMs: c.callTimeoutMs,
+  });
+  const pay = new ProviderClient(c.provider, c.concurrency);
+  const stats: Stats = {
+    claimed: 0, takeovers: 0, reconciles: 0, completed: 0, rescheduled: 0, escalated: 0, replayed: 0,
+    stale_rejected: 0, observations: 0, unknown_outcomes: 0, provider_deadlines: 0, resends_refused: 0, write_failures: 0, claim_failures: 0,
+  };
+  const worker = new Worker({
+    client,
+    workerId: c.workerId,
+    handlers: handlers(pay),
+    concurrency: c.concurrency,
+    leaseMs: c.leaseMs,
+    provider: c.providerName,
+    providerCallTimeoutMs: c.providerTimeoutMs,
+    sameKeyResendSafe: c.sameKeyResends,
+    resendMarginMs: c.resendMarginMs,
+    pendingDelayMs: c.pendingDelayMs,
+    unknownOutcomeDelayMs: c.unknownDelayMs,
+    claimWaitMs: c.claimWaitMs,
+    onEvent: (e) => track(stats, log, e),
+  });
+
+  const signalled = new Promise<NodeJS.Signals>((resolve) => {
+    const first = (sig: NodeJS.Signals): void => {
+      resolve(sig);
+      // A second signal does not wait for the drain.
+      const again = (s: NodeJS.Signals): void => {
+        log.log("warn", "second signal: exiting without draining", { signal: s });
+        process.exit(1);
+      };
+      process.once("SIGTERM", again);
+      process.once("SIGINT", again);
+    };
+    process.once("SIGTERM", first);
+    process.once("SIGINT", first);
+  });
+
+  worker.start();
+  log.log("info", "refund-worker started", {
+    coordinator: c.coordinator, provider: c.provider, provider_name: c.providerName, concurrency: c.concurrency,
+    lease_ms: c.leaseMs, provider_timeout_ms: c.providerTimeoutMs, pid: process.pid,
+  });
+
+  const sig = await signalled;
+  log.log("info", "draining: no more claims; finishing the jobs in flight", { signal: sig, in_flight: worker.inFlight });
+  let timer: NodeJS.Timeout | undefined;
+  const drained = await Promise.race([
+    worker.stop().then(() => true),
+    new Promise<false>((resolve) => {
+      timer = setTimeout(() => resolve(false), c.drainTimeoutMs);
+    }),
+  ]);
+  clearTimeout(timer);
+  if (!drained) {
+    // Their leases expire and a takeover reconciles them (R6, R14).
+    log.log("warn", "drain timeout: jobs still in flight are cut off", { in_flight: worker.inFlight });
+  }
+  client.close();
+  pay.close();
+  log.log("info", "refund-worker stopped", { drained, stats });
+  return drained ? 0 : 1;
+}
+
+// Run main only when executed, not when imported (the tests import the
+// pure parts).
+if (process.argv[1] !== undefined && realpathSync(process.argv[1]) === fileURLToPath(import.meta.url)) {
+  main().then(
+    (code) => process.exit(code),
+    (err: unknown) => {
+      process.stderr.write(`refund-worker: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
+      process.exit(1);
+    },
+  );
+}

@@ -1,0 +1,64 @@
+// The example refund worker's pure parts: configuration (flags and
+// REFUNDWORKER_* variables, as in the Go example worker) and what provider
+// answers mean (R4, R14). The worker itself runs in mixed-fleet.test.
+
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+
+import { UsageError, parseConfig, parseDuration, reconcileResult, resultOf, type ProviderRefund } from "../examples/refund-worker.js";
+
+const refund = (id: string, status: string): ProviderRefund => ({ id, status, payment_id: "pay-1", merchant_reference: "op-1" });
+
+describe("refund-worker configuration", () => {
+  it("reads Go-style durations", () => {
+    assert.equal(parseDuration("2s"), 2_000);
+    assert.equal(parseDuration("1500ms"), 1_500);
+    assert.equal(parseDuration("1m30s"), 90_000);
+    assert.equal(parseDuration("0.5s"), 500);
+    assert.equal(parseDuration("0"), 0);
+    for (const bad of ["", "2", "s", "2 s", "-1s", "2x"]) {
+      assert.equal(parseDuration(bad), undefined, bad);
+    }
+  });
+
+  it("takes flags first, then REFUNDWORKER_* variables, then defaults", () => {
+    const c = parseConfig(["--lease", "2s", "-concurrency", "8", "--same-key-resends=false"], {
+      REFUNDWORKER_LEASE: "9s",
+      REFUNDWORKER_PROVIDER_TIMEOUT: "1500ms",
+      REFUNDWORKER_WORKER_ID: "node-7",
+    });
+    assert.ok(c !== "help");
+    assert.equal(c.leaseMs, 2_000, "the flag wins over the variable");
+    assert.equal(c.providerTimeoutMs, 1_500, "the variable stands in for the flag");
+    assert.equal(c.workerId, "node-7");
+    assert.equal(c.concurrency, 8, "a single dash, as Go's flag package allows");
+    assert.equal(c.sameKeyResends, false);
+    assert.equal(c.coordinator, "127.0.0.1:50051");
+    assert.equal(parseConfig(["-h"], {}), "help");
+  });
+
+  it("refuses a provider timeout that does not fit in the lease (R17) and a plaintext token off loopback", () => {
+    assert.throws(() => parseConfig(["--lease", "2s", "--provider-timeout", "2s"], {}), UsageError);
+    assert.throws(() => parseConfig([], { REFUNDWORKER_CONCURRENCY: "0" }), /REFUNDWORKER_CONCURRENCY|concurrency/);
+    assert.throws(() => parseConfig(["--lease", "soon"], {}), /--lease/);
+    assert.throws(() => parseConfig(["--coordinator", "10.0.0.1:50051", "--token-file", "/t"], {}), /TLS/);
+    assert.doesNotThrow(() => parseConfig(["--coordinator", "127.0.0.1:50051", "--token-file", "/t"], {}));
+    assert.throws(() => parseConfig(["--bogus"], {}), UsageError);
+  });
+});
+
+describe("refund-worker answers", () => {
+  it("pending is not success (R4)", () => {
+    assert.deepEqual(resultOf(refund("re_1", "succeeded")), { kind: "succeeded", providerRefundId: "re_1" });
+    assert.equal(resultOf(refund("re_1", "pending")).kind, "pending");
+    assert.equal(resultOf(refund("re_1", "failed")).kind, "failed");
+    assert.throws(() => resultOf(refund("re_1", "reversed")), /unknown status/);
+  });
+
+  it("no record is not proof, two live refunds need a person (R14)", () => {
+    assert.equal(reconcileResult([]).kind, "not_found");
+    assert.deepEqual(reconcileResult([refund("re_1", "failed"), refund("re_2", "succeeded")]), { kind: "succeeded", providerRefundId: "re_2" });
+    assert.equal(reconcileResult([refund("re_1", "failed")]).kind, "failed");
+    assert.equal(reconcileResult([refund("re_1", "succeeded"), refund("re_2", "pending")]).kind, "escalate");
+  });
+});
