@@ -355,6 +355,9 @@ func (w *Worker) claimLoop(jobCtx context.Context) {
 			w.pause(budget.RetryAfter, nil)
 			continue
 		}
+		if err != nil && w.stopping() {
+			break // the long poll was cancelled by the shutdown, not failed
+		}
 		if err != nil {
 			// R7: a failed claim, CLAIM_OUTCOME_UNKNOWN included, grants
 			// nothing to act on. A job it did commit comes back through a
