@@ -82,7 +82,11 @@ func (p ListParams) Cursor() (Cursor, bool, error) {
 	}
 	c := Cursor{ID: id}
 	if p.Order() != ByID {
-		c.At = time.UnixMicro(at).UTC()
+		// A real token holds a stored time; a forged one must not reach the
+		// database as a time it cannot represent.
+		if c.At = time.UnixMicro(at).UTC(); c.At.Before(minTime) || !c.At.Before(maxTime) {
+			return Cursor{}, false, fmt.Errorf("not a page token")
+		}
 	}
 	return c, true, nil
 }

@@ -1,7 +1,9 @@
 package storetest
 
 import (
+	"math"
 	"slices"
+	"time"
 	"testing"
 
 	"github.com/jobfence/jobfence/store"
@@ -83,6 +85,11 @@ func testListJobsKeyset(t *testing.T, s store.Store) {
 		_, err := s.List(ctxFor(t), p)
 		wantViolation(t, err, field)
 	}
+	// A forged token whose time no column can hold is refused, not passed on.
+	forged := store.ListParams{Limit: 2, OrderID: "order-X"}
+	forged.PageToken = forged.NextToken(store.Job{ID: 1, CreatedAt: time.UnixMicro(math.MaxInt64)})
+	_, err = s.List(ctxFor(t), forged)
+	wantViolation(t, err, "page_token")
 	// A token is bound to its filters.
 	_, err = s.List(ctxFor(t), store.ListParams{Limit: 2, Provider: "globex", PageToken: page.NextPageToken})
 	wantViolation(t, err, "page_token")
