@@ -3,8 +3,8 @@ package storetest
 import (
 	"math"
 	"slices"
-	"time"
 	"testing"
+	"time"
 
 	"github.com/jobfence/jobfence/store"
 )
