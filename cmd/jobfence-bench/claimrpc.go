@@ -1,0 +1,107 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	pb "github.com/jobfence/jobfence/gen/jobfence/v1"
+)
+
+// claimResult is one scenario B run at one concurrency.
+type claimResult struct {
+	concurrency int
+	claims      int // measured claims
+	empty       int // measured claims that granted nothing
+	elapsed     time.Duration
+	lat         latencies // Claim round trips, measured on the claimer
+	returns     latencies // Reschedule round trips
+}
+
+// claimLevels is scenario B: Claim RPC latency on the full history at each
+// --claim-levels concurrency, against the coordinator process started by
+// historyStages.
+func (b *bench) claimLevels(ctx context.Context) error {
+	for _, n := range b.cfg.claimLevels {
+		r, err := b.claimRun(ctx, n, b.cfg.claimDuration)
+		if err != nil {
+			return err
+		}
+		b.summary("claim_rpc", "concurrency", n, "claims", r.claims, "empty", r.empty,
+			"claims_per_s", num(float64(r.claims)/r.elapsed.Seconds(), 0),
+			"p50_ms", ms(r.lat.percentile(0.50)), "p95_ms", ms(r.lat.percentile(0.95)),
+			"p99_ms", ms(r.lat.percentile(0.99)), "reschedule_p95_ms", ms(r.returns.percentile(0.95)))
+	}
+	return b.stopCoordinator()
+}
+
+// claimRun runs n claimers, each on its own connection, for a warm-up and then
+// for d. A claimer claims one job and hands it straight back with Reschedule
+// to the same next_attempt_at and next action, so the table keeps its shape
+// (200 due jobs, the same order) however long the run; only attempt grows.
+func (b *bench) claimRun(ctx context.Context, n int, d time.Duration) (claimResult, error) {
+	r := claimResult{concurrency: n}
+	clients, closeAll, err := b.coord.clients(n)
+	if err != nil {
+		return r, err
+	}
+	defer closeAll()
+	warm := min(time.Second, d/2)
+	start := time.Now()
+	measureFrom, end := start.Add(warm), start.Add(warm+d)
+	var mu sync.Mutex
+	err = parallel(ctx, n, func(ctx context.Context, w int) error {
+		c := clients[w]
+		var lat, returns latencies
+		empty := 0
+		worker := fmt.Sprintf("bench-claimer-%d", w)
+		for time.Now().Before(end) {
+			t0 := time.Now()
+			resp, err := c.Claim(ctx, &pb.ClaimRequest{WorkerId: worker, MaxJobs: 1, LeaseDuration: durationpb.New(time.Minute)})
+			took := time.Since(t0)
+			if err != nil {
+				return fmt.Errorf("claim (%d claimers): %w", n, err)
+			}
+			measured := t0.After(measureFrom)
+			if measured {
+				lat = append(lat, took)
+			}
+			if len(resp.Jobs) == 0 {
+				if measured {
+					empty++
+				}
+				continue
+			}
+			for _, j := range resp.Jobs {
+				t1 := time.Now()
+				_, err := c.Reschedule(ctx, &pb.RescheduleRequest{
+					JobId: j.Job.Id, Attempt: j.Attempt, NextAction: pb.NextAction_NEXT_ACTION_REFUND,
+					When:   &pb.RescheduleRequest_NextAttemptAt{NextAttemptAt: j.Job.NextAttemptAt},
+					Reason: "benchmark: handed back unchanged",
+				})
+				if err != nil {
+					return fmt.Errorf("reschedule job %d attempt %d: %w", j.Job.Id, j.Attempt, err)
+				}
+				if measured {
+					returns = append(returns, time.Since(t1))
+				}
+			}
+		}
+		mu.Lock()
+		r.lat = append(r.lat, lat...)
+		r.returns = append(r.returns, returns...)
+		r.empty += empty
+		mu.Unlock()
+		return nil
+	})
+	r.elapsed = time.Since(measureFrom)
+	r.claims = len(r.lat)
+	if err != nil {
+		return r, err
+	}
+	b.logf("claim run: %d claimers, %d claims (%d empty) in %s", n, r.claims, r.empty, r.elapsed.Round(10*time.Millisecond))
+	return r, nil
+}

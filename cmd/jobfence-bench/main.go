@@ -1,0 +1,223 @@
+// Command jobfence-bench measures jobfence on MySQL with the articles' data
+// shape (Q3, Q4) and prints one key=value summary line per scenario:
+//
+//	A  candidate query latency at 0 / 200k / 2M finished rows, and its plans (Q3, Q5)
+//	B  Claim RPC latency at 1 / 16 / 64 concurrent claimers, through a coordinator process
+//	C  end-to-end drain of a backlog through gRPC, against the same transactions
+//	   issued in-process through the store (the direct baseline), and Q6's arithmetic
+//	D  the coordinator's CPU per job and peak RSS under C's load
+//	E  enqueue→completed latency at a steady 100 / 500 / 1,000 jobs/s with long-polling workers
+//
+// Every run creates a fresh database on the server named by --mysql-dsn and drops
+// it at the end (unless --keep). It exits non-zero when a scenario fails
+// functionally (a job not drained, an RPC error), never because of a number.
+// docs/BENCHMARKS.md describes the scenarios and the results.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "jobfence-bench:", err)
+		os.Exit(1)
+	}
+}
+
+// config is the bench's flags. Sizes marked "quick" have smaller defaults
+// under --quick.
+type config struct {
+	mysqlDSN       string
+	quick          bool
+	keep           bool
+	resultsDir     string
+	coordinatorBin string
+	coordFlags     []string
+	scenarios      string
+	cpuProfile     string
+	maxConns       int
+
+	historyStages  []int // finished rows at which scenario A measures (quick)
+	candidateReps  int   // repetitions per candidate-query measurement (quick)
+	candidateLimit int
+
+	claimLevels   []int
+	claimDuration time.Duration // per concurrency level (quick)
+
+	backlog int // due jobs drained by scenario C, per run (quick)
+	workers int
+	batch   int
+
+	latencyRates    []int
+	latencyDuration time.Duration // per rate (quick)
+	latencyWorkers  int
+	latencySlots    int
+	claimWait       time.Duration
+}
+
+func (c config) mode() string {
+	if c.quick {
+		return "quick"
+	}
+	return "full"
+}
+
+func (c config) runs(scenario byte) bool { return strings.IndexByte(c.scenarios, scenario) >= 0 }
+
+func parseFlags(args []string, stderr io.Writer) (config, error) {
+	var c config
+	var stages, levels, rates, coordFlags string
+	fs := flag.NewFlagSet("jobfence-bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.mysqlDSN, "mysql-dsn", "",
+		"MySQL server to benchmark on (go-sql-driver format, e.g. root@tcp(127.0.0.1:3306)/); required. "+
+			"Each run creates its own database jfbench_<time> there; the database part of the DSN is ignored")
+	fs.BoolVar(&c.quick, "quick", false,
+		"a reduced run for CI (under a minute): 200k rows, small backlogs, short latency runs")
+	fs.BoolVar(&c.keep, "keep", false, "keep the benchmark database instead of dropping it at the end")
+	fs.StringVar(&c.resultsDir, "results", "bench/results",
+		"where to write the summary and the query plans (files named full-* or quick-*)")
+	fs.StringVar(&c.coordinatorBin, "coordinator-bin", "",
+		"coordinator binary to benchmark; when empty, ./cmd/coordinator is built (run from the module)")
+	fs.StringVar(&coordFlags, "coordinator-flags", "",
+		"extra flags for the coordinator process, space-separated, e.g. '--claim-poll-interval 50ms'")
+	fs.StringVar(&c.scenarios, "scenarios", "abce",
+		"which scenarios to run: letters of a (candidate query), b (Claim RPC), c (end-to-end; d comes with it), e (latency)")
+	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write the bench process's CPU profile to this file")
+	fs.IntVar(&c.maxConns, "mysql-max-conns", 32,
+		"connection pool of the coordinator (--mysql-max-conns) and of the in-process direct baseline")
+	fs.StringVar(&stages, "history", "0,200000,1990000",
+		"finished rows at which scenario A measures, ascending; the last is the history of B, C and E (quick: 0,20000,190000)")
+	fs.IntVar(&c.candidateReps, "candidate-reps", 3000, "repetitions per candidate-query measurement (quick: 500)")
+	fs.IntVar(&c.candidateLimit, "candidate-limit", 10, "LIMIT of the candidate query (a claim's max_jobs)")
+	fs.StringVar(&levels, "claim-levels", "1,16,64", "concurrent claimers of scenario B")
+	fs.DurationVar(&c.claimDuration, "claim-duration", 10*time.Second,
+		"measured time per scenario B level, after a warm-up (quick: 1.5s)")
+	fs.IntVar(&c.backlog, "backlog", 50000, "due jobs drained by scenario C, once through gRPC and once direct (quick: 5000)")
+	fs.IntVar(&c.workers, "workers", 16, "concurrent workers of scenario C (gRPC and direct alike)")
+	fs.IntVar(&c.batch, "batch", 10, "max_jobs per claim in scenario C")
+	fs.StringVar(&rates, "latency-rates", "100,500,1000", "producer rates (jobs/s) of scenario E")
+	fs.DurationVar(&c.latencyDuration, "latency-duration", 20*time.Second, "producer run per rate in scenario E (quick: 2s)")
+	fs.IntVar(&c.latencyWorkers, "latency-workers", 8, "long-polling workers of scenario E")
+	fs.IntVar(&c.latencySlots, "latency-slots", 4, "jobs each scenario E worker handles at once (its max_jobs when idle)")
+	fs.DurationVar(&c.claimWait, "claim-wait", 5*time.Second, "Claim long-poll wait of scenario E workers")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: jobfence-bench --mysql-dsn DSN [--quick] [flags]\n\n"+
+			"Seeds the articles' data shape into a fresh database, runs scenarios A-E against a\n"+
+			"coordinator process and prints one key=value summary line per scenario.\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if c.mysqlDSN == "" {
+		return c, errors.New("--mysql-dsn is required, e.g. --mysql-dsn 'root@tcp(127.0.0.1:3306)/'")
+	}
+	if c.quick {
+		given := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+		quick := map[string]string{
+			"history": "0,20000,190000", "candidate-reps": "500", "claim-duration": "1.5s",
+			"backlog": "5000", "latency-duration": "2s",
+		}
+		for name, v := range quick {
+			if !given[name] {
+				if err := fs.Set(name, v); err != nil {
+					return c, err
+				}
+			}
+		}
+	}
+	c.coordFlags = strings.Fields(coordFlags)
+	var err error
+	if c.historyStages, err = intList("history", stages); err != nil {
+		return c, err
+	}
+	for i := 1; i < len(c.historyStages); i++ {
+		if c.historyStages[i] < c.historyStages[i-1] {
+			return c, fmt.Errorf("--history must be ascending, got %q", stages)
+		}
+	}
+	if c.claimLevels, err = intList("claim-levels", levels); err != nil {
+		return c, err
+	}
+	if c.latencyRates, err = intList("latency-rates", rates); err != nil {
+		return c, err
+	}
+	for _, s := range c.scenarios {
+		if !strings.ContainsRune("abcde", s) {
+			return c, fmt.Errorf("--scenarios: unknown scenario %q (letters of abce)", s)
+		}
+	}
+	switch {
+	case c.candidateReps < 1, c.candidateLimit < 1, c.backlog < 1, c.workers < 1, c.latencyWorkers < 1:
+		return c, errors.New("counts must be at least 1")
+	case c.batch < 1 || c.batch > 100, c.latencySlots < 1 || c.latencySlots > 100:
+		return c, errors.New("--batch and --latency-slots must be between 1 and 100 (Claim's max_jobs)")
+	case c.claimDuration <= 0, c.latencyDuration <= 0, c.claimWait < 0 || c.claimWait > time.Minute:
+		return c, errors.New("durations must be positive (--claim-wait at most 1m)")
+	}
+	return c, nil
+}
+
+func intList(name, s string) ([]int, error) {
+	var out []int
+	for _, part := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(part))
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("--%s: %q is not a list of non-negative integers", name, s)
+		}
+		out = append(out, n)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("--%s is empty", name)
+	}
+	return out, nil
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c, err := parseFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	if c.cpuProfile != "" {
+		f, err := os.Create(c.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	b, err := newBench(ctx, c, stdout, stderr)
+	if err != nil {
+		return err
+	}
+	err = b.run(ctx)
+	if cerr := b.close(); err == nil {
+		err = cerr
+	}
+	return err
+}
