@@ -114,11 +114,29 @@ func (b *bench) drain(ctx context.Context, tag string, d drainer) (drainResult, 
 			if len(grants) == 0 {
 				return nil
 			}
+			// Like a worker runtime, every claimed job is worked at once and
+			// written back on its own (the SDKs run one goroutine or promise
+			// per claimed job).
+			errs := make(chan error, len(grants))
 			for _, g := range grants {
-				if err := d.complete(ctx, w, g); err != nil {
-					return fmt.Errorf("%s drain: complete job %d attempt %d: %w", tag, g.id, g.attempt, err)
+				go func(g grant) {
+					if err := d.complete(ctx, w, g); err != nil {
+						errs <- fmt.Errorf("%s drain: complete job %d attempt %d: %w", tag, g.id, g.attempt, err)
+						return
+					}
+					errs <- nil
+				}(g)
+			}
+			var first error
+			for range grants {
+				if err := <-errs; err != nil && first == nil {
+					first = err
+				} else if err == nil {
+					mine = append(mine, time.Since(start))
 				}
-				mine = append(mine, time.Since(start))
+			}
+			if first != nil {
+				return first
 			}
 		}
 	})

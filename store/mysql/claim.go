@@ -10,7 +10,7 @@ const (
 
 	// R6, R23: expired leases, oldest first. SKIP LOCKED lets concurrent
 	// claimers pass each other (R13); the lock is what grants, not the read.
-	lockExpiredLeases = `SELECT ` + jobColumns + ` FROM refund_jobs FORCE INDEX (ix_refund_jobs_lease)
+	lockExpiredLeases = `SELECT ` + sqlbase.HasObservations + `, ` + jobColumns + ` FROM refund_jobs FORCE INDEX (ix_refund_jobs_lease)
  WHERE state = 'running' AND lease_until <= ?%s
  ORDER BY lease_until, id
  LIMIT ?
@@ -19,11 +19,28 @@ const (
 	// Q1, Q2, R23: ready and due, oldest first, stable by id (Q4). FORCE
 	// INDEX keeps the (state, next_attempt_at, id) walk even with a provider
 	// filter, whose own index would mean a sort of all that provider's rows.
-	lockDueJobs = `SELECT ` + jobColumns + ` FROM refund_jobs FORCE INDEX (ix_refund_jobs_due)
+	lockDueJobs = `SELECT ` + sqlbase.HasObservations + `, ` + jobColumns + ` FROM refund_jobs FORCE INDEX (ix_refund_jobs_due)
  WHERE state = 'ready' AND next_attempt_at <= ?%s
  ORDER BY next_attempt_at, id
  LIMIT ?
  FOR UPDATE SKIP LOCKED`
+
+	// The two candidate groups and the clock in one round trip: UTC_TIMESTAMP
+	// is one value for the whole statement, the cutoff of both groups (R12,
+	// Q1).
+	lockCandidates = `(SELECT UTC_TIMESTAMP(6), 1, ` + sqlbase.HasObservations + `, ` + jobColumns + `
+   FROM refund_jobs FORCE INDEX (ix_refund_jobs_lease)
+  WHERE state = 'running' AND lease_until <= UTC_TIMESTAMP(6)%[1]s
+  ORDER BY lease_until, id
+  LIMIT ?
+  FOR UPDATE SKIP LOCKED)
+UNION ALL
+(SELECT UTC_TIMESTAMP(6), 0, ` + sqlbase.HasObservations + `, ` + jobColumns + `
+   FROM refund_jobs FORCE INDEX (ix_refund_jobs_due)
+  WHERE state = 'ready' AND next_attempt_at <= UTC_TIMESTAMP(6)%[1]s
+  ORDER BY next_attempt_at, id
+  LIMIT ?
+  FOR UPDATE SKIP LOCKED)`
 
 	// R5, R6: bump attempt under the row locks taken above. The WHERE re-checks
 	// the conditions. Assignment order matters on MySQL (left to right, later
@@ -62,6 +79,7 @@ var claimSQL = sqlbase.ClaimSQL{
 	Now:             selectNow,
 	ExpiredLeases:   lockExpiredLeases,
 	DueJobs:         lockDueJobs,
+	Candidates:      lockCandidates,
 	Grant:           claimLocked,
 	Observations:    selectObservationsOf,
 	AllBudgets:      selectAllBudgets,

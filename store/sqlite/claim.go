@@ -13,13 +13,13 @@ const (
 	// index and sort. No SKIP LOCKED in SQLite: the
 	// claim's BEGIN IMMEDIATE holds the only write lock, so nothing read here
 	// can be claimed by anyone else before this transaction commits (R13).
-	selectExpiredLeases = `SELECT ` + jobColumns + ` FROM refund_jobs INDEXED BY ix_refund_jobs_lease
+	selectExpiredLeases = `SELECT ` + sqlbase.HasObservations + `, ` + jobColumns + ` FROM refund_jobs INDEXED BY ix_refund_jobs_lease
  WHERE state = 'running' AND lease_until <= ?%s
  ORDER BY lease_until, id
  LIMIT ?`
 
 	// Q1, Q2, R23: ready and due, oldest first, stable by id (Q4).
-	selectDueJobs = `SELECT ` + jobColumns + ` FROM refund_jobs INDEXED BY ix_refund_jobs_due
+	selectDueJobs = `SELECT ` + sqlbase.HasObservations + `, ` + jobColumns + ` FROM refund_jobs INDEXED BY ix_refund_jobs_due
  WHERE state = 'ready' AND next_attempt_at <= ?%s
  ORDER BY next_attempt_at, id
  LIMIT ?`

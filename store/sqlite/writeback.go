@@ -59,7 +59,7 @@ func writeTx(ctx context.Context, tx *sql.Tx, ws []store.Writeback, idx []int) (
 		return store.BatchPlan{}, err
 	}
 	for rows.Next() {
-		j, err := scanJob(sqlbase.Prefixed{Row: rows, First: &now})
+		j, err := scanJob(sqlbase.Prefixed{Row: rows, First: []any{&now}})
 		if err != nil {
 			rows.Close()
 			return store.BatchPlan{}, err

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/jobfence/jobfence/store"
@@ -17,8 +16,15 @@ type ClaimSQL struct {
 	// Now reads the database clock (R12).
 	Now string
 	// ExpiredLeases and DueJobs lock (or, under a database-wide write lock,
-	// select) candidates, oldest first (R6, Q1, R23).
+	// select) candidates, oldest first (R6, Q1, R23). Their rows are
+	// HasObservations then the job's columns.
 	ExpiredLeases, DueJobs string
+	// Candidates, when the backend has it, reads the clock and both groups of
+	// candidates in one statement (one round trip instead of three). Its rows
+	// are the database time, 1 for an expired lease, HasObservations, the
+	// job's columns; %[1]s takes the filter (in both groups), the arguments are
+	// the filter's and a limit, twice. Used when no budget is configured.
+	Candidates string
 	// Grant bumps the candidates in %s: arguments first_sent_at, lease_until,
 	// worker_id, updated_at, the ids, then the cutoff twice for the re-check.
 	Grant string
@@ -48,60 +54,79 @@ LIMIT 1`
 	deleteBudget = `DELETE FROM provider_budgets WHERE provider = ?`
 )
 
+// HasObservations is the column every candidate query starts with: whether
+// receipts are on file for the job (R15), so that only those are read.
+const HasObservations = `EXISTS (SELECT 1 FROM refund_observations o WHERE o.job_id = refund_jobs.id)`
+
+// candidate is a job a claim holds, before the budget and the grant.
+type candidate struct {
+	store.Job
+	takeover bool
+	hasObs   bool
+}
+
 // ClaimTx is the claim transaction: read the clock, leave out providers whose
 // budget is empty, lock expired leases then due jobs, cap each provider at
 // what its budget allows and take the tokens (R19), bump the rest (R5, R6),
 // record the history and attach the receipts (R15). budgeted says whether any
 // budget is configured; when none is, the budget steps cost nothing.
 func ClaimTx(ctx context.Context, tx *sql.Tx, q ClaimSQL, p store.ClaimParams, budgeted bool) ([]store.ClaimedJob, error) {
-	var now time.Time
-	if err := tx.QueryRowContext(ctx, q.Now).Scan(Time{&now}); err != nil {
-		return nil, err
+	filter, filterArgs := "", []any(nil)
+	if p.Provider != "" {
+		filter, filterArgs = " AND provider = ?", []any{p.Provider}
 	}
+	var now time.Time
+	var locked []candidate
 	var budgets map[string]store.Budget
 	var exhausted []string
-	if budgeted {
+	if q.Candidates != "" && !budgeted {
 		var err error
-		if budgets, err = readBudgets(ctx, tx, q, nil); err != nil {
+		if now, locked, err = lockCandidates(ctx, tx, q, p, filter, filterArgs); err != nil {
 			return nil, err
 		}
-		for name, b := range budgets {
-			if b.Available(now) < 1 && (p.Provider == "" || p.Provider == name) {
-				exhausted = append(exhausted, name)
+	} else {
+		if err := tx.QueryRowContext(ctx, q.Now).Scan(Time{&now}); err != nil {
+			return nil, err
+		}
+		if budgeted {
+			var err error
+			if budgets, err = readBudgets(ctx, tx, q, nil); err != nil {
+				return nil, err
 			}
+			for name, b := range budgets {
+				if b.Available(now) < 1 && (p.Provider == "" || p.Provider == name) {
+					exhausted = append(exhausted, name)
+				}
+			}
+			slices.Sort(exhausted)
 		}
-		slices.Sort(exhausted)
-	}
-
-	var filters []string
-	var filterArgs []any
-	if p.Provider != "" {
-		filters, filterArgs = append(filters, "provider = ?"), append(filterArgs, p.Provider)
-	}
-	if len(exhausted) > 0 {
-		filters = append(filters, "provider NOT IN ("+Placeholders(len(exhausted))+")")
-		filterArgs = append(filterArgs, strArgs(exhausted)...)
-	}
-	filter := ""
-	if len(filters) > 0 {
-		filter = " AND " + strings.Join(filters, " AND ")
-	}
-	lock := func(query string, limit int) ([]store.Job, error) {
-		args := append(append([]any{q.At(now)}, filterArgs...), limit)
-		return QueryAll(ctx, tx, q.ScanJob, fmt.Sprintf(query, filter), args...)
-	}
-	// R23: takeovers first, then due jobs, each group oldest first.
-	locked, err := lock(q.ExpiredLeases, p.MaxJobs)
-	if err != nil {
-		return nil, err
-	}
-	if rest := p.MaxJobs - len(locked); rest > 0 {
-		due, err := lock(q.DueJobs, rest)
-		if err != nil {
+		if len(exhausted) > 0 {
+			filter += " AND provider NOT IN (" + Placeholders(len(exhausted)) + ")"
+			filterArgs = append(filterArgs, strArgs(exhausted)...)
+		}
+		lock := func(query string, limit int, takeover bool) ([]candidate, error) {
+			args := append(append([]any{q.At(now)}, filterArgs...), limit)
+			return QueryAll(ctx, tx, func(row Scanner) (candidate, error) {
+				c := candidate{takeover: takeover}
+				var err error
+				c.Job, err = q.ScanJob(Prefixed{Row: row, First: []any{&c.hasObs}})
+				return c, err
+			}, fmt.Sprintf(query, filter), args...)
+		}
+		// R23: takeovers first, then due jobs, each group oldest first.
+		var err error
+		if locked, err = lock(q.ExpiredLeases, p.MaxJobs, true); err != nil {
 			return nil, err
 		}
-		locked = append(locked, due...)
+		if rest := p.MaxJobs - len(locked); rest > 0 {
+			due, err := lock(q.DueJobs, rest, false)
+			if err != nil {
+				return nil, err
+			}
+			locked = append(locked, due...)
+		}
 	}
+	var err error
 	if budgeted {
 		if locked, err = spendBudgets(ctx, tx, q, locked, now); err != nil {
 			return nil, err
@@ -114,9 +139,13 @@ func ClaimTx(ctx context.Context, tx *sql.Tx, q ClaimSQL, p store.ClaimParams, b
 	ids := make([]int64, len(locked))
 	claimed := make([]store.ClaimedJob, len(locked))
 	events := make([]store.Event, len(locked))
+	var withObs []int
 	for i, cur := range locked {
 		ids[i] = cur.ID
-		claimed[i], events[i] = p.Grant(cur, now)
+		claimed[i], events[i] = p.Grant(cur.Job, now)
+		if cur.hasObs {
+			withObs = append(withObs, i)
+		}
 	}
 	args := append([]any{q.At(now), q.At(claimed[0].Job.LeaseUntil), p.WorkerID, q.At(now)}, Int64Args(ids)...)
 	args = append(args, q.At(now), q.At(now))
@@ -137,7 +166,7 @@ func ClaimTx(ctx context.Context, tx *sql.Tx, q ClaimSQL, p store.ClaimParams, b
 	// R15: hand the receipts on file to the new holder. Read before COMMIT so
 	// that a failure here grants nothing, rather than granting jobs the caller
 	// never hears of.
-	if err := AttachObservations(ctx, tx, claimed, q.Observations, q.ScanObservation); err != nil {
+	if err := attachObservations(ctx, tx, claimed, withObs, q.Observations, q.ScanObservation); err != nil {
 		return nil, err
 	}
 	return claimed, nil
@@ -146,7 +175,7 @@ func ClaimTx(ctx context.Context, tx *sql.Tx, q ClaimSQL, p store.ClaimParams, b
 // spendBudgets locks the budgets of the candidates' providers, keeps of each
 // provider's candidates (in claim order) only as many as its tokens allow,
 // and takes those tokens (R19). Candidates left out stay untouched.
-func spendBudgets(ctx context.Context, tx *sql.Tx, q ClaimSQL, locked []store.Job, now time.Time) ([]store.Job, error) {
+func spendBudgets(ctx context.Context, tx *sql.Tx, q ClaimSQL, locked []candidate, now time.Time) ([]candidate, error) {
 	var providers []string
 	for _, j := range locked {
 		if !slices.Contains(providers, j.Provider) {
@@ -214,6 +243,34 @@ func budgetWait(ctx context.Context, tx *sql.Tx, q ClaimSQL, budgets map[string]
 		}
 	}
 	return &store.BudgetExhaustedError{RetryAfter: wait}
+}
+
+// lockCandidates runs the one-statement candidate query: the database clock,
+// then expired leases before due jobs, at most MaxJobs in all (R23). Due jobs
+// locked beyond that stay untouched and are released at COMMIT.
+func lockCandidates(ctx context.Context, tx *sql.Tx, q ClaimSQL, p store.ClaimParams, filter string,
+	filterArgs []any) (time.Time, []candidate, error) {
+	args := append(append([]any(nil), filterArgs...), p.MaxJobs)
+	args = append(append(args, filterArgs...), p.MaxJobs)
+	var now time.Time
+	rows, err := QueryAll(ctx, tx, func(row Scanner) (candidate, error) {
+		var c candidate
+		var err error
+		c.Job, err = q.ScanJob(Prefixed{Row: row, First: []any{Time{&now}, &c.takeover, &c.hasObs}})
+		return c, err
+	}, fmt.Sprintf(q.Candidates, filter), args...)
+	if err != nil {
+		return now, nil, err
+	}
+	var takeovers, due []candidate
+	for _, c := range rows {
+		if c.takeover {
+			takeovers = append(takeovers, c)
+		} else {
+			due = append(due, c)
+		}
+	}
+	return now, append(takeovers, due[:min(len(due), p.MaxJobs-len(takeovers))]...), nil
 }
 
 // readBudgets reads the budgets of providers (every budget when nil); the

@@ -200,15 +200,18 @@ func (b *Backend) WriteMany(ctx context.Context, ws []store.Writeback) []store.W
 	})
 }
 
-// AttachObservations reads the receipts on file for the claimed jobs (R15)
-// with query, whose %s takes the id placeholders, and attaches them.
-func AttachObservations(ctx context.Context, q Querier, claimed []store.ClaimedJob, query string,
+// attachObservations reads the receipts on file for claimed[i], i in idx
+// (R15), with query, whose %s takes the id placeholders, and attaches them.
+func attachObservations(ctx context.Context, q Querier, claimed []store.ClaimedJob, idx []int, query string,
 	scan func(Scanner) (store.Observation, error)) error {
-	ids := make([]int64, len(claimed))
-	index := make(map[int64]int, len(claimed))
-	for i, c := range claimed {
-		ids[i] = c.Job.ID
-		index[c.Job.ID] = i
+	if len(idx) == 0 {
+		return nil
+	}
+	ids := make([]int64, len(idx))
+	index := make(map[int64]int, len(idx))
+	for n, i := range idx {
+		ids[n] = claimed[i].Job.ID
+		index[claimed[i].Job.ID] = i
 	}
 	obs, err := QueryAll(ctx, q, scan, fmt.Sprintf(query, Placeholders(len(ids))), Int64Args(ids)...)
 	if err != nil {
@@ -268,15 +271,17 @@ func QueryAll[T any](ctx context.Context, q Querier, scan func(Scanner) (T, erro
 	return out, rows.Err()
 }
 
-// Prefixed scans a leading extra column into First and the rest into the
+// Prefixed scans leading extra columns into First and the rest into the
 // destinations of the wrapped scan.
 type Prefixed struct {
 	Row   Scanner
-	First any
+	First []any
 }
 
 // Scan implements Scanner.
-func (p Prefixed) Scan(dest ...any) error { return p.Row.Scan(append([]any{p.First}, dest...)...) }
+func (p Prefixed) Scan(dest ...any) error {
+	return p.Row.Scan(append(append([]any(nil), p.First...), dest...)...)
+}
 
 // Placeholders returns "?, ?, …" for n values.
 func Placeholders(n int) string {
