@@ -81,7 +81,7 @@ type Job struct {
 	State            State
 	Attempt          int64 // R2: the fencing token, bumped by every claim and takeover
 	NextAction       NextAction
-	NextAttemptAt    time.Time // running: the lease's end, when a takeover may come
+	NextAttemptAt    time.Time
 	LeaseUntil       time.Time // zero unless running
 	ProviderRefundID string
 	WorkerID         string // the holder of the current (or last) attempt
@@ -288,10 +288,6 @@ func (p ClaimParams) Grant(job Job, now time.Time) (ClaimedJob, Event) {
 	job.State = StateRunning
 	job.Attempt++ // R2
 	job.LeaseUntil = now.Add(p.Lease).Truncate(time.Microsecond)
-	// A running job may next be attempted when its lease ends, by a takeover
-	// (R6): one index on (state, next_attempt_at, id) then finds both due and
-	// expired jobs (Q2).
-	job.NextAttemptAt = job.LeaseUntil
 	job.WorkerID = p.WorkerID
 	job.UpdatedAt = now
 	kind := EventClaimed

@@ -8,13 +8,11 @@ const (
 	// R12: one cutoff per claim, from the database's clock.
 	selectNow = `SELECT UTC_TIMESTAMP(6)`
 
-	// R6, R23: expired leases, oldest first. A running job's next_attempt_at
-	// is its lease's end, so the one (state, next_attempt_at, id) index
-	// serves takeovers too (Q2). SKIP LOCKED lets concurrent
+	// R6, R23: expired leases, oldest first. SKIP LOCKED lets concurrent
 	// claimers pass each other (R13); the lock is what grants, not the read.
-	lockExpiredLeases = `SELECT ` + sqlbase.HasObservations + `, ` + jobColumns + ` FROM refund_jobs FORCE INDEX (ix_refund_jobs_due)
- WHERE state = 'running' AND next_attempt_at <= ?%s
- ORDER BY next_attempt_at, id
+	lockExpiredLeases = `SELECT ` + sqlbase.HasObservations + `, ` + jobColumns + ` FROM refund_jobs FORCE INDEX (ix_refund_jobs_lease)
+ WHERE state = 'running' AND lease_until <= ?%s
+ ORDER BY lease_until, id
  LIMIT ?
  FOR UPDATE SKIP LOCKED`
 
@@ -31,9 +29,9 @@ const (
 	// is one value for the whole statement, the cutoff of both groups (R12,
 	// Q1).
 	lockCandidates = `(SELECT UTC_TIMESTAMP(6), 1, ` + sqlbase.HasObservations + `, ` + jobColumns + `
-   FROM refund_jobs FORCE INDEX (ix_refund_jobs_due)
-  WHERE state = 'running' AND next_attempt_at <= UTC_TIMESTAMP(6)%[1]s
-  ORDER BY next_attempt_at, id
+   FROM refund_jobs FORCE INDEX (ix_refund_jobs_lease)
+  WHERE state = 'running' AND lease_until <= UTC_TIMESTAMP(6)%[1]s
+  ORDER BY lease_until, id
   LIMIT ?
   FOR UPDATE SKIP LOCKED)
 UNION ALL
@@ -56,7 +54,6 @@ UNION ALL
   state         = 'running',
   attempt       = attempt + 1,
   lease_until   = ?,
-  next_attempt_at = ?,
   worker_id     = ?,
   updated_at    = ?
  WHERE id IN (%s)

@@ -167,9 +167,7 @@ func (s *Store) ExpireLease(ctx context.Context, jobID int64) error {
 	return fmt.Errorf("%w: job %d", store.ErrNotRunning, jobID)
 }
 
-const expireLease = `UPDATE refund_jobs
-   SET lease_until = TIMESTAMPADD(MICROSECOND, -1, UTC_TIMESTAMP(6)),
-       next_attempt_at = TIMESTAMPADD(MICROSECOND, -1, UTC_TIMESTAMP(6))
+const expireLease = `UPDATE refund_jobs SET lease_until = TIMESTAMPADD(MICROSECOND, -1, UTC_TIMESTAMP(6))
  WHERE id = ? AND state = 'running'`
 
 // asDatetime stores a time in a DATETIME(6) column.

@@ -36,7 +36,6 @@ const (
   state         = 'running',
   attempt       = attempt + 1,
   lease_until   = ?,
-  next_attempt_at = ?,
   worker_id     = ?,
   updated_at    = ?
  WHERE id IN (%s)

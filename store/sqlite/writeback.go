@@ -46,7 +46,7 @@ SELECT id, operation_key, provider, provider_refund_id, amount_minor, currency, 
 
 	// R8: only opens the job to takeover; a microsecond in the past so that a
 	// claim in the same millisecond already sees it expired.
-	expireLease = `UPDATE refund_jobs SET lease_until = ` + nowMicros + ` - 1, next_attempt_at = ` + nowMicros + ` - 1
+	expireLease = `UPDATE refund_jobs SET lease_until = ` + nowMicros + ` - 1
  WHERE id = ? AND state = 'running'`
 )
 

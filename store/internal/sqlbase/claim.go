@@ -26,9 +26,7 @@ type ClaimSQL struct {
 	// the filter's and a limit, twice. Used when no budget is configured.
 	Candidates string
 	// Grant bumps the candidates in %s: arguments first_sent_at, lease_until,
-	// next_attempt_at (the lease's end: when a takeover may next attempt the
-	// job), worker_id, updated_at, the ids, then the cutoff twice for the
-	// re-check.
+	// worker_id, updated_at, the ids, then the cutoff twice for the re-check.
 	Grant string
 	// Observations reads the receipts of the jobs in %s (R15).
 	Observations string
@@ -149,8 +147,7 @@ func ClaimTx(ctx context.Context, tx *sql.Tx, q ClaimSQL, p store.ClaimParams, b
 			withObs = append(withObs, i)
 		}
 	}
-	lease := q.At(claimed[0].Job.LeaseUntil)
-	args := append([]any{q.At(now), lease, lease, p.WorkerID, q.At(now)}, Int64Args(ids)...)
+	args := append([]any{q.At(now), q.At(claimed[0].Job.LeaseUntil), p.WorkerID, q.At(now)}, Int64Args(ids)...)
 	args = append(args, q.At(now), q.At(now))
 	res, err := tx.ExecContext(ctx, fmt.Sprintf(q.Grant, Placeholders(len(ids))), args...)
 	if err != nil {
