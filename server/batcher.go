@@ -5,80 +5,79 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/jobfence/jobfence/store"
 )
 
-// writeBatcher coalesces concurrent write-backs into shared transactions:
-// one COMMIT for many Completes is what lets a backlog drain faster than one
-// durable commit per job. It adds no wait: an idle flusher takes a write at
-// once; only writes that arrive while every flusher is busy are gathered into
-// the next batch. Each write is still fenced on its own and answered on its
-// own (R9, R21).
-type writeBatcher struct {
-	store    store.Store
-	queue    chan *writeCall
+// batcher coalesces concurrent calls into shared transactions: one COMMIT
+// for many enqueues or write-backs is what lets a backlog drain faster than
+// one durable commit per job. It adds no wait: an idle flusher takes a call
+// at once; only calls that arrive while every flusher is busy are gathered
+// into the next batch. The store answers each call of a batch on its own.
+type batcher[In, Out any] struct {
+	run      func(context.Context, []In) []Out
+	queue    chan *batchCall[In, Out]
 	maxBatch int
 	timeout  time.Duration
 	sizes    prometheus.Observer
 }
 
-type writeCall struct {
-	w    store.Writeback
-	out  store.WriteOutcome
+type batchCall[In, Out any] struct {
+	in   In
+	out  Out
 	done chan struct{}
 }
 
-// newWriteBatcher starts flushers goroutines that run batches of up to
-// maxBatch writes, each in a transaction bounded by timeout.
-func newWriteBatcher(st store.Store, flushers, maxBatch int, timeout time.Duration, sizes prometheus.Observer) *writeBatcher {
-	b := &writeBatcher{store: st, queue: make(chan *writeCall, flushers*maxBatch), maxBatch: maxBatch, timeout: timeout,
-		sizes: sizes}
+// newBatcher starts flushers goroutines that hand batches of up to maxBatch
+// calls to run, each under timeout.
+func newBatcher[In, Out any](run func(context.Context, []In) []Out, flushers, maxBatch int, timeout time.Duration,
+	sizes prometheus.Observer) *batcher[In, Out] {
+	b := &batcher[In, Out]{run: run, queue: make(chan *batchCall[In, Out], flushers*maxBatch), maxBatch: maxBatch,
+		timeout: timeout, sizes: sizes}
 	for i := 0; i < flushers; i++ {
 		go b.flush()
 	}
 	return b
 }
 
-// Write queues w and waits for its outcome. If ctx ends first the write may
-// still be applied; repeating it is safe (R21).
-func (b *writeBatcher) Write(ctx context.Context, w store.Writeback) (store.WriteResult, error) {
-	c := &writeCall{w: w, done: make(chan struct{})}
+// do queues in and waits for its outcome. If ctx ends first the call may still
+// be applied; the calls batched here are all safe to repeat (R1, R21).
+func (b *batcher[In, Out]) do(ctx context.Context, in In) (Out, error) {
+	c := &batchCall[In, Out]{in: in, done: make(chan struct{})}
+	var zero Out
 	select {
 	case b.queue <- c:
 	case <-ctx.Done():
-		return store.WriteResult{}, ctx.Err()
+		return zero, ctx.Err()
 	}
 	select {
 	case <-c.done:
-		return c.out.Result, c.out.Err
+		return c.out, nil
 	case <-ctx.Done():
-		return store.WriteResult{}, ctx.Err()
+		return zero, ctx.Err()
 	}
 }
 
-func (b *writeBatcher) flush() {
-	batch := make([]*writeCall, 0, b.maxBatch)
-	ws := make([]store.Writeback, 0, b.maxBatch)
+func (b *batcher[In, Out]) flush() {
+	batch := make([]*batchCall[In, Out], 0, b.maxBatch)
+	ins := make([]In, 0, b.maxBatch)
 	for first := range b.queue {
-		batch, ws = append(batch[:0], first), append(ws[:0], first.w)
+		batch, ins = append(batch[:0], first), append(ins[:0], first.in)
 	gather:
 		for len(batch) < b.maxBatch {
 			select {
 			case c := <-b.queue:
-				batch, ws = append(batch, c), append(ws, c.w)
+				batch, ins = append(batch, c), append(ins, c.in)
 			default:
 				break gather
 			}
 		}
+		b.sizes.Observe(float64(len(batch)))
 		// The batch outlives any one caller: a caller that gives up must not
 		// cut the others' transaction.
-		b.sizes.Observe(float64(len(batch)))
 		ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
-		out := b.store.WriteMany(ctx, ws)
+		outs := b.run(ctx, ins)
 		cancel()
 		for i, c := range batch {
-			c.out = out[i]
+			c.out = outs[i]
 			close(c.done)
 		}
 	}

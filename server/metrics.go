@@ -14,12 +14,13 @@ import (
 // rejections, the age of the oldest unfinished job and the share of grants
 // that are reconciles, plus queue depth, batch sizes and gRPC server metrics.
 type Metrics struct {
-	takeovers  prometheus.Counter
-	stale      *prometheus.CounterVec
-	granted    *prometheus.CounterVec
-	claimBatch prometheus.Histogram
-	writeBatch prometheus.Histogram
-	grpc       *grpcprom.ServerMetrics
+	takeovers    prometheus.Counter
+	stale        *prometheus.CounterVec
+	granted      *prometheus.CounterVec
+	claimBatch   prometheus.Histogram
+	writeBatch   prometheus.Histogram
+	enqueueBatch prometheus.Histogram
+	grpc         *grpcprom.ServerMetrics
 }
 
 // NewMetrics registers the coordinator's metrics for st on reg.
@@ -47,6 +48,11 @@ func NewMetrics(reg prometheus.Registerer, st store.Store) *Metrics {
 			Help:    "Write-backs coalesced into one transaction.",
 			Buckets: []float64{1, 2, 5, 10, 20, 50, 100, 200},
 		}),
+		enqueueBatch: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "jobfence_enqueue_batch_size",
+			Help:    "Enqueues coalesced into one transaction.",
+			Buckets: []float64{1, 2, 5, 10, 20, 50, 100, 200},
+		}),
 		grpc: grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram(
 			grpcprom.WithHistogramBuckets([]float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 5, 30, 60}))),
 	}
@@ -56,7 +62,8 @@ func NewMetrics(reg prometheus.Registerer, st store.Store) *Metrics {
 	for _, rpc := range []string{"Complete", "Reschedule", "Escalate"} {
 		m.stale.WithLabelValues(rpc)
 	}
-	reg.MustRegister(m.takeovers, m.stale, m.granted, m.claimBatch, m.writeBatch, m.grpc, newStatsCollector(st))
+	reg.MustRegister(m.takeovers, m.stale, m.granted, m.claimBatch, m.writeBatch, m.enqueueBatch, m.grpc,
+		newStatsCollector(st))
 	return m
 }
 

@@ -31,9 +31,9 @@ type Options struct {
 	// it was not woken for: jobs enqueued through other replicas, delays that
 	// ran out, leases that expired. Default 200ms.
 	ClaimPollInterval time.Duration
-	// WriteFlushers is how many write-back transactions may run at once;
-	// concurrent write-backs beyond that are coalesced into shared
-	// transactions of up to WriteBatch writes. Defaults 4 and 128.
+	// WriteFlushers is how many enqueue and how many write-back transactions
+	// may run at once; concurrent calls beyond that are coalesced into shared
+	// transactions of up to WriteBatch calls. Defaults 2 and 128.
 	WriteFlushers int
 	WriteBatch    int
 	// Auth authenticates and authorises every call but health checks and
@@ -54,12 +54,13 @@ const MaxClaimWait = time.Minute
 // Server implements jobfence.v1.Coordinator on a store.Store.
 type Server struct {
 	pb.UnimplementedCoordinatorServer
-	store   store.Store
-	opts    Options
-	log     *slog.Logger
-	waiters waiters
-	writes  *writeBatcher
-	metrics *Metrics
+	store    store.Store
+	opts     Options
+	log      *slog.Logger
+	waiters  waiters
+	writes   *batcher[store.Writeback, store.WriteOutcome]
+	enqueues *batcher[store.EnqueueParams, store.EnqueueOutcome]
+	metrics  *Metrics
 }
 
 // New returns a Server on st. Zero options take their defaults.
@@ -74,7 +75,7 @@ func New(st store.Store, opts Options) *Server {
 		opts.ClaimPollInterval = 200 * time.Millisecond
 	}
 	if opts.WriteFlushers == 0 {
-		opts.WriteFlushers = 4
+		opts.WriteFlushers = 2
 	}
 	if opts.WriteBatch == 0 {
 		opts.WriteBatch = 128
@@ -86,7 +87,9 @@ func New(st store.Store, opts Options) *Server {
 		opts.Metrics = NewMetrics(prometheus.NewRegistry(), st)
 	}
 	return &Server{store: st, opts: opts, log: opts.Logger, metrics: opts.Metrics,
-		writes: newWriteBatcher(st, opts.WriteFlushers, opts.WriteBatch, time.Minute, opts.Metrics.writeBatch)}
+		writes: newBatcher(st.WriteMany, opts.WriteFlushers, opts.WriteBatch, time.Minute, opts.Metrics.writeBatch),
+		enqueues: newBatcher(st.EnqueueMany, opts.WriteFlushers, opts.WriteBatch, time.Minute,
+			opts.Metrics.enqueueBatch)}
 }
 
 // Drain makes waiting and future long-poll Claims return at once, so that a
@@ -102,7 +105,11 @@ func (s *Server) EnqueueRefund(ctx context.Context, req *pb.EnqueueRefundRequest
 	if err != nil {
 		return nil, s.toStatus(ctx, err, jobAttrs{key: req.GetOperationKey()})
 	}
-	job, created, err := s.store.Enqueue(ctx, p)
+	out, err := s.enqueues.do(ctx, p)
+	if err == nil {
+		err = out.Err
+	}
+	job, created := out.Job, out.Created
 	if err != nil {
 		return nil, s.toStatus(ctx, err, jobAttrs{id: job.ID, key: p.OperationKey})
 	}
@@ -209,7 +216,11 @@ func (s *Server) Escalate(ctx context.Context, req *pb.EscalateRequest) (*pb.Esc
 }
 
 func (s *Server) write(ctx context.Context, w store.Writeback) (store.WriteResult, error) {
-	res, err := s.writes.Write(ctx, w)
+	out, err := s.writes.do(ctx, w)
+	if err == nil {
+		err = out.Err
+	}
+	res := out.Result
 	if errors.Is(err, store.ErrStaleAttempt) {
 		s.metrics.stale.WithLabelValues(rpcOf(w.Kind)).Inc()
 	}

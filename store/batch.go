@@ -6,6 +6,13 @@ import (
 	"time"
 )
 
+// EnqueueOutcome is the answer to one enqueue of a batch.
+type EnqueueOutcome struct {
+	Job     Job
+	Created bool
+	Err     error
+}
+
 // WriteOutcome is the answer to one write-back of a batch.
 type WriteOutcome struct {
 	Result WriteResult

@@ -219,6 +219,12 @@ type Store interface {
 	// ErrKeyConflict.
 	Enqueue(ctx context.Context, p EnqueueParams) (job Job, created bool, err error)
 
+	// EnqueueMany enqueues several refunds in one transaction, each answered
+	// on its own exactly as Enqueue would answer it, in order (a key repeated
+	// in the batch answers like a second call). Used to coalesce concurrent
+	// enqueues into one COMMIT.
+	EnqueueMany(ctx context.Context, ps []EnqueueParams) []EnqueueOutcome
+
 	// Claim grants up to MaxJobs jobs, each bumped and committed (R5, R6, R23).
 	// Errors: *ValidationError, ErrClaimOutcomeUnknown (nothing may be acted on,
 	// R7), ErrUnavailable, *BudgetExhaustedError (nothing granted).

@@ -77,6 +77,7 @@ const (
 // everything back and are retried whole (R20).
 var claimSQL = sqlbase.ClaimSQL{
 	Now:             selectNow,
+	NowExpr:         `UTC_TIMESTAMP(6)`,
 	ExpiredLeases:   lockExpiredLeases,
 	DueJobs:         lockDueJobs,
 	Candidates:      lockCandidates,

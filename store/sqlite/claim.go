@@ -58,6 +58,7 @@ const (
 // (R13). A busy write lock leaves nothing behind and is retried whole (R20).
 var claimSQL = sqlbase.ClaimSQL{
 	Now:             selectNow,
+	NowExpr:         nowMicros,
 	ExpiredLeases:   selectExpiredLeases,
 	DueJobs:         selectDueJobs,
 	Grant:           claimSelected,

@@ -12,40 +12,12 @@ import (
 const (
 	// next_attempt_at is always set (DESIGN.md, Columns): the caller's
 	// not_before, else the database's now.
-	insertJob = `INSERT INTO refund_jobs
-  (operation_key, order_id, payment_id, amount_minor, currency, provider,
-   state, attempt, next_action, next_attempt_at, created_at, updated_at)
-VALUES (?, ?, ?, ?, ?, ?, 'ready', 0, 'refund', COALESCE(?, ` + nowMicros + `), ` + nowMicros + `, ` + nowMicros + `)
-RETURNING ` + jobColumns
-
-	// insertEventFromJob records the transition the job row now shows; the
-	// caller names the kind, the state it came from and the reason.
-	insertEventFromJob = `INSERT INTO refund_job_events
-  (job_id, attempt, kind, worker_id, from_state, to_state, next_action, provider_refund_id, reason, created_at)
-SELECT id, attempt, ?, worker_id, ?, state, next_action, COALESCE(provider_refund_id, ''), ?, updated_at
-  FROM refund_jobs WHERE id = ?`
-
 	selectJobByID   = `SELECT ` + jobColumns + ` FROM refund_jobs WHERE id = ?`
 	selectJobByKey  = `SELECT ` + jobColumns + ` FROM refund_jobs WHERE operation_key = ?`
 	selectJobsByIDs = `SELECT ` + jobColumns + ` FROM refund_jobs WHERE id IN (%s)`
 	selectEvents    = `SELECT ` + eventColumns + ` FROM refund_job_events WHERE job_id = ? ORDER BY id`
 	selectJobObs    = `SELECT ` + observationColumns + ` FROM refund_observations WHERE job_id = ? ORDER BY id`
 )
-
-// Enqueue implements store.Store.
-func (s *Store) Enqueue(ctx context.Context, p store.EnqueueParams) (store.Job, bool, error) {
-	insert := func(tx *sql.Tx) (store.Job, error) {
-		job, err := scanJob(tx.QueryRowContext(ctx, insertJob,
-			p.OperationKey, p.OrderID, p.PaymentID, p.AmountMinor, p.Currency, p.Provider, toMicros(p.NotBefore)))
-		if err != nil {
-			return job, err
-		}
-		_, err = tx.ExecContext(ctx, insertEventFromJob, store.EventEnqueued, "", "", job.ID)
-		return job, err
-	}
-	byKey := func(key string) (store.Job, error) { return s.jobByRef(ctx, store.JobRef{OperationKey: key}) }
-	return s.EnqueueWith(ctx, p, insert, byKey)
-}
 
 // Get implements store.Store. The job, its history and its observations are
 // read in one transaction, so they show one moment.

@@ -28,6 +28,7 @@ func Run(t *testing.T, open Opener) {
 		{"EnqueueIsIdempotentPerKey_R1", testEnqueueIdempotent},
 		{"EnqueueConflictingValuesRejected_R1", testEnqueueConflict},
 		{"EnqueueNotBeforeDefersClaim", testEnqueueNotBefore},
+		{"EnqueueManyAnswersEachOnItsOwn_R1", testEnqueueManyEachOnItsOwn},
 		{"BadInputRejectedNothingWritten", testBadInput},
 		{"ClaimBumpsAttemptUnderDBClock_R2_R5_R12", testClaimBumps},
 		{"ClaimOrderStableAndBounded_Q1_Q4_R23", testClaimOrder},

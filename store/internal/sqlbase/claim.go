@@ -13,8 +13,9 @@ import (
 // ClaimSQL is a backend's SQL for a claim. Candidate queries take, in order,
 // the cutoff, the filter's arguments and a limit; %s is where the filter goes.
 type ClaimSQL struct {
-	// Now reads the database clock (R12).
-	Now string
+	// Now reads the database clock (R12); NowExpr is that clock as an
+	// expression inside a statement.
+	Now, NowExpr string
 	// ExpiredLeases and DueJobs lock (or, under a database-wide write lock,
 	// select) candidates, oldest first (R6, Q1, R23). Their rows are
 	// HasObservations then the job's columns.

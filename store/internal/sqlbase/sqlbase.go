@@ -102,40 +102,6 @@ func (b *Backend) txOnce(ctx context.Context, fn func(*sql.Tx) error) error {
 	return nil
 }
 
-// EnqueueWith validates p and runs insert (the job and its history entry) in a
-// transaction. A duplicate key answers with the existing job when it is the
-// same refund and ErrKeyConflict otherwise (R1); byKey reads it.
-func (b *Backend) EnqueueWith(ctx context.Context, p store.EnqueueParams,
-	insert func(*sql.Tx) (store.Job, error), byKey func(key string) (store.Job, error)) (store.Job, bool, error) {
-	if err := p.Validate(); err != nil {
-		return store.Job{}, false, err
-	}
-	var job store.Job
-	err := b.InTx(ctx, func(tx *sql.Tx) error {
-		var err error
-		job, err = insert(tx)
-		return err
-	})
-	switch {
-	case err == nil:
-		return job, true, nil
-	case b.Duplicate(err):
-		existing, err := byKey(p.OperationKey)
-		if err != nil {
-			return store.Job{}, false, err
-		}
-		if !store.SameRefund(existing, p) {
-			return existing, false, fmt.Errorf("%w: %s", store.ErrKeyConflict, p.OperationKey)
-		}
-		return existing, false, nil
-	case IsCommitUnknown(err):
-		// Enqueuing again is safe: the key makes it idempotent.
-		return store.Job{}, false, fmt.Errorf("%w: enqueue %s: %v", store.ErrWriteOutcomeUnknown, p.OperationKey, err)
-	default:
-		return store.Job{}, false, b.Unavailable(err)
-	}
-}
-
 // Claim implements store.Store: ClaimTx in one transaction. Only a
 // successful COMMIT grants anything; if its outcome is unknown nothing is
 // granted and nothing is retried (R7).

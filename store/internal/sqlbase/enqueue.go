@@ -1,0 +1,154 @@
+package sqlbase
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+
+	"github.com/jobfence/jobfence/store"
+)
+
+const (
+	selectJobsByKeys = `SELECT ` + JobColumns + ` FROM refund_jobs WHERE operation_key IN (%s)`
+
+	// %[1]s: the rows; %[2]s in each row: the database's now (R12).
+	insertJobs = `INSERT INTO refund_jobs
+  (operation_key, order_id, payment_id, amount_minor, currency, provider,
+   state, attempt, next_action, next_attempt_at, created_at, updated_at)
+VALUES %s`
+	insertJobRow = `(?, ?, ?, ?, ?, ?, 'ready', 0, 'refund', COALESCE(?, %[1]s), %[1]s, %[1]s)`
+)
+
+// Enqueue implements store.Store.
+func (b *Backend) Enqueue(ctx context.Context, p store.EnqueueParams) (store.Job, bool, error) {
+	out := b.EnqueueMany(ctx, []store.EnqueueParams{p})
+	return out[0].Job, out[0].Created, out[0].Err
+}
+
+// EnqueueMany creates the jobs of ps in one transaction, each answered on its
+// own: a new key is created; a key that exists (or comes earlier in the
+// batch) with the same refund answers the existing job, created false, and
+// with other values ErrKeyConflict (R1). A key inserted meanwhile by another
+// transaction fails the insert as a whole, which is then retried.
+func (b *Backend) EnqueueMany(ctx context.Context, ps []store.EnqueueParams) []store.EnqueueOutcome {
+	out := make([]store.EnqueueOutcome, len(ps))
+	var valid []int
+	for i, p := range ps {
+		if err := p.Validate(); err != nil {
+			out[i].Err = err
+		} else {
+			valid = append(valid, i)
+		}
+	}
+	if len(valid) == 0 {
+		return out
+	}
+	var err error
+	for try := 1; try <= Tries; try++ {
+		err = b.InTx(ctx, func(tx *sql.Tx) error { return b.enqueueTx(ctx, tx, ps, valid, out) })
+		if err == nil || !b.Duplicate(err) {
+			break
+		}
+	}
+	switch {
+	case err == nil:
+	case IsCommitUnknown(err):
+		// Enqueuing again is safe: the key makes it idempotent.
+		for _, i := range valid {
+			out[i] = store.EnqueueOutcome{Err: fmt.Errorf("%w: enqueue %s: %v", store.ErrWriteOutcomeUnknown, ps[i].OperationKey, err)}
+		}
+	default:
+		for _, i := range valid {
+			out[i] = store.EnqueueOutcome{Err: b.Unavailable(err)}
+		}
+	}
+	return out
+}
+
+func (b *Backend) enqueueTx(ctx context.Context, tx *sql.Tx, ps []store.EnqueueParams, idx []int, out []store.EnqueueOutcome) error {
+	for _, i := range idx {
+		out[i] = store.EnqueueOutcome{} // nothing kept from a failed try
+	}
+	keys := make([]any, 0, len(idx))
+	seen := map[string]bool{}
+	for _, i := range idx {
+		if k := ps[i].OperationKey; !seen[k] {
+			seen[k] = true
+			keys = append(keys, k)
+		}
+	}
+	existing, err := b.jobsByKey(ctx, tx, keys)
+	if err != nil {
+		return err
+	}
+	var fresh []int // the first occurrence of each key not stored yet
+	isFresh := map[int]bool{}
+	for _, i := range idx {
+		if _, ok := existing[ps[i].OperationKey]; !ok {
+			existing[ps[i].OperationKey] = store.Job{} // filled in once inserted
+			fresh = append(fresh, i)
+			isFresh[i] = true
+		}
+	}
+	if len(fresh) > 0 {
+		rows := make([]string, len(fresh))
+		args := make([]any, 0, len(fresh)*7)
+		newKeys := make([]any, len(fresh))
+		for n, i := range fresh {
+			p := ps[i]
+			rows[n] = fmt.Sprintf(insertJobRow, b.Claims.NowExpr)
+			var notBefore any
+			if !p.NotBefore.IsZero() {
+				notBefore = b.Claims.At(p.NotBefore.UTC())
+			}
+			args = append(args, p.OperationKey, p.OrderID, p.PaymentID, p.AmountMinor, p.Currency, p.Provider, notBefore)
+			newKeys[n] = p.OperationKey
+		}
+		if _, err := tx.ExecContext(ctx, fmt.Sprintf(insertJobs, strings.Join(rows, ", ")), args...); err != nil {
+			return err
+		}
+		created, err := b.jobsByKey(ctx, tx, newKeys)
+		if err != nil {
+			return err
+		}
+		events := make([]store.Event, 0, len(fresh))
+		for _, i := range fresh {
+			j, ok := created[ps[i].OperationKey]
+			if !ok {
+				return fmt.Errorf("enqueue: job %s not found after its insert", ps[i].OperationKey)
+			}
+			existing[j.OperationKey] = j
+			out[i] = store.EnqueueOutcome{Job: j, Created: true}
+			events = append(events, store.Event{JobID: j.ID, Attempt: 0, Kind: store.EventEnqueued, ToState: j.State,
+				NextAction: j.NextAction, CreatedAt: j.CreatedAt})
+		}
+		if err := InsertHistory(ctx, tx, events, b.Claims.At); err != nil {
+			return err
+		}
+	}
+	for _, i := range idx {
+		if isFresh[i] {
+			continue
+		}
+		j := existing[ps[i].OperationKey] // stored before, or created earlier in this batch
+		if store.SameRefund(j, ps[i]) {
+			out[i] = store.EnqueueOutcome{Job: j}
+		} else {
+			out[i] = store.EnqueueOutcome{Job: j, Err: fmt.Errorf("%w: %s", store.ErrKeyConflict, ps[i].OperationKey)}
+		}
+	}
+	return nil
+}
+
+func (b *Backend) jobsByKey(ctx context.Context, tx *sql.Tx, keys []any) (map[string]store.Job, error) {
+	jobs, err := QueryAll(ctx, tx, b.Claims.ScanJob, fmt.Sprintf(selectJobsByKeys, Placeholders(len(keys))), keys...)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]store.Job, len(jobs))
+	for _, j := range jobs {
+		out[j.OperationKey] = j
+	}
+	return out, nil
+}
