@@ -1,0 +1,374 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// errCampaignFailed is run's error when an invariant failed or a process
+// died on its own; the details are printed above the summary line.
+var errCampaignFailed = errors.New("the campaign failed (details above the summary line)")
+
+// run is the whole campaign: set up, fault window, heal and settle, checks.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c, err := parseFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	if c.seed == 0 {
+		c.seed = rand.Uint64()>>1 + 1
+	}
+	faults := plan(c.seed, planParams{Window: c.duration, Workers: c.workers + c.nodeWorkers, Replicas: c.replicas,
+		Lease: c.lease, Kinds: c.faults, Rate: c.faultRate})
+	tl := &timeline{start: time.Now(), w: stdout}
+	fmt.Fprintf(stdout, "jobfence-chaos: seed=%d duration=%s jobs=%d workers=%d node-workers=%d replicas=%d lease=%s "+
+		"provider-timeout=%s; %d faults planned\n", c.seed, c.duration, c.jobs, c.workers, c.nodeWorkers, c.replicas, c.lease,
+		c.providerTimeout, len(faults))
+	fmt.Fprintf(stdout, "replay with: jobfence-chaos --mysql-dsn DSN --seed %d --duration %s --jobs %d --workers %d "+
+		"--node-workers %d --replicas %d --concurrency %d --lease %s --provider-timeout %s --faults %s --fault-rate %g\n",
+		c.seed, c.duration, c.jobs, c.workers, c.nodeWorkers, c.replicas, c.concurrency, c.lease, c.providerTimeout,
+		c.faultsSpec, c.faultRate)
+
+	if c.dryRun {
+		for _, f := range faults {
+			fmt.Fprintf(stdout, "[%7.3fs] fault #%d %s\n", f.At.Seconds(), f.N, f)
+		}
+		return nil
+	}
+
+	// Logs (and built binaries) go to one folder, kept when something failed.
+	dir, temp := c.logDir, c.logDir == ""
+	if temp {
+		var err error
+		if dir, err = os.MkdirTemp("", "jobfence-chaos-"); err != nil {
+			return err
+		}
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	keepLogs := c.keep
+	defer func() {
+		if keepLogs || !temp {
+			fmt.Fprintf(stdout, "process logs: %s\n", dir)
+			return
+		}
+		os.RemoveAll(dir)
+	}()
+
+	bins, err := findBinaries(ctx, c, dir, tl)
+	if err != nil {
+		return err
+	}
+
+	dbName, checkDB, dropDB, err := createDatabase(ctx, c)
+	if err != nil {
+		return err
+	}
+	defer checkDB.Close()
+	defer func() {
+		if c.keep {
+			fmt.Fprintf(stdout, "database kept: %s\n", dbName)
+			return
+		}
+		if err := dropDB(); err != nil {
+			fmt.Fprintf(stderr, "jobfence-chaos: drop database %s: %v\n", dbName, err)
+		}
+	}()
+	tl.printf("database %s created", dbName)
+
+	s := &system{cfg: c, bins: bins, dir: dir, tl: tl}
+	defer s.close()
+	if err := s.start(ctx, dbName); err != nil {
+		keepLogs = true
+		return err
+	}
+
+	// The fault window, with the producer enqueueing through it.
+	specs := refundSpecs(c.seed, c.jobs)
+	windowStart := time.Now()
+	window, endWindow := context.WithTimeout(ctx, c.duration)
+	defer endWindow()
+	prodCtx, stopProducer := context.WithTimeout(ctx, c.duration+c.settleTimeout)
+	defer stopProducer()
+	produced := make(chan *production, 1)
+	go func() { produced <- s.produce(prodCtx, specs, c.duration*8/10) }()
+	tl.printf("fault window: %s", c.duration)
+	results := s.runFaults(window, windowStart, faults)
+	endWindow()
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	applied := 0
+	for _, r := range results {
+		if r.Skipped == "" && r.Err == nil {
+			applied++
+		}
+	}
+	tl.printf("fault window over: %d of %d faults applied; healing everything", applied, len(results))
+
+	healCtx, endHeal := context.WithTimeout(ctx, time.Minute)
+	err = s.heal(healCtx)
+	endHeal()
+	if err != nil {
+		keepLogs = true
+		return fmt.Errorf("heal: %w", err)
+	}
+	prod, settled := s.settle(ctx, checkDB, produced, stopProducer)
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+
+	tl.printf("stopping workers (they drain)")
+	s.stopWorkers()
+	octx, endOracle := context.WithTimeout(ctx, 10*time.Second)
+	oracle, err := s.pay.Oracle(octx)
+	endOracle()
+	if err != nil {
+		keepLogs = true
+		return fmt.Errorf("provider oracle: %w", err)
+	}
+	tl.printf("stopping coordinators")
+	s.stopReplicas()
+	state, err := readDB(ctx, checkDB)
+	if err != nil {
+		keepLogs = true
+		return fmt.Errorf("read the database: %w", err)
+	}
+
+	in := checkInput{Specs: specs, Acked: prod.acked, DB: state, Oracle: oracle}
+	for _, w := range s.workers {
+		for _, wp := range w.procs {
+			recs := wp.p.allRecords()
+			rs, stale := receiptsOf(wp.id, wp.node, recs, killedBySIGKILL(wp.p))
+			in.Receipts = append(in.Receipts, rs...)
+			in.StaleRejections += stale
+			in.Acks = append(in.Acks, acksOf(wp.id, recs)...)
+		}
+	}
+	v := check(in)
+
+	fmt.Fprintln(stdout)
+	printFaultSummary(stdout, results)
+	cc := s.coordinatorCounts()
+	fmt.Fprintf(stdout, "seen by the coordinators: %d takeovers, %d fenced write-backs rejected, %d claims answered "+
+		"CLAIM_OUTCOME_UNKNOWN (R7), %d writes answered WRITE_OUTCOME_UNKNOWN (R20), %d observations filed; "+
+		"COMMITs cut: %d after reaching the server, %d before\n", cc["job taken over; next action reconcile"],
+		cc["fenced write rejected"], cc["claim outcome unknown; nothing granted"], cc["write outcome unknown"],
+		cc["observation filed"], s.cutsDelivered.Load(), s.cutsDropped.Load())
+	fmt.Fprintf(stdout, "producer: %d of %d refunds acknowledged, %d enqueue retries\n", len(prod.acked), len(specs), prod.retries)
+	for _, k := range sortedKeys(prod.failed) {
+		fmt.Fprintf(stdout, "  never acknowledged: %s: %v\n", k, prod.failed[k])
+	}
+	if !settled {
+		fmt.Fprintf(stdout, "settle: not every job was final after %s\n", c.settleTimeout)
+	}
+	problems := s.unexpectedExits()
+	for _, p := range problems {
+		fmt.Fprintf(stdout, "PROBLEM: %s\n", p)
+	}
+	v.print(stdout)
+	fmt.Fprintf(stdout, "seed=%d jobs=%d faults=%d double_refunds=%d lost=%d stale_writes_accepted=%d unobserved_late_success=%d\n",
+		c.seed, len(prod.acked), applied, v.DoubleRefunds, v.Lost, v.StaleWritesAccepted, v.UnobservedLateSuccess)
+	if v.Failed() || len(problems) > 0 {
+		keepLogs = true
+		return errCampaignFailed
+	}
+	return nil
+}
+
+// findBinaries takes the commands from --bin-dir or builds them into dir,
+// and finds the Node.js worker when one is wanted.
+func findBinaries(ctx context.Context, c config, dir string, tl *timeline) (binaries, error) {
+	var root string
+	var err error
+	if c.binDir == "" || (c.nodeWorkers > 0 && c.nodeScript == "") {
+		if root, err = moduleRoot(ctx); err != nil {
+			return binaries{}, err
+		}
+	}
+	var bins binaries
+	if c.binDir != "" {
+		bins, err = binariesIn(c.binDir)
+	} else {
+		tl.printf("building coordinator, fakeprovider and refundworker")
+		bins, err = buildBinaries(ctx, root, filepath.Join(dir, "bin"))
+	}
+	if err != nil || c.nodeWorkers == 0 {
+		return bins, err
+	}
+	bins.nodeScript = c.nodeScript
+	if bins.nodeScript == "" {
+		bins.nodeScript = filepath.Join(root, "clients", "node", "dist", "examples", "refund-worker.js")
+	}
+	if _, err := os.Stat(bins.nodeScript); err != nil {
+		return bins, fmt.Errorf("--node-workers: no Node.js worker at %s (build it: npm ci && npm run build in clients/node): %w",
+			bins.nodeScript, err)
+	}
+	if bins.node, err = exec.LookPath(c.node); err != nil {
+		return bins, fmt.Errorf("--node-workers: %w", err)
+	}
+	return bins, nil
+}
+
+// createDatabase creates the campaign's fresh database on the server of
+// c.dsn and opens a direct handle on it for the checks. drop removes it.
+func createDatabase(ctx context.Context, c config) (name string, db *sql.DB, drop func() error, err error) {
+	name = fmt.Sprintf("jobfence_chaos_%d_%d", c.seed, time.Now().Unix())
+	admin := c.dsn.Clone()
+	admin.DBName = ""
+	adb, err := sql.Open("mysql", admin.FormatDSN())
+	if err != nil {
+		return "", nil, nil, err
+	}
+	if _, err := adb.ExecContext(ctx, "CREATE DATABASE `"+name+"`"); err != nil {
+		adb.Close()
+		return "", nil, nil, fmt.Errorf("create database %s: %w", name, err)
+	}
+	drop = func() error {
+		defer adb.Close()
+		dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, err := adb.ExecContext(dctx, "DROP DATABASE `"+name+"`")
+		return err
+	}
+	direct := c.dsn.Clone()
+	direct.DBName, direct.ParseTime, direct.Loc = name, true, time.UTC
+	if db, err = sql.Open("mysql", direct.FormatDSN()); err != nil {
+		_ = drop()
+		return "", nil, nil, err
+	}
+	return name, db, drop, nil
+}
+
+// replicaDSN is the DSN replica r's coordinator uses: the campaign's
+// database, reached through r's proxy.
+func (s *system) replicaDSN(r *replica) string {
+	d := s.cfg.dsn.Clone()
+	d.Addr, d.DBName = r.proxy.Addr(), s.dbName
+	return d.FormatDSN()
+}
+
+// start brings the deployment up: the provider, a proxy and a coordinator
+// per replica, the workers spread over the replicas.
+func (s *system) start(ctx context.Context, dbName string) error {
+	s.dbName = dbName
+	if err := s.startProvider(); err != nil {
+		return err
+	}
+	for i := range s.cfg.replicas {
+		name := replicaName(i)
+		px, err := newDBProxy(name, s.cfg.dsn.Addr)
+		if err != nil {
+			return err
+		}
+		listen, err := freeLoopbackPort()
+		if err != nil {
+			return err
+		}
+		r := &replica{idx: i, name: name, listen: listen, proxy: px}
+		s.replicas = append(s.replicas, r)
+		if err := s.startReplica(r); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		s.tl.printf("%s serving on %s, database through %s", name, listen, px.Addr())
+	}
+	for i := range s.cfg.workers + s.cfg.nodeWorkers {
+		w := &workerSlot{idx: i, replica: s.replicas[i%len(s.replicas)], node: i >= s.cfg.workers}
+		s.workers = append(s.workers, w)
+		if err := s.startWorker(w); err != nil {
+			return fmt.Errorf("worker %d: %w", i+1, err)
+		}
+	}
+	s.tl.printf("provider on %s; %d workers (%d Go, %d Node.js; concurrency %d) spread over %d replicas", s.providerURL,
+		len(s.workers), s.cfg.workers, s.cfg.nodeWorkers, s.cfg.concurrency, len(s.replicas))
+	return ctx.Err()
+}
+
+// settle waits for the producer and then until every job is final or the
+// settle timeout passes. It reports whether every job became final.
+func (s *system) settle(ctx context.Context, db *sql.DB, produced <-chan *production, stopProducer func()) (*production, bool) {
+	deadline := time.Now().Add(s.cfg.settleTimeout)
+	start := time.Now()
+	var prod *production
+	lastReport := time.Now()
+	for {
+		if prod == nil {
+			select {
+			case prod = <-produced:
+			default:
+			}
+		}
+		var total, unfinished int
+		err := db.QueryRowContext(ctx, `SELECT COUNT(*), COALESCE(SUM(state NOT IN ('succeeded', 'manual_review')), 0)
+  FROM refund_jobs`).Scan(&total, &unfinished)
+		if err == nil && prod != nil && unfinished == 0 {
+			s.tl.printf("settled after %s: %d jobs, all final", time.Since(start).Round(100*time.Millisecond), total)
+			return prod, true
+		}
+		if time.Since(lastReport) >= 5*time.Second {
+			lastReport = time.Now()
+			s.tl.printf("settling: %d jobs, %d not final yet (err=%v)", total, unfinished, err)
+		}
+		if time.Now().After(deadline) || !sleepCtx(ctx, 250*time.Millisecond) {
+			stopProducer()
+			if prod == nil {
+				prod = <-produced
+			}
+			s.tl.printf("settle timeout: %d of %d jobs not final", unfinished, total)
+			return prod, false
+		}
+	}
+}
+
+// killedBySIGKILL reports whether p ended by SIGKILL.
+func killedBySIGKILL(p *proc) bool {
+	var ee *exec.ExitError
+	if !errors.As(p.exitErr(), &ee) {
+		return false
+	}
+	ws, ok := ee.Sys().(syscall.WaitStatus)
+	return ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL
+}
+
+// printFaultSummary prints how many faults of each kind were applied.
+func printFaultSummary(w io.Writer, results []faultResult) {
+	applied, skipped := map[faultKind]int{}, map[faultKind]int{}
+	for _, r := range results {
+		if r.Skipped == "" && r.Err == nil {
+			applied[r.Kind]++
+		} else {
+			skipped[r.Kind]++
+		}
+	}
+	var parts []string
+	for _, k := range allFaultKinds() {
+		if applied[k]+skipped[k] > 0 {
+			p := fmt.Sprintf("%s=%d", k, applied[k])
+			if skipped[k] > 0 {
+				p += fmt.Sprintf("(+%d skipped)", skipped[k])
+			}
+			parts = append(parts, p)
+		}
+	}
+	fmt.Fprintf(w, "faults applied: %s\n", strings.Join(parts, " "))
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

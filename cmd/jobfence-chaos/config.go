@@ -1,0 +1,142 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/jobfence/jobfence/internal/flagenv"
+)
+
+// config is the campaign's configuration, from flags and JOBFENCE_CHAOS_*.
+type config struct {
+	mysqlDSN        string
+	dsn             *mysql.Config
+	duration        time.Duration
+	seed            uint64
+	jobs            int
+	workers         int
+	replicas        int
+	concurrency     int
+	lease           time.Duration
+	providerTimeout time.Duration
+	settleTimeout   time.Duration
+	faultsSpec      string
+	faultRate       float64
+	faults          map[faultKind]bool
+	binDir          string
+	nodeWorkers     int
+	node            string
+	nodeScript      string
+	logDir          string
+	keep            bool
+	dryRun          bool
+}
+
+func parseFlags(args []string, stderr io.Writer) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("jobfence-chaos", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.mysqlDSN, "mysql-dsn", "",
+		"MariaDB/MySQL server to run on, go-sql-driver format over TCP, e.g. root@tcp(127.0.0.1:3306)/ (required); "+
+			"a fresh database is created on it and dropped at the end")
+	fs.DurationVar(&c.duration, "duration", time.Minute, "how long faults are injected (the fault window)")
+	fs.Uint64Var(&c.seed, "seed", 0, "seed of the fault plan; 0 picks one (printed, to replay the campaign)")
+	fs.IntVar(&c.jobs, "jobs", 300, "refunds to enqueue, spread over the first 80% of the fault window")
+	fs.IntVar(&c.workers, "workers", 4, "refundworker processes, spread over the replicas (1..16)")
+	fs.IntVar(&c.replicas, "replicas", 2, "coordinator replicas on the one database (1..4)")
+	fs.IntVar(&c.concurrency, "concurrency", 2, "jobs each worker works at once")
+	fs.DurationVar(&c.lease, "lease", 4*time.Second, "lease the workers ask for (and the coordinators' default)")
+	fs.DurationVar(&c.providerTimeout, "provider-timeout", 1500*time.Millisecond,
+		"the workers' provider-call deadline; keep it well under --lease")
+	fs.DurationVar(&c.settleTimeout, "settle-timeout", 90*time.Second,
+		"after the fault window, how long every job has to become final")
+	fs.StringVar(&c.faultsSpec, "faults", "all",
+		"fault kinds to draw from: all, or a comma-separated list of groups (worker, coordinator, db, provider) and kinds ("+
+			kindList()+")")
+	fs.IntVar(&c.nodeWorkers, "node-workers", 0,
+		"Node.js example workers (clients/node examples/refund-worker) to run besides the Go ones (0..8)")
+	fs.StringVar(&c.node, "node", "node", "the Node.js binary, for --node-workers")
+	fs.StringVar(&c.nodeScript, "node-worker-script", "",
+		"the compiled Node.js example worker (default clients/node/dist/examples/refund-worker.js in the module; "+
+			"build it with npm run build in clients/node)")
+	fs.Float64Var(&c.faultRate, "fault-rate", 1,
+		"how often faults come: the pauses between two faults on one target are divided by this (0.1..10)")
+	fs.StringVar(&c.binDir, "bin-dir", "",
+		"take coordinator, fakeprovider and refundworker from this folder instead of building them with go build")
+	fs.StringVar(&c.logDir, "log-dir", "",
+		"write the processes' logs here (default: a temporary folder, removed after a passing campaign)")
+	fs.BoolVar(&c.keep, "keep", false, "keep the database and the logs after the campaign")
+	fs.BoolVar(&c.dryRun, "dry-run", false, "print the fault plan of these flags and seed, and exit without running anything")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: jobfence-chaos --mysql-dsn DSN [--duration D] [--seed S] [flags]\n\n"+
+			"Runs the fake provider, coordinator replicas (each behind its own fault-injecting database proxy) and\n"+
+			"refundworker processes on loopback, injects faults drawn from the seed for --duration, heals, settles and\n"+
+			"checks that no refund was lost or made twice. Ends with one line:\n"+
+			"  seed=S jobs=N faults=F double_refunds=0 lost=0 stale_writes_accepted=0 unobserved_late_success=0\n"+
+			"and exits 1 when an invariant failed. docs/CHAOS.md explains the invariants.\n\n"+
+			"Every flag falls back to the environment variable JOBFENCE_CHAOS_<FLAG> (upper case, '-' as '_'),\n"+
+			"e.g. JOBFENCE_CHAOS_MYSQL_DSN.\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	if err := flagenv.Apply(fs, "JOBFENCE_CHAOS"); err != nil {
+		return c, err
+	}
+	var err error
+	if c.faults, err = parseFaultKinds(c.faultsSpec); err != nil {
+		return c, fmt.Errorf("--faults: %w", err)
+	}
+	switch {
+	case c.mysqlDSN == "" && !c.dryRun:
+		return c, errors.New("--mysql-dsn is required (or JOBFENCE_CHAOS_MYSQL_DSN)")
+	case c.duration < 5*time.Second || c.duration > 24*time.Hour:
+		return c, fmt.Errorf("--duration must be between 5s and 24h, got %s", c.duration)
+	case c.jobs < 1 || c.jobs > 100000:
+		return c, fmt.Errorf("--jobs must be 1..100000, got %d", c.jobs)
+	case c.workers < 1 || c.workers > 16:
+		return c, fmt.Errorf("--workers must be 1..16, got %d", c.workers)
+	case c.nodeWorkers < 0 || c.nodeWorkers > 8:
+		return c, fmt.Errorf("--node-workers must be 0..8, got %d", c.nodeWorkers)
+	case c.replicas < 1 || c.replicas > 4:
+		return c, fmt.Errorf("--replicas must be 1..4, got %d", c.replicas)
+	case c.concurrency < 1 || c.concurrency > 100:
+		return c, fmt.Errorf("--concurrency must be 1..100, got %d", c.concurrency)
+	case c.lease < time.Second || c.lease > time.Minute:
+		return c, fmt.Errorf("--lease must be between 1s and 1m, got %s", c.lease)
+	case c.providerTimeout <= 0 || c.providerTimeout >= c.lease:
+		return c, fmt.Errorf("--provider-timeout must be positive and under --lease, got %s", c.providerTimeout)
+	case c.faultRate < 0.1 || c.faultRate > 10:
+		return c, fmt.Errorf("--fault-rate must be 0.1..10, got %g", c.faultRate)
+	case c.settleTimeout < time.Second:
+		return c, fmt.Errorf("--settle-timeout must be at least 1s, got %s", c.settleTimeout)
+	}
+	if c.dryRun {
+		return c, nil
+	}
+	if c.dsn, err = mysql.ParseDSN(c.mysqlDSN); err != nil {
+		return c, fmt.Errorf("--mysql-dsn: %w", err)
+	}
+	if c.dsn.Net != "tcp" {
+		return c, fmt.Errorf("--mysql-dsn must reach the server over tcp (the proxies forward TCP), got %q", c.dsn.Net)
+	}
+	return c, nil
+}
+
+func kindList() string {
+	var names []string
+	for _, k := range allFaultKinds() {
+		names = append(names, string(k))
+	}
+	return strings.Join(names, ", ")
+}

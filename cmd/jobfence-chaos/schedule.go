@@ -1,0 +1,367 @@
+package main
+
+import (
+	"cmp"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+)
+
+// faultKind names one kind of fault.
+type faultKind string
+
+// The fault kinds, by what they hit.
+const (
+	// Workers: frozen across their lease's expiry (the zombie of T1), frozen
+	// right after a claim while the job is in flight, killed and replaced.
+	faultWorkerStop      faultKind = "worker-stop"
+	faultWorkerStopInJob faultKind = "worker-stop-in-job"
+	faultWorkerKill      faultKind = "worker-kill"
+	// The zombie of T1 on cue: frozen with the provider's answer in hand,
+	// woken the moment another worker has taken its job over, while that
+	// worker is held frozen in turn, so the zombie's write-back meets a job
+	// still running under the newer attempt.
+	faultWorkerZombie faultKind = "worker-zombie"
+	// Coordinators: killed and restarted with the same flags.
+	faultCoordinatorKill faultKind = "coordinator-kill"
+	// One replica's database connections: cut when data next flows (a reply
+	// or a request lost, COMMITs included), delayed, refused, blackholed,
+	// or cut exactly at a COMMIT.
+	faultDBReset     faultKind = "db-reset"
+	faultDBLatency   faultKind = "db-latency"
+	faultDBDown      faultKind = "db-down"
+	faultDBBlackhole faultKind = "db-blackhole"
+	faultDBCommitCut faultKind = "db-commit-cut"
+	// The provider: hangs before or after acting, replies cut after the
+	// refund (T3), pending refunds (R4), lookups that miss fresh refunds
+	// (R14), 503 bursts, declined refunds.
+	faultProviderHangBefore faultKind = "provider-hang-before"
+	faultProviderHangAfter  faultKind = "provider-hang-after"
+	faultProviderCutReply   faultKind = "provider-cut-reply"
+	faultProviderPending    faultKind = "provider-pending"
+	faultProviderLookupLag  faultKind = "provider-lookup-lag"
+	faultProviderErrors     faultKind = "provider-error-burst"
+	faultProviderFail       faultKind = "provider-fail"
+)
+
+// faultGroups maps the group names of --faults to their kinds.
+var faultGroups = map[string][]faultKind{
+	"worker":      {faultWorkerStop, faultWorkerStopInJob, faultWorkerZombie, faultWorkerKill},
+	"coordinator": {faultCoordinatorKill},
+	"db":          {faultDBReset, faultDBLatency, faultDBDown, faultDBBlackhole, faultDBCommitCut},
+	"provider": {faultProviderHangBefore, faultProviderHangAfter, faultProviderCutReply, faultProviderPending,
+		faultProviderLookupLag, faultProviderErrors, faultProviderFail},
+}
+
+// allFaultKinds lists every kind, in a stable order.
+func allFaultKinds() []faultKind {
+	var out []faultKind
+	for _, g := range []string{"worker", "coordinator", "db", "provider"} {
+		out = append(out, faultGroups[g]...)
+	}
+	return out
+}
+
+// parseFaultKinds reads --faults: "all", or a comma-separated list of kinds
+// and group names. Errors: an unknown name.
+func parseFaultKinds(s string) (map[faultKind]bool, error) {
+	out := map[faultKind]bool{}
+	known := map[faultKind]bool{}
+	for _, k := range allFaultKinds() {
+		known[k] = true
+	}
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		switch {
+		case part == "":
+		case part == "all":
+			for k := range known {
+				out[k] = true
+			}
+		case faultGroups[part] != nil:
+			for _, k := range faultGroups[part] {
+				out[k] = true
+			}
+		case known[faultKind(part)]:
+			out[faultKind(part)] = true
+		default:
+			return nil, fmt.Errorf("unknown fault kind or group %q", part)
+		}
+	}
+	return out, nil
+}
+
+// fault is one scheduled fault. Which fields matter depends on Kind.
+type fault struct {
+	N      int           // its number in the campaign, from 1, in order of At
+	At     time.Duration // when it starts, from the start of the fault window
+	Kind   faultKind
+	Target string // worker-N, replica-X or provider
+	Slot   int    // worker slot or replica index
+	For    time.Duration
+
+	Latency, Jitter time.Duration // db-latency
+	Count           int           // db-commit-cut, provider-cut-reply, provider-error-burst
+	Deliver         bool          // db-commit-cut: COMMIT reaches the server before the cut
+	Stream          string        // db-reset, db-blackhole: "downstream" (replies) or "upstream" (requests)
+	Amount          time.Duration // provider hang, pending time or lookup lag
+	Delay           time.Duration // worker-stop-in-job: from the claim's log record to SIGSTOP
+	AfterRefund     bool          // worker-stop-in-job: SIGSTOP when the provider logs the claimed job's refund
+	Hold            time.Duration // worker-zombie: how long the new holder stays frozen after the zombie wakes
+	Lag             time.Duration // provider-cut-reply, provider-hang-after: lookup lag of the refunds made
+}
+
+// String describes the fault for the timeline.
+func (f fault) String() string {
+	s := fmt.Sprintf("%s %s", f.Target, f.Kind)
+	switch f.Kind {
+	case faultWorkerStop:
+		s += fmt.Sprintf(" SIGSTOP for %s", round(f.For))
+	case faultWorkerStopInJob:
+		if f.AfterRefund {
+			s += fmt.Sprintf(" SIGSTOP as the provider makes a claimed job's refund, for %s", round(f.For))
+		} else {
+			s += fmt.Sprintf(" SIGSTOP %s after a claim, for %s", round(f.Delay), round(f.For))
+		}
+	case faultWorkerZombie:
+		s += fmt.Sprintf(" SIGSTOP as the provider makes a claimed job's refund, SIGCONT once another worker took the job "+
+			"over (that one held for %s)", round(f.Hold))
+	case faultWorkerKill:
+		s += fmt.Sprintf(" SIGKILL, replacement after %s", round(f.For))
+	case faultCoordinatorKill:
+		s += fmt.Sprintf(" SIGKILL, restart after %s", round(f.For))
+	case faultDBReset:
+		s += fmt.Sprintf(" reset_peer %s for %s", f.Stream, round(f.For))
+	case faultDBLatency:
+		s += fmt.Sprintf(" latency %s±%s for %s", round(f.Latency), round(f.Jitter), round(f.For))
+	case faultDBDown:
+		s += fmt.Sprintf(" proxy down for %s", round(f.For))
+	case faultDBBlackhole:
+		s += fmt.Sprintf(" blackhole %s for %s, then cut", f.Stream, round(f.For))
+	case faultDBCommitCut:
+		where := "before"
+		if f.Deliver {
+			where = "after"
+		}
+		s += fmt.Sprintf(" cut the next %d COMMIT(s) %s they reach the server, for up to %s", f.Count, where, round(f.For))
+	case faultProviderHangBefore, faultProviderHangAfter:
+		s += fmt.Sprintf(" %s per create, for %s", round(f.Amount), round(f.For))
+	case faultProviderCutReply:
+		s += fmt.Sprintf(" next %d create replies, for up to %s", f.Count, round(f.For))
+	case faultProviderPending:
+		s += fmt.Sprintf(" refunds pending %s, for %s", round(f.Amount), round(f.For))
+	case faultProviderLookupLag:
+		s += fmt.Sprintf(" lookups miss refunds younger than %s, for %s", round(f.Amount), round(f.For))
+	case faultProviderErrors:
+		s += fmt.Sprintf(" next %d requests answer 503", f.Count)
+	case faultProviderFail:
+		s += " next create is declined"
+	}
+	if f.Lag > 0 {
+		s += fmt.Sprintf("; those refunds stay out of lookups for %s", round(f.Lag))
+	}
+	return s
+}
+
+func round(d time.Duration) time.Duration {
+	if d >= time.Second {
+		return d.Round(100 * time.Millisecond)
+	}
+	return d.Round(time.Millisecond)
+}
+
+// planParams are what a fault plan depends on; the same params and seed give
+// the same plan.
+type planParams struct {
+	Window   time.Duration // the fault window
+	Workers  int
+	Replicas int
+	Lease    time.Duration
+	Kinds    map[faultKind]bool
+	// Rate scales how often faults come: the pauses between two faults on
+	// one target are divided by it (0 means 1).
+	Rate float64
+}
+
+// lane is a sequence of faults on one target; a lane's faults never overlap.
+type lane struct {
+	target string
+	slot   int
+	gap    [2]time.Duration // pause between two faults, drawn uniformly
+	kinds  []weighted
+}
+
+type weighted struct {
+	kind   faultKind
+	weight int
+}
+
+// plan draws the campaign's faults from seed: one lane per worker slot, per
+// replica (process), per replica's database proxy and one for the provider,
+// each with its own random stream (seeded by the seed and the target's
+// name), so that the plan of one lane does not change when another target is
+// added. Faults are numbered in order of At.
+func plan(seed uint64, p planParams) []fault {
+	var lanes []lane
+	for i := range p.Workers {
+		lanes = append(lanes, lane{target: fmt.Sprintf("worker-%d", i+1), slot: i,
+			gap:   [2]time.Duration{3 * time.Second, 10 * time.Second},
+			kinds: []weighted{{faultWorkerStop, 2}, {faultWorkerStopInJob, 3}, {faultWorkerZombie, 3}, {faultWorkerKill, 2}}})
+	}
+	for i := range p.Replicas {
+		lanes = append(lanes, lane{target: replicaName(i), slot: i,
+			gap:   [2]time.Duration{8 * time.Second, 20 * time.Second},
+			kinds: []weighted{{faultCoordinatorKill, 1}}})
+	}
+	for i := range p.Replicas {
+		lanes = append(lanes, lane{target: replicaName(i) + "-db", slot: i,
+			gap: [2]time.Duration{2 * time.Second, 8 * time.Second},
+			kinds: []weighted{{faultDBReset, 3}, {faultDBLatency, 2}, {faultDBDown, 1}, {faultDBBlackhole, 1},
+				{faultDBCommitCut, 4}}})
+	}
+	lanes = append(lanes, lane{target: "provider", gap: [2]time.Duration{1 * time.Second, 5 * time.Second},
+		kinds: []weighted{{faultProviderHangBefore, 2}, {faultProviderHangAfter, 3}, {faultProviderCutReply, 3},
+			{faultProviderPending, 2}, {faultProviderLookupLag, 2}, {faultProviderErrors, 2}, {faultProviderFail, 1}}})
+
+	var out []fault
+	for _, l := range lanes {
+		var kinds []weighted
+		total := 0
+		for _, k := range l.kinds {
+			if p.Kinds[k.kind] {
+				kinds = append(kinds, k)
+				total += k.weight
+			}
+		}
+		if total == 0 {
+			continue
+		}
+		h := fnv.New64a()
+		h.Write([]byte(l.target))
+		rng := rand.New(rand.NewPCG(seed, h.Sum64()))
+		uniform := func(lo, hi time.Duration) time.Duration {
+			return lo + time.Duration(rng.Int64N(int64(hi-lo)+1))
+		}
+		rate := p.Rate
+		if rate <= 0 {
+			rate = 1
+		}
+		gap := [2]time.Duration{time.Duration(float64(l.gap[0]) / rate), time.Duration(float64(l.gap[1]) / rate)}
+		at := uniform(gap[0]/2, gap[1])
+		for at < p.Window {
+			pick := rng.IntN(total)
+			var kind faultKind
+			for _, k := range kinds {
+				if pick < k.weight {
+					kind = k.kind
+					break
+				}
+				pick -= k.weight
+			}
+			f := draw(kind, rng, uniform, p.Lease)
+			f.At, f.Target, f.Slot = at, l.target, l.slot
+			out = append(out, f)
+			at += f.For + uniform(gap[0], gap[1])
+		}
+	}
+	slices.SortStableFunc(out, func(a, b fault) int { return cmp.Compare(a.At, b.At) })
+	for i := range out {
+		out[i].N = i + 1
+	}
+	return out
+}
+
+// draw sets the parameters of one fault of kind.
+func draw(kind faultKind, rng *rand.Rand, uniform func(lo, hi time.Duration) time.Duration, lease time.Duration) fault {
+	f := fault{Kind: kind}
+	stream := func() string {
+		if rng.IntN(3) == 0 {
+			return "upstream"
+		}
+		return "downstream"
+	}
+	switch kind {
+	case faultWorkerStop:
+		// Across lease expiry: another worker may take the job over while
+		// this one is frozen (R6, R8, T1); now and then a short freeze that
+		// ends before the lease does (T2's side).
+		if rng.IntN(4) == 0 {
+			f.For = uniform(300*time.Millisecond, lease/2)
+		} else {
+			f.For = lease + uniform(500*time.Millisecond, 3*time.Second)
+		}
+	case faultWorkerStopInJob:
+		// Half of them a few milliseconds after the claim: before the
+		// provider call, in it, after its answer or in the write-back
+		// (loopback calls take about a millisecond). The other half the
+		// moment the provider has made the refund: the worker wakes with
+		// the provider's success in hand, often after a takeover (T3, R15).
+		f.AfterRefund = rng.IntN(2) == 0
+		if !f.AfterRefund {
+			f.Delay = uniform(0, 6*time.Millisecond)
+		}
+		f.For = lease + uniform(500*time.Millisecond, 3*time.Second)
+	case faultWorkerZombie:
+		// For bounds the wait for a takeover; the zombie wakes as soon as
+		// there is one.
+		f.For = lease + 6*time.Second
+		f.Hold = uniform(300*time.Millisecond, 1500*time.Millisecond)
+	case faultWorkerKill:
+		f.For = uniform(300*time.Millisecond, 2*time.Second)
+	case faultCoordinatorKill:
+		f.For = uniform(300*time.Millisecond, 3*time.Second)
+	case faultDBReset:
+		f.Stream = stream()
+		f.For = uniform(100*time.Millisecond, 1500*time.Millisecond)
+	case faultDBLatency:
+		f.Latency = uniform(30*time.Millisecond, 600*time.Millisecond)
+		f.Jitter = f.Latency / 3
+		f.For = uniform(2*time.Second, 6*time.Second)
+	case faultDBDown:
+		f.For = uniform(500*time.Millisecond, 3*time.Second)
+	case faultDBBlackhole:
+		f.Stream = stream()
+		f.For = uniform(500*time.Millisecond, 3*time.Second)
+	case faultDBCommitCut:
+		f.Count = 1 + rng.IntN(4)
+		f.Deliver = rng.IntN(4) != 0
+		f.For = uniform(2*time.Second, 6*time.Second)
+	case faultProviderHangBefore:
+		f.Amount = uniform(lease/2, lease+2*time.Second)
+		f.For = uniform(1*time.Second, 5*time.Second)
+	case faultProviderHangAfter:
+		f.Amount = uniform(lease/2, lease+2*time.Second)
+		f.For = uniform(1*time.Second, 5*time.Second)
+		if rng.IntN(2) == 0 {
+			f.Lag = uniform(time.Second, 4*time.Second)
+		}
+	case faultProviderCutReply:
+		f.Count = 1 + rng.IntN(5)
+		f.For = uniform(2*time.Second, 6*time.Second)
+		// Half the time the refunds made under a cut reply also stay out of
+		// lookups for a while: the reconcile finds no record and the job is
+		// resent under the same key, which the provider must answer from
+		// its idempotency store (R14).
+		if rng.IntN(2) == 0 {
+			f.Lag = uniform(time.Second, 4*time.Second)
+		}
+	case faultProviderPending:
+		f.Amount = uniform(500*time.Millisecond, 5*time.Second)
+		f.For = uniform(1*time.Second, 5*time.Second)
+	case faultProviderLookupLag:
+		f.Amount = uniform(500*time.Millisecond, 4*time.Second)
+		f.For = uniform(1*time.Second, 5*time.Second)
+	case faultProviderErrors:
+		f.Count = 3 + rng.IntN(18)
+		f.For = time.Second
+	case faultProviderFail:
+		f.For = uniform(500*time.Millisecond, 3*time.Second)
+	}
+	return f
+}
+
+// replicaName names replica i: replica-a, replica-b…
+func replicaName(i int) string { return "replica-" + string(rune('a'+i)) }

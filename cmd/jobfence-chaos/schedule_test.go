@@ -1,0 +1,101 @@
+package main
+
+import (
+	"reflect"
+	"testing"
+	"time"
+)
+
+func testParams(kinds map[faultKind]bool) planParams {
+	return planParams{Window: time.Minute, Workers: 4, Replicas: 2, Lease: 4 * time.Second, Kinds: kinds}
+}
+
+func TestPlanIsReplayableFromItsSeed(t *testing.T) {
+	all, err := parseFaultKinds("all")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := plan(42, testParams(all)), plan(42, testParams(all))
+	if !reflect.DeepEqual(a, b) {
+		t.Fatal("the same seed gave two plans")
+	}
+	if len(a) < 20 {
+		t.Fatalf("a one-minute plan has %d faults, want a campaign's worth", len(a))
+	}
+	if reflect.DeepEqual(a, plan(43, testParams(all))) {
+		t.Fatal("seeds 42 and 43 gave the same plan")
+	}
+	for i, f := range a {
+		if f.N != i+1 || f.At < 0 || f.At >= time.Minute || f.For <= 0 {
+			t.Errorf("fault %+v: bad number, start or duration", f)
+		}
+		if i > 0 && f.At < a[i-1].At {
+			t.Errorf("fault %d starts before fault %d", f.N, a[i-1].N)
+		}
+	}
+}
+
+func TestPlanLanesNeverOverlap(t *testing.T) {
+	all, _ := parseFaultKinds("all")
+	end := map[string]time.Duration{}
+	for _, f := range plan(7, testParams(all)) {
+		if f.At < end[f.Target] {
+			t.Errorf("fault %d on %s starts at %s, before the previous one ends at %s", f.N, f.Target, f.At, end[f.Target])
+		}
+		end[f.Target] = f.At + f.For
+	}
+}
+
+func TestPlanKeepsToTheChosenKinds(t *testing.T) {
+	kinds, err := parseFaultKinds("worker-kill,db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[faultKind]bool{}
+	for _, f := range plan(1, testParams(kinds)) {
+		if !kinds[f.Kind] {
+			t.Errorf("fault %d is a %s, not chosen", f.N, f.Kind)
+		}
+		seen[f.Kind] = true
+	}
+	if !seen[faultWorkerKill] || !seen[faultDBCommitCut] {
+		t.Errorf("chosen kinds missing from a one-minute plan: %v", seen)
+	}
+	if _, err := parseFaultKinds("worker,nonsense"); err == nil {
+		t.Error("an unknown kind was accepted")
+	}
+}
+
+// A lane's plan does not change when targets are added: a seed replays the
+// same faults on worker-1 with four workers or with five.
+func TestPlanLaneIndependentOfOtherLanes(t *testing.T) {
+	all, _ := parseFaultKinds("all")
+	p4 := testParams(all)
+	p5 := p4
+	p5.Workers = 5
+	only := func(fs []fault, target string) []fault {
+		var out []fault
+		for _, f := range fs {
+			if f.Target == target {
+				f.N = 0
+				out = append(out, f)
+			}
+		}
+		return out
+	}
+	for _, target := range []string{"worker-1", "replica-a", "replica-b-db", "provider"} {
+		if !reflect.DeepEqual(only(plan(9, p4), target), only(plan(9, p5), target)) {
+			t.Errorf("%s's faults changed when a fifth worker was added", target)
+		}
+	}
+}
+
+func TestFaultRateMakesFaultsDenser(t *testing.T) {
+	all, _ := parseFaultKinds("all")
+	p := testParams(all)
+	base := len(plan(3, p))
+	p.Rate = 3
+	if dense := len(plan(3, p)); dense <= base {
+		t.Errorf("--fault-rate 3 gave %d faults, rate 1 gave %d", dense, base)
+	}
+}

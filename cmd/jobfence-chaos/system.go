@@ -1,0 +1,427 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/jobfence/jobfence/fakeprovider"
+)
+
+// providerName is the provider of every job of the campaign.
+const providerName = "acme"
+
+// binaries are the commands the campaign runs; node and nodeScript only
+// with Node.js workers.
+type binaries struct {
+	coordinator, provider, worker string
+	node, nodeScript              string
+}
+
+// moduleRoot is the folder of the jobfence module that holds the working
+// directory. Errors: not inside a module.
+func moduleRoot(ctx context.Context) (string, error) {
+	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	gomod := strings.TrimSpace(string(out))
+	if gomod == "" || gomod == os.DevNull {
+		return "", errors.New("not inside the jobfence module: run from it, or give --bin-dir (and --node-worker-script)")
+	}
+	return filepath.Dir(gomod), nil
+}
+
+// buildBinaries compiles the three commands into dir with go build, in the
+// module root. Errors: the build's own.
+func buildBinaries(ctx context.Context, root, dir string) (binaries, error) {
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+string(filepath.Separator),
+		"github.com/jobfence/jobfence/cmd/coordinator",
+		"github.com/jobfence/jobfence/cmd/fakeprovider",
+		"github.com/jobfence/jobfence/cmd/refundworker")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return binaries{}, fmt.Errorf("go build: %w\n%s", err, out)
+	}
+	return binariesIn(dir)
+}
+
+// binariesIn finds the three commands in dir. Errors: one is missing.
+func binariesIn(dir string) (binaries, error) {
+	b := binaries{
+		coordinator: filepath.Join(dir, "coordinator"),
+		provider:    filepath.Join(dir, "fakeprovider"),
+		worker:      filepath.Join(dir, "refundworker"),
+	}
+	for _, p := range []string{b.coordinator, b.provider, b.worker} {
+		if st, err := os.Stat(p); err != nil || st.IsDir() {
+			return b, fmt.Errorf("no %s in %s", filepath.Base(p), dir)
+		}
+	}
+	return b, nil
+}
+
+// timeline prints what happens, each line with the time since the
+// campaign's start.
+type timeline struct {
+	start time.Time
+	mu    sync.Mutex
+	w     io.Writer
+}
+
+func (t *timeline) printf(format string, args ...any) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	fmt.Fprintf(t.w, "[%7.3fs] %s\n", time.Since(t.start).Seconds(), fmt.Sprintf(format, args...))
+}
+
+// replica is one coordinator process and its own proxy to MariaDB.
+type replica struct {
+	idx    int
+	name   string
+	listen string // fixed, so that workers and restarts find it
+	proxy  *dbProxy
+
+	mu     sync.Mutex
+	proc   *proc
+	starts int
+	procs  []*proc
+}
+
+func (r *replica) current() *proc {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.proc
+}
+
+// workerSlot is one worker position; a killed worker is replaced by a new
+// process (and worker id) in the same slot, talking to the same replica.
+type workerSlot struct {
+	idx     int
+	replica *replica
+	node    bool // the Node.js example worker instead of refundworker
+
+	mu    sync.Mutex
+	proc  *proc
+	gen   int
+	procs []*workerProc
+}
+
+// workerProc is one worker process and the worker id it ran under.
+type workerProc struct {
+	id   string
+	p    *proc
+	node bool
+}
+
+func (w *workerSlot) current() *proc {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.proc
+}
+
+// system is everything the campaign runs: the provider, the replicas, the
+// workers.
+type system struct {
+	cfg    config
+	bins   binaries
+	dir    string // process logs
+	tl     *timeline
+	dbName string // the campaign's database; see replicaDSN
+
+	provider    *proc
+	providerURL string
+	pay         *fakeprovider.Client
+
+	replicas []*replica
+	workers  []*workerSlot
+
+	// COMMITs cut by db-commit-cut faults, after and before reaching the server.
+	cutsDelivered, cutsDropped atomic.Int64
+
+	// unexpected lists processes that ended without the campaign asking.
+	mu         sync.Mutex
+	unexpected []string
+}
+
+// freeLoopbackPort returns an address on loopback with a port free now.
+func freeLoopbackPort() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// startProvider runs the fake provider on a free port.
+func (s *system) startProvider() error {
+	p, err := startProc("fakeprovider", s.bins.provider,
+		[]string{"--listen", "127.0.0.1:0", "--log-format", "json", "--shutdown-timeout", "1s"}, nil,
+		filepath.Join(s.dir, "fakeprovider.log"))
+	if err != nil {
+		return err
+	}
+	rec, err := p.waitRecord(20*time.Second, 0, msgIs("fakeprovider serving"))
+	if err != nil {
+		p.kill()
+		return fmt.Errorf("fakeprovider: %w", err)
+	}
+	addr, _ := rec["listen"].(string)
+	s.provider, s.providerURL = p, "http://"+addr
+	s.pay = fakeprovider.NewClient(s.providerURL, nil)
+	s.watch(p)
+	return nil
+}
+
+// startReplica starts replica r's coordinator and waits until it serves.
+// Errors: it exited or did not serve in time (e.g. its database proxy is
+// down); the process is then gone.
+func (s *system) startReplica(r *replica) error {
+	r.mu.Lock()
+	r.starts++
+	n := r.starts
+	r.mu.Unlock()
+	p, err := startProc(r.name, s.bins.coordinator, []string{
+		"--listen", r.listen,
+		"--lease", s.cfg.lease.String(),
+		"--claim-poll-interval", "200ms",
+		"--mysql-max-conns", "8",
+		"--shutdown-timeout", "3s",
+		"--log-format", "json",
+	}, []string{"JOBFENCE_MYSQL_DSN=" + s.replicaDSN(r)}, filepath.Join(s.dir, fmt.Sprintf("%s.%d.log", r.name, n)))
+	if err != nil {
+		return err
+	}
+	if _, err := p.waitRecord(20*time.Second, 0, msgIs("coordinator serving")); err != nil {
+		p.kill()
+		return err
+	}
+	r.mu.Lock()
+	r.proc = p
+	r.procs = append(r.procs, p)
+	r.mu.Unlock()
+	s.watch(p)
+	return nil
+}
+
+// restartReplica starts r again until it serves or ctx ends.
+func (s *system) restartReplica(ctx context.Context, r *replica) error {
+	for {
+		err := s.startReplica(r)
+		if err == nil {
+			return nil
+		}
+		s.tl.printf("%s: restart failed, trying again: %v", r.name, err)
+		if !sleepCtx(ctx, 500*time.Millisecond) {
+			return ctx.Err()
+		}
+	}
+}
+
+// startWorker starts a new worker process in slot w.
+func (s *system) startWorker(w *workerSlot) error {
+	w.mu.Lock()
+	w.gen++
+	id := fmt.Sprintf("chaos-w%d", w.idx+1)
+	if w.node {
+		id = fmt.Sprintf("chaos-node-w%d", w.idx+1)
+	}
+	if w.gen > 1 {
+		id += "-" + strconv.Itoa(w.gen)
+	}
+	w.mu.Unlock()
+	args := []string{
+		"--coordinator", w.replica.listen,
+		"--provider", s.providerURL,
+		"--provider-name", providerName,
+		"--worker-id", id,
+		"--concurrency", strconv.Itoa(s.cfg.concurrency),
+		"--lease", s.cfg.lease.String(),
+		"--provider-timeout", s.cfg.providerTimeout.String(),
+		"--pending-delay", "1s",
+		"--unknown-delay", "1s",
+		"--call-timeout", "3s",
+		"--drain-timeout", "5s",
+		// Debug: "job claimed" lets worker-stop-in-job freeze a worker mid-job.
+		"--log-level", "debug",
+	}
+	bin, ready := s.bins.worker, "refundworker started"
+	if w.node {
+		// The Node worker logs JSON always and long-polls its claims.
+		args = append([]string{s.bins.nodeScript}, append(args, "--claim-wait", "1s")...)
+		bin, ready = s.bins.node, "refund-worker started"
+	} else {
+		args = append(args, "--poll-interval", "250ms", "--log-format", "json")
+	}
+	p, err := startProc(id, bin, args, nil, filepath.Join(s.dir, id+".log"))
+	if err != nil {
+		return err
+	}
+	if _, err := p.waitRecord(20*time.Second, 0, msgIs(ready)); err != nil {
+		p.kill()
+		return err
+	}
+	w.mu.Lock()
+	w.proc = p
+	w.procs = append(w.procs, &workerProc{id: id, p: p, node: w.node})
+	w.mu.Unlock()
+	s.watch(p)
+	return nil
+}
+
+// watch notes a process that ends without the campaign having asked.
+func (s *system) watch(p *proc) {
+	go func() {
+		err := p.exitErr()
+		if p.meant.Load() {
+			return
+		}
+		s.mu.Lock()
+		s.unexpected = append(s.unexpected, fmt.Sprintf("%s (pid %d) exited on its own: %v", p.name, p.pid(), err))
+		s.mu.Unlock()
+		s.tl.printf("UNEXPECTED: %s (pid %d) exited on its own: %v", p.name, p.pid(), err)
+	}()
+}
+
+// heal ends every fault: provider faults cleared, proxies healed, frozen
+// workers continued, dead coordinators and workers started again.
+func (s *system) heal(ctx context.Context) error {
+	var errs []error
+	if err := s.pay.ClearFaults(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("clear provider faults: %w", err))
+	}
+	for _, r := range s.replicas {
+		if err := r.proxy.Heal(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, w := range s.workers {
+		if p := w.current(); p != nil && !p.exited() && p.stopped.Load() {
+			_ = p.signal(syscall.SIGCONT)
+		}
+	}
+	for _, r := range s.replicas {
+		if p := r.current(); p == nil || p.exited() {
+			s.tl.printf("heal: starting %s", r.name)
+			if err := s.restartReplica(ctx, r); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", r.name, err))
+			}
+		}
+	}
+	for _, w := range s.workers {
+		if p := w.current(); p == nil || p.exited() {
+			s.tl.printf("heal: starting a worker in slot %d", w.idx+1)
+			if err := s.startWorker(w); err != nil {
+				errs = append(errs, fmt.Errorf("worker slot %d: %w", w.idx+1, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// stopWorkers sends every worker SIGTERM (they drain) and waits.
+func (s *system) stopWorkers() {
+	var wg sync.WaitGroup
+	for _, w := range s.workers {
+		if p := w.current(); p != nil {
+			wg.Go(func() {
+				if !p.terminate(10 * time.Second) {
+					s.tl.printf("%s did not drain in time; killed", p.name)
+				}
+			})
+		}
+	}
+	wg.Wait()
+}
+
+// stopReplicas sends every coordinator SIGTERM and waits.
+func (s *system) stopReplicas() {
+	var wg sync.WaitGroup
+	for _, r := range s.replicas {
+		if p := r.current(); p != nil {
+			wg.Go(func() { p.terminate(6 * time.Second) })
+		}
+	}
+	wg.Wait()
+}
+
+// close kills whatever still runs and closes the proxies.
+func (s *system) close() {
+	var all []*proc
+	for _, w := range s.workers {
+		w.mu.Lock()
+		for _, wp := range w.procs {
+			all = append(all, wp.p)
+		}
+		w.mu.Unlock()
+	}
+	for _, r := range s.replicas {
+		r.mu.Lock()
+		all = append(all, r.procs...)
+		r.mu.Unlock()
+	}
+	if s.provider != nil {
+		all = append(all, s.provider)
+	}
+	for _, p := range all {
+		p.kill()
+	}
+	for _, r := range s.replicas {
+		if r.proxy != nil {
+			r.proxy.Close()
+		}
+	}
+}
+
+// coordinatorCounts counts, over every coordinator process, the log records
+// that show a fault reaching the fencing logic.
+func (s *system) coordinatorCounts() map[string]int {
+	n := map[string]int{}
+	for _, r := range s.replicas {
+		r.mu.Lock()
+		procs := append([]*proc(nil), r.procs...)
+		r.mu.Unlock()
+		for _, p := range procs {
+			for _, rec := range p.allRecords() {
+				if msg, ok := rec["msg"].(string); ok {
+					n[msg]++
+				}
+			}
+		}
+	}
+	return n
+}
+
+// unexpectedExits returns the processes that ended on their own.
+func (s *system) unexpectedExits() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.unexpected...)
+}
+
+// sleepCtx sleeps d or until ctx ends; it reports whether it slept in full.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
