@@ -216,6 +216,9 @@ func (s *Server) Escalate(ctx context.Context, req *pb.EscalateRequest) (*pb.Esc
 }
 
 func (s *Server) write(ctx context.Context, w store.Writeback) (store.WriteResult, error) {
+	if id, ok := IdentityFrom(ctx); ok && w.Actor == "" {
+		w.Actor = id.Name // the history names the writer's credential
+	}
 	out, err := s.writes.do(ctx, w)
 	if err == nil {
 		err = out.Err

@@ -48,14 +48,16 @@ func (w Writeback) Apply(job Job, now time.Time) Job {
 }
 
 // Event is the history entry of this write-back, applied to job (the row
-// before it) at now. The holder's writes are made by the job's worker; a
-// resolution by its actor.
+// before it) at now. It names the writer: the attempt it wrote under and its
+// identity (Actor, from its credential; the job's holder when none), so the
+// history would show a write that slipped past the fence rather than pass it
+// off as the holder's.
 func (w Writeback) Event(before Job, now time.Time) Event {
 	after := w.Apply(before, now)
-	e := Event{JobID: before.ID, Attempt: before.Attempt, Kind: w.Kind, WorkerID: before.WorkerID,
+	e := Event{JobID: before.ID, Attempt: w.Attempt, Kind: w.Kind, WorkerID: before.WorkerID,
 		FromState: before.State, ToState: after.State, NextAction: after.NextAction,
 		ProviderRefundID: after.ProviderRefundID, Reason: w.Reason, CreatedAt: now}
-	if w.Kind == EventResolved {
+	if w.Actor != "" {
 		e.WorkerID = w.Actor
 	}
 	return e

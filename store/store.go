@@ -178,7 +178,10 @@ type Writeback struct {
 	Reason string // rescheduled, escalated; resolved: the operator's note
 
 	Resolution Resolution // resolved: required
-	Actor      string     // resolved: the operator, from the credential
+	// Actor is who writes, from the caller's credential: required for a
+	// resolution (the operator), optional otherwise (the history then names
+	// the job's holder).
+	Actor string
 }
 
 // WriteResult is the job after a write-back.

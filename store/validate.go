@@ -102,6 +102,9 @@ func (w Writeback) Validate() error {
 	default:
 		v.add("kind", "must be completed, rescheduled, escalated or resolved, got %q", w.Kind)
 	}
+	if w.Kind != EventResolved && w.Actor != "" {
+		v.text("actor", w.Actor, 1, MaxKeyLen)
+	}
 	return v.err()
 }
 

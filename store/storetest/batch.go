@@ -36,6 +36,7 @@ func testWriteManyEachOnItsOwn(t *testing.T, s store.Store) {
 		complete(a.ID+b.ID+c.ID+d.ID+100, 1, "re_x"),          // 7 missing
 		complete(b.ID, cb2.Job.Attempt, "re_b"),               // 8 applied
 	}
+	ws[0].Actor = "credential-A" // the writer's identity, from its credential
 	out := s.WriteMany(ctxFor(t), ws)
 	if len(out) != len(ws) {
 		t.Fatalf("%d outcomes for %d writes", len(out), len(ws))
@@ -74,6 +75,12 @@ func testWriteManyEachOnItsOwn(t *testing.T, s store.Store) {
 		if n := countKind(get(t, s, j.id).Events, j.kind); n != j.n {
 			t.Fatalf("job %d: %d %s events, want %d", j.id, n, j.kind, j.n)
 		}
+	}
+	// The history names the writer and the attempt it wrote under.
+	events := get(t, s, a.ID).Events
+	if last := events[len(events)-1]; last.Kind != store.EventCompleted || last.WorkerID != "credential-A" ||
+		last.Attempt != ca.Job.Attempt {
+		t.Fatalf("completion of a recorded as %+v", last)
 	}
 	if got := get(t, s, b.ID).Job; got.ProviderRefundID != "re_b" || got.Attempt != cb2.Job.Attempt {
 		t.Fatalf("job b = %+v, want B's completion", got)
