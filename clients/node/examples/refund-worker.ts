@@ -45,6 +45,7 @@ import { parseArgs } from "node:util";
 import {
   CoordinatorClient,
   NextAction,
+  ObservationOutcome,
   Worker,
   type ProviderResult,
   type TLSOptions,
@@ -603,12 +604,16 @@ function track(stats: Stats, log: Logger, e: WorkerEvent): void {
       stats.stale_rejected++;
       log.log("info", "write-back rejected by the fence; filing the answer as an observation", {
         job_id: e.jobId, operation_key: e.operationKey, attempt: e.attempt, reason: e.error.reason,
-        current_attempt: e.error.currentAttempt,
+        current_attempt: e.error.currentAttempt, decision: e.decision.kind,
+        provider_refund_id: e.decision.kind === "complete" ? e.decision.providerRefundId : "",
       });
       return;
     case "observation":
       if (!e.duplicate) stats.observations++;
-      log.log("info", "observation filed", { job_id: e.jobId, operation_key: e.operationKey, attempt: e.attempt, duplicate: e.duplicate });
+      log.log("info", "observation filed", {
+        job_id: e.jobId, operation_key: e.operationKey, attempt: e.attempt, duplicate: e.duplicate,
+        outcome: ObservationOutcome[e.outcome], provider_refund_id: e.providerRefundId,
+      });
       return;
     case "handler_error":
       stats.unknown_outcomes++;

@@ -87,7 +87,10 @@ export class CoordinatorClient {
     const baseUrl = toBaseUrl(opts.address, opts.tls !== undefined);
     const nodeOptions: SecureClientSessionOptions = typeof opts.tls === "object" ? { ...opts.tls } : {};
     // One HTTP/2 session per client, owned here so close() can end it.
-    this.sessions = new Http2SessionManager(baseUrl, undefined, nodeOptions);
+    // A session left idle for 10 s is verified with a PING before it carries a
+    // call: a process that was paused (GC, SIGSTOP, a laptop lid) would
+    // otherwise send its write-back into a connection that died meanwhile.
+    this.sessions = new Http2SessionManager(baseUrl, { pingIntervalMs: 10_000, pingTimeoutMs: 5_000 }, nodeOptions);
     this.defaultTimeoutMs = opts.defaultTimeoutMs ?? 10_000;
     const interceptors: Interceptor[] = [...(opts.interceptors ?? [])];
     if (opts.token !== undefined || opts.metadata !== undefined) {

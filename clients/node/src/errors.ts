@@ -190,15 +190,16 @@ export function toCoordinatorError(err: unknown): CoordinatorError {
 /**
  * isRetryableWrite reports whether repeating the same write-back is safe and
  * useful: the outcome is unknown or nothing happened (UNAVAILABLE, including
- * WRITE_OUTCOME_UNKNOWN and DATABASE_UNAVAILABLE) or the call's deadline cut
- * it. A repeat is idempotent for its attempt (R21). Fenced rejections,
- * invalid input and NOT_FOUND are final.
+ * WRITE_OUTCOME_UNKNOWN and DATABASE_UNAVAILABLE), the call's deadline cut
+ * it, or its HTTP/2 stream was reset (CANCELED: a connection that died while
+ * the process was paused). A repeat is idempotent for its attempt (R21).
+ * Fenced rejections, invalid input and NOT_FOUND are final.
  */
 export function isRetryableWrite(err: CoordinatorError): boolean {
   if (err.reason === Reason.ClaimOutcomeUnknown) {
     return false; // a claim's answer, never a write's
   }
-  return err.code === Code.Unavailable || err.code === Code.DeadlineExceeded;
+  return err.code === Code.Unavailable || err.code === Code.DeadlineExceeded || err.code === Code.Canceled;
 }
 
 interface Details {

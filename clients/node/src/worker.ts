@@ -53,8 +53,16 @@ export type WorkerEvent =
   | { type: "written"; jobId: bigint; attempt: bigint; operationKey: string; decision: WriteDecision; replayed: boolean }
   | { type: "write_retry"; jobId: bigint; attempt: bigint; operationKey: string; error: CoordinatorError; retry: number }
   | { type: "write_failed"; jobId: bigint; attempt: bigint; operationKey: string; error: CoordinatorError }
-  | { type: "stale"; jobId: bigint; attempt: bigint; operationKey: string; error: FencedWriteError }
-  | { type: "observation"; jobId: bigint; attempt: bigint; operationKey: string; outcome: ObservationOutcome; duplicate: boolean }
+  | { type: "stale"; jobId: bigint; attempt: bigint; operationKey: string; error: FencedWriteError; decision: WriteDecision }
+  | {
+      type: "observation";
+      jobId: bigint;
+      attempt: bigint;
+      operationKey: string;
+      outcome: ObservationOutcome;
+      providerRefundId: string;
+      duplicate: boolean;
+    }
   | { type: "observation_failed"; jobId: bigint; attempt: bigint; operationKey: string; error: CoordinatorError };
 
 /** WorkerOptions configures a Worker. */
@@ -383,7 +391,7 @@ export class Worker {
         if (err instanceof FencedWriteError) {
           // R9, R21: the fence said no; repeating cannot change that. Keep the
           // provider's answer as evidence for the current holder (R15).
-          this.emit({ type: "stale", ...ids, error: err });
+          this.emit({ type: "stale", ...ids, error: err, decision });
           if (answer !== undefined) {
             await this.fileObservation(claimed, answer, `write-back rejected with ${err.reason}`);
           }
@@ -427,7 +435,13 @@ export class Worker {
           providerEventId: obs.providerEventId,
           detail: clip(obs.detail ? `${detail}: ${obs.detail}` : detail, 4096),
         });
-        this.emit({ type: "observation", ...ids, outcome: obs.outcome, duplicate: resp.duplicate });
+        this.emit({
+          type: "observation",
+          ...ids,
+          outcome: obs.outcome,
+          providerRefundId: obs.providerRefundId,
+          duplicate: resp.duplicate,
+        });
         return;
       } catch (e) {
         const err = toCoordinatorError(e);

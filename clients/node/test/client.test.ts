@@ -18,6 +18,7 @@ import {
   OperationKeyConflictError,
   StaleAttemptError,
   isRetryableWrite,
+  toCoordinatorError,
   type CoordinatorClient,
   type Job,
 } from "../src/index.js";
@@ -117,6 +118,8 @@ describe("CoordinatorClient", () => {
     const again = await lossy.complete(req);
     assert.equal(again.replayed, true);
     assert.equal(again.job!.providerRefundId, "re_lost");
+    // A stream reset by a connection that died during a pause is repeated too.
+    assert.equal(isRetryableWrite(toCoordinatorError(new ConnectError("stream closed: CANCEL", Code.Canceled))), true);
   });
 
   it("rejects bad input with InvalidArgumentError naming the field", async () => {
