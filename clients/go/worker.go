@@ -555,6 +555,10 @@ func (w *Worker) write(ctx context.Context, log *slog.Logger, c ClaimedJob, d De
 	}
 }
 
+// observeRetryFor bounds how long a worker keeps trying to file one receipt
+// while the coordinator is unreachable.
+const observeRetryFor = 2 * time.Minute
+
 // observe files a provider answer as an observation under the claimed
 // attempt (R15); results that carry no word from the provider are skipped.
 func (w *Worker) observe(ctx context.Context, log *slog.Logger, c ClaimedJob, res Result, detail string) {
@@ -565,13 +569,33 @@ func (w *Worker) observe(ctx context.Context, log *slog.Logger, c ClaimedJob, re
 	if res.Reason != "" {
 		detail += "; provider: " + res.Reason
 	}
-	obs, dup, err := w.client.ReportObservation(ctx, ObservationRequest{
+	req := ObservationRequest{
 		JobID: c.Job.ID, Attempt: c.Attempt, Source: clip("worker:"+w.o.WorkerID, 128), Outcome: outcome,
 		ProviderRefundID: res.ProviderRefundID, ProviderEventID: res.ProviderEventID, Detail: clip(detail, 4096),
-	})
+	}
+	// The receipt may be the only trace of a refund the provider made: keep
+	// trying while the coordinator is unreachable (it deduplicates repeats),
+	// for up to observeRetryFor or until the worker's drain gives up.
+	var obs Observation
+	var dup bool
+	var err error
+	pause := 100 * time.Millisecond
+	for deadline := time.Now().Add(observeRetryFor); ; {
+		obs, dup, err = w.client.ReportObservation(ctx, req)
+		if err == nil || !errors.Is(err, ErrUnavailable) || time.Now().Add(pause).After(deadline) || ctx.Err() != nil {
+			break
+		}
+		log.Warn("observation not filed yet; retrying", "outcome", outcome, "error", err, "in", pause)
+		select {
+		case <-time.After(pause):
+		case <-ctx.Done():
+		}
+		pause = min(2*pause, 5*time.Second)
+	}
 	if err != nil {
 		w.emit(WorkerEvent{Kind: WorkerObserveFailed, Job: c, Result: res, Err: err})
-		log.Warn("observation not filed", "outcome", outcome, "error", err)
+		log.Error("observation not filed: the provider's answer is only in this log", "outcome", outcome,
+			"provider_refund_id", res.ProviderRefundID, "error", err)
 		return
 	}
 	if !dup {

@@ -446,3 +446,52 @@ func TestNewWorkerRejectsBadOptions(t *testing.T) {
 		}
 	}
 }
+
+// TestWorkerKeepsFilingReceiptWhileUnavailable_R15: a stale worker's receipt
+// may be the only trace of a refund; while the coordinator does not answer,
+// the worker keeps filing it past the client's own retries.
+func TestWorkerKeepsFilingReceiptWhileUnavailable_R15(t *testing.T) {
+	c := startCoordinator(t)
+	job := c.enqueue(t, "acme")
+	sent, answer := make(chan struct{}), make(chan struct{})
+	h := &recorder{refund: func(ctx context.Context, j jobfence.ClaimedJob) jobfence.Result {
+		close(sent)
+		<-answer
+		return jobfence.Succeeded("re_late")
+	}}
+	var mu sync.Mutex
+	var observed, failed int
+	a := newWorker(t, c, h, jobfence.WorkerOptions{WorkerID: "A", OnEvent: func(e jobfence.WorkerEvent) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch e.Kind {
+		case jobfence.WorkerObserved:
+			observed++
+		case jobfence.WorkerObserveFailed:
+			failed++
+		}
+	}})
+	runWorker(t, a)
+	<-sent
+	c.expire(t, job.ID)
+	b := c.claimOne(t, "B", job)
+	if _, err := c.client.Complete(ctxFor(t), jobfence.CompleteRequest{JobID: job.ID, Attempt: b.Attempt, ProviderRefundID: "re_late"}); err != nil {
+		t.Fatal(err)
+	}
+	// More lost replies than the client retries on its own.
+	c.dropAfterCommit("ReportObservation", 9)
+	close(answer)
+	waitFor(t, 30*time.Second, "A's receipt filed", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return observed+failed > 0
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if observed != 1 || failed != 0 {
+		t.Fatalf("observed %d, failed %d: want the receipt filed in the end", observed, failed)
+	}
+	if d := c.get(t, job.ID); len(d.Observations) != 1 || d.Observations[0].ProviderRefundID != "re_late" {
+		t.Fatalf("observations %+v, want the one receipt", d.Observations)
+	}
+}
