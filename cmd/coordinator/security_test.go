@@ -2,15 +2,8 @@ package main_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,6 +14,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	pb "github.com/jobfence/jobfence/gen/jobfence/v1"
+	"github.com/jobfence/jobfence/internal/testcert"
 )
 
 // TestOpenOnlyOnLoopback: without credentials the coordinator serves on
@@ -42,11 +36,11 @@ func TestOpenOnlyOnLoopback(t *testing.T) {
 // whose certificate the CA signed, and the history names the certificate.
 func TestMutualTLS(t *testing.T) {
 	dir := t.TempDir()
-	ca, caKey := newCert(t, "jobfence test CA", nil, nil, true)
-	srvCert, srvKey := newCert(t, "coordinator", ca, caKey, false)
-	cliCert, cliKey := newCert(t, "worker-7", ca, caKey, false)
-	files := map[string][]byte{"ca.pem": pemOf("CERTIFICATE", ca.Raw), "srv.pem": pemOf("CERTIFICATE", srvCert.Raw),
-		"srv.key": keyPEM(t, srvKey)}
+	ca, caKey := testcert.New(t, "jobfence test CA", nil, nil, true)
+	srvCert, srvKey := testcert.New(t, "coordinator", ca, caKey, false)
+	cliCert, cliKey := testcert.New(t, "worker-7", ca, caKey, false)
+	files := map[string][]byte{"ca.pem": testcert.PEM("CERTIFICATE", ca.Raw), "srv.pem": testcert.PEM("CERTIFICATE", srvCert.Raw),
+		"srv.key": testcert.KeyPEM(t, srvKey)}
 	for name, data := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
 			t.Fatal(err)
@@ -82,45 +76,4 @@ func TestMutualTLS(t *testing.T) {
 	if err != nil || len(claimed.Jobs) != 1 || claimed.Jobs[0].Job.WorkerId != "worker-7" {
 		t.Fatalf("Claim over mutual TLS = %v, %v; want the job held by worker-7", claimed, err)
 	}
-}
-
-func newCert(t *testing.T, cn string, parent *x509.Certificate, parentKey *ecdsa.PrivateKey, isCA bool) (*x509.Certificate, *ecdsa.PrivateKey) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	serial, _ := rand.Int(rand.Reader, big.NewInt(1<<62))
-	tmpl := &x509.Certificate{
-		SerialNumber: serial, Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-		IsCA:        isCA, BasicConstraintsValid: true,
-	}
-	if parent == nil {
-		parent, parentKey = tmpl, key
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, parentKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cert, key
-}
-
-func pemOf(kind string, der []byte) []byte {
-	return pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: der})
-}
-
-func keyPEM(t *testing.T, key *ecdsa.PrivateKey) []byte {
-	der, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pemOf("EC PRIVATE KEY", der)
 }

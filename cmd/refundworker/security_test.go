@@ -2,17 +2,10 @@ package main_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/hex"
-	"encoding/pem"
-	"math/big"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,6 +14,7 @@ import (
 
 	jobfence "github.com/jobfence/jobfence/clients/go"
 	"github.com/jobfence/jobfence/fakeprovider"
+	"github.com/jobfence/jobfence/internal/testcert"
 )
 
 // TestSecuredCoordinator: the worker reaches a coordinator that serves TLS
@@ -28,14 +22,14 @@ import (
 // the job history names the credential.
 func TestSecuredCoordinator(t *testing.T) {
 	dir := t.TempDir()
-	ca, caKey := newCert(t, "test CA", nil, nil, true)
-	srv, srvKey := newCert(t, "coordinator", ca, caKey, false)
-	cli, cliKey := newCert(t, "worker-7", ca, caKey, false)
+	ca, caKey := testcert.New(t, "test CA", nil, nil, true)
+	srv, srvKey := testcert.New(t, "coordinator", ca, caKey, false)
+	cli, cliKey := testcert.New(t, "worker-7", ca, caKey, false)
 	const token = "tok-worker-eu-1"
 	sum := sha256.Sum256([]byte(token))
 	files := map[string][]byte{
-		"ca.pem": pemOf("CERTIFICATE", ca.Raw), "srv.pem": pemOf("CERTIFICATE", srv.Raw), "srv.key": keyPEM(t, srvKey),
-		"cli.pem": pemOf("CERTIFICATE", cli.Raw), "cli.key": keyPEM(t, cliKey),
+		"ca.pem": testcert.PEM("CERTIFICATE", ca.Raw), "srv.pem": testcert.PEM("CERTIFICATE", srv.Raw), "srv.key": testcert.KeyPEM(t, srvKey),
+		"cli.pem": testcert.PEM("CERTIFICATE", cli.Raw), "cli.key": testcert.KeyPEM(t, cliKey),
 		"tokens": []byte("worker-eu-1 producer,worker,reader sha256:" + hex.EncodeToString(sum[:]) + "\n"),
 		"token":  []byte(token + "\n"), "wrong-token": []byte("guess\n"),
 	}
@@ -89,50 +83,4 @@ func requireClaimedBy(t *testing.T, e *env, key, who string) {
 			t.Fatalf("history %v: claimed by %q, want the credential %q", history(d), ev.WorkerID, who)
 		}
 	}
-}
-
-// newCert makes a certificate for 127.0.0.1 signed by parent (self-signed
-// when parent is nil).
-func newCert(t *testing.T, cn string, parent *x509.Certificate, parentKey *ecdsa.PrivateKey, isCA bool) (*x509.Certificate, *ecdsa.PrivateKey) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	serial, _ := rand.Int(rand.Reader, big.NewInt(1<<62))
-	tmpl := &x509.Certificate{
-		SerialNumber: serial, Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
-		KeyUsage:    x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-	}
-	if isCA {
-		tmpl.IsCA, tmpl.BasicConstraintsValid, tmpl.KeyUsage = true, true, x509.KeyUsageCertSign|x509.KeyUsageDigitalSignature
-	}
-	if parent == nil {
-		parent, parentKey = tmpl, key
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, parentKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cert, key
-}
-
-func pemOf(kind string, der []byte) []byte {
-	return pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: der})
-}
-
-func keyPEM(t *testing.T, k *ecdsa.PrivateKey) []byte {
-	t.Helper()
-	der, err := x509.MarshalECPrivateKey(k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pemOf("EC PRIVATE KEY", der)
 }

@@ -63,27 +63,10 @@ SELECT id, operation_key, provider, provider_refund_id, amount_minor, currency, 
 )
 
 func writeTx(ctx context.Context, tx *sql.Tx, ws []store.Writeback, idx []int) (store.BatchPlan, error) {
-	ids := store.JobIDs(ws, idx)
-	var now time.Time
-	current := make(map[int64]store.Job, len(ids))
-	rows, err := tx.QueryContext(ctx, fmt.Sprintf(lockJobsForWrite, sqlbase.Placeholders(len(ids))), sqlbase.Int64Args(ids)...)
+	plan, now, err := sqlbase.PlanWrites(ctx, tx, lockJobsForWrite, scanJob, ws, idx)
 	if err != nil {
-		return store.BatchPlan{}, err
+		return plan, err
 	}
-	for rows.Next() {
-		j, err := scanJob(sqlbase.Prefixed{Row: rows, First: []any{&now}})
-		if err != nil {
-			rows.Close()
-			return store.BatchPlan{}, err
-		}
-		current[j.ID] = j
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return store.BatchPlan{}, err
-	}
-
-	plan := store.PlanBatch(ws, idx, current, now)
 	if len(plan.Apply) == 0 {
 		return plan, nil
 	}

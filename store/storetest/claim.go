@@ -55,7 +55,7 @@ func testClaimBumps(t *testing.T, s store.Store) {
 
 func testClaimOrder(t *testing.T, s store.Store) {
 	// Q4: many identical next_attempt_at values order stably by id.
-	at := time.Now().Add(-time.Minute).UTC().Truncate(time.Second)
+	at := dbNow(t, s).Add(-time.Minute).Truncate(time.Second)
 	var want []int64
 	for i := 0; i < 7; i++ {
 		p := refund(t)

@@ -24,7 +24,7 @@ func testEnqueueIdempotent(t *testing.T, s store.Store) {
 		t.Fatalf("second Enqueue = id %d created %v err %v, want id %d created false", again.ID, created, err, job.ID)
 	}
 	// A different schedule is not a different refund.
-	p.NotBefore = time.Now().Add(time.Hour)
+	p.NotBefore = dbNow(t, s).Add(time.Hour)
 	if again, created, err = s.Enqueue(ctxFor(t), p); err != nil || created || again.ID != job.ID {
 		t.Fatalf("Enqueue with other not_before = id %d created %v err %v", again.ID, created, err)
 	}
@@ -70,7 +70,7 @@ func testEnqueueConflict(t *testing.T, s store.Store) {
 
 func testEnqueueNotBefore(t *testing.T, s store.Store) {
 	later := refund(t)
-	later.NotBefore = time.Now().Add(time.Hour)
+	later.NotBefore = dbNow(t, s).Add(time.Hour)
 	job := enqueue(t, s, later)
 	if job.NextAttemptAt.Sub(later.NotBefore).Abs() > time.Millisecond {
 		t.Fatalf("next_attempt_at = %v, want %v", job.NextAttemptAt, later.NotBefore)

@@ -151,7 +151,7 @@ func testReschedule(t *testing.T, s store.Store) {
 	// An absolute time, in the past: due at once, with the attempt bumped again.
 	job2 := enqueue(t, s, refund(t))
 	c := claimOne(t, s, "A", job2.ID)
-	at := time.Now().Add(-time.Minute).UTC().Truncate(time.Millisecond)
+	at := dbNow(t, s).Add(-time.Minute).Truncate(time.Millisecond)
 	w := store.Writeback{Kind: store.EventRescheduled, JobID: job2.ID, Attempt: c.Job.Attempt,
 		NextAction: store.ActionRefund, At: at, Reason: "provider rejected: rate limited"}
 	res = write(t, s, w)

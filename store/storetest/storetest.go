@@ -8,6 +8,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -63,11 +65,25 @@ func Run(t *testing.T, open Opener) {
 
 var keySeq atomic.Int64
 
+// runID keeps keys of separate runs apart.
+var runID = strconv.FormatUint(rand.Uint64(), 36)
+
+// dbNow is the database's clock (R12): times in test data are set from it,
+// never from this process's clock.
+func dbNow(t *testing.T, s store.Store) time.Time {
+	t.Helper()
+	st, err := s.Stats(ctxFor(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Now
+}
+
 // refund returns enqueue parameters with a key unique to this process.
 func refund(t *testing.T) store.EnqueueParams {
 	n := keySeq.Add(1)
 	return store.EnqueueParams{
-		OperationKey: fmt.Sprintf("refund-%s-%d", time.Now().Format("150405.000000"), n),
+		OperationKey: fmt.Sprintf("refund-%s-%d", runID, n),
 		OrderID:      fmt.Sprintf("order-%d", n),
 		PaymentID:    fmt.Sprintf("pay-%d", n),
 		AmountMinor:  1250,

@@ -166,6 +166,27 @@ func (b *Backend) WriteMany(ctx context.Context, ws []store.Writeback) []store.W
 	})
 }
 
+// PlanWrites reads the rows of the jobs of ws[i], i in idx, with query (its
+// %s takes the id placeholders, its first column is the database clock) and
+// plans the batch against them (store.PlanBatch). It returns the plan and the
+// clock.
+func PlanWrites(ctx context.Context, tx *sql.Tx, query string, scan func(Scanner) (store.Job, error),
+	ws []store.Writeback, idx []int) (store.BatchPlan, time.Time, error) {
+	ids := store.JobIDs(ws, idx)
+	var now time.Time
+	jobs, err := QueryAll(ctx, tx, func(row Scanner) (store.Job, error) {
+		return scan(Prefixed{Row: row, First: []any{Time{&now}}})
+	}, fmt.Sprintf(query, Placeholders(len(ids))), Int64Args(ids)...)
+	if err != nil {
+		return store.BatchPlan{}, now, err
+	}
+	current := make(map[int64]store.Job, len(jobs))
+	for _, j := range jobs {
+		current[j.ID] = j
+	}
+	return store.PlanBatch(ws, idx, current, now), now, nil
+}
+
 // attachObservations reads the receipts on file for claimed[i], i in idx
 // (R15), with query, whose %s takes the id placeholders, and attaches them.
 func attachObservations(ctx context.Context, q Querier, claimed []store.ClaimedJob, idx []int, query string,
