@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,12 +19,23 @@ type batcher[In, Out any] struct {
 	maxBatch int
 	timeout  time.Duration
 	sizes    prometheus.Observer
+	// abandoned, when set, receives the outcome of a call whose caller gave up
+	// before it was answered.
+	abandoned func(In, Out)
 }
 
+// The states of a call: waiting for its batch, answered, or given up.
+const (
+	callWaiting int32 = iota
+	callAnswered
+	callAbandoned
+)
+
 type batchCall[In, Out any] struct {
-	in   In
-	out  Out
-	done chan struct{}
+	in    In
+	out   Out
+	done  chan struct{}
+	state atomic.Int32
 }
 
 // newBatcher starts flushers goroutines that hand batches of up to maxBatch
@@ -52,7 +64,11 @@ func (b *batcher[In, Out]) do(ctx context.Context, in In) (Out, error) {
 	case <-c.done:
 		return c.out, nil
 	case <-ctx.Done():
-		return zero, ctx.Err()
+		if c.state.CompareAndSwap(callWaiting, callAbandoned) {
+			return zero, ctx.Err()
+		}
+		<-c.done // answered meanwhile: the caller gets it after all
+		return c.out, nil
 	}
 }
 
@@ -78,7 +94,11 @@ func (b *batcher[In, Out]) flush() {
 		cancel()
 		for i, c := range batch {
 			c.out = outs[i]
-			close(c.done)
+			if c.state.CompareAndSwap(callWaiting, callAnswered) {
+				close(c.done)
+			} else if b.abandoned != nil {
+				b.abandoned(c.in, c.out)
+			}
 		}
 	}
 }

@@ -20,6 +20,7 @@ type Metrics struct {
 	claimBatch   prometheus.Histogram
 	writeBatch   prometheus.Histogram
 	enqueueBatch prometheus.Histogram
+	claimTxBatch prometheus.Histogram
 	grpc         *grpcprom.ServerMetrics
 }
 
@@ -53,6 +54,11 @@ func NewMetrics(reg prometheus.Registerer, st store.Store) *Metrics {
 			Help:    "Enqueues coalesced into one transaction.",
 			Buckets: []float64{1, 2, 5, 10, 20, 50, 100, 200},
 		}),
+		claimTxBatch: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "jobfence_claim_tx_batch_size",
+			Help:    "Claims coalesced into one transaction.",
+			Buckets: []float64{1, 2, 4, 8, 16, 32},
+		}),
 		grpc: grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram(
 			grpcprom.WithHistogramBuckets([]float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 5, 30, 60}))),
 	}
@@ -62,7 +68,7 @@ func NewMetrics(reg prometheus.Registerer, st store.Store) *Metrics {
 	for _, rpc := range []string{"Complete", "Reschedule", "Escalate"} {
 		m.stale.WithLabelValues(rpc)
 	}
-	reg.MustRegister(m.takeovers, m.stale, m.granted, m.claimBatch, m.writeBatch, m.enqueueBatch, m.grpc,
+	reg.MustRegister(m.takeovers, m.stale, m.granted, m.claimBatch, m.writeBatch, m.enqueueBatch, m.claimTxBatch, m.grpc,
 		newStatsCollector(st))
 	return m
 }

@@ -48,6 +48,9 @@ type Options struct {
 	Logger *slog.Logger
 }
 
+// claimBatch bounds the claims sharing one transaction.
+const claimBatch = 4
+
 // MaxClaimWait bounds ClaimRequest.wait.
 const MaxClaimWait = time.Minute
 
@@ -60,6 +63,7 @@ type Server struct {
 	waiters  waiters
 	writes   *batcher[store.Writeback, store.WriteOutcome]
 	enqueues *batcher[store.EnqueueParams, store.EnqueueOutcome]
+	claims   *batcher[store.ClaimParams, store.ClaimOutcome]
 	metrics  *Metrics
 }
 
@@ -86,10 +90,15 @@ func New(st store.Store, opts Options) *Server {
 	if opts.Metrics == nil {
 		opts.Metrics = NewMetrics(prometheus.NewRegistry(), st)
 	}
-	return &Server{store: st, opts: opts, log: opts.Logger, metrics: opts.Metrics,
+	srv := &Server{store: st, opts: opts, log: opts.Logger, metrics: opts.Metrics,
 		writes: newBatcher(st.WriteMany, opts.WriteFlushers, opts.WriteBatch, time.Minute, opts.Metrics.writeBatch),
 		enqueues: newBatcher(st.EnqueueMany, opts.WriteFlushers, opts.WriteBatch, time.Minute,
-			opts.Metrics.enqueueBatch)}
+			opts.Metrics.enqueueBatch),
+		// Claims are short and lock rows: few at a time, so that concurrent
+		// claimers share a COMMIT instead of contending in the database.
+		claims: newBatcher(st.ClaimMany, opts.WriteFlushers, claimBatch, time.Minute, opts.Metrics.claimTxBatch)}
+	srv.claims.abandoned = srv.release
+	return srv
 }
 
 // Drain makes waiting and future long-poll Claims return at once, so that a
@@ -164,7 +173,11 @@ func (s *Server) claim(ctx context.Context, p store.ClaimParams, wait time.Durat
 	deadline := time.Now().Add(wait)
 	for {
 		woken := s.waiters.add(p.Provider)
-		claimed, err := s.store.Claim(ctx, p)
+		out, err := s.claims.do(ctx, p)
+		if err == nil {
+			err = out.Err
+		}
+		claimed := out.Jobs
 		left := time.Until(deadline)
 		if err != nil || len(claimed) > 0 || left <= 0 {
 			s.waiters.remove(woken)
@@ -181,6 +194,25 @@ func (s *Server) claim(ctx context.Context, p store.ClaimParams, wait time.Durat
 		if ctx.Err() != nil || s.waiters.isStopped() {
 			return nil, nil
 		}
+	}
+}
+
+// release hands back the jobs of a claim whose caller left before it was
+// answered (a cancelled long poll, a worker stopping): a fenced Reschedule
+// under the granted attempt, due now, so they need not wait for their leases
+// to expire. A takeover keeps its RECONCILE; a first claim sent nothing.
+func (s *Server) release(p store.ClaimParams, out store.ClaimOutcome) {
+	for _, c := range out.Jobs {
+		w := store.Writeback{Kind: store.EventRescheduled, JobID: c.Job.ID, Attempt: c.Job.Attempt,
+			NextAction: c.Job.NextAction, Reason: "claim abandoned by its caller before the answer"}
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if _, err := s.write(ctx, w); err != nil {
+				s.log.LogAttrs(ctx, slog.LevelWarn, "abandoned claim not released; its lease will expire",
+					append(attrsOf(c.Job).attrs(), slog.String("error", err.Error()))...)
+			}
+		}()
 	}
 }
 

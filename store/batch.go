@@ -6,6 +6,12 @@ import (
 	"time"
 )
 
+// ClaimOutcome is the answer to one claim of a batch.
+type ClaimOutcome struct {
+	Jobs []ClaimedJob
+	Err  error
+}
+
 // EnqueueOutcome is the answer to one enqueue of a batch.
 type EnqueueOutcome struct {
 	Job     Job

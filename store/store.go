@@ -233,6 +233,12 @@ type Store interface {
 	// R7), ErrUnavailable, *BudgetExhaustedError (nothing granted).
 	Claim(ctx context.Context, p ClaimParams) ([]ClaimedJob, error)
 
+	// ClaimMany runs several claims in one transaction, each answered on its
+	// own as Claim would answer it, in order: a later claim of the batch never
+	// gets a job an earlier one got. Used to coalesce concurrent claims into
+	// one COMMIT.
+	ClaimMany(ctx context.Context, ps []ClaimParams) []ClaimOutcome
+
 	// Write applies a fenced write-back (R9, R10, R21). Errors: *ValidationError,
 	// ErrNotFound, *FenceError (ErrStaleAttempt, ErrNotRunning),
 	// ErrWriteOutcomeUnknown, ErrUnavailable.

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -84,5 +85,45 @@ func testWriteManyEachOnItsOwn(t *testing.T, s store.Store) {
 	}
 	if got := get(t, s, b.ID).Job; got.ProviderRefundID != "re_b" || got.Attempt != cb2.Job.Attempt {
 		t.Fatalf("job b = %+v, want B's completion", got)
+	}
+}
+
+// testClaimManyEachOnItsOwn: claims batched into one transaction never share
+// a job, keep their own filters, leases and workers, and a bad one does not
+// spoil the others (R5, R23).
+func testClaimManyEachOnItsOwn(t *testing.T, s store.Store) {
+	var acme []int64
+	for i := 0; i < 3; i++ {
+		acme = append(acme, enqueue(t, s, refund(t)).ID)
+	}
+	g := refund(t)
+	g.Provider = "globex"
+	globex := enqueue(t, s, g)
+	out := s.ClaimMany(ctxFor(t), []store.ClaimParams{
+		{WorkerID: "A", MaxJobs: 2, Lease: time.Minute},
+		{WorkerID: "B", MaxJobs: 0, Lease: time.Minute},
+		{WorkerID: "C", MaxJobs: 5, Lease: 2 * time.Minute, Provider: "globex"},
+		{WorkerID: "D", MaxJobs: 5, Lease: time.Minute},
+	})
+	if len(out) != 4 {
+		t.Fatalf("%d outcomes for 4 claims", len(out))
+	}
+	if out[0].Err != nil || !slices.Equal(ids(out[0].Jobs), acme[:2]) {
+		t.Fatalf("A got %v, %v; want %v", ids(out[0].Jobs), out[0].Err, acme[:2])
+	}
+	wantViolation(t, out[1].Err, "max_jobs")
+	if out[2].Err != nil || !slices.Equal(ids(out[2].Jobs), []int64{globex.ID}) ||
+		out[2].Jobs[0].Job.LeaseUntil.Sub(out[2].Jobs[0].Job.UpdatedAt) != 2*time.Minute {
+		t.Fatalf("C got %+v, %v; want the globex job with its own lease", out[2].Jobs, out[2].Err)
+	}
+	if out[3].Err != nil || !slices.Equal(ids(out[3].Jobs), acme[2:]) || out[3].Jobs[0].Job.WorkerID != "D" {
+		t.Fatalf("D got %v, %v; want %v", ids(out[3].Jobs), out[3].Err, acme[2:])
+	}
+	for _, o := range []store.ClaimOutcome{out[0], out[2], out[3]} {
+		for _, c := range o.Jobs {
+			if d := get(t, s, c.Job.ID); d.Job != c.Job || d.Job.Attempt != 1 {
+				t.Fatalf("claim answered\n %+v\nbut the row is\n %+v", c.Job, d.Job)
+			}
+		}
 	}
 }

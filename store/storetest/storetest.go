@@ -43,6 +43,7 @@ func Run(t *testing.T, open Opener) {
 		{"CommitThenLostReplyReplays_T4_R21", testLostReplyReplayT4},
 		{"DifferentWriteSameAttemptNotRunning_R21", testDifferentWriteNotRunning},
 		{"WriteManyAnswersEachOnItsOwn_R9_R21", testWriteManyEachOnItsOwn},
+		{"ClaimManyNeverShares_R5_R23", testClaimManyEachOnItsOwn},
 		{"RescheduleReturnsToReady", testReschedule},
 		{"EscalateToManualReview_R16", testEscalate},
 		{"ResolveReviewFencedByAttempt", testResolveReview},

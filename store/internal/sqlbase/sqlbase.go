@@ -102,26 +102,56 @@ func (b *Backend) txOnce(ctx context.Context, fn func(*sql.Tx) error) error {
 	return nil
 }
 
-// Claim implements store.Store: ClaimTx in one transaction. Only a
-// successful COMMIT grants anything; if its outcome is unknown nothing is
-// granted and nothing is retried (R7).
+// Claim implements store.Store.
 func (b *Backend) Claim(ctx context.Context, p store.ClaimParams) ([]store.ClaimedJob, error) {
-	if err := p.Validate(); err != nil {
-		return nil, err
+	out := b.ClaimMany(ctx, []store.ClaimParams{p})
+	return out[0].Jobs, out[0].Err
+}
+
+// ClaimMany implements store.Store: the claims run one after another
+// (ClaimTx each, so each sees the jobs granted before it as taken) in one
+// transaction with one COMMIT. Only a successful COMMIT grants anything; if
+// its outcome is unknown every claim of the batch is told so and nothing is
+// retried (R7).
+func (b *Backend) ClaimMany(ctx context.Context, ps []store.ClaimParams) []store.ClaimOutcome {
+	out := make([]store.ClaimOutcome, len(ps))
+	var valid []int
+	for i, p := range ps {
+		if err := p.Validate(); err != nil {
+			out[i].Err = err
+		} else {
+			valid = append(valid, i)
+		}
 	}
-	var claimed []store.ClaimedJob
+	if len(valid) == 0 {
+		return out
+	}
 	err := b.InTx(ctx, func(tx *sql.Tx) error {
-		var err error
-		claimed, err = ClaimTx(ctx, tx, b.Claims, p, b.budgeted.Load())
-		return err
+		for _, i := range valid {
+			jobs, err := ClaimTx(ctx, tx, b.Claims, ps[i], b.budgeted.Load())
+			var budget *store.BudgetExhaustedError
+			switch {
+			case errors.As(err, &budget):
+				out[i] = store.ClaimOutcome{Err: err} // this claim wrote nothing
+			case err != nil:
+				return err
+			default:
+				out[i] = store.ClaimOutcome{Jobs: jobs}
+			}
+		}
+		return nil
 	})
-	if IsCommitUnknown(err) {
-		return nil, fmt.Errorf("%w: %v", store.ErrClaimOutcomeUnknown, err)
-	}
 	if err != nil {
-		return nil, b.Unavailable(err)
+		if IsCommitUnknown(err) {
+			err = fmt.Errorf("%w: %v", store.ErrClaimOutcomeUnknown, err)
+		} else {
+			err = b.Unavailable(err)
+		}
+		for _, i := range valid {
+			out[i] = store.ClaimOutcome{Err: err}
+		}
 	}
-	return claimed, nil
+	return out
 }
 
 // Write implements store.Store.
