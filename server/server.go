@@ -1,7 +1,8 @@
 // Package server is the gRPC face of the coordinator: it translates
-// jobfence.v1 messages to store calls and store errors to gRPC statuses. It
-// holds no state of its own; every decision about a job is made by the store
-// under the database's row locks and clock.
+// jobfence.v1 messages to store calls and store errors to gRPC statuses, and
+// coalesces concurrent calls into shared transactions. It keeps no job state
+// of its own; every decision about a job is made by the store under the
+// database's row locks and clock.
 package server
 
 import (
@@ -31,9 +32,10 @@ type Options struct {
 	// it was not woken for: jobs enqueued through other replicas, delays that
 	// ran out, leases that expired. Default 200ms.
 	ClaimPollInterval time.Duration
-	// WriteFlushers is how many enqueue and how many write-back transactions
-	// may run at once; concurrent calls beyond that are coalesced into shared
-	// transactions of up to WriteBatch calls. Defaults 2 and 128.
+	// WriteFlushers is how many enqueue, how many write-back and how many
+	// claim transactions may run at once; concurrent calls beyond that are
+	// coalesced into shared transactions of up to WriteBatch enqueues or
+	// write-backs (claims: up to four). Defaults 2 and 128.
 	WriteFlushers int
 	WriteBatch    int
 	// Auth authenticates and authorises every call but health checks and
