@@ -20,6 +20,8 @@ import {
   type GetJobResponse,
   type ListJobsRequestSchema,
   type ListJobsResponse,
+  type ResolveReviewRequestSchema,
+  type ResolveReviewResponse,
   type ReportObservationRequestSchema,
   type ReportObservationResponse,
   type RescheduleRequestSchema,
@@ -67,6 +69,7 @@ export type EscalateInit = MessageInitShape<typeof EscalateRequestSchema>;
 export type ReportObservationInit = MessageInitShape<typeof ReportObservationRequestSchema>;
 export type GetJobInit = MessageInitShape<typeof GetJobRequestSchema>;
 export type ListJobsInit = MessageInitShape<typeof ListJobsRequestSchema>;
+export type ResolveReviewInit = MessageInitShape<typeof ResolveReviewRequestSchema>;
 
 /**
  * CoordinatorClient calls jobfence.v1.Coordinator. Every method rejects with
@@ -144,6 +147,16 @@ export class CoordinatorClient {
    */
   listJobs(req: ListJobsInit, opts?: CallOptions): Promise<ListJobsResponse> {
     return this.call((o) => this.raw.listJobs(req, o), opts);
+  }
+
+  /**
+   * resolveReview closes a job in manual review (an operator's call): refunded
+   * with the provider's refund id, or back to reconcile. It is fenced by the
+   * attempt the operator looked at: StaleAttemptError or JobNotInReviewError
+   * when the job moved on.
+   */
+  resolveReview(req: ResolveReviewInit, opts?: CallOptions): Promise<ResolveReviewResponse> {
+    return this.call((o) => this.raw.resolveReview(req, o), opts);
   }
 
   /** close ends the connection; calls still in flight fail. */

@@ -18,6 +18,9 @@ export const ErrorDomain = "jobfence";
 export const Reason = {
   StaleAttempt: "STALE_ATTEMPT",
   JobNotRunning: "JOB_NOT_RUNNING",
+  JobNotInReview: "JOB_NOT_IN_REVIEW",
+  Unauthenticated: "UNAUTHENTICATED",
+  PermissionDenied: "PERMISSION_DENIED",
   OperationKeyConflict: "OPERATION_KEY_CONFLICT",
   ClaimOutcomeUnknown: "CLAIM_OUTCOME_UNKNOWN",
   WriteOutcomeUnknown: "WRITE_OUTCOME_UNKNOWN",
@@ -81,6 +84,13 @@ export class StaleAttemptError extends FencedWriteError {}
  * already wrote a different outcome (R21); nothing was written.
  */
 export class JobNotRunningError extends FencedWriteError {}
+
+/**
+ * JobNotInReviewError (JOB_NOT_IN_REVIEW, FAILED_PRECONDITION): a
+ * ResolveReview found the job no longer in manual review under the attempt
+ * the operator looked at; nothing was written.
+ */
+export class JobNotInReviewError extends FencedWriteError {}
 
 /**
  * OperationKeyConflictError (OPERATION_KEY_CONFLICT, ALREADY_EXISTS): the
@@ -168,6 +178,8 @@ export function toCoordinatorError(err: unknown): CoordinatorError {
       return new StaleAttemptError(msg, ce.code, ei.reason, meta, ce);
     case Reason.JobNotRunning:
       return new JobNotRunningError(msg, ce.code, ei.reason, meta, ce);
+    case Reason.JobNotInReview:
+      return new JobNotInReviewError(msg, ce.code, ei.reason, meta, ce);
     case Reason.OperationKeyConflict:
       return new OperationKeyConflictError(msg, ce.code, ei.reason, meta, ce);
     case Reason.ClaimOutcomeUnknown:

@@ -12,6 +12,7 @@ export type {
   GetJobInit,
   ListJobsInit,
   ReportObservationInit,
+  ResolveReviewInit,
   RescheduleInit,
   TLSOptions,
 } from "./client.js";
@@ -27,6 +28,7 @@ export {
   FencedWriteError,
   InvalidArgumentError,
   JobNotRunningError,
+  JobNotInReviewError,
   NotFoundError,
   OperationKeyConflictError,
   Reason,

@@ -10,12 +10,14 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import {
   CoordinatorError,
   InvalidArgumentError,
+  JobNotInReviewError,
   JobNotRunningError,
   JobState,
   NextAction,
   NotFoundError,
   ObservationOutcome,
   OperationKeyConflictError,
+  ReviewResolution,
   StaleAttemptError,
   isRetryableWrite,
   toCoordinatorError,
@@ -91,6 +93,28 @@ describe("CoordinatorClient", () => {
     });
     const got = await client.getJob({ job: { case: "jobId", value: job.id } });
     assert.equal(got.events.filter((e) => e.kind === "completed").length, 1);
+  });
+
+  it("resolves a manual review, fenced by the attempt the operator saw", async () => {
+    const job = (await client.enqueueRefund(refund())).job!;
+    const claimed = await claimOne("node-a", job);
+    const resolve = {
+      jobId: job.id,
+      attempt: claimed.attempt,
+      resolution: ReviewResolution.REFUNDED,
+      providerRefundId: "re_ops",
+      note: "seen in the provider dashboard",
+    };
+    await assert.rejects(client.resolveReview(resolve), (err) => err instanceof JobNotInReviewError);
+    await client.escalate({ jobId: job.id, attempt: claimed.attempt, reason: "no record" });
+    const done = await client.resolveReview(resolve);
+    assert.equal(done.job!.state, JobState.SUCCEEDED);
+    assert.equal(done.job!.providerRefundId, "re_ops");
+    assert.equal((await client.resolveReview(resolve)).replayed, true);
+    await assert.rejects(
+      client.resolveReview({ ...resolve, resolution: ReviewResolution.RECONCILE, providerRefundId: "" }),
+      (err) => err instanceof JobNotInReviewError,
+    );
   });
 
   it("repeats a write-back whose reply was lost and gets replayed (R21, T4)", async () => {
