@@ -35,7 +35,7 @@ type Options struct {
 	// WriteFlushers is how many enqueue, how many write-back and how many
 	// claim transactions may run at once; concurrent calls beyond that are
 	// coalesced into shared transactions of up to WriteBatch enqueues or
-	// write-backs (claims: up to four). Defaults 2 and 128.
+	// write-backs (claims: up to 16). Defaults 2 and 128.
 	WriteFlushers int
 	WriteBatch    int
 	// Auth authenticates and authorises every call but health checks and
@@ -51,7 +51,7 @@ type Options struct {
 }
 
 // claimBatch bounds the claims sharing one transaction.
-const claimBatch = 4
+const claimBatch = 16
 
 // MaxClaimWait bounds ClaimRequest.wait.
 const MaxClaimWait = time.Minute

@@ -42,22 +42,15 @@ UNION ALL
   LIMIT ?
   FOR UPDATE SKIP LOCKED)`
 
-	// R5, R6: bump attempt under the row locks taken above. The WHERE re-checks
-	// the conditions. Assignment order matters on MySQL (left to right, later
-	// ones see earlier results): first_sent_at and next_action read the old
-	// state before state is overwritten. The values are those of
-	// store.ClaimParams.Grant, which answers the caller without a read-back.
-	claimLocked = `UPDATE refund_jobs SET
-  first_sent_at = CASE WHEN state = 'ready' AND next_action = 'refund' AND first_sent_at IS NULL
-                       THEN ? ELSE first_sent_at END,
-  next_action   = CASE WHEN state = 'running' THEN 'reconcile' ELSE next_action END,
-  state         = 'running',
-  attempt       = attempt + 1,
-  lease_until   = ?,
-  worker_id     = ?,
-  updated_at    = ?
- WHERE id IN (%s)
-   AND ((state = 'ready' AND next_attempt_at <= ?) OR (state = 'running' AND lease_until <= ?))`
+	// R5, R6: bump attempt under the row locks taken above, to the values of
+	// store.ClaimParams.Grant (sqlbase.GrantRow per job), which answers the
+	// caller without a read-back. The join re-checks the attempt read and the
+	// WHERE the claim's conditions: a row that moved is not granted.
+	claimLocked = `UPDATE refund_jobs j
+  JOIN (%s) w ON j.id = w.id AND j.attempt = w.attempt - 1
+   SET j.first_sent_at = w.first_sent_at, j.next_action = w.next_action, j.state = 'running',
+       j.attempt = w.attempt, j.lease_until = w.lease_until, j.worker_id = w.worker_id, j.updated_at = w.updated_at
+ WHERE (j.state = 'ready' AND j.next_attempt_at <= ?) OR (j.state = 'running' AND j.lease_until <= ?)`
 
 	selectObservationsOf = `SELECT ` + observationColumns + ` FROM refund_observations
  WHERE job_id IN (%s) ORDER BY job_id, id`

@@ -24,22 +24,17 @@ const (
  ORDER BY next_attempt_at, id
  LIMIT ?`
 
-	// R5, R6: bump attempt. The WHERE re-checks the conditions. SQLite
-	// evaluates every SET expression against the row as it was before the
-	// UPDATE (unlike MySQL, where later assignments see earlier ones), so
-	// first_sent_at and next_action read the old state whatever their order.
-	// Parameters: now, lease_until, worker_id, now, ids…, now, now.
-	claimSelected = `UPDATE refund_jobs SET
-  first_sent_at = CASE WHEN state = 'ready' AND next_action = 'refund' AND first_sent_at IS NULL
-                       THEN ? ELSE first_sent_at END,
-  next_action   = CASE WHEN state = 'running' THEN 'reconcile' ELSE next_action END,
-  state         = 'running',
-  attempt       = attempt + 1,
-  lease_until   = ?,
-  worker_id     = ?,
-  updated_at    = ?
- WHERE id IN (%s)
-   AND ((state = 'ready' AND next_attempt_at <= ?) OR (state = 'running' AND lease_until <= ?))`
+	// R5, R6: bump attempt to the values of store.ClaimParams.Grant
+	// (sqlbase.GrantRow per job), which answers the caller without a
+	// read-back. The WHERE re-checks the attempt read and the claim's
+	// conditions: a row that moved is not granted.
+	claimSelected = `UPDATE refund_jobs
+   SET first_sent_at = w.first_sent_at, next_action = w.next_action, state = 'running',
+       attempt = w.attempt, lease_until = w.lease_until, worker_id = w.worker_id, updated_at = w.updated_at
+  FROM (%s) AS w
+ WHERE refund_jobs.id = w.id AND refund_jobs.attempt = w.attempt - 1
+   AND ((refund_jobs.state = 'ready' AND refund_jobs.next_attempt_at <= ?)
+     OR (refund_jobs.state = 'running' AND refund_jobs.lease_until <= ?))`
 
 	selectObservationsOf = `SELECT ` + observationColumns + ` FROM refund_observations
  WHERE job_id IN (%s) ORDER BY job_id, id`

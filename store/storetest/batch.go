@@ -119,7 +119,23 @@ func testClaimManyEachOnItsOwn(t *testing.T, s store.Store) {
 	if out[3].Err != nil || !slices.Equal(ids(out[3].Jobs), acme[2:]) || out[3].Jobs[0].Job.WorkerID != "D" {
 		t.Fatalf("D got %v, %v; want %v", ids(out[3].Jobs), out[3].Err, acme[2:])
 	}
-	for _, o := range []store.ClaimOutcome{out[0], out[2], out[3]} {
+	// Consecutive claims share one walk of the candidates: they split them in
+	// order, never the same job twice.
+	var more []int64
+	for i := 0; i < 5; i++ {
+		more = append(more, enqueue(t, s, refund(t)).ID)
+	}
+	split := s.ClaimMany(ctxFor(t), []store.ClaimParams{
+		{WorkerID: "E", MaxJobs: 2, Lease: time.Minute},
+		{WorkerID: "F", MaxJobs: 2, Lease: 3 * time.Minute},
+		{WorkerID: "G", MaxJobs: 2, Lease: time.Minute},
+	})
+	if !slices.Equal(ids(split[0].Jobs), more[:2]) || !slices.Equal(ids(split[1].Jobs), more[2:4]) ||
+		!slices.Equal(ids(split[2].Jobs), more[4:]) {
+		t.Fatalf("split %v / %v / %v, want %v", ids(split[0].Jobs), ids(split[1].Jobs), ids(split[2].Jobs), more)
+	}
+	out = append(out, split...)
+	for _, o := range []store.ClaimOutcome{out[0], out[2], out[3], out[4], out[5], out[6]} {
 		for _, c := range o.Jobs {
 			if d := get(t, s, c.Job.ID); d.Job != c.Job || d.Job.Attempt != 1 {
 				t.Fatalf("claim answered\n %+v\nbut the row is\n %+v", c.Job, d.Job)

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jobfence/jobfence/store"
@@ -26,8 +27,10 @@ type ClaimSQL struct {
 	// job's columns; %[1]s takes the filter (in both groups), the arguments are
 	// the filter's and a limit, twice. Used when no budget is configured.
 	Candidates string
-	// Grant bumps the candidates in %s: arguments first_sent_at, lease_until,
-	// worker_id, updated_at, the ids, then the cutoff twice for the re-check.
+	// Grant bumps the jobs of the rows in %s (GrantRow each: the values of
+	// store.ClaimParams.Grant, computed from the locked rows), only where the
+	// attempt is still the one read and the claim's conditions still hold;
+	// then the cutoff twice for that re-check.
 	Grant string
 	// Observations reads the receipts of the jobs in %s (R15).
 	Observations string
@@ -66,111 +69,185 @@ type candidate struct {
 	hasObs   bool
 }
 
+// GrantRow is one row of a Grant: a job's id, its new attempt and the values
+// the claim gives it.
+const GrantRow = `SELECT ? AS id, ? AS attempt, ? AS first_sent_at, ? AS next_action, ? AS lease_until,
+  ? AS worker_id, ? AS updated_at`
+
 // ClaimTx is the claim transaction: read the clock, leave out providers whose
 // budget is empty, lock expired leases then due jobs, cap each provider at
 // what its budget allows and take the tokens (R19), bump the rest (R5, R6),
 // record the history and attach the receipts (R15). budgeted says whether any
 // budget is configured; when none is, the budget steps cost nothing.
 func ClaimTx(ctx context.Context, tx *sql.Tx, q ClaimSQL, p store.ClaimParams, budgeted bool) ([]store.ClaimedJob, error) {
-	filter, filterArgs := "", []any(nil)
-	if p.Provider != "" {
-		filter, filterArgs = " AND provider = ?", []any{p.Provider}
+	if !budgeted {
+		claimed, err := claimGroupTx(ctx, tx, q, []store.ClaimParams{p})
+		if err != nil {
+			return nil, err
+		}
+		return claimed[0], nil
 	}
+	filter, filterArgs := providerFilter(p.Provider)
 	var now time.Time
-	var locked []candidate
-	var budgets map[string]store.Budget
+	if err := tx.QueryRowContext(ctx, q.Now).Scan(Time{&now}); err != nil {
+		return nil, err
+	}
+	budgets, err := readBudgets(ctx, tx, q, nil)
+	if err != nil {
+		return nil, err
+	}
 	var exhausted []string
-	if q.Candidates != "" && !budgeted {
-		var err error
-		if now, locked, err = lockCandidates(ctx, tx, q, p, filter, filterArgs); err != nil {
-			return nil, err
-		}
-	} else {
-		if err := tx.QueryRowContext(ctx, q.Now).Scan(Time{&now}); err != nil {
-			return nil, err
-		}
-		if budgeted {
-			var err error
-			if budgets, err = readBudgets(ctx, tx, q, nil); err != nil {
-				return nil, err
-			}
-			for name, b := range budgets {
-				if b.Available(now) < 1 && (p.Provider == "" || p.Provider == name) {
-					exhausted = append(exhausted, name)
-				}
-			}
-			slices.Sort(exhausted)
-		}
-		if len(exhausted) > 0 {
-			filter += " AND provider NOT IN (" + Placeholders(len(exhausted)) + ")"
-			filterArgs = append(filterArgs, strArgs(exhausted)...)
-		}
-		lock := func(query string, limit int, takeover bool) ([]candidate, error) {
-			args := append(append([]any{q.At(now)}, filterArgs...), limit)
-			return QueryAll(ctx, tx, func(row Scanner) (candidate, error) {
-				c := candidate{takeover: takeover}
-				var err error
-				c.Job, err = q.ScanJob(Prefixed{Row: row, First: []any{&c.hasObs}})
-				return c, err
-			}, fmt.Sprintf(query, filter), args...)
-		}
-		// R23: takeovers first, then due jobs, each group oldest first.
-		var err error
-		if locked, err = lock(q.ExpiredLeases, p.MaxJobs, true); err != nil {
-			return nil, err
-		}
-		if rest := p.MaxJobs - len(locked); rest > 0 {
-			due, err := lock(q.DueJobs, rest, false)
-			if err != nil {
-				return nil, err
-			}
-			locked = append(locked, due...)
+	for name, b := range budgets {
+		if b.Available(now) < 1 && (p.Provider == "" || p.Provider == name) {
+			exhausted = append(exhausted, name)
 		}
 	}
-	var err error
-	if budgeted {
-		if locked, err = spendBudgets(ctx, tx, q, locked, now); err != nil {
-			return nil, err
-		}
+	slices.Sort(exhausted)
+	if len(exhausted) > 0 {
+		filter += " AND provider NOT IN (" + Placeholders(len(exhausted)) + ")"
+		filterArgs = append(filterArgs, strArgs(exhausted)...)
+	}
+	locked, err := lockSeparately(ctx, tx, q, now, filter, filterArgs, p.MaxJobs)
+	if err != nil {
+		return nil, err
+	}
+	if locked, err = spendBudgets(ctx, tx, q, locked, now); err != nil {
+		return nil, err
 	}
 	if len(locked) == 0 {
 		return nil, budgetWait(ctx, tx, q, budgets, exhausted, now)
 	}
+	claimed, err := grant(ctx, tx, q, now, []store.ClaimParams{p}, [][]candidate{locked})
+	if err != nil {
+		return nil, err
+	}
+	return claimed[0], nil
+}
 
-	ids := make([]int64, len(locked))
-	claimed := make([]store.ClaimedJob, len(locked))
-	events := make([]store.Event, len(locked))
-	var withObs []int
-	for i, cur := range locked {
-		ids[i] = cur.ID
-		claimed[i], events[i] = p.Grant(cur.Job, now)
-		if cur.hasObs {
-			withObs = append(withObs, i)
+// claimGroupTx claims for ps, which share one provider filter, with one walk
+// of the candidates for all of them: each takes, in order, up to its MaxJobs
+// of them (R23: takeovers first, oldest first), and one grant bumps them all.
+// No budget is configured.
+func claimGroupTx(ctx context.Context, tx *sql.Tx, q ClaimSQL, ps []store.ClaimParams) ([][]store.ClaimedJob, error) {
+	filter, filterArgs := providerFilter(ps[0].Provider)
+	total := 0
+	for _, p := range ps {
+		total += p.MaxJobs
+	}
+	var now time.Time
+	var locked []candidate
+	var err error
+	if q.Candidates != "" {
+		now, locked, err = lockCandidates(ctx, tx, q, filter, filterArgs, total)
+	} else {
+		if err = tx.QueryRowContext(ctx, q.Now).Scan(Time{&now}); err == nil {
+			locked, err = lockSeparately(ctx, tx, q, now, filter, filterArgs, total)
 		}
 	}
-	args := append([]any{q.At(now), q.At(claimed[0].Job.LeaseUntil), p.WorkerID, q.At(now)}, Int64Args(ids)...)
+	if err != nil {
+		return nil, err
+	}
+	shares := make([][]candidate, len(ps))
+	for i, p := range ps {
+		n := min(p.MaxJobs, len(locked))
+		shares[i], locked = locked[:n], locked[n:]
+	}
+	return grant(ctx, tx, q, now, ps, shares)
+}
+
+func providerFilter(provider string) (string, []any) {
+	if provider == "" {
+		return "", nil
+	}
+	return " AND provider = ?", []any{provider}
+}
+
+// lockSeparately locks up to limit candidates with the two candidate
+// queries: expired leases first, then due jobs (R23).
+func lockSeparately(ctx context.Context, tx *sql.Tx, q ClaimSQL, now time.Time, filter string, filterArgs []any,
+	limit int) ([]candidate, error) {
+	lock := func(query string, limit int, takeover bool) ([]candidate, error) {
+		args := append(append([]any{q.At(now)}, filterArgs...), limit)
+		return QueryAll(ctx, tx, func(row Scanner) (candidate, error) {
+			c := candidate{takeover: takeover}
+			var err error
+			c.Job, err = q.ScanJob(Prefixed{Row: row, First: []any{&c.hasObs}})
+			return c, err
+		}, fmt.Sprintf(query, filter), args...)
+	}
+	locked, err := lock(q.ExpiredLeases, limit, true)
+	if err != nil {
+		return nil, err
+	}
+	if rest := limit - len(locked); rest > 0 {
+		due, err := lock(q.DueJobs, rest, false)
+		if err != nil {
+			return nil, err
+		}
+		locked = append(locked, due...)
+	}
+	return locked, nil
+}
+
+// grant bumps shares[i] for ps[i] in one statement (R5, R6), records the
+// history and attaches the receipts on file (R15, read before COMMIT so that
+// a failure grants nothing rather than jobs the caller never hears of).
+func grant(ctx context.Context, tx *sql.Tx, q ClaimSQL, now time.Time, ps []store.ClaimParams,
+	shares [][]candidate) ([][]store.ClaimedJob, error) {
+	out := make([][]store.ClaimedJob, len(ps))
+	var rows []string
+	var args []any
+	var events []store.Event
+	type ref struct{ share, i int }
+	var withObs []ref
+	for s, p := range ps {
+		out[s] = make([]store.ClaimedJob, len(shares[s]))
+		for i, cur := range shares[s] {
+			c, e := p.Grant(cur.Job, now)
+			out[s][i] = c
+			events = append(events, e)
+			var firstSent any
+			if !c.Job.FirstSentAt.IsZero() {
+				firstSent = q.At(c.Job.FirstSentAt)
+			}
+			rows = append(rows, GrantRow)
+			args = append(args, c.Job.ID, c.Job.Attempt, firstSent, c.Job.NextAction, q.At(c.Job.LeaseUntil),
+				c.Job.WorkerID, q.At(now))
+			if cur.hasObs {
+				withObs = append(withObs, ref{s, i})
+			}
+		}
+	}
+	if len(rows) == 0 {
+		return out, nil
+	}
 	args = append(args, q.At(now), q.At(now))
-	res, err := tx.ExecContext(ctx, fmt.Sprintf(q.Grant, Placeholders(len(ids))), args...)
+	res, err := tx.ExecContext(ctx, fmt.Sprintf(q.Grant, strings.Join(rows, " UNION ALL ")), args...)
 	if err != nil {
 		return nil, err
 	}
 	if n, err := res.RowsAffected(); err != nil {
 		return nil, err
-	} else if n != int64(len(ids)) {
+	} else if n != int64(len(rows)) {
 		// The rows are held by this transaction; a mismatch means the
 		// re-check failed. Grant nothing rather than guess which.
-		return nil, fmt.Errorf("claim: held %d jobs but %d passed the re-check", len(ids), n)
+		return nil, fmt.Errorf("claim: held %d jobs but %d passed the re-check", len(rows), n)
 	}
 	if err := InsertHistory(ctx, tx, events, q.At); err != nil {
 		return nil, err
 	}
-	// R15: hand the receipts on file to the new holder. Read before COMMIT so
-	// that a failure here grants nothing, rather than granting jobs the caller
-	// never hears of.
-	if err := attachObservations(ctx, tx, claimed, withObs, q.Observations, q.ScanObservation); err != nil {
-		return nil, err
+	for s := range ps {
+		var idx []int
+		for _, r := range withObs {
+			if r.share == s {
+				idx = append(idx, r.i)
+			}
+		}
+		if err := attachObservations(ctx, tx, out[s], idx, q.Observations, q.ScanObservation); err != nil {
+			return nil, err
+		}
 	}
-	return claimed, nil
+	return out, nil
 }
 
 // spendBudgets locks the budgets of the candidates' providers, keeps of each
@@ -247,12 +324,12 @@ func budgetWait(ctx context.Context, tx *sql.Tx, q ClaimSQL, budgets map[string]
 }
 
 // lockCandidates runs the one-statement candidate query: the database clock,
-// then expired leases before due jobs, at most MaxJobs in all (R23). Due jobs
+// then expired leases before due jobs, at most limit in all (R23). Due jobs
 // locked beyond that stay untouched and are released at COMMIT.
-func lockCandidates(ctx context.Context, tx *sql.Tx, q ClaimSQL, p store.ClaimParams, filter string,
-	filterArgs []any) (time.Time, []candidate, error) {
-	args := append(append([]any(nil), filterArgs...), p.MaxJobs)
-	args = append(append(args, filterArgs...), p.MaxJobs)
+func lockCandidates(ctx context.Context, tx *sql.Tx, q ClaimSQL, filter string, filterArgs []any,
+	limit int) (time.Time, []candidate, error) {
+	args := append(append([]any(nil), filterArgs...), limit)
+	args = append(append(args, filterArgs...), limit)
 	var now time.Time
 	rows, err := QueryAll(ctx, tx, func(row Scanner) (candidate, error) {
 		var c candidate
@@ -271,7 +348,7 @@ func lockCandidates(ctx context.Context, tx *sql.Tx, q ClaimSQL, p store.ClaimPa
 			due = append(due, c)
 		}
 	}
-	return now, append(takeovers, due[:min(len(due), p.MaxJobs-len(takeovers))]...), nil
+	return now, append(takeovers, due[:min(len(due), max(0, limit-len(takeovers)))]...), nil
 }
 
 // readBudgets reads the budgets of providers (every budget when nil); the

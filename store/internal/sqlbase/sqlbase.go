@@ -108,9 +108,11 @@ func (b *Backend) Claim(ctx context.Context, p store.ClaimParams) ([]store.Claim
 	return out[0].Jobs, out[0].Err
 }
 
-// ClaimMany implements store.Store: the claims run one after another
-// (ClaimTx each, so each sees the jobs granted before it as taken) in one
-// transaction with one COMMIT. Only a successful COMMIT grants anything; if
+// ClaimMany implements store.Store: one transaction with one COMMIT, the
+// claims answered in order as if one by one. Consecutive claims with the same
+// provider filter share one walk of the candidates and one grant, each taking
+// up to its MaxJobs; with budgets configured the claims run one after another
+// (ClaimTx each, each seeing the jobs granted before it as taken). Only a successful COMMIT grants anything; if
 // its outcome is unknown every claim of the batch is told so and nothing is
 // retried (R7).
 func (b *Backend) ClaimMany(ctx context.Context, ps []store.ClaimParams) []store.ClaimOutcome {
@@ -127,8 +129,31 @@ func (b *Backend) ClaimMany(ctx context.Context, ps []store.ClaimParams) []store
 		return out
 	}
 	err := b.InTx(ctx, func(tx *sql.Tx) error {
+		if !b.budgeted.Load() {
+			// Consecutive claims with the same provider filter share one
+			// candidate walk and one grant; taken in order, as if one by one.
+			for start := 0; start < len(valid); {
+				end := start + 1
+				for end < len(valid) && ps[valid[end]].Provider == ps[valid[start]].Provider {
+					end++
+				}
+				run := make([]store.ClaimParams, end-start)
+				for n, i := range valid[start:end] {
+					run[n] = ps[i]
+				}
+				claimed, err := claimGroupTx(ctx, tx, b.Claims, run)
+				if err != nil {
+					return err
+				}
+				for n, i := range valid[start:end] {
+					out[i] = store.ClaimOutcome{Jobs: claimed[n]}
+				}
+				start = end
+			}
+			return nil
+		}
 		for _, i := range valid {
-			jobs, err := ClaimTx(ctx, tx, b.Claims, ps[i], b.budgeted.Load())
+			jobs, err := ClaimTx(ctx, tx, b.Claims, ps[i], true)
 			var budget *store.BudgetExhaustedError
 			switch {
 			case errors.As(err, &budget):
