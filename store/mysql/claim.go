@@ -63,7 +63,7 @@ const (
  WHERE provider IN (%s) ORDER BY provider FOR UPDATE`
 )
 
-// claimSQL is the claim (sqlbase.ClaimTx): one short transaction on one
+// claimSQL is the claim (sqlbase.Backend.ClaimMany): one short transaction on one
 // connection (R5, R11) that reads the database clock, locks expired leases and
 // due jobs with SKIP LOCKED so concurrent claimers pass each other (R13),
 // bumps them and records the history. Deadlocks and lock-wait timeouts roll

@@ -47,7 +47,7 @@ const (
  WHERE provider IN (%s) ORDER BY provider`
 )
 
-// claimSQL is the claim (sqlbase.ClaimTx): one short BEGIN IMMEDIATE
+// claimSQL is the claim (sqlbase.Backend.ClaimMany): one short BEGIN IMMEDIATE
 // transaction (R5, R11) that holds the database's only write lock, so the
 // candidates it reads cannot be claimed by anyone else before it commits
 // (R13). A busy write lock leaves nothing behind and is retried whole (R20).

@@ -74,19 +74,12 @@ type candidate struct {
 const GrantRow = `SELECT ? AS id, ? AS attempt, ? AS first_sent_at, ? AS next_action, ? AS lease_until,
   ? AS worker_id, ? AS updated_at`
 
-// ClaimTx is the claim transaction: read the clock, leave out providers whose
-// budget is empty, lock expired leases then due jobs, cap each provider at
-// what its budget allows and take the tokens (R19), bump the rest (R5, R6),
-// record the history and attach the receipts (R15). budgeted says whether any
-// budget is configured; when none is, the budget steps cost nothing.
-func ClaimTx(ctx context.Context, tx *sql.Tx, q ClaimSQL, p store.ClaimParams, budgeted bool) ([]store.ClaimedJob, error) {
-	if !budgeted {
-		claimed, err := claimGroupTx(ctx, tx, q, []store.ClaimParams{p})
-		if err != nil {
-			return nil, err
-		}
-		return claimed[0], nil
-	}
+// claimBudgetedTx is one claim when provider budgets are configured (R19):
+// read the clock, leave out providers whose budget is empty, lock expired
+// leases then due jobs, cap each provider at what its budget allows and take
+// the tokens, then grant the rest. When due work waits only on empty budgets
+// it returns *store.BudgetExhaustedError, having written nothing.
+func claimBudgetedTx(ctx context.Context, tx *sql.Tx, q ClaimSQL, p store.ClaimParams) ([]store.ClaimedJob, error) {
 	filter, filterArgs := providerFilter(p.Provider)
 	var now time.Time
 	if err := tx.QueryRowContext(ctx, q.Now).Scan(Time{&now}); err != nil {

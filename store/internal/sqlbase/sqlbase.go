@@ -111,10 +111,10 @@ func (b *Backend) Claim(ctx context.Context, p store.ClaimParams) ([]store.Claim
 // ClaimMany implements store.Store: one transaction with one COMMIT, the
 // claims answered in order as if one by one. Consecutive claims with the same
 // provider filter share one walk of the candidates and one grant, each taking
-// up to its MaxJobs; with budgets configured the claims run one after another
-// (ClaimTx each, each seeing the jobs granted before it as taken). Only a successful COMMIT grants anything; if
-// its outcome is unknown every claim of the batch is told so and nothing is
-// retried (R7).
+// up to its MaxJobs; with budgets configured the claims run one after another,
+// each seeing the jobs granted before it as taken. Only a successful COMMIT
+// grants anything; if its outcome is unknown every claim of the batch is told
+// so and nothing is retried (R7).
 func (b *Backend) ClaimMany(ctx context.Context, ps []store.ClaimParams) []store.ClaimOutcome {
 	out := make([]store.ClaimOutcome, len(ps))
 	var valid []int
@@ -153,7 +153,7 @@ func (b *Backend) ClaimMany(ctx context.Context, ps []store.ClaimParams) []store
 			return nil
 		}
 		for _, i := range valid {
-			jobs, err := ClaimTx(ctx, tx, b.Claims, ps[i], true)
+			jobs, err := claimBudgetedTx(ctx, tx, b.Claims, ps[i])
 			var budget *store.BudgetExhaustedError
 			switch {
 			case errors.As(err, &budget):
