@@ -90,3 +90,44 @@ func TestReadmeWalkthrough(t *testing.T) {
 		})
 	}
 }
+
+// TestReadmeDocumentsEveryFlag: every flag -h lists has a row in the README's
+// flags table, and the table names no flag the binary lacks.
+func TestReadmeDocumentsEveryFlag(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, _ := strings.Cut(string(readme), "## Flags")
+	table, _, _ = strings.Cut(table, "\n## ")
+	out, err := runBinary(t, nil, "-h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var flags []string
+	for _, line := range strings.Split(out, "\n") {
+		if f, ok := strings.CutPrefix(line, "  -"); ok {
+			flags = append(flags, strings.Fields(f)[0])
+		}
+	}
+	if len(flags) < 10 {
+		t.Fatalf("found only %d flags in -h output:\n%s", len(flags), out)
+	}
+	for _, f := range flags {
+		if !strings.Contains(table, "`--"+f+"`") {
+			t.Errorf("README's flags table lacks --%s", f)
+		}
+	}
+	for _, row := range strings.Split(table, "\n") {
+		for _, part := range strings.Split(row, "`--")[1:] {
+			name, _, _ := strings.Cut(part, "`")
+			found := false
+			for _, f := range flags {
+				found = found || f == name
+			}
+			if !found {
+				t.Errorf("README documents --%s, which the coordinator does not have", name)
+			}
+		}
+	}
+}
