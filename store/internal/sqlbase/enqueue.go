@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/jobfence/jobfence/store"
@@ -70,43 +71,47 @@ func (b *Backend) enqueueTx(ctx context.Context, tx *sql.Tx, ps []store.EnqueueP
 	for _, i := range idx {
 		out[i] = store.EnqueueOutcome{} // nothing kept from a failed try
 	}
-	keys := make([]any, 0, len(idx))
-	seen := map[string]bool{}
-	for _, i := range idx {
-		if k := ps[i].OperationKey; !seen[k] {
-			seen[k] = true
-			keys = append(keys, k)
-		}
-	}
-	existing, err := b.jobsByKey(ctx, tx, keys)
-	if err != nil {
-		return err
-	}
-	var fresh []int // the first occurrence of each key not stored yet
-	isFresh := map[int]bool{}
+	// The first occurrence of each key is inserted at once: new keys are the
+	// usual case. Only when a key is stored already (the insert fails as a
+	// whole, undoing only itself) are the stored ones looked up and left out.
+	existing := map[string]store.Job{}
+	var fresh []int
 	for _, i := range idx {
 		if _, ok := existing[ps[i].OperationKey]; !ok {
 			existing[ps[i].OperationKey] = store.Job{} // filled in once inserted
 			fresh = append(fresh, i)
-			isFresh[i] = true
 		}
 	}
+	err := b.insertJobs(ctx, tx, ps, fresh)
+	if b.Duplicate(err) {
+		keys := make([]any, len(fresh))
+		for n, i := range fresh {
+			keys[n] = ps[i].OperationKey
+		}
+		stored, lerr := b.jobsByKey(ctx, tx, keys)
+		if lerr != nil {
+			return lerr
+		}
+		fresh = slices.DeleteFunc(fresh, func(i int) bool {
+			j, ok := stored[ps[i].OperationKey]
+			if ok {
+				existing[j.OperationKey] = j
+			}
+			return ok
+		})
+		err = b.insertJobs(ctx, tx, ps, fresh)
+	}
+	if err != nil {
+		return err
+	}
+	isFresh := map[int]bool{}
+	for _, i := range fresh {
+		isFresh[i] = true
+	}
 	if len(fresh) > 0 {
-		rows := make([]string, len(fresh))
-		args := make([]any, 0, len(fresh)*7)
 		newKeys := make([]any, len(fresh))
 		for n, i := range fresh {
-			p := ps[i]
-			rows[n] = fmt.Sprintf(insertJobRow, b.Claims.NowExpr)
-			var notBefore any
-			if !p.NotBefore.IsZero() {
-				notBefore = b.Claims.At(p.NotBefore.UTC())
-			}
-			args = append(args, p.OperationKey, p.OrderID, p.PaymentID, p.AmountMinor, p.Currency, p.Provider, notBefore)
-			newKeys[n] = p.OperationKey
-		}
-		if _, err := tx.ExecContext(ctx, fmt.Sprintf(insertJobs, strings.Join(rows, ", ")), args...); err != nil {
-			return err
+			newKeys[n] = ps[i].OperationKey
 		}
 		created, err := b.jobsByKey(ctx, tx, newKeys)
 		if err != nil {
@@ -151,4 +156,24 @@ func (b *Backend) jobsByKey(ctx context.Context, tx *sql.Tx, keys []any) (map[st
 		out[j.OperationKey] = j
 	}
 	return out, nil
+}
+
+// insertJobs inserts the jobs of ps[i], i in idx, in one statement.
+func (b *Backend) insertJobs(ctx context.Context, tx *sql.Tx, ps []store.EnqueueParams, idx []int) error {
+	if len(idx) == 0 {
+		return nil
+	}
+	rows := make([]string, len(idx))
+	args := make([]any, 0, len(idx)*7)
+	for n, i := range idx {
+		p := ps[i]
+		rows[n] = fmt.Sprintf(insertJobRow, b.Claims.NowExpr)
+		var notBefore any
+		if !p.NotBefore.IsZero() {
+			notBefore = b.Claims.At(p.NotBefore.UTC())
+		}
+		args = append(args, p.OperationKey, p.OrderID, p.PaymentID, p.AmountMinor, p.Currency, p.Provider, notBefore)
+	}
+	_, err := tx.ExecContext(ctx, fmt.Sprintf(insertJobs, strings.Join(rows, ", ")), args...)
+	return err
 }
