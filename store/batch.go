@@ -173,14 +173,7 @@ type BatchBackend struct {
 // their rows (R20).
 func WriteBatch(ctx context.Context, ws []Writeback, b BatchBackend) []WriteOutcome {
 	out := make([]WriteOutcome, len(ws))
-	var pending []int
-	for i, w := range ws {
-		if err := w.Validate(); err != nil {
-			out[i].Err = err
-		} else {
-			pending = append(pending, i)
-		}
-	}
+	pending := Valid(ws, func(i int, err error) { out[i].Err = err })
 	for try := 1; len(pending) > 0; try++ {
 		plan, err := b.Tx(ctx, pending)
 		switch {

@@ -228,3 +228,17 @@ func (v *violations) time(field string, t time.Time) {
 			minTime.Format(time.DateOnly), maxTime.Format(time.DateOnly), t.UTC().Format(time.RFC3339Nano))
 	}
 }
+
+// Valid returns the indexes of the requests of a batch that validate, and
+// hands each one that does not to invalid with its error.
+func Valid[T interface{ Validate() error }](reqs []T, invalid func(i int, err error)) []int {
+	var valid []int
+	for i, r := range reqs {
+		if err := r.Validate(); err != nil {
+			invalid(i, err)
+		} else {
+			valid = append(valid, i)
+		}
+	}
+	return valid
+}

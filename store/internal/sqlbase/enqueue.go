@@ -34,14 +34,7 @@ func (b *Backend) Enqueue(ctx context.Context, p store.EnqueueParams) (store.Job
 // transaction fails the insert as a whole, which is then retried.
 func (b *Backend) EnqueueMany(ctx context.Context, ps []store.EnqueueParams) []store.EnqueueOutcome {
 	out := make([]store.EnqueueOutcome, len(ps))
-	var valid []int
-	for i, p := range ps {
-		if err := p.Validate(); err != nil {
-			out[i].Err = err
-		} else {
-			valid = append(valid, i)
-		}
-	}
+	valid := store.Valid(ps, func(i int, err error) { out[i].Err = err })
 	if len(valid) == 0 {
 		return out
 	}

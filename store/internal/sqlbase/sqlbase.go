@@ -117,14 +117,7 @@ func (b *Backend) Claim(ctx context.Context, p store.ClaimParams) ([]store.Claim
 // so and nothing is retried (R7).
 func (b *Backend) ClaimMany(ctx context.Context, ps []store.ClaimParams) []store.ClaimOutcome {
 	out := make([]store.ClaimOutcome, len(ps))
-	var valid []int
-	for i, p := range ps {
-		if err := p.Validate(); err != nil {
-			out[i].Err = err
-		} else {
-			valid = append(valid, i)
-		}
-	}
+	valid := store.Valid(ps, func(i int, err error) { out[i].Err = err })
 	if len(valid) == 0 {
 		return out
 	}
