@@ -162,18 +162,6 @@ func (c *coordinator) get(t *testing.T, id int64) jobfence.JobDetail {
 	return d
 }
 
-// waitFor polls cond every 20ms until it holds or d passes.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // kinds lists the history as "kind@attempt" strings.
 func kinds(d jobfence.JobDetail) []string {
 	out := make([]string, len(d.Events))

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	jobfence "github.com/jobfence/jobfence/clients/go"
+	"github.com/jobfence/jobfence/internal/proctest"
 )
 
 // call is one handler invocation.
@@ -78,7 +79,7 @@ func newWorker(t *testing.T, c *coordinator, h jobfence.Handler, o jobfence.Work
 func waitState(t *testing.T, c *coordinator, id int64, want jobfence.JobState) jobfence.JobDetail {
 	t.Helper()
 	var d jobfence.JobDetail
-	waitFor(t, 20*time.Second, fmt.Sprintf("job %d in state %s", id, want), func() bool {
+	proctest.WaitFor(t, 20*time.Second, fmt.Sprintf("job %d in state %s", id, want), func() bool {
 		d = c.get(t, id)
 		return d.Job.State == want
 	})
@@ -125,7 +126,7 @@ func TestWorkerClaimsOnlyWhatItCanStart_R18(t *testing.T) {
 	}}
 	w := newWorker(t, c, h, jobfence.WorkerOptions{Concurrency: 2})
 	runWorker(t, w)
-	waitFor(t, 10*time.Second, "two handlers running", func() bool { return running.Load() == 2 })
+	proctest.WaitFor(t, 10*time.Second, "two handlers running", func() bool { return running.Load() == 2 })
 	time.Sleep(300 * time.Millisecond) // room for a wrong claim to happen
 	held := 0
 	for _, id := range ids {
@@ -171,7 +172,7 @@ func TestWorkerFilesObservationWhenStale_R15_T3(t *testing.T) {
 	}
 	close(answer)
 	var d jobfence.JobDetail
-	waitFor(t, 10*time.Second, "A's observation", func() bool {
+	proctest.WaitFor(t, 10*time.Second, "A's observation", func() bool {
 		d = c.get(t, job.ID)
 		return len(d.Observations) > 0
 	})
@@ -187,7 +188,7 @@ func TestWorkerFilesObservationWhenStale_R15_T3(t *testing.T) {
 	if got := kinds(d); !slices.Equal(got, want) {
 		t.Fatalf("history %v, want %v (A wrote nothing)", got, want)
 	}
-	waitFor(t, 5*time.Second, "A's stats", func() bool { return a.Stats().Observations == 1 })
+	proctest.WaitFor(t, 5*time.Second, "A's stats", func() bool { return a.Stats().Observations == 1 })
 	if s := a.Stats(); s.StaleRejected != 1 || s.Completed != 0 {
 		t.Fatalf("A's stats %+v", s)
 	}
@@ -295,7 +296,7 @@ func TestWorkerReconcileDecisions_R14_R16(t *testing.T) {
 		}}
 		runWorker(t, newWorker(t, c, h, jobfence.WorkerOptions{}))
 		var d jobfence.JobDetail
-		waitFor(t, 10*time.Second, "the reschedule", func() bool {
+		proctest.WaitFor(t, 10*time.Second, "the reschedule", func() bool {
 			d = c.get(t, job.ID)
 			return d.Job.State == jobfence.StateReady && d.Job.Attempt == 1
 		})
@@ -403,7 +404,7 @@ func TestWorkerLateAnswerBecomesObservation_R15(t *testing.T) {
 		Policy: jobfence.ProviderPolicy{UnknownDelay: time.Hour}})
 	runWorker(t, w)
 	var d jobfence.JobDetail
-	waitFor(t, 10*time.Second, "the late answer's observation", func() bool {
+	proctest.WaitFor(t, 10*time.Second, "the late answer's observation", func() bool {
 		d = c.get(t, job.ID)
 		return len(d.Observations) == 1
 	})
@@ -424,7 +425,7 @@ func TestWorkerHandlerPanicIsUnknownOutcome(t *testing.T) {
 	h := &recorder{refund: func(context.Context, jobfence.ClaimedJob) jobfence.Result { panic("boom") }}
 	runWorker(t, newWorker(t, c, h, jobfence.WorkerOptions{Policy: jobfence.ProviderPolicy{UnknownDelay: time.Hour}}))
 	var d jobfence.JobDetail
-	waitFor(t, 10*time.Second, "the reschedule", func() bool {
+	proctest.WaitFor(t, 10*time.Second, "the reschedule", func() bool {
 		d = c.get(t, job.ID)
 		return d.Job.State == jobfence.StateReady && d.Job.Attempt == 1
 	})
@@ -481,7 +482,7 @@ func TestWorkerKeepsFilingReceiptWhileUnavailable_R15(t *testing.T) {
 	// More lost replies than the client retries on its own.
 	c.dropAfterCommit("ReportObservation", 9)
 	close(answer)
-	waitFor(t, 30*time.Second, "A's receipt filed", func() bool {
+	proctest.WaitFor(t, 30*time.Second, "A's receipt filed", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return observed+failed > 0

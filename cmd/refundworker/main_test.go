@@ -160,21 +160,10 @@ func (e *env) get(t *testing.T, id int64) jobfence.JobDetail {
 	return d
 }
 
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
-}
-
 func (e *env) waitJob(t *testing.T, id int64, what string, cond func(jobfence.JobDetail) bool) jobfence.JobDetail {
 	t.Helper()
 	var d jobfence.JobDetail
-	waitFor(t, 30*time.Second, fmt.Sprintf("job %d: %s", id, what), func() bool {
+	proctest.WaitFor(t, 30*time.Second, fmt.Sprintf("job %d: %s", id, what), func() bool {
 		d = e.get(t, id)
 		return cond(d)
 	})
@@ -251,7 +240,7 @@ func TestRefundDoneReplyLost_T3(t *testing.T) {
 				t.Fatal(err)
 			}
 			a := e.worker(t, "A", "--provider-timeout", "10s")
-			waitFor(t, 20*time.Second, "A's refund at the provider", func() bool {
+			proctest.WaitFor(t, 20*time.Second, "A's refund at the provider", func() bool {
 				_, ok := e.provider.Oracle().Operation(key)
 				return ok
 			})
@@ -299,7 +288,7 @@ func TestRollingDeployOldWorkerFrozen(t *testing.T) {
 		t.Fatal(err)
 	}
 	old := e.worker(t, "old", "--concurrency", "1", "--provider-timeout", "20s")
-	waitFor(t, 20*time.Second, "the old worker's refund at the provider", func() bool {
+	proctest.WaitFor(t, 20*time.Second, "the old worker's refund at the provider", func() bool {
 		_, ok := e.provider.Oracle().Operation("deploy-1")
 		return ok
 	})
