@@ -132,7 +132,7 @@ func parseFlags(args []string, stderr *os.File) (config, error) {
 	if c.tlsClientCA != "" && c.tlsCert == "" {
 		return c, errors.New("--tls-client-ca needs --tls-cert and --tls-key")
 	}
-	if c.tokensFile == "" && c.tlsClientCA == "" && !isLoopback(c.listen) {
+	if c.tokensFile == "" && c.tlsClientCA == "" && !cli.IsLoopback(c.listen) {
 		return c, fmt.Errorf("--listen %s is not a loopback address: refusing to serve refunds without --tokens-file or --tls-client-ca", c.listen)
 	}
 	return c, nil
@@ -282,19 +282,6 @@ func openStore(ctx context.Context, c config, log *slog.Logger) (store.Store, er
 	log.Warn("store: embedded sqlite, single-node only: run one coordinator on this file; use --mysql-dsn for production",
 		"path", c.sqlitePath)
 	return st, nil
-}
-
-// isLoopback reports whether a listen address stays on this machine.
-func isLoopback(listen string) bool {
-	host, _, err := net.SplitHostPort(listen)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 // security loads the credentials and TLS the flags name.

@@ -26,7 +26,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"strconv"
@@ -146,7 +145,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, errors.New("--tls-cert and --tls-key go together")
 	}
 	c.useTLS = c.useTLS || c.tlsCA != "" || c.tlsCert != ""
-	if c.tokenFile != "" && !c.useTLS && !isLoopback(c.coordinator) {
+	if c.tokenFile != "" && !c.useTLS && !cli.IsLoopback(c.coordinator) {
 		return c, errors.New("--token-file needs TLS (--tls or --tls-ca) unless the coordinator is on loopback: " +
 			"a bearer token never crosses a network in plaintext")
 	}
@@ -212,19 +211,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	err = w.Run(ctx)
 	log.Info("refundworker stopped", "stats", fmt.Sprintf("%+v", w.Stats()))
 	return err
-}
-
-// isLoopback reports whether a host:port names this machine's loopback.
-func isLoopback(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 // clientOptions turns the TLS and token flags into client options.
