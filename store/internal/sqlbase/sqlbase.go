@@ -377,16 +377,15 @@ func ListQuery(p store.ListParams, at func(time.Time) any) (string, []any) {
 	return q + " ORDER BY " + order + " LIMIT ?", append(args, p.Limit+1)
 }
 
-// List runs p's listing with scan and cuts it into a page.
-func List(ctx context.Context, q Querier, p store.ListParams, at func(time.Time) any,
-	scan func(Scanner) (store.Job, error)) (store.JobPage, error) {
+// List implements store.Store: p's listing, cut into a page.
+func (b *Backend) List(ctx context.Context, p store.ListParams) (store.JobPage, error) {
 	if err := p.Validate(); err != nil {
 		return store.JobPage{}, err
 	}
-	query, args := ListQuery(p, at)
-	jobs, err := QueryAll(ctx, q, scan, query, args...)
+	query, args := ListQuery(p, b.Claims.At)
+	jobs, err := QueryAll(ctx, b.DB, b.Claims.ScanJob, query, args...)
 	if err != nil {
-		return store.JobPage{}, err
+		return store.JobPage{}, b.Unavailable(err)
 	}
 	page := store.JobPage{Jobs: jobs}
 	if len(jobs) > p.Limit {
