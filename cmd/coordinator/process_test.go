@@ -1,18 +1,16 @@
 package main_test
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jobfence/jobfence/internal/proctest"
 )
 
 // Binaries built once for the package: the coordinator and the pinned grpcurl.
@@ -46,70 +44,26 @@ func TestMain(m *testing.M) {
 
 // process is a coordinator started from its binary.
 type process struct {
-	cmd  *exec.Cmd
+	*proctest.Process
 	addr string
-	logs *strings.Builder
-	done chan error
 }
 
 // startCoordinator runs the binary with args plus a loopback listener on a free
 // port and waits until it serves.
 func startCoordinator(t *testing.T, args ...string) *process {
 	t.Helper()
-	args = append([]string{"--listen", "127.0.0.1:0", "--log-format", "json"}, args...)
-	cmd := exec.Command(bin.coordinator, args...)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &process{cmd: cmd, logs: &strings.Builder{}, done: make(chan error, 1)}
-	ready := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			line := sc.Text()
-			p.logs.WriteString(line + "\n")
-			var rec struct{ Msg, Listen string }
-			if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "coordinator serving" {
-				ready <- rec.Listen
-			}
-		}
-		io.Copy(io.Discard, stderr) //nolint:errcheck
-		p.done <- cmd.Wait()
-	}()
-	select {
-	case p.addr = <-ready:
-	case err := <-p.done:
-		t.Fatalf("coordinator exited before serving: %v\n%s", err, p.logs)
-	case <-time.After(30 * time.Second):
-		cmd.Process.Kill() //nolint:errcheck
-		t.Fatalf("coordinator did not start serving\n%s", p.logs)
-	}
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill() //nolint:errcheck
-			<-p.done
-		}
-	})
-	return p
+	p := proctest.StartCoordinator(t, bin.coordinator, args...)
+	return &process{Process: p, addr: p.Addr}
 }
 
 // stop sends sig and waits for the exit; SIGTERM must end it cleanly.
 func (p *process) stop(t *testing.T, sig syscall.Signal) {
 	t.Helper()
-	if err := p.cmd.Process.Signal(sig); err != nil {
+	if err := p.Signal(sig); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-p.done:
-		if sig == syscall.SIGTERM && err != nil {
-			t.Fatalf("exit after SIGTERM: %v\n%s", err, p.logs)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatalf("coordinator did not exit after %v\n%s", sig, p.logs)
+	if err := p.Wait(t, 30*time.Second); sig == syscall.SIGTERM && err != nil {
+		t.Fatalf("exit after SIGTERM: %v\n%s", err, p.Logs())
 	}
 }
 

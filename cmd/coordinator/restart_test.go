@@ -2,7 +2,6 @@ package main_test
 
 import (
 	"context"
-	"encoding/json"
 	"io"
 	"net/http"
 	"os"
@@ -42,8 +41,8 @@ func TestRestartKeepsJobsAndFence(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "fresh", "folder", "jobfence.db")
 
 			first := startCoordinator(t, "--sqlite", path)
-			if !strings.Contains(first.logs.String(), "single-node") {
-				t.Fatalf("start-up log does not say the embedded store is single-node:\n%s", first.logs)
+			if !strings.Contains(first.Logs(), "single-node") {
+				t.Fatalf("start-up log does not say the embedded store is single-node:\n%s", first.Logs())
 			}
 			c := dial(t, first)
 			enq, err := c.EnqueueRefund(ctx, &pb.EnqueueRefundRequest{OperationKey: "refund-restart", OrderId: "o-1",
@@ -57,8 +56,8 @@ func TestRestartKeepsJobsAndFence(t *testing.T) {
 			}
 			held := claimed.Jobs[0]
 			first.stop(t, sig)
-			if sig == syscall.SIGTERM && !strings.Contains(first.logs.String(), "shutting down") {
-				t.Fatalf("no graceful shutdown logged:\n%s", first.logs)
+			if sig == syscall.SIGTERM && !strings.Contains(first.Logs(), "shutting down") {
+				t.Fatalf("no graceful shutdown logged:\n%s", first.Logs())
 			}
 			if _, err := os.Stat(path); err != nil {
 				t.Fatalf("database file: %v", err)
@@ -117,16 +116,13 @@ func TestFlagsAndEnvironment(t *testing.T) {
 // database pool metrics in Prometheus text format.
 func TestMetricsEndpoint(t *testing.T) {
 	p := startCoordinator(t, "--sqlite", filepath.Join(t.TempDir(), "m.db"), "--metrics-listen", "127.0.0.1:0")
-	var addr string
-	for _, line := range strings.Split(p.logs.String(), "\n") {
-		var rec struct{ Msg, Listen string }
-		if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "metrics serving" {
-			addr = rec.Listen
-		}
+	// The metrics listener logs on its own goroutine, possibly after the
+	// gRPC ready record: wait for it rather than reading the logs once.
+	rec, ok := p.WaitRecord(10*time.Second, func(r map[string]any) bool { return r["msg"] == "metrics serving" })
+	if !ok {
+		t.Fatalf("no metrics listener logged:\n%s", p.Logs())
 	}
-	if addr == "" {
-		t.Fatalf("no metrics listener logged:\n%s", p.logs)
-	}
+	addr, _ := rec["listen"].(string)
 	if _, err := p.grpcurl(t, "-d", `{"worker_id":"w","max_jobs":1}`, "ADDR", "jobfence.v1.Coordinator/Claim"); err != nil {
 		t.Fatal(err)
 	}

@@ -27,8 +27,8 @@ func TestOpenOnlyOnLoopback(t *testing.T) {
 		}
 	}
 	p := startCoordinator(t, "--sqlite", filepath.Join(t.TempDir(), "open.db"))
-	if !strings.Contains(p.logs.String(), "NO AUTHENTICATION") {
-		t.Fatalf("open start-up is not loud:\n%s", p.logs)
+	if !strings.Contains(p.Logs(), "NO AUTHENTICATION") {
+		t.Fatalf("open start-up is not loud:\n%s", p.Logs())
 	}
 }
 
@@ -48,8 +48,8 @@ func TestMutualTLS(t *testing.T) {
 	}
 	p := startCoordinator(t, "--sqlite", filepath.Join(dir, "tls.db"), "--tls-cert", filepath.Join(dir, "srv.pem"),
 		"--tls-key", filepath.Join(dir, "srv.key"), "--tls-client-ca", filepath.Join(dir, "ca.pem"))
-	if strings.Contains(p.logs.String(), "NO AUTHENTICATION") {
-		t.Fatalf("mutual TLS start-up claims to be open:\n%s", p.logs)
+	if strings.Contains(p.Logs(), "NO AUTHENTICATION") {
+		t.Fatalf("mutual TLS start-up claims to be open:\n%s", p.Logs())
 	}
 	roots := x509.NewCertPool()
 	roots.AddCert(ca)
