@@ -684,7 +684,7 @@ jobfence_takeovers_total 1
 			}
 		}
 		for _, name := range []string{"jobfence_oldest_unfinished_job_age_seconds", "jobfence_claim_batch_size",
-			"jobfence_write_batch_size", "grpc_server_handled_total", "grpc_server_handling_seconds"} {
+			"jobfence_write_batch_size", "jobfence_db_transaction_retries_total", "grpc_server_handled_total", "grpc_server_handling_seconds"} {
 			if !seen[name] {
 				t.Errorf("metric %s missing", name)
 			}

@@ -89,9 +89,10 @@ func rpcOf(kind store.EventKind) string {
 
 // statsCollector reads the queue from the database at each scrape.
 type statsCollector struct {
-	st     store.Store
-	jobs   *prometheus.Desc
-	oldest *prometheus.Desc
+	st      store.Store
+	jobs    *prometheus.Desc
+	oldest  *prometheus.Desc
+	retries *prometheus.Desc
 }
 
 func newStatsCollector(st store.Store) *statsCollector {
@@ -101,12 +102,16 @@ func newStatsCollector(st store.Store) *statsCollector {
 			[]string{"state"}, nil),
 		oldest: prometheus.NewDesc("jobfence_oldest_unfinished_job_age_seconds",
 			"Age of the oldest ready or running job by the database clock; 0 when there is none.", nil, nil),
+		retries: prometheus.NewDesc("jobfence_db_transaction_retries_total",
+			"Transactions the database rolled back as a whole (deadlock, lock-wait timeout, busy file) and that ran again.",
+			nil, nil),
 	}
 }
 
 func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.jobs
 	ch <- c.oldest
+	ch <- c.retries
 }
 
 func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
@@ -116,6 +121,7 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	if err != nil {
 		ch <- prometheus.NewInvalidMetric(c.jobs, err)
 		ch <- prometheus.NewInvalidMetric(c.oldest, err)
+		ch <- prometheus.NewInvalidMetric(c.retries, err)
 		return
 	}
 	for _, s := range []store.State{store.StateReady, store.StateRunning, store.StateManualReview} {
@@ -126,4 +132,5 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 		age = st.Now.Sub(st.OldestUnfinished).Seconds()
 	}
 	ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, age)
+	ch <- prometheus.MustNewConstMetric(c.retries, prometheus.CounterValue, float64(st.TxRetries))
 }

@@ -213,6 +213,12 @@ type Stats struct {
 	// zero when there is none. manual_review waits for a person and is not
 	// counted here.
 	OldestUnfinished time.Time
+	// TxRetries counts the transactions of this store (since it was opened)
+	// that the database rolled back as a whole (deadlock, lock-wait timeout,
+	// busy file) and that ran again (R20). It should stay near zero: a rising
+	// count means contention the claim and write-back paths are meant to
+	// avoid.
+	TxRetries uint64
 }
 
 // Store is what every backend provides and store/storetest verifies.

@@ -8,12 +8,22 @@ const (
 	// R12: one cutoff per claim, from the database's clock.
 	selectNow = `SELECT UTC_TIMESTAMP(6)`
 
-	// R6, R23: expired leases, oldest first. SKIP LOCKED lets concurrent
-	// claimers pass each other (R13); the lock is what grants, not the read.
-	lockExpiredLeases = `SELECT ` + sqlbase.HasObservations + `, ` + jobColumns + ` FROM refund_jobs FORCE INDEX (ix_refund_jobs_lease)
+	// R6, R23: expired leases, oldest first, read without locking:
+	// takeovers are then locked by primary key (lockTakeovers). A locking walk
+	// of ix_refund_jobs_lease would also lock the entry that ends the range,
+	// the running job with the earliest live lease, and deadlock with that
+	// job's own write-back, which must change the entry.
+	selectExpiredLeases = `SELECT ` + sqlbase.HasObservations + `, ` + jobColumns + ` FROM refund_jobs FORCE INDEX (ix_refund_jobs_lease)
  WHERE state = 'running' AND lease_until <= ?%s
  ORDER BY lease_until, id
- LIMIT ?
+ LIMIT ?`
+
+	// Locks, by primary key only, the jobs of %s whose lease is still expired
+	// at the cutoff, re-read as they are now: a row another claim holds or
+	// has taken over meanwhile is left out (R13).
+	lockTakeovers = `SELECT ` + sqlbase.HasObservations + `, ` + jobColumns + ` FROM refund_jobs FORCE INDEX (PRIMARY)
+ WHERE id IN (%s) AND state = 'running' AND lease_until <= ?
+ ORDER BY lease_until, id
  FOR UPDATE SKIP LOCKED`
 
 	// Q1, Q2, R23: ready and due, oldest first, stable by id (Q4). FORCE
@@ -27,13 +37,12 @@ const (
 
 	// The two candidate groups and the clock in one round trip: UTC_TIMESTAMP
 	// is one value for the whole statement, the cutoff of both groups (R12,
-	// Q1).
+	// Q1). Expired leases are read, not locked, as in selectExpiredLeases.
 	lockCandidates = `(SELECT UTC_TIMESTAMP(6), 1, ` + sqlbase.HasObservations + `, ` + jobColumns + `
    FROM refund_jobs FORCE INDEX (ix_refund_jobs_lease)
   WHERE state = 'running' AND lease_until <= UTC_TIMESTAMP(6)%[1]s
   ORDER BY lease_until, id
-  LIMIT ?
-  FOR UPDATE SKIP LOCKED)
+  LIMIT ?)
 UNION ALL
 (SELECT UTC_TIMESTAMP(6), 0, ` + sqlbase.HasObservations + `, ` + jobColumns + `
    FROM refund_jobs FORCE INDEX (ix_refund_jobs_due)
@@ -45,8 +54,10 @@ UNION ALL
 	// R5, R6: bump attempt under the row locks taken above, to the values of
 	// store.ClaimParams.Grant (sqlbase.GrantRow per job), which answers the
 	// caller without a read-back. The join re-checks the attempt read and the
-	// WHERE the claim's conditions: a row that moved is not granted.
-	claimLocked = `UPDATE refund_jobs j
+	// WHERE the claim's conditions: a row that moved is not granted. Rows are
+	// reached by primary key only, never by a walk of the state indexes
+	// (see writeback.go).
+	claimLocked = `UPDATE refund_jobs j FORCE INDEX (PRIMARY)
   JOIN (%s) w ON j.id = w.id AND j.attempt = w.attempt - 1
    SET j.first_sent_at = w.first_sent_at, j.next_action = w.next_action, j.state = 'running',
        j.attempt = w.attempt, j.lease_until = w.lease_until, j.worker_id = w.worker_id, j.updated_at = w.updated_at
@@ -64,14 +75,15 @@ const (
 )
 
 // claimSQL is the claim (sqlbase.Backend.ClaimMany): one short transaction on one
-// connection (R5, R11) that reads the database clock, locks expired leases and
-// due jobs with SKIP LOCKED so concurrent claimers pass each other (R13),
+// connection (R5, R11) that reads the database clock, locks expired leases (by
+// primary key) and due jobs with SKIP LOCKED so concurrent claimers pass each other (R13),
 // bumps them and records the history. Deadlocks and lock-wait timeouts roll
 // everything back and are retried whole (R20).
 var claimSQL = sqlbase.ClaimSQL{
 	Now:             selectNow,
 	NowExpr:         `UTC_TIMESTAMP(6)`,
-	ExpiredLeases:   lockExpiredLeases,
+	ExpiredLeases:   selectExpiredLeases,
+	LockTakeovers:   lockTakeovers,
 	DueJobs:         lockDueJobs,
 	Candidates:      lockCandidates,
 	Grant:           claimLocked,

@@ -17,34 +17,39 @@ import (
 // attempt the operator looked at) change. None looks at lease_until (R8:
 // expiry only opens the competition; the takeover's COMMIT is the moment of
 // loss).
+//
+// Each UPDATE reaches its rows by primary key only (FORCE INDEX (PRIMARY)):
+// with few running rows the optimizer may otherwise walk ix_refund_jobs_due
+// or ix_refund_jobs_lease on state = 'running' and lock every entry it
+// passes, which deadlocked with concurrent claims granting other jobs.
 const (
 	// Locks the batch's rows in id order (two batches never wait on each other
 	// in a cycle) and reads the database's clock (R12).
 	lockJobsForWrite = `SELECT UTC_TIMESTAMP(6), ` + jobColumns + ` FROM refund_jobs
  WHERE id IN (%s) ORDER BY id FOR UPDATE`
 
-	completeFenced = `UPDATE refund_jobs j
+	completeFenced = `UPDATE refund_jobs j FORCE INDEX (PRIMARY)
   JOIN (%s) w ON j.id = w.id AND j.attempt = w.attempt AND j.state = 'running'
    SET j.state = 'succeeded', j.provider_refund_id = w.provider_refund_id, j.lease_until = NULL, j.updated_at = ?`
 	completeRow = `SELECT ? AS id, ? AS attempt, ? AS provider_refund_id`
 
-	rescheduleFenced = `UPDATE refund_jobs j
+	rescheduleFenced = `UPDATE refund_jobs j FORCE INDEX (PRIMARY)
   JOIN (%s) w ON j.id = w.id AND j.attempt = w.attempt AND j.state = 'running'
    SET j.state = 'ready', j.next_action = w.next_action, j.next_attempt_at = w.next_attempt_at,
        j.lease_until = NULL, j.last_reason = w.reason, j.updated_at = ?`
 	rescheduleRow = `SELECT ? AS id, ? AS attempt, ? AS next_action, ? AS next_attempt_at, ? AS reason`
 
-	escalateFenced = `UPDATE refund_jobs j
+	escalateFenced = `UPDATE refund_jobs j FORCE INDEX (PRIMARY)
   JOIN (%s) w ON j.id = w.id AND j.attempt = w.attempt AND j.state = 'running'
    SET j.state = 'manual_review', j.lease_until = NULL, j.last_reason = w.reason, j.updated_at = ?`
 	escalateRow = `SELECT ? AS id, ? AS attempt, ? AS reason`
 
-	resolveRefundedFenced = `UPDATE refund_jobs j
+	resolveRefundedFenced = `UPDATE refund_jobs j FORCE INDEX (PRIMARY)
   JOIN (%s) w ON j.id = w.id AND j.attempt = w.attempt AND j.state = 'manual_review'
    SET j.state = 'succeeded', j.provider_refund_id = w.provider_refund_id, j.last_reason = w.reason, j.updated_at = ?`
 	resolveRefundedRow = `SELECT ? AS id, ? AS attempt, ? AS provider_refund_id, ? AS reason`
 
-	resolveReconcileFenced = `UPDATE refund_jobs j
+	resolveReconcileFenced = `UPDATE refund_jobs j FORCE INDEX (PRIMARY)
   JOIN (%s) w ON j.id = w.id AND j.attempt = w.attempt AND j.state = 'manual_review'
    SET j.state = 'ready', j.next_action = 'reconcile', j.next_attempt_at = w.next_attempt_at,
        j.last_reason = w.reason, j.updated_at = ?`

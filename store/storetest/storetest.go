@@ -55,6 +55,7 @@ func Run(t *testing.T, open Opener) {
 		{"ProviderBudgetCapsGrants_R19", testProviderBudget},
 		{"StatsLeaveHistoryOut_M1", testStats},
 		{"ConcurrentClaimersFenced_R2_R5_R9", testConcurrentClaimers},
+		{"ClaimsAndWritebacksDoNotContend_R13_R20", testClaimsAndWritebacksDoNotContend},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -21,6 +21,11 @@ type ClaimSQL struct {
 	// select) candidates, oldest first (R6, Q1, R23). Their rows are
 	// HasObservations then the job's columns.
 	ExpiredLeases, DueJobs string
+	// LockTakeovers, when set, is how expired leases are locked: ExpiredLeases
+	// and Candidates only read them, and this locks by primary key those of
+	// the jobs in %s still expired at the cutoff (its one argument after the
+	// ids), skipping locked rows, with the rows of ExpiredLeases.
+	LockTakeovers string
 	// Candidates, when the backend has it, reads the clock and both groups of
 	// candidates in one statement (one round trip instead of three). Its rows
 	// are the database time, 1 for an expired lease, HasObservations, the
@@ -161,14 +166,12 @@ func lockSeparately(ctx context.Context, tx *sql.Tx, q ClaimSQL, now time.Time, 
 	limit int) ([]candidate, error) {
 	lock := func(query string, limit int, takeover bool) ([]candidate, error) {
 		args := append(append([]any{q.At(now)}, filterArgs...), limit)
-		return QueryAll(ctx, tx, func(row Scanner) (candidate, error) {
-			c := candidate{takeover: takeover}
-			var err error
-			c.Job, err = q.ScanJob(Prefixed{Row: row, First: []any{&c.hasObs}})
-			return c, err
-		}, fmt.Sprintf(query, filter), args...)
+		return QueryAll(ctx, tx, scanCandidate(q, takeover), fmt.Sprintf(query, filter), args...)
 	}
 	locked, err := lock(q.ExpiredLeases, limit, true)
+	if err == nil {
+		locked, err = lockTakeovers(ctx, tx, q, now, locked)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -341,7 +344,35 @@ func lockCandidates(ctx context.Context, tx *sql.Tx, q ClaimSQL, filter string, 
 			due = append(due, c)
 		}
 	}
+	if takeovers, err = lockTakeovers(ctx, tx, q, now, takeovers); err != nil {
+		return now, nil, err
+	}
 	return now, append(takeovers, due[:min(len(due), max(0, limit-len(takeovers)))]...), nil
+}
+
+// lockTakeovers locks the expired leases read, when the backend reads them
+// without locking (ClaimSQL.LockTakeovers), and returns them as locked: those
+// taken over, finished or held by another claim since the read are gone.
+func lockTakeovers(ctx context.Context, tx *sql.Tx, q ClaimSQL, now time.Time, read []candidate) ([]candidate, error) {
+	if q.LockTakeovers == "" || len(read) == 0 {
+		return read, nil
+	}
+	ids := make([]int64, len(read))
+	for i, c := range read {
+		ids[i] = c.ID
+	}
+	return QueryAll(ctx, tx, scanCandidate(q, true), fmt.Sprintf(q.LockTakeovers, Placeholders(len(ids))),
+		append(Int64Args(ids), q.At(now))...)
+}
+
+// scanCandidate reads a row of ExpiredLeases, DueJobs or LockTakeovers.
+func scanCandidate(q ClaimSQL, takeover bool) func(Scanner) (candidate, error) {
+	return func(row Scanner) (candidate, error) {
+		c := candidate{takeover: takeover}
+		var err error
+		c.Job, err = q.ScanJob(Prefixed{Row: row, First: []any{&c.hasObs}})
+		return c, err
+	}
 }
 
 // readBudgets reads the budgets of providers (every budget when nil); the

@@ -9,6 +9,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -53,7 +54,8 @@ type Backend struct {
 	WriteTx    func(ctx context.Context, tx *sql.Tx, ws []store.Writeback, idx []int) (store.BatchPlan, error)
 	LockedRead string
 
-	budgeted atomic.Bool // any provider budget configured (R19)
+	budgeted atomic.Bool   // any provider budget configured (R19)
+	retries  atomic.Uint64 // transactions run again after a rollback (Stats.TxRetries)
 }
 
 // CommitUnknownError wraps a COMMIT whose outcome is unknown: the connection
@@ -71,15 +73,28 @@ func IsCommitUnknown(err error) bool {
 
 // InTx runs fn in one transaction on one connection and commits it, retrying
 // the whole transaction while the database reports it rolled back (R20). fn
-// must keep nothing from a failed try and use only tx (R10, R11).
+// must keep nothing from a failed try and use only tx (R10, R11). Retries
+// wait a random moment, growing with each try, so that two transactions that
+// deadlocked do not meet again at once.
 func (b *Backend) InTx(ctx context.Context, fn func(*sql.Tx) error) error {
 	for try := 1; ; try++ {
 		err := b.txOnce(ctx, fn)
 		if err == nil || !b.Retryable(err) || try == Tries || ctx.Err() != nil {
 			return err
 		}
+		b.retries.Add(1)
+		t := time.NewTimer(rand.N(time.Duration(try) * retryPause))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		}
 	}
 }
+
+// retryPause is the upper bound of the first retry's random pause.
+const retryPause = 2 * time.Millisecond
 
 func (b *Backend) txOnce(ctx context.Context, fn func(*sql.Tx) error) error {
 	tx, err := b.DB.BeginTx(ctx, nil)

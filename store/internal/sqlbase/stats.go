@@ -17,7 +17,7 @@ const selectStats = `SELECT state, COUNT(*),
 // Stats implements store.Store: the database's clock, then the counts and
 // the oldest unfinished job (M1).
 func (b *Backend) Stats(ctx context.Context) (store.Stats, error) {
-	st := store.Stats{Jobs: map[store.State]int64{}}
+	st := store.Stats{Jobs: map[store.State]int64{}, TxRetries: b.retries.Load()}
 	if err := b.DB.QueryRowContext(ctx, b.Claims.Now).Scan(Time{&st.Now}); err != nil {
 		return st, b.Unavailable(err)
 	}

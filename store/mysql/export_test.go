@@ -1,0 +1,5 @@
+package mysql
+
+// CandidatesSQL is the claim's candidate statement, for tests that hold its
+// locks open.
+var CandidatesSQL = lockCandidates
