@@ -455,8 +455,26 @@ func TestHealthServing(t *testing.T) {
 
 var _ = errors.New
 
+// counter reads a counter without labels from c's registry.
+func (c *coordinator) counter(t *testing.T, name string) float64 {
+	t.Helper()
+	families, err := c.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == name {
+			return f.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
+}
+
 // TestClaimLongPollWakesOnEnqueue: with a poll interval far beyond the wait,
-// only the enqueue's wake can hand the job to the waiting claimer.
+// only the enqueue can hand the job to the waiting claimer, and it does so in
+// its own transaction: the claim is answered by the hand-off, not by a claim
+// transaction of its own.
 func TestClaimLongPollWakesOnEnqueue(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, c *coordinator) {
 		ctx := ctxFor(t)
@@ -472,11 +490,14 @@ func TestClaimLongPollWakesOnEnqueue(t *testing.T) {
 		job := c.enqueue(t)
 		select {
 		case resp := <-got:
-			if resp == nil || len(resp.Jobs) != 1 || resp.Jobs[0].Job.Id != job.Id {
-				t.Fatalf("long poll = %v, want job %d", resp, job.Id)
+			if resp == nil || len(resp.Jobs) != 1 || resp.Jobs[0].Job.Id != job.Id || resp.Jobs[0].Attempt != 1 {
+				t.Fatalf("long poll = %v, want job %d attempt 1", resp, job.Id)
 			}
 		case <-time.After(15 * time.Second):
 			t.Fatal("the waiting claimer was not woken by the enqueue")
+		}
+		if n := c.counter(t, "jobfence_handoff_claims_total"); n != 1 {
+			t.Fatalf("%v claims answered by a hand-off, want 1", n)
 		}
 
 		// A wake goes to a waiter that would claim the job: the older waiter
@@ -504,6 +525,9 @@ func TestClaimLongPollWakesOnEnqueue(t *testing.T) {
 		}
 		if resp := <-globex; resp == nil || len(resp.Jobs) != 0 {
 			t.Fatalf("globex-only waiter got %v", resp)
+		}
+		if n := c.counter(t, "jobfence_handoff_claims_total"); n != 2 {
+			t.Fatalf("%v claims answered by a hand-off, want 2", n)
 		}
 
 		// Nothing to do: an empty answer once the wait is over.

@@ -21,6 +21,7 @@ type Metrics struct {
 	writeBatch   prometheus.Histogram
 	enqueueBatch prometheus.Histogram
 	claimTxBatch prometheus.Histogram
+	handoffs     prometheus.Counter
 	grpc         *grpcprom.ServerMetrics
 }
 
@@ -59,6 +60,10 @@ func NewMetrics(reg prometheus.Registerer, st store.Store) *Metrics {
 			Help:    "Claims coalesced into one transaction.",
 			Buckets: []float64{1, 2, 4, 8, 16, 32},
 		}),
+		handoffs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "jobfence_handoff_claims_total",
+			Help: "Long-polling Claims answered with jobs in the transaction of the enqueue that created them, instead of a claim transaction of their own.",
+		}),
 		grpc: grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram(
 			grpcprom.WithHistogramBuckets([]float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 5, 30, 60}))),
 	}
@@ -68,7 +73,7 @@ func NewMetrics(reg prometheus.Registerer, st store.Store) *Metrics {
 	for _, rpc := range []string{"Complete", "Reschedule", "Escalate"} {
 		m.stale.WithLabelValues(rpc)
 	}
-	reg.MustRegister(m.takeovers, m.stale, m.granted, m.claimBatch, m.writeBatch, m.enqueueBatch, m.claimTxBatch, m.grpc,
+	reg.MustRegister(m.takeovers, m.stale, m.granted, m.claimBatch, m.writeBatch, m.enqueueBatch, m.claimTxBatch, m.handoffs, m.grpc,
 		newStatsCollector(st))
 	return m
 }

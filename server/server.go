@@ -94,13 +94,47 @@ func New(st store.Store, opts Options) *Server {
 	}
 	srv := &Server{store: st, opts: opts, log: opts.Logger, metrics: opts.Metrics,
 		writes: newBatcher(st.WriteMany, opts.WriteFlushers, opts.WriteBatch, time.Minute, opts.Metrics.writeBatch),
-		enqueues: newBatcher(st.EnqueueMany, opts.WriteFlushers, opts.WriteBatch, time.Minute,
-			opts.Metrics.enqueueBatch),
 		// Claims are short and lock rows: few at a time, so that concurrent
 		// claimers share a COMMIT instead of contending in the database.
 		claims: newBatcher(st.ClaimMany, opts.WriteFlushers, claimBatch, time.Minute, opts.Metrics.claimTxBatch)}
+	srv.enqueues = newBatcher(srv.enqueueMany, opts.WriteFlushers, opts.WriteBatch, time.Minute, opts.Metrics.enqueueBatch)
 	srv.claims.abandoned = srv.release
 	return srv
+}
+
+// enqueueMany runs a batch of enqueues and, in the same transaction, the
+// claims of idle long-polling workers that could take the new jobs
+// (store.EnqueueAndClaim): a job enqueued while a worker waits reaches it
+// with the enqueue's own COMMIT. Each taken claim takes what it would take
+// one call later, oldest due work first (Q1). A new job no claim took wakes
+// one more waiter, as before.
+func (s *Server) enqueueMany(ctx context.Context, ps []store.EnqueueParams) []store.EnqueueOutcome {
+	providers := make(map[string]bool, len(ps))
+	for _, p := range ps {
+		providers[p.Provider] = true
+	}
+	taken := s.waiters.take(len(ps), providers)
+	claims := make([]store.ClaimParams, len(taken))
+	for i, wt := range taken {
+		claims[i] = *wt.claim
+	}
+	out, claimed := s.store.EnqueueAndClaim(ctx, ps, claims)
+	granted := map[int64]bool{}
+	for i, wt := range taken {
+		for _, c := range claimed[i].Jobs {
+			granted[c.Job.ID] = true
+		}
+		if len(claimed[i].Jobs) > 0 {
+			s.metrics.handoffs.Inc()
+		}
+		s.waiters.hand(wt, claimed[i])
+	}
+	for _, o := range out {
+		if o.Err == nil && o.Created && !granted[o.Job.ID] {
+			s.waiters.wake(o.Job.Provider)
+		}
+	}
+	return out
 }
 
 // Drain makes waiting and future long-poll Claims return at once, so that a
@@ -125,7 +159,6 @@ func (s *Server) EnqueueRefund(ctx context.Context, req *pb.EnqueueRefundRequest
 		return nil, s.toStatus(ctx, err, jobAttrs{id: job.ID, key: p.OperationKey})
 	}
 	if created {
-		s.waiters.wake(job.Provider)
 		s.log.LogAttrs(ctx, slog.LevelDebug, "refund enqueued", attrsOf(job).attrs()...)
 	}
 	return &pb.EnqueueRefundResponse{Job: jobToProto(job), Created: created}, nil
@@ -168,31 +201,41 @@ func (s *Server) Claim(ctx context.Context, req *pb.ClaimRequest) (*pb.ClaimResp
 	return resp, nil
 }
 
-// claim claims, and when nothing is granted waits up to wait for a wake or the
-// poll interval and claims again. Waiting is not a lease decision: time.Now
-// here only bounds the call (R12 concerns leases).
+// claim claims, and when nothing is granted waits up to wait for a wake, a
+// hand-off from an enqueue (enqueueMany) or the poll interval, and claims
+// again. Waiting is not a lease decision: time.Now here only bounds the call
+// (R12 concerns leases).
 func (s *Server) claim(ctx context.Context, p store.ClaimParams, wait time.Duration) ([]store.ClaimedJob, error) {
 	deadline := time.Now().Add(wait)
 	for {
-		woken := s.waiters.add(p.Provider)
+		wt := s.waiters.add(p.Provider)
 		out, err := s.claims.do(ctx, p)
 		if err == nil {
 			err = out.Err
 		}
-		claimed := out.Jobs
 		left := time.Until(deadline)
-		if err != nil || len(claimed) > 0 || left <= 0 {
-			s.waiters.remove(woken)
-			return claimed, err
+		if err != nil || len(out.Jobs) > 0 || left <= 0 {
+			s.waiters.remove(wt) // not armed: it can only have been woken
+			return out.Jobs, err
 		}
+		s.waiters.arm(wt, p)
 		timer := time.NewTimer(min(left, s.opts.ClaimPollInterval))
 		select {
-		case <-woken:
+		case <-wt.ch:
 		case <-timer.C:
 		case <-ctx.Done():
 		}
 		timer.Stop()
-		s.waiters.remove(woken)
+		if !s.waiters.remove(wt) {
+			<-wt.ch // woken, or taken by an enqueue: its outcome comes with its COMMIT
+		}
+		if wt.handed && (wt.out.Err != nil || len(wt.out.Jobs) > 0) {
+			if ctx.Err() != nil {
+				s.release(p, wt.out) // granted to a caller that left
+				return nil, nil
+			}
+			return wt.out.Jobs, wt.out.Err
+		}
 		if ctx.Err() != nil || s.waiters.isStopped() {
 			return nil, nil
 		}

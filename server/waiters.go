@@ -1,46 +1,67 @@
 package server
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/jobfence/jobfence/store"
+)
 
 // waiters parks idle long-poll Claim calls until work may be available. A
 // claimer registers before it queries, so a job enqueued between its empty
 // query and its sleep still wakes it. Wakes go to the oldest waiters first,
 // one per new job, so an enqueue does not stampede every idle worker.
+//
+// A waiter whose claim came back empty is armed with its claim: an enqueue
+// may then take it and run the claim in its own transaction (hand-off), so
+// the new job reaches an idle worker with the enqueue's COMMIT instead of a
+// wake and a claim transaction of its own.
 type waiters struct {
 	mu      sync.Mutex
-	queue   []waiter
+	queue   []*waiter
 	stopped bool
 }
 
 type waiter struct {
-	ch       chan struct{}
-	provider string // the claim's provider filter; empty takes any
+	ch       chan struct{} // closed when woken or handed an outcome
+	provider string        // the claim's provider filter; empty takes any
+	claim    *store.ClaimParams
+	// handed is set, before ch is closed, when an enqueue took the waiter:
+	// out is then its claim's outcome.
+	handed bool
+	out    store.ClaimOutcome
 }
 
-// add registers a waiter for jobs of provider (any when empty). Its channel is
-// closed when it is woken.
-func (w *waiters) add(provider string) chan struct{} {
-	ch := make(chan struct{})
+// add registers a waiter for jobs of provider (any when empty).
+func (w *waiters) add(provider string) *waiter {
+	wt := &waiter{ch: make(chan struct{}), provider: provider}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.stopped {
-		close(ch)
-		return ch
+		close(wt.ch)
+		return wt
 	}
-	w.queue = append(w.queue, waiter{ch: ch, provider: provider})
-	return ch
+	w.queue = append(w.queue, wt)
+	return wt
 }
 
-// remove unregisters ch if it was not woken.
-func (w *waiters) remove(ch chan struct{}) {
+// arm makes wt, if still waiting, one an enqueue may hand work to with p.
+func (w *waiters) arm(wt *waiter, p store.ClaimParams) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	wt.claim = &p
+}
+
+// remove unregisters wt. It reports false when wt was woken or taken first.
+func (w *waiters) remove(wt *waiter) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for i, c := range w.queue {
-		if c.ch == ch {
+		if c == wt {
 			w.queue = append(w.queue[:i], w.queue[i+1:]...)
-			return
+			return true
 		}
 	}
+	return false
 }
 
 // wake wakes the oldest waiter that would claim a job of provider.
@@ -54,6 +75,31 @@ func (w *waiters) wake(provider string) {
 			return
 		}
 	}
+}
+
+// take removes and returns up to n armed waiters, oldest first, that would
+// claim a job of one of providers. The caller must hand each its outcome.
+func (w *waiters) take(n int, providers map[string]bool) []*waiter {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []*waiter
+	kept := w.queue[:0]
+	for _, c := range w.queue {
+		if len(out) < n && c.claim != nil && (c.provider == "" || providers[c.provider]) {
+			out = append(out, c)
+			continue
+		}
+		kept = append(kept, c)
+	}
+	clear(w.queue[len(kept):])
+	w.queue = kept
+	return out
+}
+
+// hand gives a taken waiter its claim's outcome and wakes it.
+func (w *waiters) hand(wt *waiter, out store.ClaimOutcome) {
+	wt.out, wt.handed = out, true
+	close(wt.ch)
 }
 
 // stop wakes every waiter and makes later ones return at once.

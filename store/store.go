@@ -234,6 +234,16 @@ type Store interface {
 	// enqueues into one COMMIT.
 	EnqueueMany(ctx context.Context, ps []EnqueueParams) []EnqueueOutcome
 
+	// EnqueueAndClaim is EnqueueMany followed, in the same transaction and
+	// under its one COMMIT, by ClaimMany(cs): claimers waiting for work are
+	// answered with the enqueue's own commit instead of a claim transaction
+	// of their own. Each claim takes what it would take one call later (the
+	// oldest due work first, Q1, R23), which is the new jobs when nothing older
+	// is due. The claims are answered empty when no enqueue of ps is valid; an
+	// unknown COMMIT outcome is ErrWriteOutcomeUnknown for the enqueues and
+	// ErrClaimOutcomeUnknown for the claims (R7).
+	EnqueueAndClaim(ctx context.Context, ps []EnqueueParams, cs []ClaimParams) ([]EnqueueOutcome, []ClaimOutcome)
+
 	// Claim grants up to MaxJobs jobs, each bumped and committed (R5, R6, R23).
 	// Errors: *ValidationError, ErrClaimOutcomeUnknown (nothing may be acted on,
 	// R7), ErrUnavailable, *BudgetExhaustedError (nothing granted).

@@ -33,14 +33,29 @@ func (b *Backend) Enqueue(ctx context.Context, p store.EnqueueParams) (store.Job
 // with other values ErrKeyConflict (R1). A key inserted meanwhile by another
 // transaction fails the insert as a whole, which is then retried.
 func (b *Backend) EnqueueMany(ctx context.Context, ps []store.EnqueueParams) []store.EnqueueOutcome {
+	out, _ := b.EnqueueAndClaim(ctx, ps, nil)
+	return out
+}
+
+// EnqueueAndClaim implements store.Store: EnqueueMany, then the claims of cs
+// in the same transaction as ClaimMany runs them, under the one COMMIT.
+func (b *Backend) EnqueueAndClaim(ctx context.Context, ps []store.EnqueueParams,
+	cs []store.ClaimParams) ([]store.EnqueueOutcome, []store.ClaimOutcome) {
 	out := make([]store.EnqueueOutcome, len(ps))
+	cout := make([]store.ClaimOutcome, len(cs))
 	valid := store.Valid(ps, func(i int, err error) { out[i].Err = err })
 	if len(valid) == 0 {
-		return out
+		return out, cout // no new work: the claims are answered empty
 	}
+	cvalid := store.Valid(cs, func(i int, err error) { cout[i].Err = err })
 	var err error
 	for try := 1; try <= Tries; try++ {
-		err = b.InTx(ctx, func(tx *sql.Tx) error { return b.enqueueTx(ctx, tx, ps, valid, out) })
+		err = b.InTx(ctx, func(tx *sql.Tx) error {
+			if err := b.enqueueTx(ctx, tx, ps, valid, out); err != nil || len(cvalid) == 0 {
+				return err
+			}
+			return b.claimTx(ctx, tx, cs, cvalid, cout)
+		})
 		if err == nil || !b.Duplicate(err) {
 			break
 		}
@@ -57,7 +72,10 @@ func (b *Backend) EnqueueMany(ctx context.Context, ps []store.EnqueueParams) []s
 			out[i] = store.EnqueueOutcome{Err: b.Unavailable(err)}
 		}
 	}
-	return out
+	if err != nil {
+		b.claimsFailed(err, cvalid, cout)
+	}
+	return out, cout
 }
 
 func (b *Backend) enqueueTx(ctx context.Context, tx *sql.Tx, ps []store.EnqueueParams, idx []int, out []store.EnqueueOutcome) error {

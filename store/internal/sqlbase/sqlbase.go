@@ -136,55 +136,68 @@ func (b *Backend) ClaimMany(ctx context.Context, ps []store.ClaimParams) []store
 	if len(valid) == 0 {
 		return out
 	}
-	err := b.InTx(ctx, func(tx *sql.Tx) error {
-		if !b.budgeted.Load() {
-			// Consecutive claims with the same provider filter share one
-			// candidate walk and one grant; taken in order, as if one by one.
-			for start := 0; start < len(valid); {
-				end := start + 1
-				for end < len(valid) && ps[valid[end]].Provider == ps[valid[start]].Provider {
-					end++
-				}
-				run := make([]store.ClaimParams, end-start)
-				for n, i := range valid[start:end] {
-					run[n] = ps[i]
-				}
-				claimed, err := claimGroupTx(ctx, tx, b.Claims, run)
-				if err != nil {
-					return err
-				}
-				for n, i := range valid[start:end] {
-					out[i] = store.ClaimOutcome{Jobs: claimed[n]}
-				}
-				start = end
-			}
-			return nil
-		}
-		for _, i := range valid {
-			jobs, err := claimBudgetedTx(ctx, tx, b.Claims, ps[i])
-			var budget *store.BudgetExhaustedError
-			switch {
-			case errors.As(err, &budget):
-				out[i] = store.ClaimOutcome{Err: err} // this claim wrote nothing
-			case err != nil:
-				return err
-			default:
-				out[i] = store.ClaimOutcome{Jobs: jobs}
-			}
-		}
-		return nil
-	})
+	err := b.InTx(ctx, func(tx *sql.Tx) error { return b.claimTx(ctx, tx, ps, valid, out) })
 	if err != nil {
-		if IsCommitUnknown(err) {
-			err = fmt.Errorf("%w: %v", store.ErrClaimOutcomeUnknown, err)
-		} else {
-			err = b.Unavailable(err)
-		}
-		for _, i := range valid {
-			out[i] = store.ClaimOutcome{Err: err}
-		}
+		b.claimsFailed(err, valid, out)
 	}
 	return out
+}
+
+// claimsFailed answers the valid claims of a transaction that failed with err:
+// an unknown COMMIT outcome is ErrClaimOutcomeUnknown, never retried (R7).
+func (b *Backend) claimsFailed(err error, valid []int, out []store.ClaimOutcome) {
+	if IsCommitUnknown(err) {
+		err = fmt.Errorf("%w: %v", store.ErrClaimOutcomeUnknown, err)
+	} else {
+		err = b.Unavailable(err)
+	}
+	for _, i := range valid {
+		out[i] = store.ClaimOutcome{Err: err}
+	}
+}
+
+// claimTx runs the valid claims of ps in tx, answering each in out. Consecutive
+// claims with the same provider filter share one candidate walk and one grant,
+// taken in order as if one by one; with budgets configured (R19) the claims
+// run one after another. An exhausted budget answers its claim; other errors
+// fail the transaction.
+func (b *Backend) claimTx(ctx context.Context, tx *sql.Tx, ps []store.ClaimParams, valid []int, out []store.ClaimOutcome) error {
+	if !b.budgeted.Load() {
+		// Consecutive claims with the same provider filter share one
+		// candidate walk and one grant; taken in order, as if one by one.
+		for start := 0; start < len(valid); {
+			end := start + 1
+			for end < len(valid) && ps[valid[end]].Provider == ps[valid[start]].Provider {
+				end++
+			}
+			run := make([]store.ClaimParams, end-start)
+			for n, i := range valid[start:end] {
+				run[n] = ps[i]
+			}
+			claimed, err := claimGroupTx(ctx, tx, b.Claims, run)
+			if err != nil {
+				return err
+			}
+			for n, i := range valid[start:end] {
+				out[i] = store.ClaimOutcome{Jobs: claimed[n]}
+			}
+			start = end
+		}
+		return nil
+	}
+	for _, i := range valid {
+		jobs, err := claimBudgetedTx(ctx, tx, b.Claims, ps[i])
+		var budget *store.BudgetExhaustedError
+		switch {
+		case errors.As(err, &budget):
+			out[i] = store.ClaimOutcome{Err: err} // this claim wrote nothing
+		case err != nil:
+			return err
+		default:
+			out[i] = store.ClaimOutcome{Jobs: jobs}
+		}
+	}
+	return nil
 }
 
 // Write implements store.Store.
