@@ -51,18 +51,6 @@ UNION ALL
   LIMIT ?
   FOR UPDATE SKIP LOCKED)`
 
-	// R5, R6: bump attempt under the row locks taken above, to the values of
-	// store.ClaimParams.Grant (sqlbase.GrantRow per job), which answers the
-	// caller without a read-back. The join re-checks the attempt read and the
-	// WHERE the claim's conditions: a row that moved is not granted. Rows are
-	// reached by primary key only, never by a walk of the state indexes
-	// (see writeback.go).
-	claimLocked = `UPDATE refund_jobs j FORCE INDEX (PRIMARY)
-  JOIN (%s) w ON j.id = w.id AND j.attempt = w.attempt - 1
-   SET j.first_sent_at = w.first_sent_at, j.next_action = w.next_action, j.state = 'running',
-       j.attempt = w.attempt, j.lease_until = w.lease_until, j.worker_id = w.worker_id, j.updated_at = w.updated_at
- WHERE (j.state = 'ready' AND j.next_attempt_at <= ?) OR (j.state = 'running' AND j.lease_until <= ?)`
-
 	selectObservationsOf = `SELECT ` + observationColumns + ` FROM refund_observations
  WHERE job_id IN (%s) ORDER BY job_id, id`
 )
@@ -86,7 +74,7 @@ var claimSQL = sqlbase.ClaimSQL{
 	LockTakeovers:   lockTakeovers,
 	DueJobs:         lockDueJobs,
 	Candidates:      lockCandidates,
-	Grant:           claimLocked,
+	GrantTable:      "refund_jobs FORCE INDEX (PRIMARY)",
 	Observations:    selectObservationsOf,
 	AllBudgets:      selectAllBudgets,
 	Budgets:         lockBudgets,

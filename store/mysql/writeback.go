@@ -4,56 +4,23 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jobfence/jobfence/store"
 	"github.com/jobfence/jobfence/store/internal/sqlbase"
 )
 
-// The fenced write-backs (R9). A batch of writes is joined to the job rows on
-// id AND attempt AND state: only rows still running under the writer's
-// attempt (or, for an operator's resolution, still in manual_review under the
-// attempt the operator looked at) change. None looks at lease_until (R8:
+// The fenced write-backs (R9). A batch of writes changes the job rows by id
+// where attempt and state still match (sqlbase.RowUpdate): only rows still
+// running under the writer's attempt (or, for an operator's resolution, still
+// in manual_review under the attempt the operator looked at) change. None looks at lease_until (R8:
 // expiry only opens the competition; the takeover's COMMIT is the moment of
 // loss).
-//
-// Each UPDATE reaches its rows by primary key only (FORCE INDEX (PRIMARY)):
-// with few running rows the optimizer may otherwise walk ix_refund_jobs_due
-// or ix_refund_jobs_lease on state = 'running' and lock every entry it
-// passes, which deadlocked with concurrent claims granting other jobs.
 const (
 	// Locks the batch's rows in id order (two batches never wait on each other
 	// in a cycle) and reads the database's clock (R12).
 	lockJobsForWrite = `SELECT UTC_TIMESTAMP(6), ` + jobColumns + ` FROM refund_jobs
  WHERE id IN (%s) ORDER BY id FOR UPDATE`
-
-	completeFenced = `UPDATE refund_jobs j FORCE INDEX (PRIMARY)
-  JOIN (%s) w ON j.id = w.id AND j.attempt = w.attempt AND j.state = 'running'
-   SET j.state = 'succeeded', j.provider_refund_id = w.provider_refund_id, j.lease_until = NULL, j.updated_at = ?`
-	completeRow = `SELECT ? AS id, ? AS attempt, ? AS provider_refund_id`
-
-	rescheduleFenced = `UPDATE refund_jobs j FORCE INDEX (PRIMARY)
-  JOIN (%s) w ON j.id = w.id AND j.attempt = w.attempt AND j.state = 'running'
-   SET j.state = 'ready', j.next_action = w.next_action, j.next_attempt_at = w.next_attempt_at,
-       j.lease_until = NULL, j.last_reason = w.reason, j.updated_at = ?`
-	rescheduleRow = `SELECT ? AS id, ? AS attempt, ? AS next_action, ? AS next_attempt_at, ? AS reason`
-
-	escalateFenced = `UPDATE refund_jobs j FORCE INDEX (PRIMARY)
-  JOIN (%s) w ON j.id = w.id AND j.attempt = w.attempt AND j.state = 'running'
-   SET j.state = 'manual_review', j.lease_until = NULL, j.last_reason = w.reason, j.updated_at = ?`
-	escalateRow = `SELECT ? AS id, ? AS attempt, ? AS reason`
-
-	resolveRefundedFenced = `UPDATE refund_jobs j FORCE INDEX (PRIMARY)
-  JOIN (%s) w ON j.id = w.id AND j.attempt = w.attempt AND j.state = 'manual_review'
-   SET j.state = 'succeeded', j.provider_refund_id = w.provider_refund_id, j.last_reason = w.reason, j.updated_at = ?`
-	resolveRefundedRow = `SELECT ? AS id, ? AS attempt, ? AS provider_refund_id, ? AS reason`
-
-	resolveReconcileFenced = `UPDATE refund_jobs j FORCE INDEX (PRIMARY)
-  JOIN (%s) w ON j.id = w.id AND j.attempt = w.attempt AND j.state = 'manual_review'
-   SET j.state = 'ready', j.next_action = 'reconcile', j.next_attempt_at = w.next_attempt_at,
-       j.last_reason = w.reason, j.updated_at = ?`
-	resolveReconcileRow = `SELECT ? AS id, ? AS attempt, ? AS next_attempt_at, ? AS reason`
 
 	// R10: our own record of each refund, in the same transaction as the
 	// fenced completions.
@@ -81,41 +48,48 @@ func writeTx(ctx context.Context, tx *sql.Tx, ws []store.Writeback, idx []int) (
 	resolved := func(r store.Resolution) func(store.Writeback) bool {
 		return func(w store.Writeback) bool { return w.Kind == store.EventResolved && w.Resolution == r }
 	}
+	// Each kind is one UPDATE of its rows, by primary key only: with few
+	// running rows the optimizer may otherwise walk ix_refund_jobs_due or
+	// ix_refund_jobs_lease on state and lock every entry it passes, which
+	// deadlocked with concurrent claims.
 	updates := []struct {
-		match  func(store.Writeback) bool
-		update string
-		row    string
-		args   func(store.Writeback) []any
+		match func(store.Writeback) bool
+		set   string // shared SET clauses; their one ? is the database's now
+		from  store.State
+		cols  []string
+		vals  func(store.Writeback) []any
 	}{
-		{kind(store.EventCompleted), completeFenced, completeRow, func(w store.Writeback) []any {
-			return []any{w.JobID, w.Attempt, w.ProviderRefundID}
-		}},
-		{kind(store.EventRescheduled), rescheduleFenced, rescheduleRow, func(w store.Writeback) []any {
-			return []any{w.JobID, w.Attempt, w.NextAction, w.NextAttemptAt(now), w.Reason}
-		}},
-		{kind(store.EventEscalated), escalateFenced, escalateRow, func(w store.Writeback) []any {
-			return []any{w.JobID, w.Attempt, w.Reason}
-		}},
-		{resolved(store.ResolutionRefunded), resolveRefundedFenced, resolveRefundedRow, func(w store.Writeback) []any {
-			return []any{w.JobID, w.Attempt, w.ProviderRefundID, w.Reason}
-		}},
-		{resolved(store.ResolutionReconcile), resolveReconcileFenced, resolveReconcileRow, func(w store.Writeback) []any {
-			return []any{w.JobID, w.Attempt, now, w.Reason}
-		}},
+		{kind(store.EventCompleted), "state = 'succeeded', lease_until = NULL, updated_at = ?", store.StateRunning,
+			[]string{"provider_refund_id"}, func(w store.Writeback) []any { return []any{w.ProviderRefundID} }},
+		{kind(store.EventRescheduled), "state = 'ready', lease_until = NULL, updated_at = ?", store.StateRunning,
+			[]string{"next_action", "next_attempt_at", "last_reason"}, func(w store.Writeback) []any {
+				return []any{w.NextAction, w.NextAttemptAt(now), w.Reason}
+			}},
+		{kind(store.EventEscalated), "state = 'manual_review', lease_until = NULL, updated_at = ?", store.StateRunning,
+			[]string{"last_reason"}, func(w store.Writeback) []any { return []any{w.Reason} }},
+		{resolved(store.ResolutionRefunded), "state = 'succeeded', updated_at = ?", store.StateManualReview,
+			[]string{"provider_refund_id", "last_reason"}, func(w store.Writeback) []any {
+				return []any{w.ProviderRefundID, w.Reason}
+			}},
+		{resolved(store.ResolutionReconcile), "state = 'ready', next_action = 'reconcile', updated_at = ?",
+			store.StateManualReview, []string{"next_attempt_at", "last_reason"}, func(w store.Writeback) []any {
+				return []any{now, w.Reason}
+			}},
 	}
-	for _, u := range updates {
-		applied := plan.Applied(u.match)
+	for _, k := range updates {
+		applied := plan.Applied(k.match)
 		if len(applied) == 0 {
 			continue
 		}
-		selects := make([]string, len(applied))
-		var args []any
-		for n, i := range applied {
-			selects[n] = u.row
-			args = append(args, u.args(ws[i])...)
+		u := sqlbase.RowUpdate{Table: "refund_jobs FORCE INDEX (PRIMARY)", Fixed: k.set, FixedArgs: []any{now},
+			Where: "state = ?", WhereArgs: []any{k.from}, Cols: k.cols}
+		for _, i := range applied {
+			u.IDs = append(u.IDs, ws[i].JobID)
+			u.Fences = append(u.Fences, ws[i].Attempt)
+			u.Vals = append(u.Vals, k.vals(ws[i]))
 		}
-		args = append(args, now)
-		res, err := tx.ExecContext(ctx, fmt.Sprintf(u.update, strings.Join(selects, " UNION ALL ")), args...)
+		query, args := u.SQL()
+		res, err := tx.ExecContext(ctx, query, args...)
 		if err != nil {
 			return plan, err
 		}

@@ -24,18 +24,6 @@ const (
  ORDER BY next_attempt_at, id
  LIMIT ?`
 
-	// R5, R6: bump attempt to the values of store.ClaimParams.Grant
-	// (sqlbase.GrantRow per job), which answers the caller without a
-	// read-back. The WHERE re-checks the attempt read and the claim's
-	// conditions: a row that moved is not granted.
-	claimSelected = `UPDATE refund_jobs
-   SET first_sent_at = w.first_sent_at, next_action = w.next_action, state = 'running',
-       attempt = w.attempt, lease_until = w.lease_until, worker_id = w.worker_id, updated_at = w.updated_at
-  FROM (%s) AS w
- WHERE refund_jobs.id = w.id AND refund_jobs.attempt = w.attempt - 1
-   AND ((refund_jobs.state = 'ready' AND refund_jobs.next_attempt_at <= ?)
-     OR (refund_jobs.state = 'running' AND refund_jobs.lease_until <= ?))`
-
 	selectObservationsOf = `SELECT ` + observationColumns + ` FROM refund_observations
  WHERE job_id IN (%s) ORDER BY job_id, id`
 )
@@ -56,7 +44,7 @@ var claimSQL = sqlbase.ClaimSQL{
 	NowExpr:         nowMicros,
 	ExpiredLeases:   selectExpiredLeases,
 	DueJobs:         selectDueJobs,
-	Grant:           claimSelected,
+	GrantTable:      "refund_jobs",
 	Observations:    selectObservationsOf,
 	AllBudgets:      selectAllBudgets,
 	Budgets:         lockBudgets,

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/jobfence/jobfence/store"
@@ -32,11 +31,9 @@ type ClaimSQL struct {
 	// job's columns; %[1]s takes the filter (in both groups), the arguments are
 	// the filter's and a limit, twice. Used when no budget is configured.
 	Candidates string
-	// Grant bumps the jobs of the rows in %s (GrantRow each: the values of
-	// store.ClaimParams.Grant, computed from the locked rows), only where the
-	// attempt is still the one read and the claim's conditions still hold;
-	// then the cutoff twice for that re-check.
-	Grant string
+	// GrantTable is the target of the grant's UPDATE, with any index hint
+	// that keeps it on the primary key.
+	GrantTable string
 	// Observations reads the receipts of the jobs in %s (R15).
 	Observations string
 	// AllBudgets reads every budget without locking it; Budgets locks the
@@ -73,11 +70,6 @@ type candidate struct {
 	takeover bool
 	hasObs   bool
 }
-
-// GrantRow is one row of a Grant: a job's id, its new attempt and the values
-// the claim gives it.
-const GrantRow = `SELECT ? AS id, ? AS attempt, ? AS first_sent_at, ? AS next_action, ? AS lease_until,
-  ? AS worker_id, ? AS updated_at`
 
 // claimBudgetedTx is one claim when provider budgets are configured (R19):
 // read the clock, leave out providers whose budget is empty, lock expired
@@ -191,8 +183,18 @@ func lockSeparately(ctx context.Context, tx *sql.Tx, q ClaimSQL, now time.Time, 
 func grant(ctx context.Context, tx *sql.Tx, q ClaimSQL, now time.Time, ps []store.ClaimParams,
 	shares [][]candidate) ([][]store.ClaimedJob, error) {
 	out := make([][]store.ClaimedJob, len(ps))
-	var rows []string
-	var args []any
+	// R5, R6: bump each job to the values of store.ClaimParams.Grant, which
+	// answers the caller without a read-back, only where the attempt is still
+	// the one read and the claim's conditions still hold: a row that moved is
+	// not granted.
+	u := RowUpdate{
+		Table:     q.GrantTable,
+		Fixed:     "state = 'running', attempt = attempt + 1, updated_at = ?",
+		FixedArgs: []any{q.At(now)},
+		Cols:      []string{"first_sent_at", "next_action", "lease_until", "worker_id"},
+		Where:     "(state = 'ready' AND next_attempt_at <= ?) OR (state = 'running' AND lease_until <= ?)",
+		WhereArgs: []any{q.At(now), q.At(now)},
+	}
 	var events []store.Event
 	type ref struct{ share, i int }
 	var withObs []ref
@@ -206,28 +208,28 @@ func grant(ctx context.Context, tx *sql.Tx, q ClaimSQL, now time.Time, ps []stor
 			if !c.Job.FirstSentAt.IsZero() {
 				firstSent = q.At(c.Job.FirstSentAt)
 			}
-			rows = append(rows, GrantRow)
-			args = append(args, c.Job.ID, c.Job.Attempt, firstSent, c.Job.NextAction, q.At(c.Job.LeaseUntil),
-				c.Job.WorkerID, q.At(now))
+			u.IDs = append(u.IDs, c.Job.ID)
+			u.Fences = append(u.Fences, cur.Attempt)
+			u.Vals = append(u.Vals, []any{firstSent, c.Job.NextAction, q.At(c.Job.LeaseUntil), c.Job.WorkerID})
 			if cur.hasObs {
 				withObs = append(withObs, ref{s, i})
 			}
 		}
 	}
-	if len(rows) == 0 {
+	if len(u.IDs) == 0 {
 		return out, nil
 	}
-	args = append(args, q.At(now), q.At(now))
-	res, err := tx.ExecContext(ctx, fmt.Sprintf(q.Grant, strings.Join(rows, " UNION ALL ")), args...)
+	query, args := u.SQL()
+	res, err := tx.ExecContext(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}
 	if n, err := res.RowsAffected(); err != nil {
 		return nil, err
-	} else if n != int64(len(rows)) {
+	} else if n != int64(len(u.IDs)) {
 		// The rows are held by this transaction; a mismatch means the
 		// re-check failed. Grant nothing rather than guess which.
-		return nil, fmt.Errorf("claim: held %d jobs but %d passed the re-check", len(rows), n)
+		return nil, fmt.Errorf("claim: held %d jobs but %d passed the re-check", len(u.IDs), n)
 	}
 	if err := InsertHistory(ctx, tx, events, q.At); err != nil {
 		return nil, err

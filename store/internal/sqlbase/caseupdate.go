@@ -1,0 +1,62 @@
+package sqlbase
+
+import "strings"
+
+// RowUpdate is one UPDATE of many rows by primary key, each row set to its
+// own values and fenced by its own attempt (R9), built by SQL.
+//
+// It is a CASE on the primary key rather than a join to a derived table of
+// the values: MariaDB materialises such a derived table into a temporary
+// table for every statement, which costs the database more than the update
+// itself (measured: 110–130 µs against 70 µs of database CPU for one row,
+// 190–200 against 115–125 µs for eight).
+type RowUpdate struct {
+	// Table is the UPDATE's target, with any index hint.
+	Table string
+	// Fixed are the SET clauses every row shares, with their arguments.
+	Fixed     string
+	FixedArgs []any
+	// Cols are the columns set per row; Vals[i] holds row i's values for them.
+	Cols []string
+	IDs  []int64
+	Vals [][]any
+	// Fences are the attempts each row must still have (attempt = …).
+	Fences []int64
+	// Where, when set, is a further condition every row must meet.
+	Where     string
+	WhereArgs []any
+}
+
+// SQL returns the statement and its arguments.
+func (u RowUpdate) SQL() (string, []any) {
+	var b strings.Builder
+	args := append([]any(nil), u.FixedArgs...)
+	b.WriteString("UPDATE " + u.Table + " SET " + u.Fixed)
+	for c, col := range u.Cols {
+		b.WriteString(", " + col + " = ")
+		vals := make([]any, len(u.IDs))
+		for i := range u.IDs {
+			vals[i] = u.Vals[i][c]
+		}
+		args = byID(&b, u.IDs, vals, args)
+	}
+	b.WriteString(" WHERE id IN (" + Placeholders(len(u.IDs)) + ") AND attempt = ")
+	args = append(args, Int64Args(u.IDs)...)
+	args = byID(&b, u.IDs, Int64Args(u.Fences), args)
+	if u.Where != "" {
+		b.WriteString(" AND (" + u.Where + ")")
+		args = append(args, u.WhereArgs...)
+	}
+	return b.String(), args
+}
+
+// byID writes CASE id WHEN ? THEN ? … END and appends its arguments.
+func byID(b *strings.Builder, ids []int64, vals []any, args []any) []any {
+	b.WriteString("CASE id")
+	for i, id := range ids {
+		b.WriteString(" WHEN ? THEN ?")
+		args = append(args, id, vals[i])
+	}
+	b.WriteString(" END")
+	return args
+}
