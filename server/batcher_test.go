@@ -50,3 +50,30 @@ func TestBatcherHandsAbandonedOutcomes(t *testing.T) {
 		t.Fatalf("abandoned outcomes %v, want [10]", abandoned)
 	}
 }
+
+// TestBatcherOverflowsAStalledBatch: calls queued behind a batch that hangs
+// are run by an overflow flusher once it has run for overflowAfter, while a
+// batcher of one flusher keeps them waiting.
+func TestBatcherOverflowsAStalledBatch(t *testing.T) {
+	for _, flushers := range []int{1, 2} {
+		stall := make(chan struct{})
+		b := newBatcher(func(_ context.Context, ins []int) []int {
+			if ins[0] == 1 {
+				<-stall
+			}
+			return ins
+		}, flushers, 8, time.Minute, prometheus.NewHistogram(prometheus.HistogramOpts{Name: "x"}))
+		go b.do(context.Background(), 1) //nolint:errcheck
+		time.Sleep(5 * time.Millisecond) // the first call's batch is running
+		ctx, cancel := context.WithTimeout(context.Background(), 10*overflowAfter)
+		got, err := b.do(ctx, 2)
+		cancel()
+		if flushers == 1 && !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("one flusher: the call behind a stalled batch = %d, %v; want it still waiting", got, err)
+		}
+		if flushers == 2 && (err != nil || got != 2) {
+			t.Errorf("two flushers: the call behind a stalled batch = %d, %v; want it run by the overflow", got, err)
+		}
+		close(stall)
+	}
+}

@@ -33,9 +33,11 @@ type Options struct {
 	// ran out, leases that expired. Default 200ms.
 	ClaimPollInterval time.Duration
 	// WriteFlushers is how many enqueue, how many write-back and how many
-	// claim transactions may run at once; concurrent calls beyond that are
-	// coalesced into shared transactions of up to WriteBatch enqueues or
-	// write-backs (claims: up to 16). Defaults 2 and 128.
+	// claim transactions may run at once: one runs calls as they come, and
+	// calls arriving meanwhile share its next transaction of up to
+	// WriteBatch enqueues or write-backs (claims: up to 16); the others only
+	// take queued calls while that transaction has run for 20ms (a slow or
+	// stalled one). Defaults 2 and 128.
 	WriteFlushers int
 	WriteBatch    int
 	// Auth authenticates and authorises every call but health checks and

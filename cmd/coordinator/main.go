@@ -84,7 +84,7 @@ func parseFlags(args []string, stderr *os.File) (config, error) {
 	fs.DurationVar(&c.claimPoll, "claim-poll-interval", 200*time.Millisecond,
 		"how often a long-polling Claim looks again for work it was not woken for (other replicas' enqueues, delays, expired leases)")
 	fs.IntVar(&c.writeFlushers, "write-flushers", 2,
-		"how many enqueue, write-back and claim transactions (each) may run at once; calls arriving while all are busy share the next one")
+		"how many enqueue, write-back and claim transactions (each) may run at once: one takes calls as they come, calls arriving meanwhile share its next transaction, the others step in only while a transaction has run for 20ms")
 	fs.IntVar(&c.writeBatch, "write-batch", 128, "most enqueues or write-backs coalesced into one transaction")
 	fs.StringVar(&c.tokensFile, "tokens-file", "",
 		"bearer tokens, one per line: <name> <role,…> sha256:<hex of the token's SHA-256> (roles: producer, worker, operator, reader); "+
