@@ -23,6 +23,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 
 	pb "github.com/jobfence/jobfence/gen/jobfence/v1"
 	"github.com/jobfence/jobfence/internal/testdb"
@@ -458,17 +459,37 @@ var _ = errors.New
 // counter reads a counter without labels from c's registry.
 func (c *coordinator) counter(t *testing.T, name string) float64 {
 	t.Helper()
+	return c.metric(t, name).GetCounter().GetValue()
+}
+
+func (c *coordinator) metric(t *testing.T, name string) *dto.Metric {
+	t.Helper()
 	families, err := c.reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, f := range families {
 		if f.GetName() == name {
-			return f.GetMetric()[0].GetCounter().GetValue()
+			return f.GetMetric()[0]
 		}
 	}
 	t.Fatalf("no metric %s", name)
-	return 0
+	return nil
+}
+
+// parked waits until n claims have run through claim transactions (the
+// long polls' first, empty claims) and the callers have had a moment to
+// park and arm.
+func (c *coordinator) parked(t *testing.T, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for c.metric(t, "jobfence_claim_tx_batch_size").GetHistogram().GetSampleSum() < float64(n) {
+		if time.Now().After(deadline) {
+			t.Fatalf("fewer than %d claims ran", n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond)
 }
 
 // TestClaimLongPollWakesOnEnqueue: with a poll interval far beyond the wait,
@@ -486,7 +507,7 @@ func TestClaimLongPollWakesOnEnqueue(t *testing.T) {
 			}
 			got <- resp
 		}()
-		time.Sleep(100 * time.Millisecond) // let it park
+		c.parked(t, 1)
 		job := c.enqueue(t)
 		select {
 		case resp := <-got:
@@ -508,12 +529,12 @@ func TestClaimLongPollWakesOnEnqueue(t *testing.T) {
 				Wait: durationpb.New(3 * time.Second)})
 			globex <- resp
 		}()
-		time.Sleep(100 * time.Millisecond)
+		c.parked(t, 2)
 		go func() {
 			resp, _ := c.client.Claim(ctx, &pb.ClaimRequest{WorkerId: "any", MaxJobs: 1, Wait: durationpb.New(20 * time.Second)})
 			got <- resp
 		}()
-		time.Sleep(100 * time.Millisecond)
+		c.parked(t, 3)
 		acme := c.enqueue(t)
 		select {
 		case resp := <-got:
