@@ -88,17 +88,8 @@ func writeTx(ctx context.Context, tx *sql.Tx, ws []store.Writeback, idx []int) (
 			u.Fences = append(u.Fences, ws[i].Attempt)
 			u.Vals = append(u.Vals, k.vals(ws[i]))
 		}
-		query, args := u.SQL()
-		res, err := tx.ExecContext(ctx, query, args...)
-		if err != nil {
+		if err := u.ExecAll(ctx, tx, "write-back"); err != nil {
 			return plan, err
-		}
-		if n, err := res.RowsAffected(); err != nil {
-			return plan, err
-		} else if n != int64(len(applied)) {
-			// The rows are locked by this transaction and passed the fence
-			// when read; anything else is a bug, not a race. Write nothing.
-			return plan, fmt.Errorf("write-back: %d writes passed the fence but %d rows matched", len(applied), n)
 		}
 	}
 	if refunded := store.JobIDs(ws, plan.Applied(store.Writeback.Ledgered)); len(refunded) > 0 {

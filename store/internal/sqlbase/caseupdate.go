@@ -1,6 +1,11 @@
 package sqlbase
 
-import "strings"
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+)
 
 // RowUpdate is one UPDATE of many rows by primary key, each row set to its
 // own values and fenced by its own attempt (R9), built by SQL.
@@ -48,6 +53,24 @@ func (u RowUpdate) SQL() (string, []any) {
 		args = append(args, u.WhereArgs...)
 	}
 	return b.String(), args
+}
+
+// ExecAll runs the update in tx and requires it to change every row: the
+// rows are locked by tx and were checked when read, so a row that no longer
+// matches is a bug, not a race, and the caller must roll back (what names
+// the update in the error).
+func (u RowUpdate) ExecAll(ctx context.Context, tx *sql.Tx, what string) error {
+	query, args := u.SQL()
+	res, err := tx.ExecContext(ctx, query, args...)
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return err
+	} else if n != int64(len(u.IDs)) {
+		return fmt.Errorf("%s: %d rows held and checked but %d matched", what, len(u.IDs), n)
+	}
+	return nil
 }
 
 // byID writes CASE id WHEN ? THEN ? … END and appends its arguments.
