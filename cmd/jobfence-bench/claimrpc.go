@@ -19,6 +19,11 @@ type claimResult struct {
 	elapsed     time.Duration
 	lat         latencies // Claim round trips, measured on the claimer
 	returns     latencies // Reschedule round trips
+	// CPU microseconds per measured claim (with its Reschedule) of the
+	// coordinator, the database server and the bench, and the statements the
+	// database ran per claim: on a machine the three share, the cost per
+	// claim is what bounds latency, and it is steadier than latency.
+	coordCPU, dbCPU, benchCPU, statements float64
 }
 
 // claimLevels is scenario B: Claim RPC latency on the full history at each
@@ -33,7 +38,9 @@ func (b *bench) claimLevels(ctx context.Context) error {
 		b.summary("claim_rpc", "concurrency", n, "claims", r.claims, "empty", r.empty,
 			"claims_per_s", num(float64(r.claims)/r.elapsed.Seconds(), 0),
 			"p50_ms", ms(r.lat.percentile(0.50)), "p95_ms", ms(r.lat.percentile(0.95)),
-			"p99_ms", ms(r.lat.percentile(0.99)), "reschedule_p95_ms", ms(r.returns.percentile(0.95)))
+			"p99_ms", ms(r.lat.percentile(0.99)), "reschedule_p95_ms", ms(r.returns.percentile(0.95)),
+			"coordinator_cpu_us_per_claim", num(r.coordCPU, 0), "db_cpu_us_per_claim", num(r.dbCPU, 0),
+			"bench_cpu_us_per_claim", num(r.benchCPU, 0), "statements_per_claim", num(r.statements, 2))
 	}
 	return b.stopCoordinator()
 }
@@ -53,6 +60,17 @@ func (b *bench) claimRun(ctx context.Context, n int, d time.Duration) (claimResu
 	start := time.Now()
 	measureFrom, end := start.Add(warm), start.Add(warm+d)
 	var mu sync.Mutex
+	// The meters start with the measured part of the run.
+	var meter *cpuMeter
+	var before dbCounters
+	var meterErr error
+	warmed := time.AfterFunc(warm, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		before, meterErr = b.readDBCounters(ctx)
+		meter = startCPU(b.coord.pid(), b.dbPID)
+	})
+	defer warmed.Stop()
 	err = parallel(ctx, n, func(ctx context.Context, w int) error {
 		c := clients[w]
 		var lat, returns latencies
@@ -102,6 +120,18 @@ func (b *bench) claimRun(ctx context.Context, n int, d time.Duration) (claimResu
 	if err != nil {
 		return r, err
 	}
+	mu.Lock()
+	defer mu.Unlock()
+	if meter == nil || meterErr != nil {
+		return r, fmt.Errorf("claim run (%d claimers): no CPU reading of the measured part: %v", n, meterErr)
+	}
+	cpu, self := meter.perJob(r.claims)
+	r.coordCPU, r.dbCPU, r.benchCPU = cpu[0], cpu[1], self
+	after, err := b.readDBCounters(ctx)
+	if err != nil {
+		return r, err
+	}
+	r.statements = after.perJob(before, "Questions", r.claims)
 	b.logf("claim run: %d claimers, %d claims (%d empty) in %s", n, r.claims, r.empty, r.elapsed.Round(10*time.Millisecond))
 	return r, nil
 }

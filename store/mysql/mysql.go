@@ -46,6 +46,10 @@ var _ store.Store = (*Store)(nil)
 // clientFoundRows (RowsAffected counts matched rows, so a fenced UPDATE reports
 // 1 even when nothing changed), interpolateParams (one round trip a statement),
 // the session time zone +00:00 and READ COMMITTED (no gap locks in claims).
+// Defaulted: readTimeout and writeTimeout of defaultIOTimeout, which bound a
+// statement of a transaction in flight (transactions check their context
+// between statements, not during one: see sqlbase.Backend.Begin); a DSN
+// that sets its own keeps it.
 func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	cfg, err := mysql.ParseDSN(dsn)
 	if err != nil {
@@ -55,6 +59,12 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	cfg.Loc = time.UTC
 	cfg.ClientFoundRows = true
 	cfg.InterpolateParams = true
+	if cfg.ReadTimeout == 0 {
+		cfg.ReadTimeout = defaultIOTimeout
+	}
+	if cfg.WriteTimeout == 0 {
+		cfg.WriteTimeout = defaultIOTimeout
+	}
 	if cfg.Params == nil {
 		cfg.Params = map[string]string{}
 	}
@@ -84,6 +94,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		CommitRefused: serverAnswered,
 		Unavailable:   unavailable,
 		Duplicate:     isDuplicate,
+		Begin:         "START TRANSACTION",
 		Claims:        claimSQL,
 		WriteTx:       writeTx,
 		LockedRead:    selectJobsLocked,
@@ -94,6 +105,11 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	}
 	return s, nil
 }
+
+// defaultIOTimeout bounds one read or write of a statement on a connection
+// whose DSN sets none: longer than InnoDB's default lock wait (50 s) and the
+// migration lock's wait, so that only a server that stopped answering hits it.
+const defaultIOTimeout = 90 * time.Second
 
 // isolationVariable names the session variable for the isolation level:
 // MariaDB before 11.1 knows only tx_isolation, MySQL 8 only

@@ -2,7 +2,6 @@ package mysql
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"time"
 
@@ -34,7 +33,7 @@ SELECT id, operation_key, provider, provider_refund_id, amount_minor, currency, 
 	selectJobsLocked = `SELECT ` + jobColumns + ` FROM refund_jobs WHERE id IN (%s) LOCK IN SHARE MODE`
 )
 
-func writeTx(ctx context.Context, tx *sql.Tx, ws []store.Writeback, idx []int) (store.BatchPlan, error) {
+func writeTx(ctx context.Context, tx sqlbase.Tx, ws []store.Writeback, idx []int) (store.BatchPlan, error) {
 	plan, now, err := sqlbase.PlanWrites(ctx, tx, lockJobsForWrite, scanJob, ws, idx)
 	if err != nil {
 		return plan, err

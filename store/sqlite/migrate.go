@@ -2,7 +2,6 @@ package sqlite
 
 import (
 	"context"
-	"database/sql"
 	"embed"
 	"fmt"
 
@@ -33,7 +32,7 @@ func (s *Store) migrate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	err = s.InTx(ctx, func(tx *sql.Tx) error {
+	err = s.InTx(ctx, func(tx sqlbase.Tx) error {
 		if _, err := tx.ExecContext(ctx, createMigrationsTable); err != nil {
 			return err
 		}

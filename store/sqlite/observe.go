@@ -2,7 +2,6 @@ package sqlite
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 
 	"github.com/jobfence/jobfence/store"
@@ -28,7 +27,7 @@ func (s *Store) Observe(ctx context.Context, p store.ObservationParams) (store.O
 	}
 	var obs store.Observation
 	var duplicate bool
-	err := s.InTx(ctx, func(tx *sql.Tx) error {
+	err := s.InTx(ctx, func(tx sqlbase.Tx) error {
 		obs, duplicate = store.Observation{}, false
 		job, err := jobByRef(ctx, tx, p.Job)
 		if err != nil {

@@ -50,7 +50,7 @@ SELECT id, operation_key, provider, provider_refund_id, amount_minor, currency, 
  WHERE id = ? AND state = 'running'`
 )
 
-func writeTx(ctx context.Context, tx *sql.Tx, ws []store.Writeback, idx []int) (store.BatchPlan, error) {
+func writeTx(ctx context.Context, tx sqlbase.Tx, ws []store.Writeback, idx []int) (store.BatchPlan, error) {
 	plan, nowTime, err := sqlbase.PlanWrites(ctx, tx, selectNowAndJobs, scanJob, ws, idx)
 	if err != nil {
 		return plan, err
@@ -99,7 +99,7 @@ func writeTx(ctx context.Context, tx *sql.Tx, ws []store.Writeback, idx []int) (
 // ExpireLease implements store.Store.
 func (s *Store) ExpireLease(ctx context.Context, jobID int64) error {
 	var n int64
-	err := s.InTx(ctx, func(tx *sql.Tx) error {
+	err := s.InTx(ctx, func(tx sqlbase.Tx) error {
 		res, err := tx.ExecContext(ctx, expireLease, jobID)
 		if err != nil {
 			return err

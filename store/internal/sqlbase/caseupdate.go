@@ -2,7 +2,6 @@ package sqlbase
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"strings"
 )
@@ -59,7 +58,7 @@ func (u RowUpdate) SQL() (string, []any) {
 // rows are locked by tx and were checked when read, so a row that no longer
 // matches is a bug, not a race, and the caller must roll back (what names
 // the update in the error).
-func (u RowUpdate) ExecAll(ctx context.Context, tx *sql.Tx, what string) error {
+func (u RowUpdate) ExecAll(ctx context.Context, tx Tx, what string) error {
 	query, args := u.SQL()
 	res, err := tx.ExecContext(ctx, query, args...)
 	if err != nil {

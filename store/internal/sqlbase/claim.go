@@ -76,7 +76,7 @@ type candidate struct {
 // leases then due jobs, cap each provider at what its budget allows and take
 // the tokens, then grant the rest. When due work waits only on empty budgets
 // it returns *store.BudgetExhaustedError, having written nothing.
-func claimBudgetedTx(ctx context.Context, tx *sql.Tx, q ClaimSQL, p store.ClaimParams) ([]store.ClaimedJob, error) {
+func claimBudgetedTx(ctx context.Context, tx Tx, q ClaimSQL, p store.ClaimParams) ([]store.ClaimedJob, error) {
 	filter, filterArgs := providerFilter(p.Provider)
 	var now time.Time
 	if err := tx.QueryRowContext(ctx, q.Now).Scan(Time{&now}); err != nil {
@@ -118,7 +118,7 @@ func claimBudgetedTx(ctx context.Context, tx *sql.Tx, q ClaimSQL, p store.ClaimP
 // of the candidates for all of them: each takes, in order, up to its MaxJobs
 // of them (R23: takeovers first, oldest first), and one grant bumps them all.
 // No budget is configured.
-func claimGroupTx(ctx context.Context, tx *sql.Tx, q ClaimSQL, ps []store.ClaimParams) ([][]store.ClaimedJob, error) {
+func claimGroupTx(ctx context.Context, tx Tx, q ClaimSQL, ps []store.ClaimParams) ([][]store.ClaimedJob, error) {
 	filter, filterArgs := providerFilter(ps[0].Provider)
 	total := 0
 	for _, p := range ps {
@@ -154,7 +154,7 @@ func providerFilter(provider string) (string, []any) {
 
 // lockSeparately locks up to limit candidates with the two candidate
 // queries: expired leases first, then due jobs (R23).
-func lockSeparately(ctx context.Context, tx *sql.Tx, q ClaimSQL, now time.Time, filter string, filterArgs []any,
+func lockSeparately(ctx context.Context, tx Tx, q ClaimSQL, now time.Time, filter string, filterArgs []any,
 	limit int) ([]candidate, error) {
 	lock := func(query string, limit int, takeover bool) ([]candidate, error) {
 		args := append(append([]any{q.At(now)}, filterArgs...), limit)
@@ -180,7 +180,7 @@ func lockSeparately(ctx context.Context, tx *sql.Tx, q ClaimSQL, now time.Time, 
 // grant bumps shares[i] for ps[i] in one statement (R5, R6), records the
 // history and attaches the receipts on file (R15, read before COMMIT so that
 // a failure grants nothing rather than jobs the caller never hears of).
-func grant(ctx context.Context, tx *sql.Tx, q ClaimSQL, now time.Time, ps []store.ClaimParams,
+func grant(ctx context.Context, tx Tx, q ClaimSQL, now time.Time, ps []store.ClaimParams,
 	shares [][]candidate) ([][]store.ClaimedJob, error) {
 	out := make([][]store.ClaimedJob, len(ps))
 	// R5, R6: bump each job to the values of store.ClaimParams.Grant, which
@@ -243,7 +243,7 @@ func grant(ctx context.Context, tx *sql.Tx, q ClaimSQL, now time.Time, ps []stor
 // spendBudgets locks the budgets of the candidates' providers, keeps of each
 // provider's candidates (in claim order) only as many as its tokens allow,
 // and takes those tokens (R19). Candidates left out stay untouched.
-func spendBudgets(ctx context.Context, tx *sql.Tx, q ClaimSQL, locked []candidate, now time.Time) ([]candidate, error) {
+func spendBudgets(ctx context.Context, tx Tx, q ClaimSQL, locked []candidate, now time.Time) ([]candidate, error) {
 	var providers []string
 	for _, j := range locked {
 		if !slices.Contains(providers, j.Provider) {
@@ -290,7 +290,7 @@ func spendBudgets(ctx context.Context, tx *sql.Tx, q ClaimSQL, locked []candidat
 
 // budgetWait explains an empty claim: if due work of an exhausted provider is
 // waiting, a *store.BudgetExhaustedError with the shortest wait; else nil.
-func budgetWait(ctx context.Context, tx *sql.Tx, q ClaimSQL, budgets map[string]store.Budget, exhausted []string,
+func budgetWait(ctx context.Context, tx Tx, q ClaimSQL, budgets map[string]store.Budget, exhausted []string,
 	now time.Time) error {
 	if len(exhausted) == 0 {
 		return nil
@@ -316,7 +316,7 @@ func budgetWait(ctx context.Context, tx *sql.Tx, q ClaimSQL, budgets map[string]
 // lockCandidates runs the one-statement candidate query: the database clock,
 // then expired leases before due jobs, at most limit in all (R23). Due jobs
 // locked beyond that stay untouched and are released at COMMIT.
-func lockCandidates(ctx context.Context, tx *sql.Tx, q ClaimSQL, filter string, filterArgs []any,
+func lockCandidates(ctx context.Context, tx Tx, q ClaimSQL, filter string, filterArgs []any,
 	limit int) (time.Time, []candidate, error) {
 	args := append(append([]any(nil), filterArgs...), limit)
 	args = append(append(args, filterArgs...), limit)
@@ -347,7 +347,7 @@ func lockCandidates(ctx context.Context, tx *sql.Tx, q ClaimSQL, filter string, 
 // lockTakeovers locks the expired leases read, when the backend reads them
 // without locking (ClaimSQL.LockTakeovers), and returns them as locked: those
 // taken over, finished or held by another claim since the read are gone.
-func lockTakeovers(ctx context.Context, tx *sql.Tx, q ClaimSQL, now time.Time, read []candidate) ([]candidate, error) {
+func lockTakeovers(ctx context.Context, tx Tx, q ClaimSQL, now time.Time, read []candidate) ([]candidate, error) {
 	if q.LockTakeovers == "" || len(read) == 0 {
 		return read, nil
 	}
@@ -371,7 +371,7 @@ func scanCandidate(q ClaimSQL, takeover bool) func(Scanner) (candidate, error) {
 
 // readBudgets reads the budgets of providers (every budget when nil); the
 // backend's query locks them when it is a locking read.
-func readBudgets(ctx context.Context, tx *sql.Tx, q ClaimSQL, providers []string) (map[string]store.Budget, error) {
+func readBudgets(ctx context.Context, tx Tx, q ClaimSQL, providers []string) (map[string]store.Budget, error) {
 	query, args := q.AllBudgets, []any(nil)
 	if providers != nil {
 		query, args = fmt.Sprintf(q.Budgets, Placeholders(len(providers))), strArgs(providers)
@@ -429,7 +429,7 @@ func (b *Backend) ConfigureBudgets(ctx context.Context, cfg map[string]store.Bud
 			return fmt.Errorf("provider %s: %w", name, err)
 		}
 	}
-	err := b.InTx(ctx, func(tx *sql.Tx) error {
+	err := b.InTx(ctx, func(tx Tx) error {
 		var now time.Time
 		if err := tx.QueryRowContext(ctx, q.Now).Scan(Time{&now}); err != nil {
 			return err

@@ -2,7 +2,6 @@ package sqlbase
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"slices"
 	"strings"
@@ -50,7 +49,7 @@ func (b *Backend) EnqueueAndClaim(ctx context.Context, ps []store.EnqueueParams,
 	cvalid := store.Valid(cs, func(i int, err error) { cout[i].Err = err })
 	var err error
 	for try := 1; try <= Tries; try++ {
-		err = b.InTx(ctx, func(tx *sql.Tx) error {
+		err = b.InTx(ctx, func(tx Tx) error {
 			if err := b.enqueueTx(ctx, tx, ps, valid, out); err != nil || len(cvalid) == 0 {
 				return err
 			}
@@ -78,7 +77,7 @@ func (b *Backend) EnqueueAndClaim(ctx context.Context, ps []store.EnqueueParams,
 	return out, cout
 }
 
-func (b *Backend) enqueueTx(ctx context.Context, tx *sql.Tx, ps []store.EnqueueParams, idx []int, out []store.EnqueueOutcome) error {
+func (b *Backend) enqueueTx(ctx context.Context, tx Tx, ps []store.EnqueueParams, idx []int, out []store.EnqueueOutcome) error {
 	for _, i := range idx {
 		out[i] = store.EnqueueOutcome{} // nothing kept from a failed try
 	}
@@ -157,7 +156,7 @@ func (b *Backend) enqueueTx(ctx context.Context, tx *sql.Tx, ps []store.EnqueueP
 	return nil
 }
 
-func (b *Backend) jobsByKey(ctx context.Context, tx *sql.Tx, keys []any) (map[string]store.Job, error) {
+func (b *Backend) jobsByKey(ctx context.Context, tx Tx, keys []any) (map[string]store.Job, error) {
 	jobs, err := QueryAll(ctx, tx, b.Claims.ScanJob, fmt.Sprintf(selectJobsByKeys, Placeholders(len(keys))), keys...)
 	if err != nil {
 		return nil, err
@@ -170,7 +169,7 @@ func (b *Backend) jobsByKey(ctx context.Context, tx *sql.Tx, keys []any) (map[st
 }
 
 // insertJobs inserts the jobs of ps[i], i in idx, in one statement.
-func (b *Backend) insertJobs(ctx context.Context, tx *sql.Tx, ps []store.EnqueueParams, idx []int) error {
+func (b *Backend) insertJobs(ctx context.Context, tx Tx, ps []store.EnqueueParams, idx []int) error {
 	if len(idx) == 0 {
 		return nil
 	}

@@ -7,6 +7,7 @@ package sqlbase
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -46,12 +47,16 @@ type Backend struct {
 	Unavailable func(error) error
 	// Duplicate reports a unique-key violation.
 	Duplicate func(error) bool
+	// Begin, when set, is the statement that begins a transaction, run on a
+	// connection taken from DB (see connTx); when empty, transactions are
+	// *sql.Tx.
+	Begin string
 	// Claims is the backend's claim SQL.
 	Claims ClaimSQL
 	// WriteTx runs one batch of write-backs in tx (store.PlanBatch, then the
 	// fenced statements); LockedRead re-reads the jobs in %s, waiting for any
 	// transaction holding them.
-	WriteTx    func(ctx context.Context, tx *sql.Tx, ws []store.Writeback, idx []int) (store.BatchPlan, error)
+	WriteTx    func(ctx context.Context, tx Tx, ws []store.Writeback, idx []int) (store.BatchPlan, error)
 	LockedRead string
 
 	budgeted atomic.Bool   // any provider budget configured (R19)
@@ -71,12 +76,19 @@ func IsCommitUnknown(err error) bool {
 	return errors.As(err, &ce)
 }
 
+// Tx runs the statements of a transaction: a *sql.Tx, or a connTx.
+type Tx interface {
+	Querier
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
 // InTx runs fn in one transaction on one connection and commits it, retrying
 // the whole transaction while the database reports it rolled back (R20). fn
 // must keep nothing from a failed try and use only tx (R10, R11). Retries
 // wait a random moment, growing with each try, so that two transactions that
 // deadlocked do not meet again at once.
-func (b *Backend) InTx(ctx context.Context, fn func(*sql.Tx) error) error {
+func (b *Backend) InTx(ctx context.Context, fn func(Tx) error) error {
 	for try := 1; ; try++ {
 		err := b.txOnce(ctx, fn)
 		if err == nil || !b.Retryable(err) || try == Tries || ctx.Err() != nil {
@@ -96,7 +108,10 @@ func (b *Backend) InTx(ctx context.Context, fn func(*sql.Tx) error) error {
 // retryPause is the upper bound of the first retry's random pause.
 const retryPause = 2 * time.Millisecond
 
-func (b *Backend) txOnce(ctx context.Context, fn func(*sql.Tx) error) error {
+func (b *Backend) txOnce(ctx context.Context, fn func(Tx) error) error {
+	if b.Begin != "" {
+		return b.connTxOnce(ctx, fn)
+	}
 	tx, err := b.DB.BeginTx(ctx, nil)
 	if err != nil {
 		return err
@@ -115,6 +130,77 @@ func (b *Backend) txOnce(ctx context.Context, fn func(*sql.Tx) error) error {
 		return &CommitUnknownError{Err: err}
 	}
 	return nil
+}
+
+// connTx is a transaction begun with Backend.Begin on a connection of its
+// own. Its statements run under the caller's context without its
+// cancellation: a *sql.Tx hands every statement a cancellable context, and
+// go-sql-driver watches one with a goroutine it wakes twice per statement,
+// which on a busy machine costs more CPU than a short statement's own
+// round trip. The context is checked before each statement instead, and a
+// statement in flight is bounded by the connection's read and write
+// timeouts.
+type connTx struct{ conn *sql.Conn }
+
+// uncancelled is ctx without its cancellation, or ctx itself once it is
+// done, so that the driver refuses the statement at once.
+func uncancelled(ctx context.Context) context.Context {
+	if ctx.Err() != nil {
+		return ctx
+	}
+	return context.WithoutCancel(ctx)
+}
+
+func (t connTx) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	return t.conn.ExecContext(uncancelled(ctx), query, args...)
+}
+
+func (t connTx) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	return t.conn.QueryContext(uncancelled(ctx), query, args...)
+}
+
+func (t connTx) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	return t.conn.QueryRowContext(uncancelled(ctx), query, args...)
+}
+
+// end returns the connection to the pool after a COMMIT or ROLLBACK the
+// server answered with success, and discards it otherwise: a connection that
+// may still be inside the transaction must never serve another caller.
+func (t connTx) end(settled bool) {
+	if !settled {
+		t.conn.Raw(func(any) error { return driver.ErrBadConn }) //nolint:errcheck // discards the connection
+	}
+	t.conn.Close()
+}
+
+// connTxOnce is txOnce on a connTx.
+func (b *Backend) connTxOnce(ctx context.Context, fn func(Tx) error) error {
+	conn, err := b.DB.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	tx := connTx{conn: conn}
+	settled := false // ended by a COMMIT or ROLLBACK the server answered with success
+	defer func() { tx.end(settled) }()
+	if _, err := tx.ExecContext(ctx, b.Begin); err != nil {
+		return err
+	}
+	err = fn(tx)
+	if err == nil {
+		err = ctx.Err()
+	}
+	if err != nil {
+		_, rbErr := conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
+		settled = rbErr == nil
+		return err // not committed
+	}
+	// Once sent, the COMMIT runs to its answer whatever happens to ctx.
+	_, err = conn.ExecContext(context.WithoutCancel(ctx), "COMMIT")
+	settled = err == nil
+	if err != nil && !b.CommitRefused(err) {
+		return &CommitUnknownError{Err: err}
+	}
+	return err
 }
 
 // Claim implements store.Store.
@@ -136,7 +222,7 @@ func (b *Backend) ClaimMany(ctx context.Context, ps []store.ClaimParams) []store
 	if len(valid) == 0 {
 		return out
 	}
-	err := b.InTx(ctx, func(tx *sql.Tx) error { return b.claimTx(ctx, tx, ps, valid, out) })
+	err := b.InTx(ctx, func(tx Tx) error { return b.claimTx(ctx, tx, ps, valid, out) })
 	if err != nil {
 		b.claimsFailed(err, valid, out)
 	}
@@ -161,7 +247,7 @@ func (b *Backend) claimsFailed(err error, valid []int, out []store.ClaimOutcome)
 // taken in order as if one by one; with budgets configured (R19) the claims
 // run one after another. An exhausted budget answers its claim; other errors
 // fail the transaction.
-func (b *Backend) claimTx(ctx context.Context, tx *sql.Tx, ps []store.ClaimParams, valid []int, out []store.ClaimOutcome) error {
+func (b *Backend) claimTx(ctx context.Context, tx Tx, ps []store.ClaimParams, valid []int, out []store.ClaimOutcome) error {
 	if !b.budgeted.Load() {
 		// Consecutive claims with the same provider filter share one
 		// candidate walk and one grant; taken in order, as if one by one.
@@ -213,7 +299,7 @@ func (b *Backend) WriteMany(ctx context.Context, ws []store.Writeback) []store.W
 	return store.WriteBatch(ctx, ws, store.BatchBackend{
 		Tx: func(ctx context.Context, idx []int) (store.BatchPlan, error) {
 			var plan store.BatchPlan
-			err := b.InTx(ctx, func(tx *sql.Tx) error {
+			err := b.InTx(ctx, func(tx Tx) error {
 				var err error
 				plan, err = b.WriteTx(ctx, tx, ws, idx)
 				return err
@@ -223,7 +309,7 @@ func (b *Backend) WriteMany(ctx context.Context, ws []store.Writeback) []store.W
 		CommitUnknown: IsCommitUnknown,
 		ReadLocked: func(ctx context.Context, ids []int64) (map[int64]store.Job, error) {
 			var jobs []store.Job
-			err := b.InTx(ctx, func(tx *sql.Tx) error {
+			err := b.InTx(ctx, func(tx Tx) error {
 				var err error
 				jobs, err = QueryAll(ctx, tx, b.Claims.ScanJob, fmt.Sprintf(b.LockedRead, Placeholders(len(ids))), Int64Args(ids)...)
 				return err
@@ -246,7 +332,7 @@ func (b *Backend) WriteMany(ctx context.Context, ws []store.Writeback) []store.W
 // %s takes the id placeholders, its first column is the database clock) and
 // plans the batch against them (store.PlanBatch). It returns the plan and the
 // clock.
-func PlanWrites(ctx context.Context, tx *sql.Tx, query string, scan func(Scanner) (store.Job, error),
+func PlanWrites(ctx context.Context, tx Tx, query string, scan func(Scanner) (store.Job, error),
 	ws []store.Writeback, idx []int) (store.BatchPlan, time.Time, error) {
 	ids := store.JobIDs(ws, idx)
 	var now time.Time
@@ -293,7 +379,7 @@ VALUES %s`
 
 // InsertHistory appends events to the append-only history in one statement
 // (R3); created converts a time to the backend's column value.
-func InsertHistory(ctx context.Context, tx *sql.Tx, events []store.Event, created func(time.Time) any) error {
+func InsertHistory(ctx context.Context, tx Tx, events []store.Event, created func(time.Time) any) error {
 	if len(events) == 0 {
 		return nil
 	}
