@@ -142,6 +142,11 @@ func (b *bench) run(ctx context.Context) error {
 	// process on it competes for the same cores as the bench.
 	b.summary("machine", "nproc", runtime.NumCPU(), "cpu", quote(cpuModel()), "server", quote(b.version),
 		"go", runtime.Version(), "mode", b.cfg.mode(), "loadavg", loadAvg())
+	cal, err := b.calibrate(ctx)
+	if err != nil {
+		return err
+	}
+	b.summary("calibration", "db_rtt_us", us(cal.dbRTT), "db_commit_us", us(cal.commit), "grpc_rtt_us", us(cal.grpcRTT))
 
 	if b.cfg.runs('b') || b.cfg.runs('c') || b.cfg.runs('e') {
 		if err := b.resolveCoordinator(ctx); err != nil {

@@ -27,6 +27,9 @@ func (l latencies) percentile(p float64) time.Duration {
 // ms formats d in milliseconds with microsecond resolution.
 func ms(d time.Duration) string { return fmt.Sprintf("%.3f", float64(d)/float64(time.Millisecond)) }
 
+// us formats d in whole microseconds.
+func us(d time.Duration) string { return fmt.Sprintf("%d", d.Microseconds()) }
+
 // num formats a float with the given decimals; "n/a" when it is not a number.
 func num(x float64, decimals int) string {
 	if math.IsNaN(x) || math.IsInf(x, 0) {
