@@ -160,7 +160,7 @@ func (s *Server) EnqueueRefund(ctx context.Context, req *pb.EnqueueRefundRequest
 	if err != nil {
 		return nil, s.toStatus(ctx, err, jobAttrs{id: job.ID, key: p.OperationKey})
 	}
-	if created {
+	if created && s.log.Enabled(ctx, slog.LevelDebug) { // the attributes cost more than the call's own work
 		s.log.LogAttrs(ctx, slog.LevelDebug, "refund enqueued", attrsOf(job).attrs()...)
 	}
 	return &pb.EnqueueRefundResponse{Job: jobToProto(job), Created: created}, nil
@@ -198,7 +198,9 @@ func (s *Server) Claim(ctx context.Context, req *pb.ClaimRequest) (*pb.ClaimResp
 			level, msg = slog.LevelInfo, "job taken over; next action reconcile"
 			s.metrics.takeovers.Inc()
 		}
-		s.log.LogAttrs(ctx, level, msg, append(attrsOf(c.Job).attrs(), slog.String("worker_id", p.WorkerID))...)
+		if s.log.Enabled(ctx, level) {
+			s.log.LogAttrs(ctx, level, msg, append(attrsOf(c.Job).attrs(), slog.String("worker_id", p.WorkerID))...)
+		}
 	}
 	return resp, nil
 }
@@ -319,8 +321,10 @@ func (s *Server) write(ctx context.Context, w store.Writeback) (store.WriteResul
 	case store.EventResolved:
 		level = slog.LevelInfo
 	}
-	s.log.LogAttrs(ctx, level, "job "+string(w.Kind), append(attrsOf(res.Job).attrs(),
-		slog.Bool("replayed", res.Replayed), slog.String("reason", w.Reason))...)
+	if s.log.Enabled(ctx, level) {
+		s.log.LogAttrs(ctx, level, "job "+string(w.Kind), append(attrsOf(res.Job).attrs(),
+			slog.Bool("replayed", res.Replayed), slog.String("reason", w.Reason))...)
+	}
 	return res, nil
 }
 

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	pb "github.com/jobfence/jobfence/gen/jobfence/v1"
+	"github.com/jobfence/jobfence/internal/proctest"
 )
 
 func dial(t *testing.T, p *process) pb.CoordinatorClient {
@@ -137,6 +138,35 @@ func TestMetricsEndpoint(t *testing.T) {
 		`grpc_server_handled_total{grpc_code="OK",grpc_method="Claim"`, "go_sql_open_connections", "process_cpu_seconds_total"} {
 		if !strings.Contains(string(body), name) {
 			t.Errorf("/metrics lacks %s", name)
+		}
+	}
+}
+
+// TestGCTarget: the coordinator runs the collector at its own GOGC target
+// unless the environment sets one, and says which at start.
+func TestGCTarget(t *testing.T) {
+	for _, tc := range []struct{ env, want string }{{"GOGC=", "400"}, {"GOGC=150", "150"}} {
+		p := proctest.Start(t, bin.coordinator, proctest.Options{
+			Args: []string{"--listen", "127.0.0.1:0", "--log-format", "json", "--sqlite",
+				filepath.Join(t.TempDir(), "gc.db"), "--metrics-listen", "127.0.0.1:0"},
+			Ready: "coordinator serving",
+			Env:   []string{tc.env},
+		})
+		if rec, ok := p.WaitRecord(10*time.Second, func(r map[string]any) bool { return r["msg"] == "coordinator serving" }); !ok || rec["gogc"] != tc.want {
+			t.Errorf("%s: start record %v, want gogc=%s", tc.env, rec, tc.want)
+		}
+		rec, ok := p.WaitRecord(10*time.Second, func(r map[string]any) bool { return r["msg"] == "metrics serving" })
+		if !ok {
+			t.Fatalf("no metrics listener logged:\n%s", p.Logs())
+		}
+		resp, err := http.Get("http://" + rec["listen"].(string) + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.Contains(string(body), "\ngo_gc_gogc_percent "+tc.want+"\n") {
+			t.Errorf("%s: the runtime's target is not %s", tc.env, tc.want)
 		}
 	}
 }
