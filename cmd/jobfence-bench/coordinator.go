@@ -302,8 +302,14 @@ var dbCounterNames = []string{"Questions", "Com_commit", "Innodb_data_fsyncs"}
 type dbCounters map[string]int64
 
 func (b *bench) readDBCounters(ctx context.Context) (dbCounters, error) {
+	return b.readStatus(ctx, dbCounterNames...)
+}
+
+// readStatus reads the server's global status variables names (SHOW GLOBAL
+// STATUS, on MySQL and MariaDB alike); a variable the server lacks is absent.
+func (b *bench) readStatus(ctx context.Context, names ...string) (dbCounters, error) {
 	rows, err := b.admin.QueryContext(ctx,
-		`SHOW GLOBAL STATUS WHERE Variable_name IN ('`+strings.Join(dbCounterNames, "', '")+`')`)
+		`SHOW GLOBAL STATUS WHERE Variable_name IN ('`+strings.Join(names, "', '")+`')`)
 	if err != nil {
 		return nil, err
 	}
