@@ -87,7 +87,8 @@ func parseFlags(args []string, stderr *os.File) (config, error) {
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:50051", "gRPC listen address")
 	fs.StringVar(&c.mysqlDSN, "mysql-dsn", "",
-		"MySQL DSN (go-sql-driver format, e.g. user:pass@tcp(host:3306)/jobfence); when empty the embedded SQLite store is used")
+		"MySQL DSN (go-sql-driver format, e.g. user:pass@tcp(host:3306)/jobfence); when empty the embedded SQLite store is used. "+
+			"readTimeout and writeTimeout default to 90s when the DSN sets none")
 	fs.IntVar(&c.mysqlMaxConns, "mysql-max-conns", 32, "MySQL connection pool size")
 	fs.StringVar(&c.sqlitePath, "sqlite", "data/jobfence.db",
 		"embedded store file, created with its folder if absent; ignored when --mysql-dsn is set")
