@@ -94,11 +94,7 @@ func (b *Backend) enqueueTx(ctx context.Context, tx Tx, ps []store.EnqueueParams
 	}
 	err := b.insertJobs(ctx, tx, ps, fresh)
 	if b.Duplicate(err) {
-		keys := make([]any, len(fresh))
-		for n, i := range fresh {
-			keys[n] = ps[i].OperationKey
-		}
-		stored, lerr := b.jobsByKey(ctx, tx, keys)
+		stored, lerr := b.jobsByKey(ctx, tx, ps, fresh)
 		if lerr != nil {
 			return lerr
 		}
@@ -119,11 +115,7 @@ func (b *Backend) enqueueTx(ctx context.Context, tx Tx, ps []store.EnqueueParams
 		isFresh[i] = true
 	}
 	if len(fresh) > 0 {
-		newKeys := make([]any, len(fresh))
-		for n, i := range fresh {
-			newKeys[n] = ps[i].OperationKey
-		}
-		created, err := b.jobsByKey(ctx, tx, newKeys)
+		created, err := b.jobsByKey(ctx, tx, ps, fresh)
 		if err != nil {
 			return err
 		}
@@ -156,7 +148,12 @@ func (b *Backend) enqueueTx(ctx context.Context, tx Tx, ps []store.EnqueueParams
 	return nil
 }
 
-func (b *Backend) jobsByKey(ctx context.Context, tx Tx, keys []any) (map[string]store.Job, error) {
+// jobsByKey reads the stored jobs of the operation keys of ps[i], i in idx.
+func (b *Backend) jobsByKey(ctx context.Context, tx Tx, ps []store.EnqueueParams, idx []int) (map[string]store.Job, error) {
+	keys := make([]any, len(idx))
+	for n, i := range idx {
+		keys[n] = ps[i].OperationKey
+	}
 	jobs, err := QueryAll(ctx, tx, b.Claims.ScanJob, fmt.Sprintf(selectJobsByKeys, Placeholders(len(keys))), keys...)
 	if err != nil {
 		return nil, err
