@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -819,4 +820,52 @@ func TestClaimSaysWhenBudgetRefills_R19(t *testing.T) {
 			t.Fatalf("second claim = %v, %v; want no jobs and retry_after within 2s", second, err)
 		}
 	})
+}
+
+// TestIdleLongPollsLookAgainTogether: idle long polls look again for work at
+// the same instants, so their claims share transactions: 12 workers that
+// started waiting at different moments, waiting through ten poll intervals,
+// cost a few claim transactions per interval, not one per worker per
+// interval; and each still looks every interval (their claims add up to one
+// per worker per interval).
+func TestIdleLongPollsLookAgainTogether(t *testing.T) {
+	const workers, interval, intervals = 12, 100 * time.Millisecond, 10
+	for _, b := range testdb.Backends() {
+		t.Run(b.Name, func(t *testing.T) {
+			t.Parallel()
+			c := start(t, b, func(o *server.Options) { o.ClaimPollInterval = interval })
+			ctx := ctxFor(t)
+			hist := func() (txs uint64, claims float64) {
+				h := c.metric(t, "jobfence_claim_tx_batch_size").GetHistogram()
+				return h.GetSampleCount(), h.GetSampleSum()
+			}
+			var wg sync.WaitGroup
+			for w := range workers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					resp, err := c.client.Claim(ctx, &pb.ClaimRequest{WorkerId: fmt.Sprintf("idle-%d", w), MaxJobs: 1,
+						Wait: durationpb.New(intervals*interval + 2*time.Second)})
+					if err != nil || len(resp.Jobs) != 0 {
+						t.Errorf("idle long poll: %v, %v", resp, err)
+					}
+				}()
+				time.Sleep(interval / workers) // workers start waiting at moments spread over an interval
+			}
+			c.parked(t, workers)
+			txs0, claims0 := hist()
+			time.Sleep(intervals * interval)
+			txs1, claims1 := hist()
+			txs, claims := txs1-txs0, claims1-claims0
+			t.Logf("%d claim transactions for %v claims", txs, claims)
+			if claims < workers*(intervals-2) {
+				t.Errorf("%v claims in %d intervals by %d waiting workers: they stopped looking", claims, intervals, workers)
+			}
+			if txs > 8*intervals { // one per worker per interval when they look apart: 12
+				t.Errorf("%d claim transactions for %v claims in %d intervals: the waiting workers did not look together",
+					txs, claims, intervals)
+			}
+			wg.Wait()
+		})
+	}
 }

@@ -30,7 +30,9 @@ type Options struct {
 	ProviderKeyRetention map[string]time.Duration
 	// ClaimPollInterval is how often a long-polling Claim looks again for work
 	// it was not woken for: jobs enqueued through other replicas, delays that
-	// ran out, leases that expired. Default 200ms.
+	// ran out, leases that expired. Every waiting Claim looks at the same
+	// multiples of it on the clock, so that their claims share transactions.
+	// Default 200ms.
 	ClaimPollInterval time.Duration
 	// WriteFlushers is how many enqueue, how many write-back and how many
 	// claim transactions may run at once: one runs calls as they come, and
@@ -223,7 +225,7 @@ func (s *Server) claim(ctx context.Context, p store.ClaimParams, wait time.Durat
 			return out.Jobs, err
 		}
 		s.waiters.arm(wt, p)
-		timer := time.NewTimer(min(left, s.opts.ClaimPollInterval))
+		timer := time.NewTimer(min(left, untilNextPoll(time.Now(), s.opts.ClaimPollInterval)))
 		select {
 		case <-wt.ch:
 		case <-timer.C:
@@ -244,6 +246,14 @@ func (s *Server) claim(ctx context.Context, p store.ClaimParams, wait time.Durat
 			return nil, nil
 		}
 	}
+}
+
+// untilNextPoll is the time from now to the next multiple of interval on the
+// clock. Idle long polls look again at those instants together, so their
+// claims arrive at the batcher together and share one or two transactions
+// per interval however many workers wait, instead of one each.
+func untilNextPoll(now time.Time, interval time.Duration) time.Duration {
+	return now.Truncate(interval).Add(interval).Sub(now)
 }
 
 // release hands back the jobs of a claim whose caller left before it was
