@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -823,11 +822,12 @@ func TestClaimSaysWhenBudgetRefills_R19(t *testing.T) {
 }
 
 // TestIdleLongPollsLookAgainTogether: idle long polls look again for work at
-// the same instants, so their claims share transactions: 12 workers that
-// started waiting at different moments, waiting through ten poll intervals,
-// cost a few claim transactions per interval, not one per worker per
-// interval; and each still looks every interval (their claims add up to one
-// per worker per interval).
+// the same instants, in one claim transaction for all of them: 12 workers
+// that started waiting at different moments, waiting through ten poll
+// intervals, cost about one claim transaction per interval, not one per
+// worker per interval; each still looks every interval (their claims add up
+// to one per worker per interval); and a job nothing woke them for (enqueued
+// as through another replica) reaches exactly one of them at the next look.
 func TestIdleLongPollsLookAgainTogether(t *testing.T) {
 	const workers, interval, intervals = 12, 100 * time.Millisecond, 10
 	for _, b := range testdb.Backends() {
@@ -839,16 +839,15 @@ func TestIdleLongPollsLookAgainTogether(t *testing.T) {
 				h := c.metric(t, "jobfence_claim_tx_batch_size").GetHistogram()
 				return h.GetSampleCount(), h.GetSampleSum()
 			}
-			var wg sync.WaitGroup
+			got := make(chan []*pb.ClaimedJob, workers)
 			for w := range workers {
-				wg.Add(1)
 				go func() {
-					defer wg.Done()
 					resp, err := c.client.Claim(ctx, &pb.ClaimRequest{WorkerId: fmt.Sprintf("idle-%d", w), MaxJobs: 1,
-						Wait: durationpb.New(intervals*interval + 2*time.Second)})
-					if err != nil || len(resp.Jobs) != 0 {
-						t.Errorf("idle long poll: %v, %v", resp, err)
+						Wait: durationpb.New(intervals*interval + 3*time.Second)})
+					if err != nil {
+						t.Errorf("idle long poll: %v", err)
 					}
+					got <- resp.GetJobs()
 				}()
 				time.Sleep(interval / workers) // workers start waiting at moments spread over an interval
 			}
@@ -857,15 +856,33 @@ func TestIdleLongPollsLookAgainTogether(t *testing.T) {
 			time.Sleep(intervals * interval)
 			txs1, claims1 := hist()
 			txs, claims := txs1-txs0, claims1-claims0
-			t.Logf("%d claim transactions for %v claims", txs, claims)
 			if claims < workers*(intervals-2) {
 				t.Errorf("%v claims in %d intervals by %d waiting workers: they stopped looking", claims, intervals, workers)
 			}
-			if txs > 8*intervals { // one per worker per interval when they look apart: 12
+			if txs > 3*intervals { // one per worker per interval when each looks on its own: 12
 				t.Errorf("%d claim transactions for %v claims in %d intervals: the waiting workers did not look together",
 					txs, claims, intervals)
 			}
-			wg.Wait()
+
+			// Through the store, as another replica would: no wake here.
+			job, _, err := c.store.Enqueue(ctx, store.EnqueueParams{OperationKey: "unannounced", OrderID: "o", PaymentID: "p",
+				AmountMinor: 100, Currency: "EUR", Provider: "acme"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case jobs := <-got:
+				if len(jobs) != 1 || jobs[0].Job.Id != job.ID || jobs[0].Attempt != 1 {
+					t.Fatalf("first long poll to return got %v, want job %d attempt 1", jobs, job.ID)
+				}
+			case <-time.After(3 * interval):
+				t.Fatal("no waiting worker got the job at the next look")
+			}
+			for range workers - 1 {
+				if jobs := <-got; len(jobs) != 0 {
+					t.Errorf("another long poll got %v too", jobs)
+				}
+			}
 		})
 	}
 }

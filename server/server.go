@@ -208,32 +208,46 @@ func (s *Server) Claim(ctx context.Context, req *pb.ClaimRequest) (*pb.ClaimResp
 }
 
 // claim claims, and when nothing is granted waits up to wait for a wake, a
-// hand-off from an enqueue (enqueueMany) or the poll interval, and claims
-// again. Waiting is not a lease decision: time.Now here only bounds the call
-// (R12 concerns leases).
+// hand-off from an enqueue (enqueueMany) or the next poll instant, and claims
+// again. At a poll instant the first waiter to wake claims for every armed
+// waiter in one transaction (pollRound); a waiter that round found nothing
+// for waits on without a claim of its own. Waiting is not a lease decision:
+// time.Now here only bounds the call (R12 concerns leases).
 func (s *Server) claim(ctx context.Context, p store.ClaimParams, wait time.Duration) ([]store.ClaimedJob, error) {
 	deadline := time.Now().Add(wait)
+	looked := false // a poll round has just claimed for this caller and found nothing
 	for {
 		wt := s.waiters.add(p.Provider)
-		out, err := s.claims.do(ctx, p)
-		if err == nil {
-			err = out.Err
+		if !looked {
+			out, err := s.claims.do(ctx, p)
+			if err == nil {
+				err = out.Err
+			}
+			if err != nil || len(out.Jobs) > 0 || time.Until(deadline) <= 0 {
+				s.waiters.remove(wt) // not armed: it can only have been woken
+				return out.Jobs, err
+			}
 		}
 		left := time.Until(deadline)
-		if err != nil || len(out.Jobs) > 0 || left <= 0 {
-			s.waiters.remove(wt) // not armed: it can only have been woken
-			return out.Jobs, err
+		if left <= 0 {
+			s.waiters.remove(wt)
+			return nil, nil
 		}
 		s.waiters.arm(wt, p)
-		timer := time.NewTimer(min(left, untilNextPoll(time.Now(), s.opts.ClaimPollInterval)))
+		next := untilNextPoll(time.Now(), s.opts.ClaimPollInterval)
+		timer := time.NewTimer(min(left, next))
+		ticked := false // a poll instant came, not the deadline
 		select {
 		case <-wt.ch:
 		case <-timer.C:
+			ticked = next <= left
 		case <-ctx.Done():
 		}
 		timer.Stop()
 		if !s.waiters.remove(wt) {
-			<-wt.ch // woken, or taken by an enqueue: its outcome comes with its COMMIT
+			<-wt.ch // woken, or taken by an enqueue or a poll round: its outcome comes with its COMMIT
+		} else if ticked && ctx.Err() == nil {
+			s.pollRound(wt, p)
 		}
 		if wt.handed && (wt.out.Err != nil || len(wt.out.Jobs) > 0) {
 			if ctx.Err() != nil {
@@ -242,9 +256,33 @@ func (s *Server) claim(ctx context.Context, p store.ClaimParams, wait time.Durat
 			}
 			return wt.out.Jobs, wt.out.Err
 		}
+		looked = wt.handed && wt.polled
 		if ctx.Err() != nil || s.waiters.isStopped() {
 			return nil, nil
 		}
+	}
+}
+
+// pollRound claims, in one transaction, for wt (which its caller has taken
+// out of the waiters) with p and for the other armed waiters, oldest first,
+// up to claimBatch in all, and hands each its outcome: idle long polls look
+// for work together, one transaction per poll instant however many wait.
+// The transaction outlives any one caller, like a batch.
+func (s *Server) pollRound(wt *waiter, p store.ClaimParams) {
+	peers := s.waiters.take(claimBatch-1, nil)
+	claims := make([]store.ClaimParams, 0, len(peers)+1)
+	claims = append(claims, p)
+	for _, w := range peers {
+		claims = append(claims, *w.claim)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	outs := s.store.ClaimMany(ctx, claims)
+	cancel()
+	s.metrics.claimTxBatch.Observe(float64(len(claims)))
+	wt.out, wt.handed, wt.polled = outs[0], true, true
+	for i, w := range peers {
+		w.polled = true
+		s.waiters.hand(w, outs[i+1])
 	}
 }
 

@@ -25,10 +25,11 @@ type waiter struct {
 	ch       chan struct{} // closed when woken or handed an outcome
 	provider string        // the claim's provider filter; empty takes any
 	claim    *store.ClaimParams
-	// handed is set, before ch is closed, when an enqueue took the waiter:
-	// out is then its claim's outcome.
-	handed bool
-	out    store.ClaimOutcome
+	// handed is set, before ch is closed, when an enqueue or a poll round
+	// took the waiter: out is then its claim's outcome; polled says it was a
+	// poll round.
+	handed, polled bool
+	out            store.ClaimOutcome
 }
 
 // add registers a waiter for jobs of provider (any when empty).
@@ -78,14 +79,15 @@ func (w *waiters) wake(provider string) {
 }
 
 // take removes and returns up to n armed waiters, oldest first, that would
-// claim a job of one of providers. The caller must hand each its outcome.
+// claim a job of one of providers (nil: any). The caller must hand each its
+// outcome.
 func (w *waiters) take(n int, providers map[string]bool) []*waiter {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var out []*waiter
 	kept := w.queue[:0]
 	for _, c := range w.queue {
-		if len(out) < n && c.claim != nil && (c.provider == "" || providers[c.provider]) {
+		if len(out) < n && c.claim != nil && (providers == nil || c.provider == "" || providers[c.provider]) {
 			out = append(out, c)
 			continue
 		}
