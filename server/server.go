@@ -30,9 +30,9 @@ type Options struct {
 	ProviderKeyRetention map[string]time.Duration
 	// ClaimPollInterval is how often a long-polling Claim looks again for work
 	// it was not woken for: jobs enqueued through other replicas, delays that
-	// ran out, leases that expired. Every waiting Claim looks at the same
-	// multiples of it on the clock, so that their claims share transactions.
-	// Default 200ms.
+	// ran out, leases that expired. Waiting Claims look together, at the
+	// multiples of it on the clock, in one transaction (pollRound). Default
+	// 200ms.
 	ClaimPollInterval time.Duration
 	// WriteFlushers is how many enqueue, how many write-back and how many
 	// claim transactions may run at once: one runs calls as they come, and
@@ -287,9 +287,7 @@ func (s *Server) pollRound(wt *waiter, p store.ClaimParams) {
 }
 
 // untilNextPoll is the time from now to the next multiple of interval on the
-// clock. Idle long polls look again at those instants together, so their
-// claims arrive at the batcher together and share one or two transactions
-// per interval however many workers wait, instead of one each.
+// clock: the instants at which idle long polls look again, together.
 func untilNextPoll(now time.Time, interval time.Duration) time.Duration {
 	return now.Truncate(interval).Add(interval).Sub(now)
 }

@@ -103,7 +103,7 @@ func parseFlags(args []string, stderr *os.File) (config, error) {
 			"e.g. acme=50:100,globex=5:5; refunds and reconciles draw from it alike; start every replica with the same value")
 	fs.DurationVar(&c.claimPoll, "claim-poll-interval", 200*time.Millisecond,
 		"how often a long-polling Claim looks again for work it was not woken for (other replicas' enqueues, delays, expired leases); "+
-			"waiting Claims look at the same instants and share transactions")
+			"waiting Claims look together, in one transaction")
 	fs.IntVar(&c.writeFlushers, "write-flushers", 2,
 		"how many enqueue, write-back and claim transactions (each) may run at once: one takes calls as they come, calls arriving meanwhile share its next transaction, the others step in only while a transaction has run for 20ms")
 	fs.IntVar(&c.writeBatch, "write-batch", 128, "most enqueues or write-backs coalesced into one transaction")
