@@ -256,7 +256,7 @@ func (s *Server) claim(ctx context.Context, p store.ClaimParams, wait time.Durat
 			}
 			return wt.out.Jobs, wt.out.Err
 		}
-		looked = wt.handed && wt.polled
+		looked = wt.handed && wt.looked
 		if ctx.Err() != nil || s.waiters.isStopped() {
 			return nil, nil
 		}
@@ -267,8 +267,12 @@ func (s *Server) claim(ctx context.Context, p store.ClaimParams, wait time.Durat
 // out of the waiters) with p and for the other armed waiters, oldest first,
 // up to claimBatch in all, and hands each its outcome: idle long polls look
 // for work together, one transaction per poll instant however many wait.
-// The transaction outlives any one caller, like a batch.
+// The transaction outlives any one caller, like a batch. Its waiters are out
+// of the queue while it runs, so a wake then (an enqueue after its candidate
+// walk) may have found none of them: if there was one, they all claim again
+// at once, as woken waiters do, instead of waiting for the next instant.
 func (s *Server) pollRound(wt *waiter, p store.ClaimParams) {
+	wakes := s.waiters.wakeCount()
 	peers := s.waiters.take(claimBatch-1, nil)
 	claims := make([]store.ClaimParams, 0, len(peers)+1)
 	claims = append(claims, p)
@@ -279,9 +283,10 @@ func (s *Server) pollRound(wt *waiter, p store.ClaimParams) {
 	outs := s.store.ClaimMany(ctx, claims)
 	cancel()
 	s.metrics.claimTxBatch.Observe(float64(len(claims)))
-	wt.out, wt.handed, wt.polled = outs[0], true, true
+	looked := s.waiters.wakeCount() == wakes
+	wt.out, wt.handed, wt.looked = outs[0], true, looked
 	for i, w := range peers {
-		w.polled = true
+		w.looked = looked
 		s.waiters.hand(w, outs[i+1])
 	}
 }

@@ -19,6 +19,7 @@ type waiters struct {
 	mu      sync.Mutex
 	queue   []*waiter
 	stopped bool
+	wakes   uint64 // wake calls so far, whether or not they found a waiter
 }
 
 type waiter struct {
@@ -26,9 +27,9 @@ type waiter struct {
 	provider string        // the claim's provider filter; empty takes any
 	claim    *store.ClaimParams
 	// handed is set, before ch is closed, when an enqueue or a poll round
-	// took the waiter: out is then its claim's outcome; polled says it was a
-	// poll round.
-	handed, polled bool
+	// took the waiter: out is then its claim's outcome. looked says a poll
+	// round claimed for it and no wake can have missed it meanwhile.
+	handed, looked bool
 	out            store.ClaimOutcome
 }
 
@@ -69,6 +70,7 @@ func (w *waiters) remove(wt *waiter) bool {
 func (w *waiters) wake(provider string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.wakes++
 	for i, c := range w.queue {
 		if c.provider == "" || c.provider == provider {
 			close(c.ch)
@@ -113,6 +115,14 @@ func (w *waiters) stop() {
 		close(c.ch)
 	}
 	w.queue = nil
+}
+
+// wakeCount returns how many wakes there have been: a poll round that saw it
+// change while its waiters were out of the queue may have missed one.
+func (w *waiters) wakeCount() uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.wakes
 }
 
 func (w *waiters) isStopped() bool {
