@@ -223,14 +223,14 @@ func (s *Server) claim(ctx context.Context, p store.ClaimParams, wait time.Durat
 			if err == nil {
 				err = out.Err
 			}
-			if err != nil || len(out.Jobs) > 0 || time.Until(deadline) <= 0 {
+			if err != nil || len(out.Jobs) > 0 {
 				s.waiters.remove(wt) // not armed: it can only have been woken
 				return out.Jobs, err
 			}
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
-			s.waiters.remove(wt)
+			s.waiters.remove(wt) // not armed: it can only have been woken
 			return nil, nil
 		}
 		s.waiters.arm(wt, p)

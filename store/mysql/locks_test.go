@@ -20,11 +20,7 @@ import (
 func TestClaimLeavesLiveLeasesUnlocked_R8_R13(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	s, err := mysql.Open(ctx, testdb.MySQL(t), mysql.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openMySQL(t, testdb.MySQL(t), mysql.Options{})
 	params := func(key string) store.EnqueueParams {
 		return store.EnqueueParams{OperationKey: key, OrderID: "o-" + key, PaymentID: "p-" + key, AmountMinor: 100,
 			Currency: "EUR", Provider: "acme"}

@@ -10,9 +10,12 @@ import (
 	"github.com/jobfence/jobfence/store/storetest"
 )
 
-func open(t *testing.T) store.Store {
+func open(t *testing.T) store.Store { return openMySQL(t, testdb.MySQL(t), mysql.Options{}) }
+
+// openMySQL opens the store on dsn, closed when the test ends.
+func openMySQL(t *testing.T, dsn string, opts mysql.Options) *mysql.Store {
 	t.Helper()
-	s, err := mysql.Open(context.Background(), testdb.MySQL(t), mysql.Options{})
+	s, err := mysql.Open(context.Background(), dsn, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,11 +23,7 @@ func TestTransactionsEndOnTheirConnection_R10_R11(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	dsn := testdb.MySQL(t)
-	s, err := mysql.Open(ctx, dsn, mysql.Options{MaxOpenConns: 1}) // one connection: each try reuses the last one's
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openMySQL(t, dsn, mysql.Options{MaxOpenConns: 1}) // one connection: each try reuses the last one's
 	admin, err := sql.Open("mysql", dsn)
 	if err != nil {
 		t.Fatal(err)
