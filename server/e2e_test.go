@@ -585,6 +585,45 @@ func TestDrainReleasesWaitingClaims(t *testing.T) {
 	}
 }
 
+// TestMoreCallsThanStreamWorkers: calls are served by a pool of goroutines
+// (grpc.NumStreamWorkers), which must not bound how many run at once: 100
+// long polls, more than the pool, all wait at the same time and each gets
+// a job.
+func TestMoreCallsThanStreamWorkers(t *testing.T) {
+	const n = 100
+	c := start(t, testdb.Backends()[1])
+	ctx := ctxFor(t)
+	got := make(chan int64, n)
+	for i := range n {
+		go func() {
+			resp, err := c.client.Claim(ctx, &pb.ClaimRequest{WorkerId: fmt.Sprintf("w%d", i), MaxJobs: 1,
+				Wait: durationpb.New(30 * time.Second)})
+			if err != nil || len(resp.Jobs) != 1 {
+				t.Errorf("long poll %d = %v, %v", i, resp, err)
+				got <- 0
+				return
+			}
+			got <- resp.Jobs[0].Job.Id
+		}()
+	}
+	c.parked(t, n)
+	seen := map[int64]bool{}
+	for range n {
+		c.enqueue(t)
+	}
+	for range n {
+		select {
+		case id := <-got:
+			if id == 0 || seen[id] {
+				t.Fatalf("job %d handed out twice or not at all", id)
+			}
+			seen[id] = true
+		case <-time.After(20 * time.Second):
+			t.Fatalf("only %d of %d long polls got a job", len(seen), n)
+		}
+	}
+}
+
 // TestConcurrentWritesCoalescedStayFenced: 16 workers claim and complete
 // concurrently, so write-backs are coalesced into shared transactions; some
 // workers lose their lease first and write late. Every job ends completed once,

@@ -3,10 +3,8 @@ package server
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"runtime/debug"
 
-	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -23,17 +21,13 @@ import (
 // proto files), call logging and panic recovery. The health server reports
 // SERVING; set it to NOT_SERVING before a graceful stop.
 func (s *Server) NewGRPCServer(extra ...grpc.ServerOption) (*grpc.Server, *health.Server) {
-	logger := logging.LoggerFunc(func(ctx context.Context, lvl logging.Level, msg string, fields ...any) {
-		s.log.Log(ctx, slog.Level(lvl), msg, fields...)
-	})
 	recoverer := recovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
 		s.log.ErrorContext(ctx, "panic in handler", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
 		return status.Error(codes.Internal, "internal error")
 	})
 	unary := []grpc.UnaryServerInterceptor{
 		s.metrics.grpc.UnaryServerInterceptor(),
-		logging.UnaryServerInterceptor(logger,
-			logging.WithLogOnEvents(logging.FinishCall), logging.WithLevels(codeToLevel)),
+		s.logCalls,
 		recovery.UnaryServerInterceptor(recoverer),
 	}
 	if s.opts.Auth != nil {
@@ -42,6 +36,7 @@ func (s *Server) NewGRPCServer(extra ...grpc.ServerOption) (*grpc.Server, *healt
 	opts := append([]grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(unary...),
 		grpc.MaxRecvMsgSize(MaxMessageBytes),
+		grpc.NumStreamWorkers(streamWorkers),
 		grpc.ChainStreamInterceptor(s.metrics.grpc.StreamServerInterceptor(), recovery.StreamServerInterceptor(recoverer)),
 	}, extra...)
 	gs := grpc.NewServer(opts...)
@@ -59,19 +54,8 @@ func (s *Server) NewGRPCServer(extra ...grpc.ServerOption) (*grpc.Server, *healt
 // with a 4 KiB detail) is far below it.
 const MaxMessageBytes = 64 << 10
 
-// codeToLevel keeps successful calls at debug (a busy coordinator serves
-// thousands a second) and rejected writes at info: they are the fencing doing
-// its job, not faults.
-func codeToLevel(c codes.Code) logging.Level {
-	switch c {
-	case codes.OK, codes.Canceled:
-		return logging.LevelDebug
-	case codes.InvalidArgument, codes.NotFound, codes.AlreadyExists, codes.FailedPrecondition,
-		codes.DeadlineExceeded, codes.Unauthenticated, codes.PermissionDenied:
-		return logging.LevelInfo
-	case codes.Unavailable, codes.ResourceExhausted, codes.Aborted:
-		return logging.LevelWarn
-	default:
-		return logging.LevelError
-	}
-}
+// streamWorkers is how many goroutines serve calls and stay for the next:
+// a new goroutine per call grows its stack again every time, a few percent
+// of a busy coordinator's CPU. A call that finds them all busy gets a
+// goroutine of its own, as without workers.
+const streamWorkers = 64
