@@ -34,6 +34,12 @@ func (b *bench) latency(ctx context.Context) error {
 		return err
 	}
 	for k, rate := range b.cfg.latencyRates {
+		// What the drains or the previous rate left for InnoDB to write back
+		// is not this rate's work.
+		settled, err := b.settle(ctx)
+		if err != nil {
+			return err
+		}
 		r, err := b.latencyRun(ctx, k, rate)
 		if err != nil {
 			return fmt.Errorf("%w\ncoordinator log:\n%s", err, b.coord.logs())
@@ -45,7 +51,8 @@ func (b *bench) latency(ctx context.Context) error {
 			"producer_lag_p99_ms", ms(r.lag.percentile(0.99)), "claims", r.claims, "empty_claims", r.emptyClaims,
 			"jobs_per_claim", num(ratio(float64(len(r.e2e)), float64(r.claims)), 2),
 			"coordinator_cpu_us_per_job", num(r.cpu[0], 1), "db_cpu_us_per_job", num(r.cpu[1], 1),
-			"statements_per_job", num(r.statements, 2), "commits_per_job", num(r.commits, 2))
+			"statements_per_job", num(r.statements, 2), "commits_per_job", num(r.commits, 2),
+			"settle_s", num(settled.Seconds(), 1))
 	}
 	return b.stopCoordinator()
 }
