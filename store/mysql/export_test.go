@@ -1,5 +1,26 @@
 package mysql
 
+import (
+	"database/sql"
+
+	"github.com/go-sql-driver/mysql"
+)
+
 // CandidatesSQL is the claim's candidate statement, for tests that hold its
 // locks open.
 var CandidatesSQL = lockCandidates
+
+// OpenKeeping opens a pool on dsn whose connections keep up to keep
+// prepared statements each, with the DSN as Open forces it.
+func OpenKeeping(dsn string, keep int) (*sql.DB, error) {
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return nil, err
+	}
+	cfg.InterpolateParams = true
+	conn, err := mysql.NewConnector(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return sql.OpenDB(preparedConnector{Connector: conn, keep: keep}), nil
+}

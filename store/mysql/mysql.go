@@ -80,7 +80,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	db := sql.OpenDB(conn)
+	db := sql.OpenDB(preparedConnector{Connector: conn, keep: keptPerConn})
 	n := opts.MaxOpenConns
 	if n <= 0 {
 		n = 32
