@@ -44,9 +44,10 @@ var _ store.Store = (*Store)(nil)
 //
 // Forced: parseTime and loc=UTC (timestamps are the database's UTC clock, R12),
 // clientFoundRows (RowsAffected counts matched rows, so a fenced UPDATE reports
-// 1 even when nothing changed), interpolateParams (one round trip a statement),
-// the session time zone +00:00 and READ COMMITTED (no gap locks in claims).
-// Defaulted: readTimeout and writeTimeout of defaultIOTimeout, which bound a
+// 1 even when nothing changed), interpolateParams (a statement that is not
+// prepared takes one round trip), the session time zone +00:00 and READ
+// COMMITTED (no gap locks in claims). Statements with arguments run
+// prepared on the server (preparedConnector). Defaulted: readTimeout and writeTimeout of defaultIOTimeout, which bound a
 // statement of a transaction in flight (transactions check their context
 // between statements, not during one: see sqlbase.Backend.Begin); a DSN
 // that sets its own keeps it.
