@@ -24,8 +24,9 @@ func sessionCounter(t *testing.T, db *sql.DB, name string) int64 {
 
 // A connection prepares each statement with arguments the second time it
 // runs it, and keeps it: claims and write-backs, round after round, are
-// executed as the statements prepared in the first rounds, and their outcomes are those of
-// the text protocol (the conformance suite runs on the same pool).
+// executed as the statements prepared in the first rounds, fenced as ever
+// (R5, R9: each claim finds the attempt its reschedule left; the
+// conformance suite runs on the same pool).
 func TestStatementsPreparedOncePerConnection(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
