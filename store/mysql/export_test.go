@@ -11,7 +11,8 @@ import (
 var CandidatesSQL = lockCandidates
 
 // OpenKeeping opens a pool on dsn whose connections keep up to keep
-// prepared statements each, with the DSN as Open forces it.
+// prepared statements each, with interpolateParams as Open forces it (the
+// text path a statement falls back to), and nothing else of Open.
 func OpenKeeping(dsn string, keep int) (*sql.DB, error) {
 	cfg, err := mysql.ParseDSN(dsn)
 	if err != nil {

@@ -46,8 +46,9 @@ var _ store.Store = (*Store)(nil)
 // clientFoundRows (RowsAffected counts matched rows, so a fenced UPDATE reports
 // 1 even when nothing changed), interpolateParams (a statement that is not
 // prepared takes one round trip), the session time zone +00:00 and READ
-// COMMITTED (no gap locks in claims). Statements with arguments run
-// prepared on the server (preparedConnector). Defaulted: readTimeout and writeTimeout of defaultIOTimeout, which bound a
+// COMMITTED (no gap locks in claims). Statements with arguments run prepared
+// on the server (preparedConnector).
+// Defaulted: readTimeout and writeTimeout of defaultIOTimeout, which bound a
 // statement of a transaction in flight (transactions check their context
 // between statements, not during one: see sqlbase.Backend.Begin); a DSN
 // that sets its own keeps it.

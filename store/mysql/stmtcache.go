@@ -99,12 +99,15 @@ func (s *keptStmt) CheckNamedValue(nv *driver.NamedValue) error {
 // least recently used beyond keep) when it is new; nil when the query has no
 // arguments or the server would not prepare it: it then runs as text.
 func (c *preparedConn) kept(ctx context.Context, query string, args []driver.NamedValue) (*keptStmt, error) {
-	if len(args) == 0 || c.full || c.text[query] {
+	if len(args) == 0 || c.full {
 		return nil, nil
 	}
-	if e, ok := c.stmts[query]; ok {
+	if e, ok := c.stmts[query]; ok { // the usual case: one lookup of the query
 		c.lru.MoveToFront(e)
 		return e.Value.(*keptStmt), nil
+	}
+	if c.text[query] {
+		return nil, nil
 	}
 	// A statement is prepared the second time the connection runs it: a
 	// batch's shape seen once (its IN list and CASE arms grow with its
