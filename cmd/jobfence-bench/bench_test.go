@@ -6,6 +6,7 @@ import (
 	"go/parser"
 	"go/token"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -163,5 +164,53 @@ func TestQuickDefaultsYieldToExplicitFlags(t *testing.T) {
 	}
 	if _, err := parseFlags(nil, &strings.Builder{}); err == nil {
 		t.Error("no --mysql-dsn: want an error")
+	}
+}
+
+// TestFindProcessPassesOverZombies: a database server restarted just before a
+// run leaves its old process as a zombie until it is reaped; the bench must
+// meter the live server, not the dead one whose CPU time stands still.
+func TestFindProcessPassesOverZombies(t *testing.T) {
+	dir := t.TempDir()
+	// Command names are the executable's base name (at most 15 bytes):
+	// unique per run, so no other process on the machine matches.
+	name := fmt.Sprintf("jfz%d", time.Now().UnixNano()%1e9)
+	bin := filepath.Join(dir, name)
+	src, err := os.ReadFile("/bin/sleep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dead := exec.Command(bin, "0")
+	if err := dead.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Not waited for: once it exits it stays a zombie, named as before.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", dead.Process.Pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(stat), ") Z ") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d never became a zombie: %s", dead.Process.Pid, stat)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	defer dead.Wait()
+	if pid := findProcess(name); pid != 0 {
+		t.Fatalf("findProcess(%q) = %d, the zombie", name, pid)
+	}
+	live := exec.Command(bin, "30")
+	if err := live.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = live.Process.Kill(); _ = live.Wait() }()
+	if pid := findProcess("no-such-process", name); pid != live.Process.Pid {
+		t.Fatalf("findProcess(%q) = %d, want the live process %d (zombie %d)", name, pid, live.Process.Pid, dead.Process.Pid)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -233,8 +234,10 @@ func selfCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// findProcess returns the pid of the first process whose command name is one
-// of names, or 0.
+// findProcess returns the pid of the first live process whose command name
+// is one of names, or 0. A server that was just restarted leaves its old
+// process behind as a zombie until it is reaped; its CPU time no longer moves,
+// so it is passed over.
 func findProcess(names ...string) int {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
@@ -245,14 +248,21 @@ func findProcess(names ...string) int {
 		if err != nil {
 			continue
 		}
-		comm, err := os.ReadFile(filepath.Join("/proc", e.Name(), "comm"))
+		data, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
 		if err != nil {
+			continue // gone meanwhile
+		}
+		// "pid (comm) state ...": the name may hold spaces and parentheses.
+		open, end := strings.IndexByte(string(data), '('), strings.LastIndexByte(string(data), ')')
+		if open < 0 || end < open {
 			continue
 		}
-		for _, n := range names {
-			if strings.TrimSpace(string(comm)) == n {
-				return pid
-			}
+		comm, rest := string(data[open+1:end]), strings.Fields(string(data[end+1:]))
+		if len(rest) == 0 || rest[0] == "Z" || rest[0] == "X" {
+			continue
+		}
+		if slices.Contains(names, comm) {
+			return pid
 		}
 	}
 	return 0
