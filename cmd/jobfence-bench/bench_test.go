@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -164,6 +165,27 @@ func TestQuickDefaultsYieldToExplicitFlags(t *testing.T) {
 	}
 	if _, err := parseFlags(nil, &strings.Builder{}); err == nil {
 		t.Error("no --mysql-dsn: want an error")
+	}
+}
+
+// TestBatchIsAList: scenario C drains once per --batch value, each within
+// Claim's max_jobs and none twice (their backlogs are keyed by batch).
+func TestBatchIsAList(t *testing.T) {
+	dsn := []string{"--mysql-dsn", "root@tcp(127.0.0.1:3306)/"}
+	c, err := parseFlags(dsn, &strings.Builder{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(c.batches, []int{10, 100}) {
+		t.Errorf("default batches %v, want [10 100]", c.batches)
+	}
+	if c, err = parseFlags(append(dsn, "--batch", "25"), &strings.Builder{}); err != nil || !slices.Equal(c.batches, []int{25}) {
+		t.Errorf("--batch 25: %v, %v", c.batches, err)
+	}
+	for _, bad := range []string{"0", "101", "10,10", "10,x", ""} {
+		if _, err := parseFlags(append(dsn, "--batch", bad), &strings.Builder{}); err == nil || !strings.Contains(err.Error(), "--batch") {
+			t.Errorf("--batch %q: error %v, want one naming --batch", bad, err)
+		}
 	}
 }
 

@@ -92,10 +92,10 @@ func (r drainResult) steadyRate() float64 {
 	return float64(hi-lo) / (r.done[hi] - r.done[lo]).Seconds()
 }
 
-// drain runs --workers workers that claim up to --batch jobs and complete each,
+// drain runs --workers workers that claim up to batch jobs and complete each,
 // until a claim finds nothing; then checks that the backlog keyed tag was
 // drained completely.
-func (b *bench) drain(ctx context.Context, tag string, d drainer) (drainResult, error) {
+func (b *bench) drain(ctx context.Context, tag string, batch int, d drainer) (drainResult, error) {
 	var mu sync.Mutex
 	var done []time.Duration
 	start := time.Now()
@@ -107,7 +107,7 @@ func (b *bench) drain(ctx context.Context, tag string, d drainer) (drainResult, 
 			mu.Unlock()
 		}()
 		for {
-			grants, err := d.claim(ctx, w, b.cfg.batch)
+			grants, err := d.claim(ctx, w, batch)
 			if err != nil {
 				return fmt.Errorf("%s drain: claim: %w", tag, err)
 			}
@@ -176,18 +176,31 @@ func (b *bench) checkDrained(ctx context.Context, tag string, completed int) err
 	return nil
 }
 
-// endToEnd is scenarios C and D: the same backlog drained through a fresh
-// coordinator process, then (a second, identical backlog) in-process through
-// the store with the same workers, batch and pool size.
+// endToEnd is scenarios C and D, once per --batch: the same backlog drained
+// through a fresh coordinator process, then (a second, identical backlog)
+// in-process through the store with the same workers, batch and pool size.
 func (b *bench) endToEnd(ctx context.Context) error {
 	// Only the backlog is due: the 200 due jobs of Q3 wait a day.
 	if err := b.setDue(ctx, false); err != nil {
 		return err
 	}
-	if err := b.seedBacklog(ctx, "grpc", b.cfg.backlog); err != nil {
+	for i, batch := range b.cfg.batches {
+		if err := b.drainPair(ctx, batch, i == 0); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// drainPair drains one backlog through gRPC and one directly, claiming up to
+// batch jobs at a time, and prints the lines of C and D for that batch. The
+// first pair also measures the candidate query on the backlog (Q4).
+func (b *bench) drainPair(ctx context.Context, batch int, first bool) error {
+	grpcTag, directTag := fmt.Sprintf("grpc%d", batch), fmt.Sprintf("direct%d", batch)
+	if err := b.seedBacklog(ctx, grpcTag, b.cfg.backlog); err != nil {
 		return err
 	}
-	if b.cfg.runs('a') {
+	if first && b.cfg.runs('a') {
 		// Q4: a large due set whose next_attempt_at values repeat.
 		if _, err := b.measureCandidate(ctx, "backlog", b.cfg.historyStages[len(b.cfg.historyStages)-1]); err != nil {
 			return err
@@ -203,18 +216,19 @@ func (b *bench) endToEnd(ctx context.Context) error {
 	defer closeAll()
 	// Connect every client before the clock starts.
 	for _, c := range clients {
-		if _, err := c.GetJob(ctx, &pb.GetJobRequest{Job: &pb.GetJobRequest_OperationKey{OperationKey: "backlog-grpc-0000000"}}); err != nil {
+		if _, err := c.GetJob(ctx, &pb.GetJobRequest{Job: &pb.GetJobRequest_OperationKey{
+			OperationKey: fmt.Sprintf("backlog-%s-%07d", grpcTag, 0)}}); err != nil {
 			return fmt.Errorf("warm-up call: %w", err)
 		}
 	}
 	pid := b.coord.pid()
-	b.logf("draining %d jobs through gRPC: %d workers, batch %d", b.cfg.backlog, b.cfg.workers, b.cfg.batch)
+	b.logf("draining %d jobs through gRPC: %d workers, batch %d", b.cfg.backlog, b.cfg.workers, batch)
 	grpcBefore, err := b.readDBCounters(ctx)
 	if err != nil {
 		return err
 	}
 	meter := startCPU(pid, b.dbPID)
-	viaGRPC, err := b.drain(ctx, "grpc", grpcDrainer{clients: clients})
+	viaGRPC, err := b.drain(ctx, grpcTag, batch, grpcDrainer{clients: clients})
 	if err != nil {
 		return fmt.Errorf("%w\ncoordinator log:\n%s", err, b.coord.logs())
 	}
@@ -232,16 +246,16 @@ func (b *bench) endToEnd(ctx context.Context) error {
 	}
 	b.logf("gRPC: %d jobs in %s", viaGRPC.jobs, viaGRPC.elapsed.Round(10*time.Millisecond))
 
-	if err := b.seedBacklog(ctx, "direct", b.cfg.backlog); err != nil {
+	if err := b.seedBacklog(ctx, directTag, b.cfg.backlog); err != nil {
 		return err
 	}
-	b.logf("draining %d jobs directly through the store: %d workers, batch %d", b.cfg.backlog, b.cfg.workers, b.cfg.batch)
+	b.logf("draining %d jobs directly through the store: %d workers, batch %d", b.cfg.backlog, b.cfg.workers, batch)
 	directBefore, err := b.readDBCounters(ctx)
 	if err != nil {
 		return err
 	}
 	meter = startCPU(0, b.dbPID)
-	direct, err := b.drain(ctx, "direct", storeDrainer{st: b.st})
+	direct, err := b.drain(ctx, directTag, batch, storeDrainer{st: b.st})
 	if err != nil {
 		return err
 	}
@@ -252,7 +266,7 @@ func (b *bench) endToEnd(ctx context.Context) error {
 	}
 	b.logf("direct: %d jobs in %s", direct.jobs, direct.elapsed.Round(10*time.Millisecond))
 
-	b.summary("e2e", "backlog", b.cfg.backlog, "workers", b.cfg.workers, "batch", b.cfg.batch,
+	b.summary("e2e", "backlog", b.cfg.backlog, "workers", b.cfg.workers, "batch", batch,
 		"jobs_per_s", num(viaGRPC.rate(), 0), "drain_s", num(viaGRPC.elapsed.Seconds(), 2),
 		"direct_jobs_per_s", num(direct.rate(), 0), "direct_drain_s", num(direct.elapsed.Seconds(), 2),
 		"efficiency", num(ratio(viaGRPC.rate(), direct.rate()), 2))
@@ -260,16 +274,16 @@ func (b *bench) endToEnd(ctx context.Context) error {
 	// steady rate (10-90 % of the backlog) predicts the drain; the difference
 	// to the measured drain is ramp-up and tail.
 	steady := viaGRPC.steadyRate()
-	b.summary("q6", "backlog", b.cfg.backlog, "steady_jobs_per_s", num(steady, 0),
+	b.summary("q6", "backlog", b.cfg.backlog, "batch", batch, "steady_jobs_per_s", num(steady, 0),
 		"predicted_drain_s", num(float64(b.cfg.backlog)/steady, 2), "measured_drain_s", num(viaGRPC.elapsed.Seconds(), 2),
 		"measured_over_predicted", num(viaGRPC.elapsed.Seconds()/(float64(b.cfg.backlog)/steady), 3),
 		"article_backlog", 1200, "article_drain_s_at_5_per_s", 400,
 		"article_drain_s_at_measured", num(1200/viaGRPC.rate(), 3))
-	b.summary("coordinator", "cpu_us_per_job", num(grpcCPU[0], 1), "peak_rss_mb", num(float64(peak)/(1<<20), 1),
+	b.summary("coordinator", "batch", batch, "cpu_us_per_job", num(grpcCPU[0], 1), "peak_rss_mb", num(float64(peak)/(1<<20), 1),
 		"db_cpu_us_per_job", num(grpcCPU[1], 1), "bench_cpu_us_per_job", num(grpcSelf, 1),
 		"direct_db_cpu_us_per_job", num(directCPU[1], 1), "direct_bench_cpu_us_per_job", num(directSelf, 1))
 	// Where the database's time goes: statements and commits per job.
-	b.summary("db_work", "statements_per_job", num(grpcAfter.perJob(grpcBefore, "Questions", viaGRPC.jobs), 2),
+	b.summary("db_work", "batch", batch, "statements_per_job", num(grpcAfter.perJob(grpcBefore, "Questions", viaGRPC.jobs), 2),
 		"commits_per_job", num(grpcAfter.perJob(grpcBefore, "Com_commit", viaGRPC.jobs), 2),
 		"fsyncs_per_job", num(grpcAfter.perJob(grpcBefore, "Innodb_data_fsyncs", viaGRPC.jobs), 2),
 		"direct_statements_per_job", num(directAfter.perJob(directBefore, "Questions", direct.jobs), 2),

@@ -22,6 +22,7 @@ import (
 	"io"
 	"os"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -55,7 +56,7 @@ type config struct {
 
 	backlog int // due jobs drained by scenario C, per run (quick)
 	workers int
-	batch   int
+	batches []int // max_jobs of scenario C's workers, one drain pair each
 
 	latencyRates    []int
 	latencyDuration time.Duration // per rate (quick)
@@ -75,7 +76,7 @@ func (c config) runs(scenario byte) bool { return strings.IndexByte(c.scenarios,
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
 	var c config
-	var stages, levels, rates, coordFlags string
+	var stages, levels, rates, batches, coordFlags string
 	fs := flag.NewFlagSet("jobfence-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.mysqlDSN, "mysql-dsn", "",
@@ -104,7 +105,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		"measured time per scenario B level, after a warm-up (quick: 1.5s)")
 	fs.IntVar(&c.backlog, "backlog", 50000, "due jobs drained by scenario C, once through gRPC and once direct (quick: 5000)")
 	fs.IntVar(&c.workers, "workers", 16, "concurrent workers of scenario C (gRPC and direct alike)")
-	fs.IntVar(&c.batch, "batch", 10, "max_jobs per claim in scenario C")
+	fs.StringVar(&batches, "batch", "10,100",
+		"max_jobs per claim in scenario C, a list: one drain through gRPC and one direct per value "+
+			"(100 is the batch of the direct-SQL reference loop in docs/BENCHMARKS.md)")
 	fs.StringVar(&rates, "latency-rates", "100,500,1000", "producer rates (jobs/s) of scenario E")
 	fs.DurationVar(&c.latencyDuration, "latency-duration", 20*time.Second, "producer run per rate in scenario E (quick: 2s)")
 	fs.IntVar(&c.latencyWorkers, "latency-workers", 8, "long-polling workers of scenario E")
@@ -156,6 +159,17 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if c.latencyRates, err = intList("latency-rates", rates); err != nil {
 		return c, err
 	}
+	if c.batches, err = intList("batch", batches); err != nil {
+		return c, err
+	}
+	for i, n := range c.batches {
+		if n < 1 || n > 100 {
+			return c, fmt.Errorf("--batch: %d is not between 1 and 100 (Claim's max_jobs)", n)
+		}
+		if slices.Contains(c.batches[:i], n) {
+			return c, fmt.Errorf("--batch: %d is listed twice", n)
+		}
+	}
 	for _, s := range c.scenarios {
 		if !strings.ContainsRune("abcde", s) {
 			return c, fmt.Errorf("--scenarios: unknown scenario %q (letters of abce)", s)
@@ -164,8 +178,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	switch {
 	case c.candidateReps < 1, c.candidateLimit < 1, c.backlog < 1, c.workers < 1, c.latencyWorkers < 1:
 		return c, errors.New("counts must be at least 1")
-	case c.batch < 1 || c.batch > 100, c.latencySlots < 1 || c.latencySlots > 100:
-		return c, errors.New("--batch and --latency-slots must be between 1 and 100 (Claim's max_jobs)")
+	case c.latencySlots < 1 || c.latencySlots > 100:
+		return c, errors.New("--latency-slots must be between 1 and 100 (Claim's max_jobs)")
 	case c.claimDuration <= 0, c.latencyDuration <= 0, c.claimWait < 0 || c.claimWait > time.Minute:
 		return c, errors.New("durations must be positive (--claim-wait at most 1m)")
 	}
