@@ -27,6 +27,7 @@ type bench struct {
 
 	admin   *sql.DB // the server without a database: CREATE and DROP DATABASE
 	dbName  string
+	refDB   string       // scenario A's reference copy of the first history size, once made
 	dsn     string       // the bench database, for the coordinator process
 	st      *mysql.Store // the same database in-process: seeding, scenario A, the direct baseline
 	db      *sql.DB
@@ -99,10 +100,15 @@ func (b *bench) close() error {
 		b.st.Close()
 	}
 	if b.admin != nil {
-		if b.cfg.keep {
-			b.logf("kept database %s (--keep)", b.dbName)
-		} else if _, err := b.admin.ExecContext(ctx, "DROP DATABASE IF EXISTS `"+b.dbName+"`"); err != nil && firstErr == nil {
-			firstErr = fmt.Errorf("drop database %s: %w", b.dbName, err)
+		for _, name := range []string{b.dbName, b.refDB} {
+			if name == "" {
+				continue
+			}
+			if b.cfg.keep {
+				b.logf("kept database %s (--keep)", name)
+			} else if _, err := b.admin.ExecContext(ctx, "DROP DATABASE IF EXISTS `"+name+"`"); err != nil && firstErr == nil {
+				firstErr = fmt.Errorf("drop database %s: %w", name, err)
+			}
 		}
 		b.admin.Close()
 	}
@@ -205,6 +211,11 @@ func (b *bench) historyStages(ctx context.Context) error {
 			return err
 		}
 		seeded = finished
+		if b.cfg.runs('a') && len(stages) > 1 && b.refDB == "" {
+			if err := b.makeReference(ctx); err != nil {
+				return err
+			}
+		}
 		if b.cfg.runs('a') {
 			cs, err := b.candidateAt(ctx, finished)
 			if err != nil {
