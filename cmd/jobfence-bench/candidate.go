@@ -8,6 +8,10 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	gomysql "github.com/go-sql-driver/mysql"
+
+	"github.com/jobfence/jobfence/store/mysql"
 )
 
 // candidateQuery is the claim's candidate query (Q1): store/mysql's
@@ -153,24 +157,31 @@ func candidateOnce(ctx context.Context, conn *sql.Conn, cutoff time.Time, limit 
 }
 
 // makeReference copies the jobs table as it stands (the first history size)
-// into a database of its own, with an empty observations table for the
-// query's receipt probe: the reference that every later due measurement is
-// timed against.
+// into a database of its own with the coordinator's schema: the reference
+// that the later sizes' due candidate queries (A) and Claim runs (B) are
+// timed against, in turn.
 func (b *bench) makeReference(ctx context.Context) error {
 	name := b.dbName + "_ref"
 	if _, err := b.admin.ExecContext(ctx, "CREATE DATABASE `"+name+"`"); err != nil {
 		return fmt.Errorf("create database %s: %w", name, err)
 	}
 	b.refDB = name
-	for _, q := range []string{
-		"CREATE TABLE `%[1]s`.refund_jobs LIKE `%[2]s`.refund_jobs",
-		"INSERT INTO `%[1]s`.refund_jobs SELECT * FROM `%[2]s`.refund_jobs",
-		"CREATE TABLE `%[1]s`.refund_observations LIKE `%[2]s`.refund_observations",
-	} {
-		if _, err := b.admin.ExecContext(ctx, fmt.Sprintf(q, name, b.dbName)); err != nil {
-			return fmt.Errorf("reference copy: %w", err)
-		}
+	cfg, err := gomysql.ParseDSN(b.dsn)
+	if err != nil {
+		return err
 	}
+	cfg.DBName = name
+	b.refDSN = cfg.FormatDSN()
+	st, err := mysql.Open(ctx, b.refDSN, mysql.Options{MaxOpenConns: 2})
+	if err != nil {
+		return fmt.Errorf("reference copy: %w", err)
+	}
+	st.Close()
+	_, err = b.admin.ExecContext(ctx, fmt.Sprintf("INSERT INTO `%s`.refund_jobs SELECT * FROM `%s`.refund_jobs", name, b.dbName))
+	if err != nil {
+		return fmt.Errorf("reference copy: %w", err)
+	}
+	b.logf("reference copy %s of refund_jobs made", name)
 	return nil
 }
 

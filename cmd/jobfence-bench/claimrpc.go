@@ -19,6 +19,7 @@ type claimResult struct {
 	elapsed     time.Duration
 	lat         latencies // Claim round trips, measured on the claimer
 	returns     latencies // Reschedule round trips
+	ref         latencies // Claim round trips on the reference coordinator, when there is one
 	// CPU microseconds per measured claim (with its Reschedule) of the
 	// coordinator, the database server and the bench, and the statements the
 	// database ran per claim: on a machine the three share, the cost per
@@ -31,7 +32,7 @@ type claimResult struct {
 // historyStages.
 func (b *bench) claimLevels(ctx context.Context) error {
 	for _, n := range b.cfg.claimLevels {
-		r, err := b.claimRun(ctx, n, b.cfg.claimDuration)
+		r, err := b.claimRun(ctx, n, b.cfg.claimDuration, nil)
 		if err != nil {
 			return err
 		}
@@ -45,17 +46,32 @@ func (b *bench) claimLevels(ctx context.Context) error {
 	return b.stopCoordinator()
 }
 
+// claimBlock is how long the claimers of a run with a reference coordinator
+// stay on one coordinator before they all move to the other.
+const claimBlock = 500 * time.Millisecond
+
 // claimRun runs n claimers, each on its own connection, for a warm-up and then
 // for d. A claimer claims one job and hands it straight back with Reschedule
 // to the same next_attempt_at and next action, so the table keeps its shape
 // (200 due jobs, the same order) however long the run; only attempt grows.
-func (b *bench) claimRun(ctx context.Context, n int, d time.Duration) (claimResult, error) {
+// With ref, the claimers take turns of claimBlock between the coordinator and
+// ref (on the reference copy of the first history size), and ref's Claim
+// latencies are kept apart: both are measured in the same seconds.
+func (b *bench) claimRun(ctx context.Context, n int, d time.Duration, ref *coordinator) (claimResult, error) {
 	r := claimResult{concurrency: n}
 	clients, closeAll, err := b.coord.clients(n)
 	if err != nil {
 		return r, err
 	}
 	defer closeAll()
+	var refClients []pb.CoordinatorClient
+	if ref != nil {
+		var closeRef func()
+		if refClients, closeRef, err = ref.clients(n); err != nil {
+			return r, err
+		}
+		defer closeRef()
+	}
 	warm := min(time.Second, d/2)
 	start := time.Now()
 	measureFrom, end := start.Add(warm), start.Add(warm+d)
@@ -72,23 +88,29 @@ func (b *bench) claimRun(ctx context.Context, n int, d time.Duration) (claimResu
 	})
 	defer warmed.Stop()
 	err = parallel(ctx, n, func(ctx context.Context, w int) error {
-		c := clients[w]
-		var lat, returns latencies
+		var lat, refLat, returns latencies
 		empty := 0
 		worker := fmt.Sprintf("bench-claimer-%d", w)
 		for time.Now().Before(end) {
 			t0 := time.Now()
+			c, onRef := clients[w], refClients != nil && t0.Sub(start)/claimBlock%2 == 1
+			if onRef {
+				c = refClients[w]
+			}
 			resp, err := c.Claim(ctx, &pb.ClaimRequest{WorkerId: worker, MaxJobs: 1, LeaseDuration: durationpb.New(time.Minute)})
 			took := time.Since(t0)
 			if err != nil {
 				return fmt.Errorf("claim (%d claimers): %w", n, err)
 			}
 			measured := t0.After(measureFrom)
-			if measured {
+			switch {
+			case measured && onRef:
+				refLat = append(refLat, took)
+			case measured:
 				lat = append(lat, took)
 			}
 			if len(resp.Jobs) == 0 {
-				if measured {
+				if measured && !onRef {
 					empty++
 				}
 				continue
@@ -103,13 +125,14 @@ func (b *bench) claimRun(ctx context.Context, n int, d time.Duration) (claimResu
 				if err != nil {
 					return fmt.Errorf("reschedule job %d attempt %d: %w", j.Job.Id, j.Attempt, err)
 				}
-				if measured {
+				if measured && !onRef {
 					returns = append(returns, time.Since(t1))
 				}
 			}
 		}
 		mu.Lock()
 		r.lat = append(r.lat, lat...)
+		r.ref = append(r.ref, refLat...)
 		r.returns = append(r.returns, returns...)
 		r.empty += empty
 		mu.Unlock()

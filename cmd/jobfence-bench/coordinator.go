@@ -64,16 +64,27 @@ func (b *bench) startCoordinator(ctx context.Context) error {
 	if err := b.stopCoordinator(); err != nil {
 		return err
 	}
-	args := append([]string{"--mysql-dsn", b.dsn, "--listen", "127.0.0.1:0", "--log-format", "json",
+	c, err := b.launchCoordinator(ctx, b.dsn)
+	if err != nil {
+		return err
+	}
+	b.coord = c
+	return nil
+}
+
+// launchCoordinator starts a coordinator process on the database of dsn, on a
+// free loopback port, and waits until it serves.
+func (b *bench) launchCoordinator(ctx context.Context, dsn string) (*coordinator, error) {
+	args := append([]string{"--mysql-dsn", dsn, "--listen", "127.0.0.1:0", "--log-format", "json",
 		"--mysql-max-conns", strconv.Itoa(b.cfg.maxConns)}, b.cfg.coordFlags...)
 	cmd := exec.Command(b.coordBin, args...)
 	cmd.Env = withoutJobfenceEnv(os.Environ())
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start the coordinator: %w", err)
+		return nil, fmt.Errorf("start the coordinator: %w", err)
 	}
 	c := &coordinator{cmd: cmd, done: make(chan error, 1)}
 	ready := make(chan string, 1)
@@ -100,29 +111,30 @@ func (b *bench) startCoordinator(ctx context.Context) error {
 	select {
 	case c.addr = <-ready:
 	case err := <-c.done:
-		return fmt.Errorf("the coordinator exited before serving: %v\n%s", err, c.logs())
+		return nil, fmt.Errorf("the coordinator exited before serving: %v\n%s", err, c.logs())
 	case <-time.After(60 * time.Second):
 		cmd.Process.Kill() //nolint:errcheck
 		<-c.done
-		return fmt.Errorf("the coordinator did not start serving\n%s", c.logs())
+		return nil, fmt.Errorf("the coordinator did not start serving\n%s", c.logs())
 	case <-ctx.Done():
 		cmd.Process.Kill() //nolint:errcheck
 		<-c.done
-		return ctx.Err()
+		return nil, ctx.Err()
 	}
-	b.coord = c
 	b.logf("coordinator pid %d serving on %s", cmd.Process.Pid, c.addr)
-	return nil
+	return c, nil
 }
 
-// stopCoordinator stops the running coordinator, if any.
+// stopCoordinator stops the running coordinators, if any.
 func (b *bench) stopCoordinator() error {
-	if b.coord == nil {
-		return nil
+	var errs []error
+	for _, c := range []**coordinator{&b.coord, &b.refCoord} {
+		if *c != nil {
+			errs = append(errs, (*c).stop())
+			*c = nil
+		}
 	}
-	c := b.coord
-	b.coord = nil
-	return c.stop()
+	return errors.Join(errs...)
 }
 
 // withoutJobfenceEnv drops JOBFENCE_* variables: the coordinator's flags fall
