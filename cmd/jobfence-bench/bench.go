@@ -25,16 +25,19 @@ type bench struct {
 	started time.Time
 	lines   []string // the summary, also written to the results file
 
-	admin   *sql.DB // the server without a database: CREATE and DROP DATABASE
-	dbName  string
-	refDB   string // the reference copy of the first history size (scenarios A and B), once made
-	refDSN  string
-	dsn     string       // the bench database, for the coordinator process
-	st      *mysql.Store // the same database in-process: seeding, scenario A, the direct baseline
-	db      *sql.DB
-	version string
-	mariadb bool
-	dbPID   int // the local database server's pid, for its CPU time; 0 when not found
+	admin  *sql.DB // the server without a database: CREATE and DROP DATABASE
+	dbName string
+	refDB  string // the reference copy of the first history size (scenarios A and B), once made
+	refDSN string
+	// refStore is the reference copy's store (its own pool: a pooled
+	// connection never changes database).
+	refStore *mysql.Store
+	dsn      string       // the bench database, for the coordinator process
+	st       *mysql.Store // the same database in-process: seeding, scenario A, the direct baseline
+	db       *sql.DB
+	version  string
+	mariadb  bool
+	dbPID    int // the local database server's pid, for its CPU time; 0 when not found
 
 	// base is the database's UTC time when the schedulable jobs were seeded:
 	// the fixed cutoff of scenario A (Q5), and the anchor of every seeded
@@ -98,8 +101,10 @@ func (b *bench) close() error {
 	if err := b.stopCoordinator(); err != nil {
 		firstErr = err
 	}
-	if b.st != nil {
-		b.st.Close()
+	for _, st := range []*mysql.Store{b.st, b.refStore} {
+		if st != nil {
+			st.Close()
+		}
 	}
 	if b.admin != nil {
 		for _, name := range []string{b.dbName, b.refDB} {

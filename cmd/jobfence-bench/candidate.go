@@ -81,15 +81,14 @@ func (b *bench) measureCandidate(ctx context.Context, variant string, finished i
 	defer conn.Close()
 	once := candidateOnce(ctx, conn, b.base, b.cfg.candidateLimit)
 	timed := []func() (int, error){once}
-	if variant == "due" && b.refDB != "" {
-		ref, err := b.db.Conn(ctx)
+	if variant == "due" && b.refStore != nil {
+		// A connection of the same kind (prepared statements and all) to
+		// the copy's own database.
+		ref, err := b.refStore.DB().Conn(ctx)
 		if err != nil {
 			return r, err
 		}
 		defer ref.Close()
-		if _, err := ref.ExecContext(ctx, "USE `"+b.refDB+"`"); err != nil {
-			return r, err
-		}
 		timed = append(timed, candidateOnce(ctx, ref, b.base, b.cfg.candidateLimit))
 	}
 	for range min(200, b.cfg.candidateReps) {
@@ -172,11 +171,9 @@ func (b *bench) makeReference(ctx context.Context) error {
 	}
 	cfg.DBName = name
 	b.refDSN = cfg.FormatDSN()
-	st, err := mysql.Open(ctx, b.refDSN, mysql.Options{MaxOpenConns: 2})
-	if err != nil {
+	if b.refStore, err = mysql.Open(ctx, b.refDSN, mysql.Options{MaxOpenConns: 2}); err != nil {
 		return fmt.Errorf("reference copy: %w", err)
 	}
-	st.Close()
 	_, err = b.admin.ExecContext(ctx, fmt.Sprintf("INSERT INTO `%s`.refund_jobs SELECT * FROM `%s`.refund_jobs", name, b.dbName))
 	if err != nil {
 		return fmt.Errorf("reference copy: %w", err)

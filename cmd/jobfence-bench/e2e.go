@@ -202,8 +202,12 @@ func (b *bench) drainPair(ctx context.Context, batch int, first bool) error {
 	}
 	if first && b.cfg.runs('a') {
 		// Q4: a large due set whose next_attempt_at values repeat.
-		if _, err := b.measureCandidate(ctx, "backlog", b.cfg.historyStages[len(b.cfg.historyStages)-1]); err != nil {
+		r, err := b.measureCandidate(ctx, "backlog", b.cfg.historyStages[len(b.cfg.historyStages)-1])
+		if err != nil {
 			return err
+		}
+		if want := min(b.cfg.backlog, b.cfg.candidateLimit); r.returned != want {
+			return fmt.Errorf("candidate query on the backlog returned %d rows, want %d", r.returned, want)
 		}
 	}
 	if err := b.startCoordinator(ctx); err != nil {
