@@ -264,17 +264,10 @@ func (b *bench) historyStages(ctx context.Context) error {
 		b.candidateSummary(cand)
 	}
 	if len(claims) > 0 {
-		first, last := claims[0].lat.percentile(0.95), claims[len(claims)-1].lat.percentile(0.95)
-		kv := []any{"concurrency", 16, "finished_first", stages[0], "finished_last", total, "p95_ms_last", ms(last)}
-		if ref := claims[len(claims)-1].ref; len(ref) > 0 {
-			// The first size's p95 timed in turn with the last's, on its copy.
-			p95ref := ref.percentile(0.95)
-			kv = append(kv, "p95_ms_first", ms(p95ref), "history_ratio", num(ratio(float64(last), float64(p95ref)), 2),
-				"history_ratio_sequential", num(ratio(float64(last), float64(first)), 2))
-		} else {
-			kv = append(kv, "p95_ms_first", ms(first), "history_ratio", num(ratio(float64(last), float64(first)), 2))
-		}
-		b.summary("claim_rpc_history", kv...)
+		first, last := claims[0], claims[len(claims)-1]
+		kv := []any{"concurrency", 16, "finished_first", stages[0], "finished_last", total,
+			"p95_ms_last", ms(last.lat.percentile(0.95))}
+		b.summary("claim_rpc_history", append(kv, historyRatio(last.lat, first.lat, last.ref, "p95_ms_first")...)...)
 	}
 	return nil
 }

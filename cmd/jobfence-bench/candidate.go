@@ -300,21 +300,11 @@ func mariadbPlanStats(plan string) (rows, pages float64) {
 
 func (b *bench) candidateSummary(stages []candidateStage) {
 	first, last := stages[0], stages[len(stages)-1]
-	p95first, p95last := first.due.lat.percentile(0.95), last.due.lat.percentile(0.95)
 	kv := []any{"rows", last.finished + schedulableRows, "returned", last.due.returned,
 		"examined", last.due.examined, "nodue_examined", last.nodue.examined,
 		"pages", num(last.due.pages, 0), "nodue_pages", num(last.nodue.pages, 0),
-		"p50_ms", ms(last.due.lat.percentile(0.50)), "p95_ms", ms(p95last), "p99_ms", ms(last.due.lat.percentile(0.99)),
+		"p50_ms", ms(last.due.lat.percentile(0.50)), "p95_ms", ms(last.due.lat.percentile(0.95)),
+		"p99_ms", ms(last.due.lat.percentile(0.99)),
 		"nodue_p95_ms", ms(last.nodue.lat.percentile(0.95)), "finished_first", first.finished}
-	if len(last.due.ref) > 0 {
-		// The first size's p95 timed in turn with the last's, on its copy.
-		p95ref := last.due.ref.percentile(0.95)
-		kv = append(kv, "p95_ms_at_first", ms(p95ref),
-			"history_ratio", num(ratio(float64(p95last), float64(p95ref)), 2),
-			"history_ratio_sequential", num(ratio(float64(p95last), float64(p95first)), 2))
-	} else {
-		kv = append(kv, "p95_ms_at_first", ms(p95first),
-			"history_ratio", num(ratio(float64(p95last), float64(p95first)), 2))
-	}
-	b.summary("candidate_query", kv...)
+	b.summary("candidate_query", append(kv, historyRatio(last.due.lat, first.due.lat, last.due.ref, "p95_ms_at_first")...)...)
 }

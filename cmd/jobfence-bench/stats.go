@@ -25,6 +25,21 @@ func (l latencies) percentile(p float64) time.Duration {
 }
 
 // ms formats d in milliseconds with microsecond resolution.
+// historyRatio is the key=value pairs of a history ratio: p95 at the last
+// history size over p95 at the first (under firstKey). With ref, the first
+// size's latencies timed in turn with the last's on its copy, the ratio uses
+// those, and the ratio to first (measured minutes before) is kept as
+// history_ratio_sequential.
+func historyRatio(last, first latencies, ref latencies, firstKey string) []any {
+	p95last, p95first := float64(last.percentile(0.95)), first.percentile(0.95)
+	if len(ref) == 0 {
+		return []any{firstKey, ms(p95first), "history_ratio", num(ratio(p95last, float64(p95first)), 2)}
+	}
+	p95ref := ref.percentile(0.95)
+	return []any{firstKey, ms(p95ref), "history_ratio", num(ratio(p95last, float64(p95ref)), 2),
+		"history_ratio_sequential", num(ratio(p95last, float64(p95first)), 2)}
+}
+
 func ms(d time.Duration) string { return fmt.Sprintf("%.3f", float64(d)/float64(time.Millisecond)) }
 
 // us formats d in whole microseconds.
