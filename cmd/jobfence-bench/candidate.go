@@ -130,11 +130,7 @@ func (b *bench) measureCandidate(ctx context.Context, variant string, finished i
 	kv := []any{"finished", finished, "rows", finished + schedulableRows, "variant", variant,
 		"returned", r.returned, "examined", r.examined, "r_rows", num(r.planRows, 0), "pages", num(r.pages, 0),
 		"p50_ms", ms(r.lat.percentile(0.50)), "p95_ms", ms(r.lat.percentile(0.95)), "p99_ms", ms(r.lat.percentile(0.99))}
-	if len(r.ref) > 0 {
-		kv = append(kv, "ref_p95_ms", ms(r.ref.percentile(0.95)),
-			"p95_over_ref", num(ratio(float64(r.lat.percentile(0.95)), float64(r.ref.percentile(0.95))), 2))
-	}
-	b.summary("candidate_query_at", kv...)
+	b.summary("candidate_query_at", append(kv, overRef(r.lat, r.ref)...)...)
 	return r, nil
 }
 

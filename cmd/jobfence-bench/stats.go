@@ -25,6 +25,16 @@ func (l latencies) percentile(p float64) time.Duration {
 }
 
 // ms formats d in milliseconds with microsecond resolution.
+// overRef is the key=value pairs comparing lat with ref, the same
+// measurement on the reference copy timed in turn with it; none without ref.
+func overRef(lat, ref latencies) []any {
+	if len(ref) == 0 {
+		return nil
+	}
+	return []any{"ref_p95_ms", ms(ref.percentile(0.95)),
+		"p95_over_ref", num(ratio(float64(lat.percentile(0.95)), float64(ref.percentile(0.95))), 2)}
+}
+
 // historyRatio is the key=value pairs of a history ratio: p95 at the last
 // history size over p95 at the first (under firstKey). With ref, the first
 // size's latencies timed in turn with the last's on its copy, the ratio uses
