@@ -74,7 +74,7 @@ func TestBearerTokensAndRoles(t *testing.T) {
 	}
 	// An operator resolves under their own name; a worker may not.
 	if _, err := c.client.Escalate(as(ctx, "tok-worker"), &pb.EscalateRequest{JobId: enq.Job.Id,
-		Attempt: claimed.Jobs[0].Attempt, Reason: "no record"}); err != nil {
+		Attempt: claimed.Jobs[0].Attempt, LeaseToken: claimed.Jobs[0].LeaseToken, Reason: "no record"}); err != nil {
 		t.Fatal(err)
 	}
 	resolve := &pb.ResolveReviewRequest{JobId: enq.Job.Id, Attempt: claimed.Jobs[0].Attempt,

@@ -59,10 +59,10 @@ func TestFinishedCallsLoggedAtTheirCodesLevel(t *testing.T) {
 			ctx := ctxFor(t)
 			job := c.enqueue(t)
 			a := c.claimOne(t, "A", job.Id)
-			if _, err := c.client.Complete(ctx, &pb.CompleteRequest{JobId: job.Id, Attempt: a.Attempt, ProviderRefundId: "re_1"}); err != nil {
+			if _, err := c.client.Complete(ctx, &pb.CompleteRequest{JobId: job.Id, Attempt: a.Attempt, LeaseToken: a.LeaseToken, ProviderRefundId: "re_1"}); err != nil {
 				t.Fatal(err)
 			}
-			_, err := c.client.Escalate(ctx, &pb.EscalateRequest{JobId: job.Id, Attempt: a.Attempt, Reason: "second thoughts"})
+			_, err := c.client.Escalate(ctx, &pb.EscalateRequest{JobId: job.Id, Attempt: a.Attempt, LeaseToken: a.LeaseToken, Reason: "second thoughts"})
 			errorInfo(t, err, codes.FailedPrecondition, server.ReasonJobNotRunning)
 
 			calls := sink.finishedCalls(t)

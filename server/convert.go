@@ -49,6 +49,7 @@ func claimedToProto(c store.ClaimedJob, resendDeadline time.Time) *pb.ClaimedJob
 		Observations:   obs,
 		ResendDeadline: timeToProto(resendDeadline),
 		ClaimedAt:      timeToProto(c.Job.UpdatedAt),
+		LeaseToken:     string(c.LeaseToken),
 	}
 }
 
@@ -81,6 +82,7 @@ func observationToProto(o store.Observation) *pb.Observation {
 		ProviderEventId:  o.ProviderEventID,
 		Detail:           o.Detail,
 		CreatedAt:        timeToProto(o.CreatedAt),
+		AttemptVerified:  o.AttemptVerified,
 	}
 }
 
@@ -161,12 +163,12 @@ func claimFromProto(r *pb.ClaimRequest, defaultLease time.Duration) (store.Claim
 
 func completeFromProto(r *pb.CompleteRequest) store.Writeback {
 	return store.Writeback{Kind: store.EventCompleted, JobID: r.GetJobId(), Attempt: r.GetAttempt(),
-		ProviderRefundID: r.GetProviderRefundId()}
+		LeaseToken: store.LeaseToken(r.GetLeaseToken()), ProviderRefundID: r.GetProviderRefundId()}
 }
 
 func rescheduleFromProto(r *pb.RescheduleRequest) (store.Writeback, error) {
 	w := store.Writeback{Kind: store.EventRescheduled, JobID: r.GetJobId(), Attempt: r.GetAttempt(),
-		NextAction: store.ActionReconcile, Reason: r.GetReason()}
+		LeaseToken: store.LeaseToken(r.GetLeaseToken()), NextAction: store.ActionReconcile, Reason: r.GetReason()}
 	switch r.GetNextAction() {
 	case pb.NextAction_NEXT_ACTION_UNSPECIFIED, pb.NextAction_NEXT_ACTION_RECONCILE:
 	case pb.NextAction_NEXT_ACTION_REFUND:
@@ -188,13 +190,15 @@ func rescheduleFromProto(r *pb.RescheduleRequest) (store.Writeback, error) {
 }
 
 func escalateFromProto(r *pb.EscalateRequest) store.Writeback {
-	return store.Writeback{Kind: store.EventEscalated, JobID: r.GetJobId(), Attempt: r.GetAttempt(), Reason: r.GetReason()}
+	return store.Writeback{Kind: store.EventEscalated, JobID: r.GetJobId(), Attempt: r.GetAttempt(),
+		LeaseToken: store.LeaseToken(r.GetLeaseToken()), Reason: r.GetReason()}
 }
 
 func observationFromProto(r *pb.ReportObservationRequest) (store.ObservationParams, error) {
 	p := store.ObservationParams{
 		Job:              store.JobRef{ID: r.GetJobId(), OperationKey: r.GetOperationKey()},
 		Attempt:          r.GetAttempt(),
+		LeaseToken:       store.LeaseToken(r.GetLeaseToken()),
 		Source:           r.GetSource(),
 		ProviderRefundID: r.GetProviderRefundId(),
 		ProviderEventID:  r.GetProviderEventId(),

@@ -169,21 +169,21 @@ func TestZombieLateWritesRejectedOverGRPC_T1(t *testing.T) {
 		if b.Job.OperationKey != job.OperationKey {
 			t.Fatalf("operation_key changed: %q", b.Job.OperationKey)
 		}
-		if _, err := c.client.Complete(ctx, &pb.CompleteRequest{JobId: job.Id, Attempt: b.Attempt, ProviderRefundId: "re_B"}); err != nil {
+		if _, err := c.client.Complete(ctx, &pb.CompleteRequest{JobId: job.Id, Attempt: b.Attempt, LeaseToken: b.LeaseToken, ProviderRefundId: "re_B"}); err != nil {
 			t.Fatal(err)
 		}
 		lateCalls := map[string]func() error{
 			"Complete": func() error {
-				_, err := c.client.Complete(ctx, &pb.CompleteRequest{JobId: job.Id, Attempt: a.Attempt, ProviderRefundId: "re_A"})
+				_, err := c.client.Complete(ctx, &pb.CompleteRequest{JobId: job.Id, Attempt: a.Attempt, LeaseToken: a.LeaseToken, ProviderRefundId: "re_A"})
 				return err
 			},
 			"Reschedule": func() error {
-				_, err := c.client.Reschedule(ctx, &pb.RescheduleRequest{JobId: job.Id, Attempt: a.Attempt,
+				_, err := c.client.Reschedule(ctx, &pb.RescheduleRequest{JobId: job.Id, Attempt: a.Attempt, LeaseToken: a.LeaseToken,
 					When: &pb.RescheduleRequest_Delay{Delay: durationpb.New(time.Second)}, Reason: "socket timeout"})
 				return err
 			},
 			"Escalate": func() error {
-				_, err := c.client.Escalate(ctx, &pb.EscalateRequest{JobId: job.Id, Attempt: a.Attempt, Reason: "confused"})
+				_, err := c.client.Escalate(ctx, &pb.EscalateRequest{JobId: job.Id, Attempt: a.Attempt, LeaseToken: a.LeaseToken, Reason: "confused"})
 				return err
 			},
 		}
@@ -213,7 +213,7 @@ func TestLeaseExpiredNobodyTookOverOverGRPC_T2(t *testing.T) {
 		job := c.enqueue(t)
 		a := c.claimOne(t, "A", job.Id)
 		c.expire(t, job.Id)
-		resp, err := c.client.Complete(ctx, &pb.CompleteRequest{JobId: job.Id, Attempt: a.Attempt, ProviderRefundId: "re_A"})
+		resp, err := c.client.Complete(ctx, &pb.CompleteRequest{JobId: job.Id, Attempt: a.Attempt, LeaseToken: a.LeaseToken, ProviderRefundId: "re_A"})
 		if err != nil || resp.Replayed || resp.Job.State != pb.JobState_JOB_STATE_SUCCEEDED {
 			t.Fatalf("late Complete = %v, %v", resp, err)
 		}
@@ -229,7 +229,7 @@ func TestCommitThenLostReplyOverGRPC_T4(t *testing.T) {
 		ctx := ctxFor(t)
 		job := c.enqueue(t)
 		a := c.claimOne(t, "A", job.Id)
-		req := &pb.CompleteRequest{JobId: job.Id, Attempt: a.Attempt, ProviderRefundId: "re_1"}
+		req := &pb.CompleteRequest{JobId: job.Id, Attempt: a.Attempt, LeaseToken: a.LeaseToken, ProviderRefundId: "re_1"}
 		c.dropNext.Store(pb.Coordinator_Complete_FullMethodName)
 		if _, err := c.client.Complete(ctx, req); status.Code(err) != codes.Unavailable {
 			t.Fatalf("first Complete = %v, want the reply lost", err)
@@ -252,7 +252,7 @@ func TestCommitThenLostReplyOverGRPC_T4(t *testing.T) {
 			t.Fatalf("%d completed events, want 1", completed)
 		}
 		// Same attempt, another outcome: not a replay.
-		_, err = c.client.Escalate(ctx, &pb.EscalateRequest{JobId: job.Id, Attempt: a.Attempt, Reason: "second thoughts"})
+		_, err = c.client.Escalate(ctx, &pb.EscalateRequest{JobId: job.Id, Attempt: a.Attempt, LeaseToken: a.LeaseToken, Reason: "second thoughts"})
 		errorInfo(t, err, codes.FailedPrecondition, server.ReasonJobNotRunning)
 	})
 }
@@ -273,7 +273,7 @@ func TestRescheduleAndClaimAgainOverGRPC(t *testing.T) {
 		if a.ResendDeadline == nil || a.ResendDeadline.AsTime().Sub(a.Job.FirstSentAt.AsTime()) != 24*time.Hour {
 			t.Fatalf("resend_deadline %v, first_sent_at %v: want 24h apart", a.ResendDeadline, a.Job.FirstSentAt)
 		}
-		resp, err := c.client.Reschedule(ctx, &pb.RescheduleRequest{JobId: job.Id, Attempt: a.Attempt, Reason: "pending at provider"})
+		resp, err := c.client.Reschedule(ctx, &pb.RescheduleRequest{JobId: job.Id, Attempt: a.Attempt, LeaseToken: a.LeaseToken, Reason: "pending at provider"})
 		if err != nil || resp.Job.State != pb.JobState_JOB_STATE_READY || resp.Job.NextAction != pb.NextAction_NEXT_ACTION_RECONCILE {
 			t.Fatalf("Reschedule = %v, %v; want ready, reconcile by default", resp, err)
 		}
@@ -284,7 +284,7 @@ func TestRescheduleAndClaimAgainOverGRPC(t *testing.T) {
 		if !b.ResendDeadline.AsTime().Equal(a.ResendDeadline.AsTime()) {
 			t.Fatalf("resend_deadline moved from %v to %v", a.ResendDeadline.AsTime(), b.ResendDeadline.AsTime())
 		}
-		esc, err := c.client.Escalate(ctx, &pb.EscalateRequest{JobId: job.Id, Attempt: b.Attempt, Reason: "no record after window"})
+		esc, err := c.client.Escalate(ctx, &pb.EscalateRequest{JobId: job.Id, Attempt: b.Attempt, LeaseToken: b.LeaseToken, Reason: "no record after window"})
 		if err != nil || esc.Job.State != pb.JobState_JOB_STATE_MANUAL_REVIEW || esc.Job.LastReason != "no record after window" {
 			t.Fatalf("Escalate = %v, %v", esc, err)
 		}
@@ -402,7 +402,7 @@ func TestBadInputOverGRPC(t *testing.T) {
 				return err
 			}},
 			{"delay", func() error {
-				_, err := c.client.Reschedule(ctx, &pb.RescheduleRequest{JobId: job.Id, Attempt: claimed.Attempt,
+				_, err := c.client.Reschedule(ctx, &pb.RescheduleRequest{JobId: job.Id, Attempt: claimed.Attempt, LeaseToken: claimed.LeaseToken,
 					When: &pb.RescheduleRequest_Delay{Delay: durationpb.New(-time.Second)}})
 				return err
 			}},
@@ -654,7 +654,7 @@ func TestConcurrentWritesCoalescedStayFenced(t *testing.T) {
 								c.store.ExpireLease(ctx, j.Job.Id) //nolint:errcheck
 								time.Sleep(20 * time.Millisecond)
 							}
-							res, err := c.client.Complete(ctx, &pb.CompleteRequest{JobId: j.Job.Id, Attempt: j.Attempt,
+							res, err := c.client.Complete(ctx, &pb.CompleteRequest{JobId: j.Job.Id, Attempt: j.Attempt, LeaseToken: j.LeaseToken,
 								ProviderRefundId: fmt.Sprintf("re_%d_%d", j.Job.Id, j.Attempt)})
 							switch {
 							case err == nil && !res.Replayed:
@@ -724,11 +724,11 @@ func TestMetricsM1(t *testing.T) {
 		a := c.claimOne(t, "A", job.Id)
 		c.expire(t, job.Id)
 		b := c.claimOne(t, "B", job.Id)
-		_, err := c.client.Complete(ctx, &pb.CompleteRequest{JobId: job.Id, Attempt: a.Attempt, ProviderRefundId: "re_A"})
+		_, err := c.client.Complete(ctx, &pb.CompleteRequest{JobId: job.Id, Attempt: a.Attempt, LeaseToken: a.LeaseToken, ProviderRefundId: "re_A"})
 		errorInfo(t, err, codes.FailedPrecondition, server.ReasonStaleAttempt)
-		_, err = c.client.Escalate(ctx, &pb.EscalateRequest{JobId: job.Id, Attempt: a.Attempt, Reason: "late"})
+		_, err = c.client.Escalate(ctx, &pb.EscalateRequest{JobId: job.Id, Attempt: a.Attempt, LeaseToken: a.LeaseToken, Reason: "late"})
 		errorInfo(t, err, codes.FailedPrecondition, server.ReasonStaleAttempt)
-		if _, err := c.client.Complete(ctx, &pb.CompleteRequest{JobId: job.Id, Attempt: b.Attempt, ProviderRefundId: "re_B"}); err != nil {
+		if _, err := c.client.Complete(ctx, &pb.CompleteRequest{JobId: job.Id, Attempt: b.Attempt, LeaseToken: b.LeaseToken, ProviderRefundId: "re_B"}); err != nil {
 			t.Fatal(err)
 		}
 		want := `
@@ -785,7 +785,7 @@ func TestOperatorListAndResolveOverGRPC(t *testing.T) {
 		for i := 0; i < 3; i++ {
 			job := c.enqueue(t)
 			a := c.claimOne(t, "A", job.Id)
-			if _, err := c.client.Escalate(ctx, &pb.EscalateRequest{JobId: job.Id, Attempt: a.Attempt, Reason: "no record"}); err != nil {
+			if _, err := c.client.Escalate(ctx, &pb.EscalateRequest{JobId: job.Id, Attempt: a.Attempt, LeaseToken: a.LeaseToken, Reason: "no record"}); err != nil {
 				t.Fatal(err)
 			}
 			review = job

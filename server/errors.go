@@ -50,7 +50,8 @@ func (s *Server) toStatus(ctx context.Context, err error, job jobAttrs) error {
 		return withDetails(codes.InvalidArgument, ve.Error(), info(ReasonInvalidArgument, nil), br)
 	case errors.As(err, &fe):
 		reason := ReasonStaleAttempt
-		msg := fmt.Sprintf("attempt %d is stale: job %d was taken over (current attempt %d, state %s); nothing was written",
+		msg := fmt.Sprintf("attempt %d with this lease token is not job %d's current grant (current attempt %d, state %s): "+
+			"it was taken over, or the token is not the one Claim returned; nothing was written",
 			fe.Attempt, fe.Current.ID, fe.Current.Attempt, stateToProto(fe.Current.State))
 		switch {
 		case errors.Is(err, store.ErrNotRunning):

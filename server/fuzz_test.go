@@ -59,6 +59,7 @@ type fuzzCoordinator struct {
 
 type fuzzJob struct {
 	id, attempt int64
+	token       string // the grant's lease token (R25)
 	key         string
 	ok          bool
 }
@@ -207,7 +208,7 @@ func (c *fuzzCoordinator) claimOne(t *testing.T) fuzzJob {
 	}
 	c.ready--
 	j := resp.Jobs[0]
-	return fuzzJob{id: j.Job.Id, attempt: j.Attempt, key: j.Job.OperationKey, ok: true}
+	return fuzzJob{id: j.Job.Id, attempt: j.Attempt, token: j.LeaseToken, key: j.Job.OperationKey, ok: true}
 }
 
 // What prepare's jobs were closed and escalated with, so that seeds can
@@ -223,14 +224,16 @@ func (c *fuzzCoordinator) prepare(t *testing.T) {
 	ctx := fuzzCtx(t)
 	if !c.closed.ok {
 		j := c.claimOne(t)
-		if _, err := c.client.Complete(ctx, &pb.CompleteRequest{JobId: j.id, Attempt: j.attempt, ProviderRefundId: closedRefundID}); err != nil {
+		if _, err := c.client.Complete(ctx, &pb.CompleteRequest{JobId: j.id, Attempt: j.attempt, LeaseToken: j.token,
+			ProviderRefundId: closedRefundID}); err != nil {
 			t.Fatalf("complete: %v", err)
 		}
 		c.closed = j
 	}
 	if !c.review.ok {
 		j := c.claimOne(t)
-		if _, err := c.client.Escalate(ctx, &pb.EscalateRequest{JobId: j.id, Attempt: j.attempt, Reason: escalatedReason}); err != nil {
+		if _, err := c.client.Escalate(ctx, &pb.EscalateRequest{JobId: j.id, Attempt: j.attempt, LeaseToken: j.token,
+			Reason: escalatedReason}); err != nil {
 			t.Fatalf("escalate: %v", err)
 		}
 		c.review = j
@@ -377,15 +380,18 @@ func FuzzWriteBacks(f *testing.F) {
 		if kind%4 == 3 {
 			target = &c.review
 		}
+		// A picked grant comes with its lease token (R25); the fuzzer's own
+		// attempts come with none.
+		var token string
 		switch pick % 5 {
 		case 1:
-			jobID, attempt = target.id, target.attempt
+			jobID, attempt, token = target.id, target.attempt, target.token
 		case 2:
 			jobID = target.id
 		case 3:
-			jobID, attempt = c.closed.id, c.closed.attempt
+			jobID, attempt, token = c.closed.id, c.closed.attempt, c.closed.token
 		case 4:
-			jobID, attempt = c.review.id, c.review.attempt
+			jobID, attempt, token = c.review.id, c.review.attempt, c.review.token
 		}
 		ctx := fuzzCtx(t)
 		before := c.state(t)
@@ -397,11 +403,12 @@ func FuzzWriteBacks(f *testing.F) {
 		case 0:
 			rpc, fields = "Complete", []string{"job_id", "attempt", "provider_refund_id"}
 			var resp *pb.CompleteResponse
-			resp, err = c.client.Complete(ctx, &pb.CompleteRequest{JobId: jobID, Attempt: attempt, ProviderRefundId: refID})
+			resp, err = c.client.Complete(ctx, &pb.CompleteRequest{JobId: jobID, Attempt: attempt, LeaseToken: token, ProviderRefundId: refID})
 			replayed = resp.GetReplayed()
 		case 1:
 			rpc, fields = "Reschedule", []string{"job_id", "attempt", "next_action", "delay", "next_attempt_at", "reason"}
-			req := &pb.RescheduleRequest{JobId: jobID, Attempt: attempt, NextAction: pb.NextAction(nextAction), Reason: reason}
+			req := &pb.RescheduleRequest{JobId: jobID, Attempt: attempt, LeaseToken: token, NextAction: pb.NextAction(nextAction),
+				Reason: reason}
 			switch when % 3 {
 			case 1:
 				req.When = &pb.RescheduleRequest_Delay{Delay: fuzzDuration(secs, nanos)}
@@ -414,7 +421,7 @@ func FuzzWriteBacks(f *testing.F) {
 		case 2:
 			rpc, fields = "Escalate", []string{"job_id", "attempt", "reason"}
 			var resp *pb.EscalateResponse
-			resp, err = c.client.Escalate(ctx, &pb.EscalateRequest{JobId: jobID, Attempt: attempt, Reason: reason})
+			resp, err = c.client.Escalate(ctx, &pb.EscalateRequest{JobId: jobID, Attempt: attempt, LeaseToken: token, Reason: reason})
 			replayed = resp.GetReplayed()
 		case 3:
 			rpc, fields = "ResolveReview", []string{"job_id", "attempt", "resolution", "provider_refund_id", "note"}

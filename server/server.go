@@ -304,7 +304,8 @@ func untilNextPoll(now time.Time, interval time.Duration) time.Duration {
 func (s *Server) release(p store.ClaimParams, out store.ClaimOutcome) {
 	for _, c := range out.Jobs {
 		w := store.Writeback{Kind: store.EventRescheduled, JobID: c.Job.ID, Attempt: c.Job.Attempt,
-			NextAction: c.Job.NextAction, Reason: "claim abandoned by its caller before the answer"}
+			LeaseToken: c.LeaseToken, NextAction: c.Job.NextAction,
+			Reason: "claim abandoned by its caller before the answer"}
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()

@@ -62,7 +62,7 @@ func (w Writeback) Event(before Job, now time.Time) Event {
 	after := w.Apply(before, now)
 	e := Event{JobID: before.ID, Attempt: w.Attempt, Kind: w.Kind, WorkerID: before.WorkerID,
 		FromState: before.State, ToState: after.State, NextAction: after.NextAction,
-		ProviderRefundID: after.ProviderRefundID, Reason: w.Reason, CreatedAt: now}
+		ProviderRefundID: after.ProviderRefundID, Reason: w.Reason, CreatedAt: now, Grant: w.Grant()}
 	if w.Actor != "" {
 		e.WorkerID = w.Actor
 	}

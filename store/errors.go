@@ -12,7 +12,10 @@ var (
 	ErrNotFound = errors.New("job not found")
 	// ErrKeyConflict: the operation key is bound to different refund values (R1).
 	ErrKeyConflict = errors.New("operation key already used for a different refund")
-	// ErrStaleAttempt: a newer attempt holds the job; the write changed nothing (R9).
+	// ErrStaleAttempt: the write does not carry the job's current grant — a
+	// newer attempt holds the job, or the attempt came with another or no
+	// lease token, or this database never granted it (R9, R25, R26); the
+	// write changed nothing.
 	ErrStaleAttempt = errors.New("stale attempt")
 	// ErrNotRunning: this attempt already moved the job out of running with a
 	// different write (R21).
@@ -34,7 +37,7 @@ var (
 )
 
 // FenceError is returned when a write-back matched no row because the job is no
-// longer running under the caller's attempt. It matches ErrStaleAttempt or
+// longer running under the caller's grant. It matches ErrStaleAttempt or
 // ErrNotRunning with errors.Is, and carries the job as it is now (R10: re-read
 // after the rollback).
 type FenceError struct {

@@ -89,12 +89,17 @@ type Job struct {
 	FirstSentAt      time.Time // R22: first claim with next_action=refund
 	CreatedAt        time.Time
 	UpdatedAt        time.Time
+	// Grant is the hash of the lease token of the current (or last) grant
+	// (R25); zero for a grant made before tokens existed. Never shown to
+	// clients.
+	Grant TokenHash
 }
 
-// ClaimedJob is a job granted by Claim. Job.Attempt is the token to carry in
-// every write-back.
+// ClaimedJob is a job granted by Claim. Job.Attempt and LeaseToken are what
+// every write-back of the grant carries (R9, R25).
 type ClaimedJob struct {
 	Job          Job
+	LeaseToken   LeaseToken    // the grant's secret, handed to the claimer only (R25)
 	Takeover     bool          // taken over from an expired lease (R6)
 	Observations []Observation // receipts on file for the job (R15)
 }
@@ -112,6 +117,10 @@ type Event struct {
 	ProviderRefundID string
 	Reason           string
 	CreatedAt        time.Time
+	// Grant is the grant a claim or takeover made, or the one a holder's
+	// write-back carried (R25); zero for enqueues, operators' resolutions and
+	// grants made before tokens existed.
+	Grant TokenHash
 }
 
 // Observation is one receipt in the observation log (R15).
@@ -127,6 +136,9 @@ type Observation struct {
 	ProviderEventID  string
 	Detail           string
 	CreatedAt        time.Time
+	// AttemptVerified is true when the report carried the lease token of the
+	// grant of ReportedAttempt: the reporter really held that attempt.
+	AttemptVerified bool
 }
 
 // JobDetail is a job with its history and observations, oldest first.
@@ -161,13 +173,18 @@ type ClaimParams struct {
 	Provider string // only this provider's jobs, when set
 }
 
-// Writeback is one fenced write by the holder of Attempt (R9): Complete,
-// Reschedule or Escalate, chosen by Kind; or an operator's resolution of a
-// manual review (EventResolved), fenced by the attempt the operator looked at.
+// Writeback is one fenced write by the holder of a grant (R9, R25):
+// Complete, Reschedule or Escalate, chosen by Kind, carrying the grant's
+// attempt and lease token; or an operator's resolution of a manual review
+// (EventResolved), fenced by the attempt the operator looked at and
+// authorised by the operator's role, not by a grant.
 type Writeback struct {
 	Kind    EventKind // EventCompleted, EventRescheduled, EventEscalated or EventResolved
 	JobID   int64
 	Attempt int64
+	// LeaseToken is the grant's token (R25); empty only for a grant made
+	// before tokens existed, and for resolutions.
+	LeaseToken LeaseToken
 
 	ProviderRefundID string // completed, resolved as refunded: required
 
@@ -194,8 +211,12 @@ type WriteResult struct {
 
 // ObservationParams is one receipt to file.
 type ObservationParams struct {
-	Job              JobRef
-	Attempt          int64
+	Job     JobRef
+	Attempt int64
+	// LeaseToken, with Attempt, proves the reporter held that attempt's
+	// grant (Observation.AttemptVerified). A report without it, or with
+	// another, is filed all the same (R15, R28).
+	LeaseToken       LeaseToken
 	Source           string
 	Outcome          Outcome
 	ProviderRefundID string
@@ -307,7 +328,10 @@ func SameRefund(j Job, p EnqueueParams) bool {
 // the history entry of the claim (claimed, or taken_over from an expired
 // lease). Backends use it to answer without reading the rows back; the SQL
 // they run must set the same values.
+// It mints the grant's lease token (R25).
 func (p ClaimParams) Grant(job Job, now time.Time) (ClaimedJob, Event) {
+	token := NewLeaseToken()
+	job.Grant = token.Hash()
 	from := job.State
 	takeover := from == StateRunning
 	if !takeover && job.NextAction == ActionRefund && job.FirstSentAt.IsZero() {
@@ -325,8 +349,9 @@ func (p ClaimParams) Grant(job Job, now time.Time) (ClaimedJob, Event) {
 	if takeover {
 		kind = EventTakenOver
 	}
-	return ClaimedJob{Job: job, Takeover: takeover}, Event{JobID: job.ID, Attempt: job.Attempt, Kind: kind,
-		WorkerID: job.WorkerID, FromState: from, ToState: job.State, NextAction: job.NextAction, CreatedAt: now}
+	return ClaimedJob{Job: job, LeaseToken: token, Takeover: takeover}, Event{JobID: job.ID, Attempt: job.Attempt,
+		Kind: kind, WorkerID: job.WorkerID, FromState: from, ToState: job.State, NextAction: job.NextAction,
+		CreatedAt: now, Grant: job.Grant}
 }
 
 // ListParams filters and pages jobs for operators and customer service. All

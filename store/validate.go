@@ -105,6 +105,7 @@ func (w Writeback) Validate() error {
 	if w.Kind != EventResolved && w.Actor != "" {
 		v.text("actor", w.Actor, 1, MaxKeyLen)
 	}
+	v.token("lease_token", w.LeaseToken)
 	return v.err()
 }
 
@@ -114,6 +115,10 @@ func (p ObservationParams) Validate() error {
 	v.ref(p.Job)
 	if p.Attempt < 0 {
 		v.add("attempt", "must be 0 (none held) or the attempt held, got %d", p.Attempt)
+	}
+	v.token("lease_token", p.LeaseToken)
+	if p.LeaseToken != "" && p.Attempt == 0 {
+		v.add("lease_token", "must come with the attempt it was granted with")
 	}
 	v.text("source", p.Source, 1, MaxKeyLen)
 	switch p.Outcome {
@@ -177,6 +182,25 @@ func (v *violations) printable(field, s string) {
 	for i := 0; i < len(s); i++ {
 		if s[i] <= ' ' || s[i] > '~' {
 			v.add(field, "must be printable ASCII without spaces (byte %d is 0x%02x)", i, s[i])
+			return
+		}
+	}
+}
+
+// token checks a lease token (R25): empty, or up to MaxLeaseTokenLen
+// printable ASCII characters. Whether it is the right one is the fence's
+// business, not validation's.
+func (v *violations) token(field string, t LeaseToken) {
+	if t == "" {
+		return
+	}
+	if len(t) > MaxLeaseTokenLen {
+		v.add(field, "must be at most %d characters (the token Claim returned), got %d", MaxLeaseTokenLen, len(t))
+		return
+	}
+	for i := 0; i < len(t); i++ {
+		if t[i] <= ' ' || t[i] > '~' {
+			v.add(field, "must be the token Claim returned (printable ASCII; byte %d is 0x%02x)", i, t[i])
 			return
 		}
 	}

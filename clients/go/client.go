@@ -362,24 +362,28 @@ func (c *Client) Claim(ctx context.Context, r ClaimRequest) ([]ClaimedJob, error
 
 // CompleteRequest marks a running job succeeded.
 type CompleteRequest struct {
-	JobID   int64
-	Attempt int64 // the attempt granted by Claim
+	JobID      int64
+	Attempt    int64      // the attempt granted by Claim
+	LeaseToken LeaseToken // the grant's token, from the same ClaimedJob (R25)
 	// ProviderRefundID is the provider's id of the refund; required.
 	ProviderRefundID string
 }
 
 // Complete moves a running job to succeeded and records the refund, if
-// r.Attempt is still the job's current attempt (R9, R10). It is repeated with
+// r.Attempt and r.LeaseToken are still the job's current grant (R9, R10, R25). It is repeated with
 // the same request after UNAVAILABLE; a repeat whose first try had landed
 // returns Replayed=true (R21).
 //
-// Errors: *StaleAttemptError (ErrStaleAttempt) when the job was taken over —
-// never repeat it, file the provider's answer with ReportObservation (R15);
+// Errors: *StaleAttemptError (ErrStaleAttempt) when the request does not carry
+// the job's current grant (taken over, or another token) — never repeat it,
+// not even with the StaleAttemptError's current attempt: file the provider's
+// answer with ReportObservation (R15);
 // *JobNotRunningError (ErrJobNotRunning) when this attempt already wrote a
 // different outcome; ErrNotFound; *InvalidArgumentError; ErrUnavailable
 // (ErrWriteOutcomeUnknown, ErrDatabaseUnavailable) after the retries.
 func (c *Client) Complete(ctx context.Context, r CompleteRequest) (WriteResult, error) {
-	req := &pb.CompleteRequest{JobId: r.JobID, Attempt: r.Attempt, ProviderRefundId: r.ProviderRefundID}
+	req := &pb.CompleteRequest{JobId: r.JobID, Attempt: r.Attempt, LeaseToken: string(r.LeaseToken),
+		ProviderRefundId: r.ProviderRefundID}
 	var resp *pb.CompleteResponse
 	err := c.retrySafe(ctx, "Complete", func(ctx context.Context) (err error) {
 		resp, err = c.rpc.Complete(ctx, req)
@@ -393,8 +397,9 @@ func (c *Client) Complete(ctx context.Context, r CompleteRequest) (WriteResult, 
 
 // RescheduleRequest hands a running job back for a later attempt.
 type RescheduleRequest struct {
-	JobID   int64
-	Attempt int64
+	JobID      int64
+	Attempt    int64
+	LeaseToken LeaseToken
 	// NextAction is reconcile when empty. Choose refund only when the
 	// provider definitely did not act on the request, or a reconcile found a
 	// same-key resend safe (R14).
@@ -407,12 +412,13 @@ type RescheduleRequest struct {
 	Reason string
 }
 
-// Reschedule moves a running job back to ready, fenced by attempt exactly
+// Reschedule moves a running job back to ready, fenced by its grant exactly
 // like Complete, and is repeated after UNAVAILABLE the same way (R21).
 //
 // Errors: as Complete.
 func (c *Client) Reschedule(ctx context.Context, r RescheduleRequest) (WriteResult, error) {
-	req := &pb.RescheduleRequest{JobId: r.JobID, Attempt: r.Attempt, NextAction: actionToProto(r.NextAction), Reason: r.Reason}
+	req := &pb.RescheduleRequest{JobId: r.JobID, Attempt: r.Attempt, LeaseToken: string(r.LeaseToken),
+		NextAction: actionToProto(r.NextAction), Reason: r.Reason}
 	switch {
 	case !r.At.IsZero():
 		req.When = &pb.RescheduleRequest_NextAttemptAt{NextAttemptAt: timeToProto(r.At)}
@@ -432,20 +438,21 @@ func (c *Client) Reschedule(ctx context.Context, r RescheduleRequest) (WriteResu
 
 // EscalateRequest stops automatic handling of a running job.
 type EscalateRequest struct {
-	JobID   int64
-	Attempt int64
+	JobID      int64
+	Attempt    int64
+	LeaseToken LeaseToken
 	// Reason tells a person why they must look; required, up to 1024
 	// characters.
 	Reason string
 }
 
-// Escalate moves a running job to manual_review (R14, R16), fenced by attempt
-// exactly like Complete, and is repeated after UNAVAILABLE the same way
+// Escalate moves a running job to manual_review (R14, R16), fenced by its
+// grant exactly like Complete, and is repeated after UNAVAILABLE the same way
 // (R21).
 //
 // Errors: as Complete.
 func (c *Client) Escalate(ctx context.Context, r EscalateRequest) (WriteResult, error) {
-	req := &pb.EscalateRequest{JobId: r.JobID, Attempt: r.Attempt, Reason: r.Reason}
+	req := &pb.EscalateRequest{JobId: r.JobID, Attempt: r.Attempt, LeaseToken: string(r.LeaseToken), Reason: r.Reason}
 	var resp *pb.EscalateResponse
 	err := c.retrySafe(ctx, "Escalate", func(ctx context.Context) (err error) {
 		resp, err = c.rpc.Escalate(ctx, req)
@@ -463,8 +470,10 @@ type ObservationRequest struct {
 	JobID        int64
 	OperationKey string
 	// Attempt is the attempt the reporter held; 0 when it held none
-	// (webhook, reconciler).
-	Attempt int64
+	// (webhook, reconciler). LeaseToken, that grant's token, marks the
+	// receipt attempt_verified; it is filed without it too.
+	Attempt    int64
+	LeaseToken LeaseToken
 	// Source says who saw it, e.g. "worker:w-7" or "webhook"; 1..128
 	// characters.
 	Source           string
@@ -485,7 +494,7 @@ type ObservationRequest struct {
 // retries; *Error otherwise.
 func (c *Client) ReportObservation(ctx context.Context, r ObservationRequest) (obs Observation, duplicate bool, err error) {
 	req := &pb.ReportObservationRequest{
-		Attempt: r.Attempt, Source: r.Source, Outcome: outcomeToProto(r.Outcome),
+		Attempt: r.Attempt, LeaseToken: string(r.LeaseToken), Source: r.Source, Outcome: outcomeToProto(r.Outcome),
 		ProviderRefundId: r.ProviderRefundID, ProviderEventId: r.ProviderEventID, Detail: r.Detail,
 	}
 	if r.JobID != 0 {

@@ -78,20 +78,20 @@ func TestTypedErrorsFromErrorInfo_R24(t *testing.T) {
 		if !b.Takeover || b.NextAction != jobfence.ActionReconcile || b.Attempt != a.Attempt+1 {
 			t.Fatalf("takeover = %+v", b)
 		}
-		if _, err := c.client.Complete(ctx, jobfence.CompleteRequest{JobID: job.ID, Attempt: b.Attempt, ProviderRefundID: "re_1"}); err != nil {
+		if _, err := c.client.Complete(ctx, jobfence.CompleteRequest{JobID: job.ID, Attempt: b.Attempt, LeaseToken: b.LeaseToken, ProviderRefundID: "re_1"}); err != nil {
 			t.Fatal(err)
 		}
 		for name, write := range map[string]func() error{
 			"complete": func() error {
-				_, err := c.client.Complete(ctx, jobfence.CompleteRequest{JobID: job.ID, Attempt: a.Attempt, ProviderRefundID: "re_1"})
+				_, err := c.client.Complete(ctx, jobfence.CompleteRequest{JobID: job.ID, Attempt: a.Attempt, LeaseToken: a.LeaseToken, ProviderRefundID: "re_1"})
 				return err
 			},
 			"reschedule": func() error {
-				_, err := c.client.Reschedule(ctx, jobfence.RescheduleRequest{JobID: job.ID, Attempt: a.Attempt, Delay: time.Second, Reason: "timeout"})
+				_, err := c.client.Reschedule(ctx, jobfence.RescheduleRequest{JobID: job.ID, Attempt: a.Attempt, LeaseToken: a.LeaseToken, Delay: time.Second, Reason: "timeout"})
 				return err
 			},
 			"escalate": func() error {
-				_, err := c.client.Escalate(ctx, jobfence.EscalateRequest{JobID: job.ID, Attempt: a.Attempt, Reason: "late"})
+				_, err := c.client.Escalate(ctx, jobfence.EscalateRequest{JobID: job.ID, Attempt: a.Attempt, LeaseToken: a.LeaseToken, Reason: "late"})
 				return err
 			},
 		} {
@@ -117,10 +117,10 @@ func TestTypedErrorsFromErrorInfo_R24(t *testing.T) {
 	t.Run("job not running R21", func(t *testing.T) {
 		job := c.enqueue(t, "notrunning")
 		a := c.claimOne(t, "A", job)
-		if _, err := c.client.Complete(ctx, jobfence.CompleteRequest{JobID: job.ID, Attempt: a.Attempt, ProviderRefundID: "re_2"}); err != nil {
+		if _, err := c.client.Complete(ctx, jobfence.CompleteRequest{JobID: job.ID, Attempt: a.Attempt, LeaseToken: a.LeaseToken, ProviderRefundID: "re_2"}); err != nil {
 			t.Fatal(err)
 		}
-		_, err := c.client.Escalate(ctx, jobfence.EscalateRequest{JobID: job.ID, Attempt: a.Attempt, Reason: "second thoughts"})
+		_, err := c.client.Escalate(ctx, jobfence.EscalateRequest{JobID: job.ID, Attempt: a.Attempt, LeaseToken: a.LeaseToken, Reason: "second thoughts"})
 		var nr *jobfence.JobNotRunningError
 		if !errors.As(err, &nr) || !errors.Is(err, jobfence.ErrJobNotRunning) || !errors.Is(err, jobfence.ErrFenced) ||
 			errors.Is(err, jobfence.ErrStaleAttempt) {
@@ -158,13 +158,13 @@ func TestWriteBackRetriedOnUnavailableIsReplayed_R21(t *testing.T) {
 		state  jobfence.JobState
 	}{
 		{"Complete", func(j jobfence.ClaimedJob) (jobfence.WriteResult, error) {
-			return c.client.Complete(ctx, jobfence.CompleteRequest{JobID: j.Job.ID, Attempt: j.Attempt, ProviderRefundID: "re_9"})
+			return c.client.Complete(ctx, jobfence.CompleteRequest{JobID: j.Job.ID, Attempt: j.Attempt, LeaseToken: j.LeaseToken, ProviderRefundID: "re_9"})
 		}, jobfence.StateSucceeded},
 		{"Reschedule", func(j jobfence.ClaimedJob) (jobfence.WriteResult, error) {
-			return c.client.Reschedule(ctx, jobfence.RescheduleRequest{JobID: j.Job.ID, Attempt: j.Attempt, Delay: time.Hour, Reason: "pending"})
+			return c.client.Reschedule(ctx, jobfence.RescheduleRequest{JobID: j.Job.ID, Attempt: j.Attempt, LeaseToken: j.LeaseToken, Delay: time.Hour, Reason: "pending"})
 		}, jobfence.StateReady},
 		{"Escalate", func(j jobfence.ClaimedJob) (jobfence.WriteResult, error) {
-			return c.client.Escalate(ctx, jobfence.EscalateRequest{JobID: j.Job.ID, Attempt: j.Attempt, Reason: "a person must look"})
+			return c.client.Escalate(ctx, jobfence.EscalateRequest{JobID: j.Job.ID, Attempt: j.Attempt, LeaseToken: j.LeaseToken, Reason: "a person must look"})
 		}, jobfence.StateManualReview},
 	} {
 		t.Run(tc.method, func(t *testing.T) {
@@ -199,7 +199,7 @@ func TestWriteBackRetriedOnUnavailableIsReplayed_R21(t *testing.T) {
 		job := c.enqueue(t, "acme")
 		claimed := c.claimOne(t, "w", job)
 		c.dropAfterCommit("Complete", 1)
-		_, err = once.Complete(ctx, jobfence.CompleteRequest{JobID: job.ID, Attempt: claimed.Attempt, ProviderRefundID: "re_3"})
+		_, err = once.Complete(ctx, jobfence.CompleteRequest{JobID: job.ID, Attempt: claimed.Attempt, LeaseToken: claimed.LeaseToken, ProviderRefundID: "re_3"})
 		if !errors.Is(err, jobfence.ErrUnavailable) {
 			t.Fatalf("Complete with one try after a lost reply: %v, want ErrUnavailable", err)
 		}

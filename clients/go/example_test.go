@@ -143,16 +143,16 @@ func ExampleStaleAttemptError() {
 	time.Sleep(1100 * time.Millisecond) // A hangs past its lease
 	b := claim("worker-b")              // B takes over and must reconcile first
 	fmt.Println("B: attempt", b.Attempt, "takeover", b.Takeover, "next", b.NextAction)
-	if _, err := client.Complete(ctx, jobfence.CompleteRequest{JobID: job.ID, Attempt: b.Attempt, ProviderRefundID: "re_77"}); err != nil {
+	if _, err := client.Complete(ctx, jobfence.CompleteRequest{JobID: job.ID, Attempt: b.Attempt, LeaseToken: b.LeaseToken, ProviderRefundID: "re_77"}); err != nil {
 		log.Fatal(err)
 	}
 
-	_, err = client.Complete(ctx, jobfence.CompleteRequest{JobID: job.ID, Attempt: a.Attempt, ProviderRefundID: "re_77"})
+	_, err = client.Complete(ctx, jobfence.CompleteRequest{JobID: job.ID, Attempt: a.Attempt, LeaseToken: a.LeaseToken, ProviderRefundID: "re_77"})
 	var stale *jobfence.StaleAttemptError
 	if errors.As(err, &stale) {
 		fmt.Println("A: stale; the job is", stale.CurrentState, "under attempt", stale.CurrentAttempt)
 		_, _, err := client.ReportObservation(ctx, jobfence.ObservationRequest{
-			JobID: job.ID, Attempt: a.Attempt, Source: "worker:worker-a",
+			JobID: job.ID, Attempt: a.Attempt, LeaseToken: a.LeaseToken, Source: "worker:worker-a",
 			Outcome: jobfence.OutcomeSucceeded, ProviderRefundID: "re_77",
 		})
 		if err != nil {

@@ -1,6 +1,9 @@
 package jobfence
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"log/slog"
 	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -80,11 +83,15 @@ type Job struct {
 	UpdatedAt   time.Time
 }
 
-// ClaimedJob is a job granted by Claim. Carry Attempt, the fencing token, in
-// every write-back for it (R9).
+// ClaimedJob is a job granted by Claim. Every write-back for it carries its
+// grant: Attempt and LeaseToken (R9, R25); the Worker does that for you.
 type ClaimedJob struct {
-	Job        Job
-	Attempt    int64
+	Job     Job
+	Attempt int64
+	// LeaseToken proves this process holds the grant (R25). Pass it with
+	// Attempt to Complete, Reschedule, Escalate and ReportObservation; the
+	// coordinator refuses the attempt without it. It prints redacted.
+	LeaseToken LeaseToken
 	LeaseUntil time.Time
 	NextAction NextAction
 	// Takeover is true when the job was taken over from an expired lease; its
@@ -181,6 +188,9 @@ type Observation struct {
 	ProviderEventID  string
 	Detail           string
 	CreatedAt        time.Time
+	// AttemptVerified is true when the report carried the lease token of
+	// ReportedAttempt's grant (R25).
+	AttemptVerified bool
 }
 
 // JobDetail is a job with its history and observations, oldest first.
@@ -235,6 +245,7 @@ func claimedFromProto(c *pb.ClaimedJob, received time.Time) ClaimedJob {
 	return ClaimedJob{
 		Job:            jobFromProto(c.GetJob()),
 		Attempt:        c.GetAttempt(),
+		LeaseToken:     LeaseToken(c.GetLeaseToken()),
 		LeaseUntil:     timeFromProto(c.GetLeaseUntil()),
 		NextAction:     actionFromProto(c.GetNextAction()),
 		Takeover:       c.GetTakeover(),
@@ -274,6 +285,7 @@ func observationFromProto(o *pb.Observation) Observation {
 		ProviderEventID:  o.GetProviderEventId(),
 		Detail:           o.GetDetail(),
 		CreatedAt:        timeFromProto(o.GetCreatedAt()),
+		AttemptVerified:  o.GetAttemptVerified(),
 	}
 }
 
@@ -340,4 +352,31 @@ func outcomeToProto(o Outcome) pb.ObservationOutcome {
 		}
 	}
 	return pb.ObservationOutcome_OBSERVATION_OUTCOME_UNSPECIFIED
+}
+
+// LeaseToken is the secret of one grant (R25): the coordinator mints it with
+// every claim or takeover and accepts a write-back of the grant only with it.
+// The attempt is disclosed in errors and logs; the token never is, so knowing
+// the attempt never lets a stale worker write. It prints as "[redacted]" (fmt
+// and slog alike); Fingerprint names the grant without revealing it.
+type LeaseToken string
+
+// String keeps the token out of formatted output.
+func (LeaseToken) String() string { return "[redacted]" }
+
+// GoString keeps the token out of %#v.
+func (LeaseToken) GoString() string { return "[redacted]" }
+
+// LogValue keeps the token out of slog output.
+func (LeaseToken) LogValue() slog.Value { return slog.StringValue("[redacted]") }
+
+// Fingerprint is a short, non-secret name of the grant for logs: the first 6
+// bytes of the token's SHA-256 in hex, as the coordinator's history keeps it;
+// "" for no token.
+func (t LeaseToken) Fingerprint() string {
+	if t == "" {
+		return ""
+	}
+	h := sha256.Sum256([]byte(t))
+	return hex.EncodeToString(h[:6])
 }

@@ -432,7 +432,9 @@ func (w *Worker) policy(provider string) ProviderPolicy {
 }
 
 func jobAttrs(c ClaimedJob) []any {
-	return []any{"job_id", c.Job.ID, "operation_key", c.Job.OperationKey, "attempt", c.Attempt}
+	// grant names the grant without revealing its token (R25).
+	return []any{"job_id", c.Job.ID, "operation_key", c.Job.OperationKey, "attempt", c.Attempt,
+		"grant", c.LeaseToken.Fingerprint()}
 }
 
 // work handles one claimed job from provider call to write-back.
@@ -506,18 +508,20 @@ func (w *Worker) call(ctx context.Context, log *slog.Logger, c ClaimedJob) Resul
 	return Unknown(fmt.Errorf("provider call outlived its deadline of %s", w.o.ProviderTimeout))
 }
 
-// write makes the fenced write-back under the claimed attempt (R9). The
+// write makes the fenced write-back under the claimed grant (R9, R25). The
 // Client repeats it after UNAVAILABLE (R21); the fence's refusal is final.
 func (w *Worker) write(ctx context.Context, log *slog.Logger, c ClaimedJob, d Decision, res Result) {
 	var wr WriteResult
 	var err error
 	switch d.Kind {
 	case DecideComplete:
-		wr, err = w.client.Complete(ctx, CompleteRequest{JobID: c.Job.ID, Attempt: c.Attempt, ProviderRefundID: d.ProviderRefundID})
+		wr, err = w.client.Complete(ctx, CompleteRequest{JobID: c.Job.ID, Attempt: c.Attempt, LeaseToken: c.LeaseToken,
+			ProviderRefundID: d.ProviderRefundID})
 	case DecideEscalate:
-		wr, err = w.client.Escalate(ctx, EscalateRequest{JobID: c.Job.ID, Attempt: c.Attempt, Reason: clip(d.Reason, 1024)})
+		wr, err = w.client.Escalate(ctx, EscalateRequest{JobID: c.Job.ID, Attempt: c.Attempt, LeaseToken: c.LeaseToken,
+			Reason: clip(d.Reason, 1024)})
 	default:
-		wr, err = w.client.Reschedule(ctx, RescheduleRequest{JobID: c.Job.ID, Attempt: c.Attempt,
+		wr, err = w.client.Reschedule(ctx, RescheduleRequest{JobID: c.Job.ID, Attempt: c.Attempt, LeaseToken: c.LeaseToken,
 			NextAction: d.NextAction, Delay: d.Delay, Reason: clip(d.Reason, 1024)})
 	}
 	switch {
@@ -570,7 +574,7 @@ func (w *Worker) observe(ctx context.Context, log *slog.Logger, c ClaimedJob, re
 		detail += "; provider: " + res.Reason
 	}
 	req := ObservationRequest{
-		JobID: c.Job.ID, Attempt: c.Attempt, Source: clip("worker:"+w.o.WorkerID, 128), Outcome: outcome,
+		JobID: c.Job.ID, Attempt: c.Attempt, LeaseToken: c.LeaseToken, Source: clip("worker:"+w.o.WorkerID, 128), Outcome: outcome,
 		ProviderRefundID: res.ProviderRefundID, ProviderEventID: res.ProviderEventID, Detail: clip(detail, 4096),
 	}
 	// The receipt may be the only trace of a refund the provider made: keep

@@ -167,7 +167,7 @@ func TestWorkerFilesObservationWhenStale_R15_T3(t *testing.T) {
 		t.Fatalf("B's claim %+v, want a takeover under attempt 2 with reconcile", b)
 	}
 	// B reconciles with the same operation key and completes.
-	if _, err := c.client.Complete(ctxFor(t), jobfence.CompleteRequest{JobID: job.ID, Attempt: b.Attempt, ProviderRefundID: "re_late"}); err != nil {
+	if _, err := c.client.Complete(ctxFor(t), jobfence.CompleteRequest{JobID: job.ID, Attempt: b.Attempt, LeaseToken: b.LeaseToken, ProviderRefundID: "re_late"}); err != nil {
 		t.Fatal(err)
 	}
 	close(answer)
@@ -351,7 +351,7 @@ func TestWorkerReconcileDecisions_R14_R16(t *testing.T) {
 		c := startCoordinator(t)
 		job := c.enqueue(t, "shortwindow") // the coordinator keeps its keys 2s
 		a := c.claimOne(t, "A", job)       // the key goes out
-		if _, err := c.client.Reschedule(ctxFor(t), jobfence.RescheduleRequest{JobID: job.ID, Attempt: a.Attempt,
+		if _, err := c.client.Reschedule(ctxFor(t), jobfence.RescheduleRequest{JobID: job.ID, Attempt: a.Attempt, LeaseToken: a.LeaseToken,
 			Delay: 2 * time.Second, Reason: "reply lost"}); err != nil {
 			t.Fatal(err)
 		}
@@ -372,7 +372,7 @@ func TestWorkerReconcileDecisions_R14_R16(t *testing.T) {
 		job := c.enqueue(t, "shortwindow")
 		a := c.claimOne(t, "A", job)
 		// A decided a same-key resend; it is picked up only after the window.
-		if _, err := c.client.Reschedule(ctxFor(t), jobfence.RescheduleRequest{JobID: job.ID, Attempt: a.Attempt,
+		if _, err := c.client.Reschedule(ctxFor(t), jobfence.RescheduleRequest{JobID: job.ID, Attempt: a.Attempt, LeaseToken: a.LeaseToken,
 			NextAction: jobfence.ActionRefund, Delay: 2 * time.Second, Reason: "no record; resend"}); err != nil {
 			t.Fatal(err)
 		}
@@ -476,7 +476,7 @@ func TestWorkerKeepsFilingReceiptWhileUnavailable_R15(t *testing.T) {
 	<-sent
 	c.expire(t, job.ID)
 	b := c.claimOne(t, "B", job)
-	if _, err := c.client.Complete(ctxFor(t), jobfence.CompleteRequest{JobID: job.ID, Attempt: b.Attempt, ProviderRefundID: "re_late"}); err != nil {
+	if _, err := c.client.Complete(ctxFor(t), jobfence.CompleteRequest{JobID: job.ID, Attempt: b.Attempt, LeaseToken: b.LeaseToken, ProviderRefundID: "re_late"}); err != nil {
 		t.Fatal(err)
 	}
 	// More lost replies than the client retries on its own.

@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -12,8 +13,8 @@ import (
 )
 
 // walkthrough returns the commands of the README's grpcurl session: the first
-// sh block after the walkthrough marker, continuation lines and multi-line
-// quoted JSON joined, comments dropped.
+// sh block after the walkthrough marker, continuation lines, multi-line quoted
+// JSON and here-documents joined, comments dropped.
 func walkthrough(t *testing.T) []string {
 	t.Helper()
 	readme, err := os.ReadFile("../../README.md")
@@ -28,13 +29,23 @@ func walkthrough(t *testing.T) []string {
 	block, _, _ := strings.Cut(rest, "```")
 	var cmds []string
 	var cur strings.Builder
+	heredoc := "" // the delimiter of the here-document being read
 	for _, line := range strings.Split(block, "\n") {
 		if cur.Len() == 0 && (strings.TrimSpace(line) == "" || strings.HasPrefix(strings.TrimSpace(line), "#")) {
 			continue
 		}
 		cur.WriteString(line)
 		cur.WriteString("\n")
-		if !strings.HasSuffix(line, "\\") && strings.Count(cur.String(), "'")%2 == 0 {
+		switch {
+		case heredoc != "":
+			if line == heredoc {
+				heredoc = ""
+			}
+		case strings.Contains(line, "<<"):
+			_, heredoc, _ = strings.Cut(line, "<<")
+			heredoc = strings.Trim(strings.TrimSpace(heredoc), `'"`)
+		}
+		if heredoc == "" && !strings.HasSuffix(line, "\\") && strings.Count(cur.String(), "'")%2 == 0 {
 			cmds = append(cmds, cur.String())
 			cur.Reset()
 		}
@@ -42,9 +53,38 @@ func walkthrough(t *testing.T) []string {
 	return cmds
 }
 
-// TestReadmeWalkthrough runs the README's grpcurl session, word for word,
-// against the coordinator binary on each store, and checks what each step must
-// show.
+// session runs cmds in one sh, so that variables carry from one to the next
+// as when a person pastes them, and returns each command's output (stdout
+// and stderr) and whether it exited 0.
+func session(t *testing.T, addr string, cmds []string) (outs []string, ok []bool) {
+	t.Helper()
+	var script strings.Builder
+	for i, c := range cmds {
+		fmt.Fprintf(&script, "echo '::step %d::'\n%s\necho \"::exit $?::\"\n", i, strings.ReplaceAll(c, "localhost:50051", addr))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "sh", "-c", script.String())
+	cmd.Env = append(os.Environ(), "PATH="+bin.dir+":"+os.Getenv("PATH"))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the session did not finish: %v\n%s", err, out)
+	}
+	for i := range cmds {
+		_, rest, found := strings.Cut(string(out), fmt.Sprintf("::step %d::\n", i))
+		section, code, ended := strings.Cut(rest, "::exit ")
+		if !found || !ended {
+			t.Fatalf("step %d left no output markers:\n%s", i+1, out)
+		}
+		outs = append(outs, section)
+		ok = append(ok, strings.HasPrefix(code, "0::"))
+	}
+	return outs, ok
+}
+
+// TestReadmeWalkthrough runs the README's grpcurl session, word for word and
+// twice on the same store (it must be rerunnable), against the coordinator
+// binary on each store, and checks what each step must show.
 func TestReadmeWalkthrough(t *testing.T) {
 	cmds := walkthrough(t)
 	want := []struct {
@@ -52,13 +92,15 @@ func TestReadmeWalkthrough(t *testing.T) {
 		contains []string
 	}{
 		{true, []string{"jobfence.v1.Coordinator", "grpc.health.v1.Health"}},
+		{true, nil}, // KEY=
 		{true, []string{`"created": true`, "JOB_STATE_READY"}},
-		{true, []string{`"attempt": "1"`, "NEXT_ACTION_REFUND"}},
+		{true, []string{`"attempt": "1"`, "NEXT_ACTION_REFUND", `"leaseToken": "`}},
 		{true, nil}, // sleep past the 1s lease
-		{true, []string{`"attempt": "2"`, `"takeover": true`, "NEXT_ACTION_RECONCILE"}},
+		{true, []string{`"attempt": "2"`, `"takeover": true`, "NEXT_ACTION_RECONCILE", `"leaseToken": "`}},
 		{true, []string{"JOB_STATE_SUCCEEDED", "re_0001"}},
 		{false, []string{`"code": 9`, `"reason": "STALE_ATTEMPT"`, `"current_attempt": "2"`}},
-		{true, []string{"OBSERVATION_OUTCOME_SUCCEEDED", `"reportedAttempt": "1"`}},
+		{false, []string{`"code": 9`, `"reason": "STALE_ATTEMPT"`, `"current_attempt": "2"`}},
+		{true, []string{"OBSERVATION_OUTCOME_SUCCEEDED", `"reportedAttempt": "1"`, `"attemptVerified": true`}},
 		{true, []string{"JOB_STATE_SUCCEEDED", `"kind": "taken_over"`, `"kind": "completed"`, "worker:worker-a"}},
 	}
 	if len(cmds) != len(want) {
@@ -72,18 +114,19 @@ func TestReadmeWalkthrough(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			p := startCoordinator(t, args(t)...)
-			for i, c := range cmds {
-				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				cmd := exec.CommandContext(ctx, "sh", "-c", strings.ReplaceAll(c, "localhost:50051", p.addr))
-				cmd.Env = append(os.Environ(), "PATH="+bin.dir+":"+os.Getenv("PATH"))
-				out, err := cmd.CombinedOutput()
-				cancel()
-				if (err == nil) != want[i].ok {
-					t.Fatalf("step %d: %s\nexit: %v\n%s", i+1, c, err, out)
+			for run := 1; run <= 2; run++ {
+				if run == 2 {
+					time.Sleep(time.Second) // a new second: a new operation key
 				}
-				for _, s := range want[i].contains {
-					if !strings.Contains(string(out), s) {
-						t.Fatalf("step %d: %s\noutput lacks %q:\n%s", i+1, c, s, out)
+				outs, ok := session(t, p.addr, cmds)
+				for i := range cmds {
+					if ok[i] != want[i].ok {
+						t.Fatalf("run %d, step %d: %s\nexit 0: %v, want %v\n%s", run, i+1, cmds[i], ok[i], want[i].ok, outs[i])
+					}
+					for _, s := range want[i].contains {
+						if !strings.Contains(outs[i], s) {
+							t.Fatalf("run %d, step %d: %s\noutput lacks %q:\n%s", run, i+1, cmds[i], s, outs[i])
+						}
 					}
 				}
 			}

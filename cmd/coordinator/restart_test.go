@@ -78,7 +78,7 @@ func TestRestartKeepsJobsAndFence(t *testing.T) {
 			if again, err := c.Claim(ctx, &pb.ClaimRequest{WorkerId: "B", MaxJobs: 5}); err != nil || len(again.Jobs) != 0 {
 				t.Fatalf("Claim after restart = %v, %v", again, err)
 			}
-			done, err := c.Complete(ctx, &pb.CompleteRequest{JobId: enq.Job.Id, Attempt: held.Attempt, ProviderRefundId: "re_9"})
+			done, err := c.Complete(ctx, &pb.CompleteRequest{JobId: enq.Job.Id, Attempt: held.Attempt, LeaseToken: held.LeaseToken, ProviderRefundId: "re_9"})
 			if err != nil || done.Replayed || done.Job.State != pb.JobState_JOB_STATE_SUCCEEDED {
 				t.Fatalf("Complete with the pre-restart attempt = %v, %v", done, err)
 			}

@@ -2,140 +2,14 @@ package main
 
 import (
 	"fmt"
-	"go/ast"
-	"go/parser"
-	"go/token"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 )
-
-// TestCandidateQueryIsTheClaimsQuery keeps scenario A honest: the query it
-// times and explains must be the claim's own candidate query (Q1), store/mysql's
-// lockDueJobs without a provider filter and without FOR UPDATE SKIP LOCKED.
-func TestCandidateQueryIsTheClaimsQuery(t *testing.T) {
-	// The shared column lists live in store/internal; any package there may
-	// hold a constant the query is built from.
-	var extra []string
-	if entries, err := os.ReadDir("../../store/internal"); err == nil {
-		for _, e := range entries {
-			if e.IsDir() {
-				extra = append(extra, filepath.Join("../../store/internal", e.Name()))
-			}
-		}
-	}
-	consts := stringConsts(t, "../../store/mysql", extra...)
-	lock, ok := consts["lockDueJobs"]
-	if !ok {
-		t.Fatal("store/mysql has no constant lockDueJobs; update the bench's candidateQuery and this test")
-	}
-	claimed := strings.TrimSpace(fmt.Sprintf(lock, ""))
-	claimed, ok = strings.CutSuffix(claimed, "FOR UPDATE SKIP LOCKED")
-	if !ok {
-		t.Fatalf("lockDueJobs no longer ends with FOR UPDATE SKIP LOCKED:\n%s", lock)
-	}
-	if got, want := strings.Join(strings.Fields(candidateQuery), " "), strings.Join(strings.Fields(claimed), " "); got != want {
-		t.Errorf("candidateQuery differs from the claim's lockDueJobs:\n bench: %s\n claim: %s", got, want)
-	}
-}
-
-// stringConsts evaluates the top-level string constants of the Go package in
-// dir that are built from literals, other constants and +. Constants of other
-// packages (pkg.Name) are looked up in the folders of extra, keyed by package
-// name.
-func stringConsts(t *testing.T, dir string, extra ...string) map[string]string {
-	t.Helper()
-	exprs := map[string]ast.Expr{} // "pkg.Name" → its value
-	var main string
-	for k, d := range append([]string{dir}, extra...) {
-		pkg := parseConsts(t, d, exprs)
-		if k == 0 {
-			main = pkg
-		}
-	}
-	var eval func(pkg string, e ast.Expr) (string, bool)
-	eval = func(pkg string, e ast.Expr) (string, bool) {
-		switch e := e.(type) {
-		case *ast.BasicLit:
-			if e.Kind != token.STRING {
-				return "", false
-			}
-			s, err := strconv.Unquote(e.Value)
-			return s, err == nil
-		case *ast.Ident:
-			if x, ok := exprs[pkg+"."+e.Name]; ok {
-				return eval(pkg, x)
-			}
-		case *ast.SelectorExpr:
-			if id, ok := e.X.(*ast.Ident); ok {
-				if x, ok := exprs[id.Name+"."+e.Sel.Name]; ok {
-					return eval(id.Name, x)
-				}
-			}
-		case *ast.ParenExpr:
-			return eval(pkg, e.X)
-		case *ast.BinaryExpr:
-			if e.Op == token.ADD {
-				a, ok1 := eval(pkg, e.X)
-				b, ok2 := eval(pkg, e.Y)
-				return a + b, ok1 && ok2
-			}
-		}
-		return "", false
-	}
-	out := map[string]string{}
-	for key, e := range exprs {
-		if pkg, name, _ := strings.Cut(key, "."); pkg == main {
-			if s, ok := eval(pkg, e); ok {
-				out[name] = s
-			}
-		}
-	}
-	return out
-}
-
-// parseConsts adds the top-level constants of the package in dir to exprs
-// and returns the package's name.
-func parseConsts(t *testing.T, dir string, exprs map[string]ast.Expr) string {
-	t.Helper()
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fset := token.NewFileSet()
-	var pkg string
-	for _, entry := range entries {
-		name := entry.Name()
-		if !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") {
-			continue
-		}
-		f, err := parser.ParseFile(fset, filepath.Join(dir, name), nil, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pkg = f.Name.Name
-		for _, d := range f.Decls {
-			gd, ok := d.(*ast.GenDecl)
-			if !ok || gd.Tok != token.CONST {
-				continue
-			}
-			for _, spec := range gd.Specs {
-				vs := spec.(*ast.ValueSpec)
-				for i, n := range vs.Names {
-					if i < len(vs.Values) {
-						exprs[pkg+"."+n.Name] = vs.Values[i]
-					}
-				}
-			}
-		}
-	}
-	return pkg
-}
 
 func TestPercentileIsNearestRank(t *testing.T) {
 	var l latencies

@@ -14,16 +14,9 @@ import (
 	"github.com/jobfence/jobfence/store/mysql"
 )
 
-// candidateQuery is the claim's candidate query (Q1): store/mysql's
-// lockDueJobs with no provider filter and without its FOR UPDATE SKIP LOCKED,
-// so that it can be repeated and explained without taking locks. A test keeps
-// the two in step.
-const candidateQuery = `SELECT EXISTS (SELECT 1 FROM refund_observations o WHERE o.job_id = refund_jobs.id), id, operation_key, order_id, payment_id, amount_minor, currency, provider,
-  state, attempt, next_action, next_attempt_at, lease_until, provider_refund_id,
-  worker_id, last_reason, first_sent_at, created_at, updated_at FROM refund_jobs FORCE INDEX (ix_refund_jobs_due)
- WHERE state = 'ready' AND next_attempt_at <= ?
- ORDER BY next_attempt_at, id
- LIMIT ?`
+// candidateQuery is the claim's candidate query (Q1), as store/mysql runs
+// it, without a provider filter or locks.
+var candidateQuery = mysql.DueCandidatesQuery()
 
 // candidateResult is one measured variant of the candidate query.
 type candidateResult struct {

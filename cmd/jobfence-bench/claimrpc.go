@@ -118,7 +118,7 @@ func (b *bench) claimRun(ctx context.Context, n int, d time.Duration, ref *coord
 			for _, j := range resp.Jobs {
 				t1 := time.Now()
 				_, err := c.Reschedule(ctx, &pb.RescheduleRequest{
-					JobId: j.Job.Id, Attempt: j.Attempt, NextAction: pb.NextAction_NEXT_ACTION_REFUND,
+					JobId: j.Job.Id, Attempt: j.Attempt, LeaseToken: j.LeaseToken, NextAction: pb.NextAction_NEXT_ACTION_REFUND,
 					When:   &pb.RescheduleRequest_NextAttemptAt{NextAttemptAt: j.Job.NextAttemptAt},
 					Reason: "benchmark: handed back unchanged",
 				})

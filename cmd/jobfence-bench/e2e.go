@@ -14,7 +14,11 @@ import (
 )
 
 // grant is a claimed job as the drain loop needs it.
-type grant struct{ id, attempt int64 }
+// grant is what a write-back carries (R25).
+type grant struct {
+	id, attempt int64
+	token       string
+}
 
 // drainer is one way of issuing the claim and complete transactions: through
 // the coordinator's gRPC API, or in-process through the store.
@@ -33,14 +37,14 @@ func (d grpcDrainer) claim(ctx context.Context, w int, max int) ([]grant, error)
 	}
 	out := make([]grant, len(resp.Jobs))
 	for i, j := range resp.Jobs {
-		out[i] = grant{id: j.Job.Id, attempt: j.Attempt}
+		out[i] = grant{id: j.Job.Id, attempt: j.Attempt, token: j.LeaseToken}
 	}
 	return out, nil
 }
 
 func (d grpcDrainer) complete(ctx context.Context, w int, g grant) error {
 	resp, err := d.clients[w].Complete(ctx, &pb.CompleteRequest{
-		JobId: g.id, Attempt: g.attempt, ProviderRefundId: fmt.Sprintf("re_bench_%d", g.id)})
+		JobId: g.id, Attempt: g.attempt, LeaseToken: g.token, ProviderRefundId: fmt.Sprintf("re_bench_%d", g.id)})
 	if err == nil && resp.Replayed {
 		err = fmt.Errorf("job %d: first completion answered as a replay", g.id)
 	}
@@ -59,14 +63,14 @@ func (d storeDrainer) claim(ctx context.Context, w int, max int) ([]grant, error
 	}
 	out := make([]grant, len(claimed))
 	for i, c := range claimed {
-		out[i] = grant{id: c.Job.ID, attempt: c.Job.Attempt}
+		out[i] = grant{id: c.Job.ID, attempt: c.Job.Attempt, token: string(c.LeaseToken)}
 	}
 	return out, nil
 }
 
 func (d storeDrainer) complete(ctx context.Context, _ int, g grant) error {
 	res, err := d.st.Write(ctx, store.Writeback{Kind: store.EventCompleted, JobID: g.id, Attempt: g.attempt,
-		ProviderRefundID: fmt.Sprintf("re_bench_%d", g.id)})
+		LeaseToken: store.LeaseToken(g.token), ProviderRefundID: fmt.Sprintf("re_bench_%d", g.id)})
 	if err == nil && res.Replayed {
 		err = fmt.Errorf("job %d: first completion answered as a replay", g.id)
 	}

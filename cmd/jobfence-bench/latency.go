@@ -249,7 +249,7 @@ func (b *bench) latencyWorker(ctx context.Context, c pb.CoordinatorClient, id st
 		for _, j := range resp.Jobs {
 			inflight.Go(func() {
 				defer func() { free <- struct{}{} }()
-				_, err := c.Complete(ctx, &pb.CompleteRequest{JobId: j.Job.Id, Attempt: j.Attempt,
+				_, err := c.Complete(ctx, &pb.CompleteRequest{JobId: j.Job.Id, Attempt: j.Attempt, LeaseToken: j.LeaseToken,
 					ProviderRefundId: fmt.Sprintf("re_bench_%d", j.Job.Id)})
 				if err != nil {
 					if ctx.Err() == nil {

@@ -1,6 +1,8 @@
 package mysql
 
 import (
+	"fmt"
+
 	"github.com/jobfence/jobfence/store/internal/sqlbase"
 )
 
@@ -29,11 +31,12 @@ const (
 	// Q1, Q2, R23: ready and due, oldest first, stable by id (Q4). FORCE
 	// INDEX keeps the (state, next_attempt_at, id) walk even with a provider
 	// filter, whose own index would mean a sort of all that provider's rows.
-	lockDueJobs = `SELECT ` + sqlbase.HasObservations + `, ` + jobColumns + ` FROM refund_jobs FORCE INDEX (ix_refund_jobs_due)
+	lockDueJobs = selectDueJobs + `
+ FOR UPDATE SKIP LOCKED`
+	selectDueJobs = `SELECT ` + sqlbase.HasObservations + `, ` + jobColumns + ` FROM refund_jobs FORCE INDEX (ix_refund_jobs_due)
  WHERE state = 'ready' AND next_attempt_at <= ?%s
  ORDER BY next_attempt_at, id
- LIMIT ?
- FOR UPDATE SKIP LOCKED`
+ LIMIT ?`
 
 	// The two candidate groups and the clock in one round trip: UTC_TIMESTAMP
 	// is one value for the whole statement, the cutoff of both groups (R12,
@@ -74,7 +77,8 @@ var claimSQL = sqlbase.ClaimSQL{
 	LockTakeovers:   lockTakeovers,
 	DueJobs:         lockDueJobs,
 	Candidates:      lockCandidates,
-	GrantTable:      "refund_jobs FORCE INDEX (PRIMARY)",
+	UpdateTable:     "refund_jobs FORCE INDEX (PRIMARY)",
+	LockForWrite:    lockJobsForWrite,
 	Observations:    selectObservationsOf,
 	AllBudgets:      selectAllBudgets,
 	Budgets:         lockBudgets,
@@ -82,3 +86,9 @@ var claimSQL = sqlbase.ClaimSQL{
 	ScanJob:         scanJob,
 	ScanObservation: scanObservation,
 }
+
+// DueCandidatesQuery is the claim's candidate query for due jobs (Q1) with
+// no provider filter and without its FOR UPDATE SKIP LOCKED: the statement
+// the benchmark repeats and explains without taking locks. Its arguments are
+// the cutoff and the limit.
+func DueCandidatesQuery() string { return fmt.Sprintf(selectDueJobs, "") }

@@ -1,6 +1,7 @@
 package mysql
 
 import (
+	"context"
 	"database/sql"
 
 	"github.com/go-sql-driver/mysql"
@@ -24,4 +25,10 @@ func OpenKeeping(dsn string, keep int) (*sql.DB, error) {
 		return nil, err
 	}
 	return sql.OpenDB(preparedConnector{Connector: conn, keep: keep}), nil
+}
+
+// OpenMigratedTo is Open with the migrations applied up to version upTo
+// only: the schema an earlier release left.
+func OpenMigratedTo(ctx context.Context, dsn string, upTo int) (*Store, error) {
+	return open(ctx, dsn, Options{}, upTo)
 }

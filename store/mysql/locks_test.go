@@ -58,9 +58,9 @@ func TestClaimLeavesLiveLeasesUnlocked_R8_R13(t *testing.T) {
 	// the live lease completes.
 	wctx, wcancel := context.WithTimeout(ctx, 3*time.Second)
 	defer wcancel()
-	c := held[0].Job
-	if _, err := s.Write(wctx, store.Writeback{Kind: store.EventCompleted, JobID: c.ID, Attempt: c.Attempt,
-		ProviderRefundID: "re_1"}); err != nil {
+	c := held[0]
+	if _, err := s.Write(wctx, store.Writeback{Kind: store.EventCompleted, JobID: c.Job.ID, Attempt: c.Job.Attempt,
+		LeaseToken: c.LeaseToken, ProviderRefundID: "re_1"}); err != nil {
 		t.Fatalf("complete of a live lease while a claim holds its candidates: %v", err)
 	}
 }

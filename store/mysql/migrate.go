@@ -3,13 +3,20 @@ package mysql
 import (
 	"context"
 	"embed"
+	"errors"
 	"fmt"
+	"math"
+
+	"github.com/go-sql-driver/mysql"
 
 	"github.com/jobfence/jobfence/store"
 )
 
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
+
+// allMigrations is the upTo of migrate that applies every file.
+const allMigrations = math.MaxInt
 
 const (
 	migrateLockName    = "jobfence_migrate"
@@ -27,9 +34,10 @@ const (
 
 // migrate applies the embedded migrations that are not yet recorded, holding
 // GET_LOCK on one connection so that replicas starting together apply each
-// file once. MySQL commits DDL implicitly, so the files are written to be
-// re-runnable (IF NOT EXISTS) should a start-up die half-way.
-func (s *Store) migrate(ctx context.Context) error {
+// file once. MySQL commits DDL implicitly, so a start-up that died half-way
+// through a file runs it again: its tables are created IF NOT EXISTS, and a
+// column or index that is already there counts as added (alreadyApplied).
+func (s *Store) migrate(ctx context.Context, upTo int) error {
 	migrations, err := store.Migrations(migrationFiles, "migrations")
 	if err != nil {
 		return err
@@ -70,11 +78,11 @@ func (s *Store) migrate(ctx context.Context) error {
 		return err
 	}
 	for _, m := range migrations {
-		if applied[m.Version] {
+		if applied[m.Version] || m.Version > upTo {
 			continue
 		}
 		for _, stmt := range m.Statements {
-			if _, err := conn.ExecContext(ctx, stmt); err != nil {
+			if _, err := conn.ExecContext(ctx, stmt); err != nil && !alreadyApplied(err) {
 				return fmt.Errorf("migrate %s: %w", m.Name, err)
 			}
 		}
@@ -83,4 +91,12 @@ func (s *Store) migrate(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// alreadyApplied reports the errors of a statement that an interrupted
+// earlier run of its migration had already applied: a duplicate column
+// (1060) or index name (1061).
+func alreadyApplied(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && (me.Number == 1060 || me.Number == 1061)
 }

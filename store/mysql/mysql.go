@@ -53,6 +53,11 @@ var _ store.Store = (*Store)(nil)
 // between statements, not during one: see sqlbase.Backend.Begin); a DSN
 // that sets its own keeps it.
 func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
+	return open(ctx, dsn, opts, allMigrations)
+}
+
+// open is Open with the migrations applied up to version upTo.
+func open(ctx context.Context, dsn string, opts Options, upTo int) (*Store, error) {
 	cfg, err := mysql.ParseDSN(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("mysql dsn: %w", err)
@@ -98,10 +103,9 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		Duplicate:     isDuplicate,
 		Begin:         "START TRANSACTION",
 		Claims:        claimSQL,
-		WriteTx:       writeTx,
 		LockedRead:    selectJobsLocked,
 	}}
-	if err := s.migrate(ctx); err != nil {
+	if err := s.migrate(ctx, upTo); err != nil {
 		db.Close()
 		return nil, err
 	}

@@ -4,13 +4,14 @@ import (
 	"context"
 
 	"github.com/jobfence/jobfence/store"
+	"github.com/jobfence/jobfence/store/internal/sqlbase"
 )
 
 const (
 	insertObservation = `INSERT INTO refund_observations
   (job_id, operation_key, reported_attempt, job_attempt, source, outcome,
-   provider_refund_id, provider_event_id, detail, dedupe_key, created_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6))`
+   provider_refund_id, provider_event_id, detail, dedupe_key, created_at, attempt_verified)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6), ?)`
 
 	selectObservationByID    = `SELECT ` + observationColumns + ` FROM refund_observations WHERE id = ?`
 	selectObservationByDedup = `SELECT ` + observationColumns + ` FROM refund_observations WHERE dedupe_key = ?`
@@ -26,9 +27,13 @@ func (s *Store) Observe(ctx context.Context, p store.ObservationParams) (store.O
 	if err != nil {
 		return store.Observation{}, false, err
 	}
+	verified, err := sqlbase.HeldGrant(ctx, s.db, job.ID, p.Attempt, p.LeaseToken)
+	if err != nil {
+		return store.Observation{}, false, unavailable(err)
+	}
 	key := p.DedupeKey(job.ID)
 	res, err := s.db.ExecContext(ctx, insertObservation, job.ID, job.OperationKey, p.Attempt, job.Attempt,
-		p.Source, p.Outcome, p.ProviderRefundID, p.ProviderEventID, p.Detail, key)
+		p.Source, p.Outcome, p.ProviderRefundID, p.ProviderEventID, p.Detail, key, verified)
 	if isDuplicate(err) {
 		obs, err := scanObservation(s.db.QueryRowContext(ctx, selectObservationByDedup, key))
 		return obs, true, unavailable(err)

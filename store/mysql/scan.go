@@ -21,7 +21,7 @@ func scanJob(row sqlbase.Scanner) (store.Job, error) {
 	var refundID sql.NullString
 	err := row.Scan(&j.ID, &j.OperationKey, &j.OrderID, &j.PaymentID, &j.AmountMinor, &j.Currency, &j.Provider,
 		&j.State, &j.Attempt, &j.NextAction, &j.NextAttemptAt, &lease, &refundID,
-		&j.WorkerID, &j.LastReason, &firstSent, &j.CreatedAt, &j.UpdatedAt)
+		&j.WorkerID, &j.LastReason, &firstSent, &j.CreatedAt, &j.UpdatedAt, &j.Grant)
 	j.LeaseUntil = nullTime(lease)
 	j.FirstSentAt = nullTime(firstSent)
 	j.ProviderRefundID = refundID.String
@@ -31,14 +31,14 @@ func scanJob(row sqlbase.Scanner) (store.Job, error) {
 func scanEvent(row sqlbase.Scanner) (store.Event, error) {
 	var e store.Event
 	err := row.Scan(&e.ID, &e.JobID, &e.Attempt, &e.Kind, &e.WorkerID, &e.FromState, &e.ToState, &e.NextAction,
-		&e.ProviderRefundID, &e.Reason, &e.CreatedAt)
+		&e.ProviderRefundID, &e.Reason, &e.CreatedAt, &e.Grant)
 	return e, err
 }
 
 func scanObservation(row sqlbase.Scanner) (store.Observation, error) {
 	var o store.Observation
 	err := row.Scan(&o.ID, &o.JobID, &o.OperationKey, &o.ReportedAttempt, &o.JobAttempt, &o.Source, &o.Outcome,
-		&o.ProviderRefundID, &o.ProviderEventID, &o.Detail, &o.CreatedAt)
+		&o.ProviderRefundID, &o.ProviderEventID, &o.Detail, &o.CreatedAt, &o.AttemptVerified)
 	return o, err
 }
 

@@ -44,7 +44,7 @@ func TestStatementsPreparedOncePerConnection(t *testing.T) {
 			t.Fatalf("round %d: claim = %+v, %v", i, claimed, err)
 		}
 		if _, err := s.Write(ctx, store.Writeback{Kind: store.EventRescheduled, JobID: job.ID,
-			Attempt: claimed[0].Job.Attempt, NextAction: store.ActionRefund}); err != nil {
+			Attempt: claimed[0].Job.Attempt, LeaseToken: claimed[0].LeaseToken, NextAction: store.ActionRefund}); err != nil {
 			t.Fatalf("round %d: reschedule: %v", i, err)
 		}
 	}

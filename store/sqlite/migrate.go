@@ -4,6 +4,7 @@ import (
 	"context"
 	"embed"
 	"fmt"
+	"math"
 
 	"github.com/jobfence/jobfence/store"
 	"github.com/jobfence/jobfence/store/internal/sqlbase"
@@ -11,6 +12,9 @@ import (
 
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
+
+// allMigrations is the upTo of migrate that applies every file.
+const allMigrations = math.MaxInt
 
 const (
 	createMigrationsTable = `CREATE TABLE IF NOT EXISTS jobfence_schema_migrations (
@@ -27,7 +31,7 @@ VALUES (?, ?, ` + nowMicros + `)`
 // BEGIN IMMEDIATE transaction: processes opening the same file together wait
 // for each other's write lock, so each file is applied once. SQLite's DDL is
 // transactional, so a start-up that dies half-way leaves no half-built schema.
-func (s *Store) migrate(ctx context.Context) error {
+func (s *Store) migrate(ctx context.Context, upTo int) error {
 	migrations, err := store.Migrations(migrationFiles, "migrations")
 	if err != nil {
 		return err
@@ -45,7 +49,7 @@ func (s *Store) migrate(ctx context.Context) error {
 			done[v] = true
 		}
 		for _, m := range migrations {
-			if done[int64(m.Version)] {
+			if done[int64(m.Version)] || m.Version > upTo {
 				continue
 			}
 			for _, stmt := range m.Statements {

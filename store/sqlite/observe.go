@@ -11,8 +11,8 @@ import (
 const (
 	insertObservation = `INSERT INTO refund_observations
   (job_id, operation_key, reported_attempt, job_attempt, source, outcome,
-   provider_refund_id, provider_event_id, detail, dedupe_key, created_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ` + nowMicros + `)
+   provider_refund_id, provider_event_id, detail, dedupe_key, created_at, attempt_verified)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ` + nowMicros + `, ?)
 RETURNING ` + observationColumns
 
 	selectObservationByDedup = `SELECT ` + observationColumns + ` FROM refund_observations WHERE dedupe_key = ?`
@@ -33,9 +33,13 @@ func (s *Store) Observe(ctx context.Context, p store.ObservationParams) (store.O
 		if err != nil {
 			return err
 		}
+		verified, err := sqlbase.HeldGrant(ctx, tx, job.ID, p.Attempt, p.LeaseToken)
+		if err != nil {
+			return err
+		}
 		key := p.DedupeKey(job.ID)
 		obs, err = scanObservation(tx.QueryRowContext(ctx, insertObservation, job.ID, job.OperationKey, p.Attempt,
-			job.Attempt, p.Source, p.Outcome, p.ProviderRefundID, p.ProviderEventID, p.Detail, key))
+			job.Attempt, p.Source, p.Outcome, p.ProviderRefundID, p.ProviderEventID, p.Detail, key, verified))
 		if isUnique(err) {
 			// The same receipt is on file. A failed statement undoes only
 			// itself; the transaction goes on, writing nothing.

@@ -22,7 +22,7 @@ func scanJob(row sqlbase.Scanner) (store.Job, error) {
 	var refundID sql.NullString
 	err := row.Scan(&j.ID, &j.OperationKey, &j.OrderID, &j.PaymentID, &j.AmountMinor, &j.Currency, &j.Provider,
 		&j.State, &j.Attempt, &j.NextAction, &nextAttempt, &lease, &refundID,
-		&j.WorkerID, &j.LastReason, &firstSent, &created, &updated)
+		&j.WorkerID, &j.LastReason, &firstSent, &created, &updated, &j.Grant)
 	j.NextAttemptAt = fromMicros(nextAttempt)
 	j.LeaseUntil = nullMicros(lease)
 	j.FirstSentAt = nullMicros(firstSent)
@@ -36,7 +36,7 @@ func scanEvent(row sqlbase.Scanner) (store.Event, error) {
 	var e store.Event
 	var created int64
 	err := row.Scan(&e.ID, &e.JobID, &e.Attempt, &e.Kind, &e.WorkerID, &e.FromState, &e.ToState, &e.NextAction,
-		&e.ProviderRefundID, &e.Reason, &created)
+		&e.ProviderRefundID, &e.Reason, &created, &e.Grant)
 	e.CreatedAt = fromMicros(created)
 	return e, err
 }
@@ -45,7 +45,7 @@ func scanObservation(row sqlbase.Scanner) (store.Observation, error) {
 	var o store.Observation
 	var created int64
 	err := row.Scan(&o.ID, &o.JobID, &o.OperationKey, &o.ReportedAttempt, &o.JobAttempt, &o.Source, &o.Outcome,
-		&o.ProviderRefundID, &o.ProviderEventID, &o.Detail, &created)
+		&o.ProviderRefundID, &o.ProviderEventID, &o.Detail, &created, &o.AttemptVerified)
 	o.CreatedAt = fromMicros(created)
 	return o, err
 }

@@ -67,6 +67,11 @@ const nowMicros = `(CAST(ROUND(unixepoch('now', 'subsec') * 1000) AS INTEGER) * 
 // Errors: ErrUnavailable when the file cannot be opened or stays locked by
 // another process.
 func Open(ctx context.Context, path string, opts Options) (*Store, error) {
+	return open(ctx, path, opts, allMigrations)
+}
+
+// open is Open with the migrations applied up to version upTo.
+func open(ctx context.Context, path string, opts Options, upTo int) (*Store, error) {
 	if path == "" || path == ":memory:" || strings.HasPrefix(path, "file:") {
 		return nil, fmt.Errorf("sqlite: path must name a database file, got %q", path)
 	}
@@ -99,7 +104,6 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		Unavailable:   unavailable,
 		Duplicate:     isUnique,
 		Claims:        claimSQL,
-		WriteTx:       writeTx,
 		LockedRead:    selectJobsByIDs,
 	}}
 
@@ -112,7 +116,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("sqlite: %s: journal_mode is %q, want wal (is the file on a local file system?)", abs, mode)
 	}
-	if err := s.migrate(ctx); err != nil {
+	if err := s.migrate(ctx, upTo); err != nil {
 		db.Close()
 		return nil, err
 	}

@@ -54,7 +54,7 @@ func TestRestartKeepsJobsAttemptsAndFence_R2_R8(t *testing.T) {
 	if err != nil || len(got) != 1 || got[0].Job.ID != job.ID {
 		t.Fatalf("Claim = %d jobs, %v", len(got), err)
 	}
-	held := got[0].Job
+	held, token := got[0].Job, got[0].LeaseToken
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +85,7 @@ func TestRestartKeepsJobsAttemptsAndFence_R2_R8(t *testing.T) {
 	}
 
 	res, err := s.Write(ctx, store.Writeback{Kind: store.EventCompleted, JobID: job.ID, Attempt: held.Attempt,
-		ProviderRefundID: "re_restart"})
+		LeaseToken: token, ProviderRefundID: "re_restart"})
 	if err != nil || res.Replayed || res.Job.State != store.StateSucceeded || res.Job.Attempt != held.Attempt {
 		t.Fatalf("Write with the pre-restart attempt = %+v, %v", res, err)
 	}
@@ -184,7 +184,8 @@ func TestWriteLockHeldElsewhereIsUnavailable_R20(t *testing.T) {
 	if _, err := s.Claim(ctx, store.ClaimParams{WorkerID: "B", MaxJobs: 1, Lease: time.Minute}); !errors.Is(err, store.ErrUnavailable) {
 		t.Errorf("Claim under a held write lock: %v, want ErrUnavailable", err)
 	}
-	w := store.Writeback{Kind: store.EventCompleted, JobID: job.ID, Attempt: got[0].Job.Attempt, ProviderRefundID: "re_busy"}
+	w := store.Writeback{Kind: store.EventCompleted, JobID: job.ID, Attempt: got[0].Job.Attempt,
+		LeaseToken: got[0].LeaseToken, ProviderRefundID: "re_busy"}
 	if _, err := s.Write(ctx, w); !errors.Is(err, store.ErrUnavailable) {
 		t.Errorf("Write under a held write lock: %v, want ErrUnavailable", err)
 	}

@@ -24,18 +24,18 @@ func testWriteManyEachOnItsOwn(t *testing.T, s store.Store) {
 	cb2 := claimOne(t, s, "B", b.ID) // b taken over: A's attempt is stale
 	cc := claimOne(t, s, "A", c.ID)
 	cd := claimOne(t, s, "A", d.ID)
-	write(t, s, escalate(d.ID, cd.Job.Attempt)) // already written: the batch repeats it
+	write(t, s, escalate(of(cd))) // already written: the batch repeats it
 
 	ws := []store.Writeback{
-		complete(a.ID, ca.Job.Attempt, "re_a"),                // 0 applied
-		complete(b.ID, cb.Job.Attempt, "re_b_zombie"),         // 1 stale
-		reschedule(c.ID, cc.Job.Attempt, time.Minute),         // 2 applied
-		complete(a.ID, ca.Job.Attempt, "re_a"),                // 3 replay of 0
-		escalate(a.ID, ca.Job.Attempt),                        // 4 not running after 0
-		escalate(d.ID, cd.Job.Attempt),                        // 5 replay of an earlier call
+		complete(of(ca), "re_a"),                              // 0 applied
+		complete(of(cb), "re_b_zombie"),                       // 1 stale
+		reschedule(of(cc), time.Minute),                       // 2 applied
+		complete(of(ca), "re_a"),                              // 3 replay of 0
+		escalate(of(ca)),                                      // 4 not running after 0
+		escalate(of(cd)),                                      // 5 replay of an earlier call
 		{Kind: store.EventEscalated, JobID: c.ID, Attempt: 1}, // 6 invalid: no reason
-		complete(a.ID+b.ID+c.ID+d.ID+100, 1, "re_x"),          // 7 missing
-		complete(b.ID, cb2.Job.Attempt, "re_b"),               // 8 applied
+		complete(grant{id: a.ID + b.ID + c.ID + d.ID + 100, attempt: 1}, "re_x"), // 7 missing
+		complete(of(cb2), "re_b"), // 8 applied
 	}
 	ws[0].Actor = "credential-A" // the writer's identity, from its credential
 	out := s.WriteMany(ctxFor(t), ws)

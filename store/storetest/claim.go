@@ -128,7 +128,7 @@ func testTakeoverForcesReconcile(t *testing.T, s store.Store) {
 		t.Fatalf("takeover event = %+v", last)
 	}
 	// A reschedule to reconcile and a plain claim is not a takeover.
-	write(t, s, reschedule(job.ID, b.Job.Attempt, 0))
+	write(t, s, reschedule(of(b), 0))
 	c := claimOne(t, s, "C", job.ID)
 	if c.Takeover || c.Job.NextAction != store.ActionReconcile || c.Job.Attempt != 3 {
 		t.Fatalf("claim after reschedule = %+v takeover %v", c.Job, c.Takeover)
@@ -173,8 +173,8 @@ func testStats(t *testing.T, s store.Store) {
 	done := enqueue(t, s, refund(t))
 	enqueue(t, s, refund(t))
 	claimOne(t, s, "A", running.ID)
-	write(t, s, escalate(review.ID, claimOne(t, s, "A", review.ID).Job.Attempt))
-	write(t, s, complete(done.ID, claimOne(t, s, "A", done.ID).Job.Attempt, "re_1"))
+	write(t, s, escalate(of(claimOne(t, s, "A", review.ID))))
+	write(t, s, complete(of(claimOne(t, s, "A", done.ID)), "re_1"))
 	st, err = s.Stats(ctxFor(t))
 	if err != nil {
 		t.Fatal(err)

@@ -63,7 +63,7 @@ func testClaimsAndWritebacksDoNotContend(t *testing.T, s store.Store) {
 					for _, c := range out.Jobs {
 						// Back to its place in the due order, as it was.
 						ws = append(ws, store.Writeback{Kind: store.EventRescheduled, JobID: c.Job.ID,
-							Attempt: c.Job.Attempt, NextAction: store.ActionRefund, At: c.Job.NextAttemptAt,
+							Attempt: c.Job.Attempt, LeaseToken: c.LeaseToken, NextAction: store.ActionRefund, At: c.Job.NextAttemptAt,
 							Reason: "handed back"})
 					}
 				}

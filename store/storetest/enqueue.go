@@ -140,9 +140,11 @@ func testBadInput(t *testing.T, s store.Store) {
 		field string
 		w     store.Writeback
 	}{
-		{"attempt", complete(job.ID, 0, "re_1")},
-		{"job_id", complete(0, 1, "re_1")},
-		{"provider_refund_id", complete(job.ID, c.Job.Attempt, "")},
+		{"attempt", complete(grant{id: job.ID}, "re_1")},
+		{"job_id", complete(grant{attempt: 1}, "re_1")},
+		{"provider_refund_id", complete(of(c), "")},
+		{"lease_token", complete(grant{id: job.ID, attempt: 1, token: "not a token"}, "re_1")},
+		{"lease_token", complete(grant{id: job.ID, attempt: 1, token: store.LeaseToken(strings.Repeat("t", 65))}, "re_1")},
 		{"next_action", store.Writeback{Kind: store.EventRescheduled, JobID: job.ID, Attempt: 1, NextAction: "sleep"}},
 		{"delay", store.Writeback{Kind: store.EventRescheduled, JobID: job.ID, Attempt: 1,
 			NextAction: store.ActionReconcile, Delay: -time.Second}},
@@ -161,6 +163,8 @@ func testBadInput(t *testing.T, s store.Store) {
 		{"source", store.ObservationParams{Job: store.JobRef{ID: job.ID}, Outcome: store.OutcomeSucceeded}},
 		{"outcome", store.ObservationParams{Job: store.JobRef{ID: job.ID}, Source: "x", Outcome: "maybe"}},
 		{"attempt", store.ObservationParams{Job: store.JobRef{ID: job.ID}, Source: "x", Outcome: store.OutcomePending, Attempt: -1}},
+		{"lease_token", store.ObservationParams{Job: store.JobRef{ID: job.ID}, Source: "x", Outcome: store.OutcomePending,
+			LeaseToken: c.LeaseToken}}, // a token without the attempt it was granted with
 		{"detail", store.ObservationParams{Job: store.JobRef{ID: job.ID}, Source: "x", Outcome: store.OutcomePending,
 			Detail: strings.Repeat("d", store.MaxDetailLen+1)}},
 	}

@@ -35,17 +35,17 @@ func testZombieT1(t *testing.T, s store.Store) {
 		t.Fatalf("B got attempt %d next_action %s, want 8 reconcile", b.Job.Attempt, b.Job.NextAction)
 	}
 	// A wakes while B still holds the job: nothing A writes may land.
-	_, err := s.Write(ctxFor(t), reschedule(job.ID, a.Job.Attempt, 0))
+	_, err := s.Write(ctxFor(t), reschedule(of(a), 0))
 	wantFence(t, err, store.ErrStaleAttempt, 8, store.StateRunning)
-	done := write(t, s, complete(job.ID, b.Job.Attempt, "re_B"))
+	done := write(t, s, complete(of(b), "re_B"))
 	if done.Job.State != store.StateSucceeded || done.Replayed {
 		t.Fatalf("B's complete = %+v", done)
 	}
 
 	for _, w := range []store.Writeback{
-		complete(job.ID, a.Job.Attempt, "re_A"),
-		reschedule(job.ID, a.Job.Attempt, time.Second),
-		escalate(job.ID, a.Job.Attempt),
+		complete(of(a), "re_A"),
+		reschedule(of(a), time.Second),
+		escalate(of(a)),
 	} {
 		_, err := s.Write(ctxFor(t), w)
 		wantFence(t, err, store.ErrStaleAttempt, 8, store.StateSucceeded)
@@ -71,7 +71,7 @@ func testLeaseExpiredNoTakeoverT2(t *testing.T, s store.Store) {
 	job := enqueue(t, s, refund(t))
 	a := claimOne(t, s, "A", job.ID)
 	expire(t, s, job.ID)
-	res := write(t, s, complete(job.ID, a.Job.Attempt, "re_A"))
+	res := write(t, s, complete(of(a), "re_A"))
 	if res.Job.State != store.StateSucceeded || res.Job.Attempt != 1 || res.Replayed {
 		t.Fatalf("late complete = %+v", res)
 	}
@@ -89,28 +89,36 @@ func testLeaseExpiredNoTakeoverT2(t *testing.T, s store.Store) {
 func testLostReplyReplayT4(t *testing.T, s store.Store) {
 	cases := []struct {
 		name string
-		w    func(id, attempt int64) store.Writeback
+		w    func(grant) store.Writeback
 		want store.State
 	}{
-		{"complete", func(id, a int64) store.Writeback { return complete(id, a, "re_1") }, store.StateSucceeded},
-		{"reschedule", func(id, a int64) store.Writeback { return reschedule(id, a, time.Hour) }, store.StateReady},
-		{"escalate", func(id, a int64) store.Writeback { return escalate(id, a) }, store.StateManualReview},
+		{"complete", func(g grant) store.Writeback { return complete(g, "re_1") }, store.StateSucceeded},
+		{"reschedule", func(g grant) store.Writeback { return reschedule(g, time.Hour) }, store.StateReady},
+		{"escalate", escalate, store.StateManualReview},
 	}
 	for _, c := range cases {
 		job := enqueue(t, s, refund(t))
 		a := claimOne(t, s, "A", job.ID)
-		first := write(t, s, c.w(job.ID, a.Job.Attempt))
+		first := write(t, s, c.w(of(a)))
 		if first.Replayed || first.Job.State != c.want {
 			t.Fatalf("%s: first write = %+v", c.name, first)
 		}
-		again := write(t, s, c.w(job.ID, a.Job.Attempt))
+		again := write(t, s, c.w(of(a)))
 		if !again.Replayed || again.Job.State != c.want || !again.Job.UpdatedAt.Equal(first.Job.UpdatedAt) {
 			t.Fatalf("%s: repeated write = replayed %v job %+v, want replayed with the first write's row",
 				c.name, again.Replayed, again.Job)
 		}
+		// R25: the same write under the same attempt from another grant (a
+		// forged or guessed token, or none) is another writer, not a replay.
+		for _, token := range []store.LeaseToken{store.NewLeaseToken(), ""} {
+			other := of(a)
+			other.token = token
+			_, err := s.Write(ctxFor(t), c.w(other))
+			wantFence(t, err, store.ErrStaleAttempt, a.Job.Attempt, c.want)
+		}
 		d := get(t, s, job.ID)
-		if n := countKind(d.Events, c.w(0, 0).Kind); n != 1 {
-			t.Fatalf("%s: %d %s events after a replay, want 1", c.name, n, c.w(0, 0).Kind)
+		if n := countKind(d.Events, c.w(grant{}).Kind); n != 1 {
+			t.Fatalf("%s: %d %s events after a replay, want 1", c.name, n, c.w(grant{}).Kind)
 		}
 	}
 }
@@ -118,11 +126,11 @@ func testLostReplyReplayT4(t *testing.T, s store.Store) {
 func testDifferentWriteNotRunning(t *testing.T, s store.Store) {
 	job := enqueue(t, s, refund(t))
 	a := claimOne(t, s, "A", job.ID)
-	write(t, s, complete(job.ID, a.Job.Attempt, "re_1"))
+	write(t, s, complete(of(a), "re_1"))
 	for _, w := range []store.Writeback{
-		complete(job.ID, a.Job.Attempt, "re_OTHER"),
-		reschedule(job.ID, a.Job.Attempt, 0),
-		escalate(job.ID, a.Job.Attempt),
+		complete(of(a), "re_OTHER"),
+		reschedule(of(a), 0),
+		escalate(of(a)),
 	} {
 		_, err := s.Write(ctxFor(t), w)
 		wantFence(t, err, store.ErrNotRunning, 1, store.StateSucceeded)
@@ -135,7 +143,7 @@ func testDifferentWriteNotRunning(t *testing.T, s store.Store) {
 func testReschedule(t *testing.T, s store.Store) {
 	job := enqueue(t, s, refund(t))
 	a := claimOne(t, s, "A", job.ID)
-	res := write(t, s, reschedule(job.ID, a.Job.Attempt, time.Hour))
+	res := write(t, s, reschedule(of(a), time.Hour))
 	j := res.Job
 	if j.State != store.StateReady || j.NextAction != store.ActionReconcile || j.LeaseUntil != (time.Time{}) ||
 		j.LastReason != "provider pending" || j.Attempt != 1 {
@@ -153,7 +161,7 @@ func testReschedule(t *testing.T, s store.Store) {
 	c := claimOne(t, s, "A", job2.ID)
 	at := dbNow(t, s).Add(-time.Minute).Truncate(time.Millisecond)
 	w := store.Writeback{Kind: store.EventRescheduled, JobID: job2.ID, Attempt: c.Job.Attempt,
-		NextAction: store.ActionRefund, At: at, Reason: "provider rejected: rate limited"}
+		LeaseToken: c.LeaseToken, NextAction: store.ActionRefund, At: at, Reason: "provider rejected: rate limited"}
 	res = write(t, s, w)
 	if !res.Job.NextAttemptAt.Equal(at) || res.Job.NextAction != store.ActionRefund {
 		t.Fatalf("rescheduled at %v to %s, want %v refund", res.Job.NextAttemptAt, res.Job.NextAction, at)
@@ -172,7 +180,7 @@ func testReschedule(t *testing.T, s store.Store) {
 func testEscalate(t *testing.T, s store.Store) {
 	job := enqueue(t, s, refund(t))
 	a := claimOne(t, s, "A", job.ID)
-	res := write(t, s, escalate(job.ID, a.Job.Attempt))
+	res := write(t, s, escalate(of(a)))
 	if res.Job.State != store.StateManualReview || res.Job.LeaseUntil != (time.Time{}) ||
 		res.Job.LastReason != "no record outside window" {
 		t.Fatalf("escalated job = %+v", res.Job)
@@ -183,17 +191,21 @@ func testEscalate(t *testing.T, s store.Store) {
 }
 
 func testWriteUnknown(t *testing.T, s store.Store) {
-	_, err := s.Write(ctxFor(t), complete(987654, 1, "re_1"))
+	_, err := s.Write(ctxFor(t), complete(grant{id: 987654, attempt: 1}, "re_1"))
 	if !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("Write on a missing job: %v, want ErrNotFound", err)
 	}
 	job := enqueue(t, s, refund(t))
-	// Never claimed: attempt 1 was never granted.
-	_, err = s.Write(ctxFor(t), complete(job.ID, 1, "re_1"))
-	wantViolation(t, err, "attempt")
+	// Never claimed: attempt 1 was never granted by this database. A grant
+	// lost in a failover looks exactly like this (R26): the writer does not
+	// hold the job and must stop, as after a takeover.
+	_, err = s.Write(ctxFor(t), complete(grant{id: job.ID, attempt: 1, token: store.NewLeaseToken()}, "re_1"))
+	wantFence(t, err, store.ErrStaleAttempt, 0, store.StateReady)
 	a := claimOne(t, s, "A", job.ID)
-	_, err = s.Write(ctxFor(t), complete(job.ID, a.Job.Attempt+1, "re_1"))
-	wantViolation(t, err, "attempt")
+	ahead := of(a)
+	ahead.attempt++
+	_, err = s.Write(ctxFor(t), complete(ahead, "re_1"))
+	wantFence(t, err, store.ErrStaleAttempt, 1, store.StateRunning)
 	if d := get(t, s, job.ID); d.Job.State != store.StateRunning {
 		t.Fatalf("job = %+v", d.Job)
 	}
@@ -246,7 +258,7 @@ func testObservations(t *testing.T, s store.Store) {
 		t.Fatalf("observations = %+v", d.Observations)
 	}
 	// The holder verifies and closes through the fenced path.
-	write(t, s, complete(job.ID, a.Job.Attempt, "re_late"))
+	write(t, s, complete(of(a), "re_late"))
 }
 
 func testClaimCarriesObservations(t *testing.T, s store.Store) {

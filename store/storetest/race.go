@@ -84,7 +84,7 @@ func testConcurrentClaimers(t *testing.T, s store.Store) {
 					case r < 30:
 						time.Sleep(time.Duration(rng.IntN(3)) * time.Millisecond)
 					}
-					res, err := s.Write(ctx, complete(c.Job.ID, c.Job.Attempt, fmt.Sprintf("re_%d_%d", c.Job.ID, c.Job.Attempt)))
+					res, err := s.Write(ctx, complete(of(c), fmt.Sprintf("re_%d_%d", c.Job.ID, c.Job.Attempt)))
 					mu.Lock()
 					switch {
 					case err == nil && !res.Replayed:

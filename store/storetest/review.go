@@ -17,7 +17,7 @@ func escalated(t *testing.T, s store.Store) (store.Job, int64) {
 	t.Helper()
 	job := enqueue(t, s, refund(t))
 	c := claimOne(t, s, "A", job.ID)
-	write(t, s, escalate(job.ID, c.Job.Attempt))
+	write(t, s, escalate(of(c)))
 	return job, c.Job.Attempt
 }
 

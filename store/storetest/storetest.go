@@ -43,12 +43,16 @@ func Run(t *testing.T, open Opener) {
 		{"LeaseExpiredNobodyTookOver_T2_R8", testLeaseExpiredNoTakeoverT2},
 		{"CommitThenLostReplyReplays_T4_R21", testLostReplyReplayT4},
 		{"DifferentWriteSameAttemptNotRunning_R21", testDifferentWriteNotRunning},
+		{"EveryGrantMintsAToken_R25", testEveryGrantMintsAToken},
+		{"CurrentAttemptWithoutItsTokenRefused_R25", testCurrentAttemptWithoutItsTokenRefused_R25},
+		{"BatchFencesEachWriteByItsToken_R25", testBatchFencesEachWriteByItsToken_R25},
+		{"ObservationVerifiedByToken_R25", testObservationVerifiedByToken_R25},
 		{"WriteManyAnswersEachOnItsOwn_R9_R21", testWriteManyEachOnItsOwn},
 		{"ClaimManyNeverShares_R5_R23", testClaimManyEachOnItsOwn},
 		{"RescheduleReturnsToReady", testReschedule},
 		{"EscalateToManualReview_R16", testEscalate},
 		{"ResolveReviewFencedByAttempt", testResolveReview},
-		{"WriteUnknownJobOrUngrantedAttempt", testWriteUnknown},
+		{"WriteUnknownJobOrUngrantedAttemptIsStale_R26", testWriteUnknown},
 		{"ObservationsDedupedNeverChangeJob_R15", testObservations},
 		{"ClaimCarriesObservations_R15", testClaimCarriesObservations},
 		{"ExpireLeaseOnlyRunning", testExpireLease},
@@ -145,17 +149,30 @@ func get(t *testing.T, s store.Store, id int64) store.JobDetail {
 	return d
 }
 
-func complete(id, attempt int64, refundID string) store.Writeback {
-	return store.Writeback{Kind: store.EventCompleted, JobID: id, Attempt: attempt, ProviderRefundID: refundID}
+// grant is what a write-back carries to prove it holds a job: the job, the
+// attempt and the lease token of the grant (R9, R25).
+type grant struct {
+	id      int64
+	attempt int64
+	token   store.LeaseToken
 }
 
-func reschedule(id, attempt int64, delay time.Duration) store.Writeback {
-	return store.Writeback{Kind: store.EventRescheduled, JobID: id, Attempt: attempt,
+// of is the grant a claim returned.
+func of(c store.ClaimedJob) grant { return grant{c.Job.ID, c.Job.Attempt, c.LeaseToken} }
+
+func complete(g grant, refundID string) store.Writeback {
+	return store.Writeback{Kind: store.EventCompleted, JobID: g.id, Attempt: g.attempt, LeaseToken: g.token,
+		ProviderRefundID: refundID}
+}
+
+func reschedule(g grant, delay time.Duration) store.Writeback {
+	return store.Writeback{Kind: store.EventRescheduled, JobID: g.id, Attempt: g.attempt, LeaseToken: g.token,
 		NextAction: store.ActionReconcile, Delay: delay, Reason: "provider pending"}
 }
 
-func escalate(id, attempt int64) store.Writeback {
-	return store.Writeback{Kind: store.EventEscalated, JobID: id, Attempt: attempt, Reason: "no record outside window"}
+func escalate(g grant) store.Writeback {
+	return store.Writeback{Kind: store.EventEscalated, JobID: g.id, Attempt: g.attempt, LeaseToken: g.token,
+		Reason: "no record outside window"}
 }
 
 func write(t *testing.T, s store.Store, w store.Writeback) store.WriteResult {

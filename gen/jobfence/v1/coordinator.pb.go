@@ -443,7 +443,8 @@ func (x *Job) GetUpdatedAt() *timestamppb.Timestamp {
 type ClaimedJob struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Job   *Job                   `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
-	// The fencing token: carry it in every write-back for this job.
+	// The grant's generation (R2): carry it, with lease_token, in every
+	// write-back for this job.
 	Attempt    int64                  `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	LeaseUntil *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=lease_until,json=leaseUntil,proto3" json:"lease_until,omitempty"`
 	NextAction NextAction             `protobuf:"varint,4,opt,name=next_action,json=nextAction,proto3,enum=jobfence.v1.NextAction" json:"next_action,omitempty"`
@@ -458,7 +459,14 @@ type ClaimedJob struct {
 	// The database's time when the claim committed (R12). Compare
 	// resend_deadline with claimed_at plus the time elapsed on your own
 	// monotonic clock since the claim returned, never with your wall clock.
-	ClaimedAt     *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=claimed_at,json=claimedAt,proto3" json:"claimed_at,omitempty"`
+	ClaimedAt *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=claimed_at,json=claimedAt,proto3" json:"claimed_at,omitempty"`
+	// The grant's secret (R25): 128 random bits, 22 characters of base64url.
+	// Send it with attempt in every write-back of this grant; a write with the
+	// right attempt and another or no token is refused as STALE_ATTEMPT. Only
+	// this answer carries it: it is never in GetJob, errors or the
+	// coordinator's logs. Keep it out of your logs and never send it to the
+	// provider. Empty only from a coordinator older than lease tokens.
+	LeaseToken    string `protobuf:"bytes,9,opt,name=lease_token,json=leaseToken,proto3" json:"lease_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -547,6 +555,13 @@ func (x *ClaimedJob) GetClaimedAt() *timestamppb.Timestamp {
 		return x.ClaimedAt
 	}
 	return nil
+}
+
+func (x *ClaimedJob) GetLeaseToken() string {
+	if x != nil {
+		return x.LeaseToken
+	}
+	return ""
 }
 
 // JobEvent is one entry of a job's append-only transition history (R3).
@@ -693,8 +708,12 @@ type Observation struct {
 	ProviderEventId  string                 `protobuf:"bytes,9,opt,name=provider_event_id,json=providerEventId,proto3" json:"provider_event_id,omitempty"`
 	Detail           string                 `protobuf:"bytes,10,opt,name=detail,proto3" json:"detail,omitempty"`
 	CreatedAt        *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// True when the report carried the lease token of reported_attempt's grant:
+	// the reporter really held that attempt (R25). A receipt without it is kept
+	// all the same (R15).
+	AttemptVerified bool `protobuf:"varint,12,opt,name=attempt_verified,json=attemptVerified,proto3" json:"attempt_verified,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Observation) Reset() {
@@ -802,6 +821,13 @@ func (x *Observation) GetCreatedAt() *timestamppb.Timestamp {
 		return x.CreatedAt
 	}
 	return nil
+}
+
+func (x *Observation) GetAttemptVerified() bool {
+	if x != nil {
+		return x.AttemptVerified
+	}
+	return false
 }
 
 type EnqueueRefundRequest struct {
@@ -1101,8 +1127,10 @@ type CompleteRequest struct {
 	Attempt int64 `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	// The provider's id of the refund; required (1..255 characters).
 	ProviderRefundId string `protobuf:"bytes,3,opt,name=provider_refund_id,json=providerRefundId,proto3" json:"provider_refund_id,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The lease_token Claim returned with the attempt (R25).
+	LeaseToken    string `protobuf:"bytes,4,opt,name=lease_token,json=leaseToken,proto3" json:"lease_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CompleteRequest) Reset() {
@@ -1152,6 +1180,13 @@ func (x *CompleteRequest) GetAttempt() int64 {
 func (x *CompleteRequest) GetProviderRefundId() string {
 	if x != nil {
 		return x.ProviderRefundId
+	}
+	return ""
+}
+
+func (x *CompleteRequest) GetLeaseToken() string {
+	if x != nil {
+		return x.LeaseToken
 	}
 	return ""
 }
@@ -1224,7 +1259,9 @@ type RescheduleRequest struct {
 	//	*RescheduleRequest_NextAttemptAt
 	When isRescheduleRequest_When `protobuf_oneof:"when"`
 	// Why; kept in the history. Up to 1024 characters.
-	Reason        string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	Reason string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The lease_token Claim returned with the attempt (R25).
+	LeaseToken    string `protobuf:"bytes,7,opt,name=lease_token,json=leaseToken,proto3" json:"lease_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1312,6 +1349,13 @@ func (x *RescheduleRequest) GetReason() string {
 	return ""
 }
 
+func (x *RescheduleRequest) GetLeaseToken() string {
+	if x != nil {
+		return x.LeaseToken
+	}
+	return ""
+}
+
 type isRescheduleRequest_When interface {
 	isRescheduleRequest_When()
 }
@@ -1386,7 +1430,9 @@ type EscalateRequest struct {
 	JobId   int64                  `protobuf:"varint,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
 	Attempt int64                  `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	// Why a person must look; required, up to 1024 characters.
-	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The lease_token Claim returned with the attempt (R25).
+	LeaseToken    string `protobuf:"bytes,4,opt,name=lease_token,json=leaseToken,proto3" json:"lease_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1438,6 +1484,13 @@ func (x *EscalateRequest) GetAttempt() int64 {
 func (x *EscalateRequest) GetReason() string {
 	if x != nil {
 		return x.Reason
+	}
+	return ""
+}
+
+func (x *EscalateRequest) GetLeaseToken() string {
+	if x != nil {
+		return x.LeaseToken
 	}
 	return ""
 }
@@ -1512,7 +1565,10 @@ type ReportObservationRequest struct {
 	// The provider's event id; when set, it alone deduplicates the observation.
 	ProviderEventId string `protobuf:"bytes,7,opt,name=provider_event_id,json=providerEventId,proto3" json:"provider_event_id,omitempty"`
 	// Free text, up to 4096 characters.
-	Detail        string `protobuf:"bytes,8,opt,name=detail,proto3" json:"detail,omitempty"`
+	Detail string `protobuf:"bytes,8,opt,name=detail,proto3" json:"detail,omitempty"`
+	// The lease_token of the attempt's grant, when the reporter held one: the
+	// observation is then marked attempt_verified. It is filed either way.
+	LeaseToken    string `protobuf:"bytes,9,opt,name=lease_token,json=leaseToken,proto3" json:"lease_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1610,6 +1666,13 @@ func (x *ReportObservationRequest) GetProviderEventId() string {
 func (x *ReportObservationRequest) GetDetail() string {
 	if x != nil {
 		return x.Detail
+	}
+	return ""
+}
+
+func (x *ReportObservationRequest) GetLeaseToken() string {
+	if x != nil {
+		return x.LeaseToken
 	}
 	return ""
 }
@@ -2125,7 +2188,7 @@ const file_jobfence_v1_coordinator_proto_rawDesc = "" +
 	"\n" +
 	"created_at\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x129\n" +
 	"\n" +
-	"updated_at\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\"\x9b\x03\n" +
+	"updated_at\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\"\xbc\x03\n" +
 	"\n" +
 	"ClaimedJob\x12\"\n" +
 	"\x03job\x18\x01 \x01(\v2\x10.jobfence.v1.JobR\x03job\x12\x18\n" +
@@ -2138,7 +2201,9 @@ const file_jobfence_v1_coordinator_proto_rawDesc = "" +
 	"\fobservations\x18\x06 \x03(\v2\x18.jobfence.v1.ObservationR\fobservations\x12C\n" +
 	"\x0fresend_deadline\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x0eresendDeadline\x129\n" +
 	"\n" +
-	"claimed_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tclaimedAt\"\x9f\x03\n" +
+	"claimed_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tclaimedAt\x12\x1f\n" +
+	"\vlease_token\x18\t \x01(\tR\n" +
+	"leaseToken\"\x9f\x03\n" +
 	"\bJobEvent\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\x03R\x05jobId\x12\x18\n" +
@@ -2154,7 +2219,7 @@ const file_jobfence_v1_coordinator_proto_rawDesc = "" +
 	"\x06reason\x18\n" +
 	" \x01(\tR\x06reason\x129\n" +
 	"\n" +
-	"created_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"\xa5\x03\n" +
+	"created_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"\xd0\x03\n" +
 	"\vObservation\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\x03R\x05jobId\x12#\n" +
@@ -2169,7 +2234,8 @@ const file_jobfence_v1_coordinator_proto_rawDesc = "" +
 	"\x06detail\x18\n" +
 	" \x01(\tR\x06detail\x129\n" +
 	"\n" +
-	"created_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"\x8b\x02\n" +
+	"created_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12)\n" +
+	"\x10attempt_verified\x18\f \x01(\bR\x0fattemptVerified\"\x8b\x02\n" +
 	"\x14EnqueueRefundRequest\x12#\n" +
 	"\roperation_key\x18\x01 \x01(\tR\foperationKey\x12\x19\n" +
 	"\border_id\x18\x02 \x01(\tR\aorderId\x12\x1d\n" +
@@ -2192,14 +2258,16 @@ const file_jobfence_v1_coordinator_proto_rawDesc = "" +
 	"\rClaimResponse\x12+\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x17.jobfence.v1.ClaimedJobR\x04jobs\x12:\n" +
 	"\vretry_after\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\n" +
-	"retryAfter\"p\n" +
+	"retryAfter\"\x91\x01\n" +
 	"\x0fCompleteRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\x03R\x05jobId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x03R\aattempt\x12,\n" +
-	"\x12provider_refund_id\x18\x03 \x01(\tR\x10providerRefundId\"R\n" +
+	"\x12provider_refund_id\x18\x03 \x01(\tR\x10providerRefundId\x12\x1f\n" +
+	"\vlease_token\x18\x04 \x01(\tR\n" +
+	"leaseToken\"R\n" +
 	"\x10CompleteResponse\x12\"\n" +
 	"\x03job\x18\x01 \x01(\v2\x10.jobfence.v1.JobR\x03job\x12\x1a\n" +
-	"\breplayed\x18\x02 \x01(\bR\breplayed\"\x97\x02\n" +
+	"\breplayed\x18\x02 \x01(\bR\breplayed\"\xb8\x02\n" +
 	"\x11RescheduleRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\x03R\x05jobId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x03R\aattempt\x128\n" +
@@ -2207,18 +2275,22 @@ const file_jobfence_v1_coordinator_proto_rawDesc = "" +
 	"nextAction\x121\n" +
 	"\x05delay\x18\x04 \x01(\v2\x19.google.protobuf.DurationH\x00R\x05delay\x12D\n" +
 	"\x0fnext_attempt_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampH\x00R\rnextAttemptAt\x12\x16\n" +
-	"\x06reason\x18\x06 \x01(\tR\x06reasonB\x06\n" +
+	"\x06reason\x18\x06 \x01(\tR\x06reason\x12\x1f\n" +
+	"\vlease_token\x18\a \x01(\tR\n" +
+	"leaseTokenB\x06\n" +
 	"\x04when\"T\n" +
 	"\x12RescheduleResponse\x12\"\n" +
 	"\x03job\x18\x01 \x01(\v2\x10.jobfence.v1.JobR\x03job\x12\x1a\n" +
-	"\breplayed\x18\x02 \x01(\bR\breplayed\"Z\n" +
+	"\breplayed\x18\x02 \x01(\bR\breplayed\"{\n" +
 	"\x0fEscalateRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\x03R\x05jobId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x03R\aattempt\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\"R\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x1f\n" +
+	"\vlease_token\x18\x04 \x01(\tR\n" +
+	"leaseToken\"R\n" +
 	"\x10EscalateResponse\x12\"\n" +
 	"\x03job\x18\x01 \x01(\v2\x10.jobfence.v1.JobR\x03job\x12\x1a\n" +
-	"\breplayed\x18\x02 \x01(\bR\breplayed\"\xc0\x02\n" +
+	"\breplayed\x18\x02 \x01(\bR\breplayed\"\xe1\x02\n" +
 	"\x18ReportObservationRequest\x12\x17\n" +
 	"\x06job_id\x18\x01 \x01(\x03H\x00R\x05jobId\x12%\n" +
 	"\roperation_key\x18\x02 \x01(\tH\x00R\foperationKey\x12\x18\n" +
@@ -2227,7 +2299,9 @@ const file_jobfence_v1_coordinator_proto_rawDesc = "" +
 	"\aoutcome\x18\x05 \x01(\x0e2\x1f.jobfence.v1.ObservationOutcomeR\aoutcome\x12,\n" +
 	"\x12provider_refund_id\x18\x06 \x01(\tR\x10providerRefundId\x12*\n" +
 	"\x11provider_event_id\x18\a \x01(\tR\x0fproviderEventId\x12\x16\n" +
-	"\x06detail\x18\b \x01(\tR\x06detailB\x05\n" +
+	"\x06detail\x18\b \x01(\tR\x06detail\x12\x1f\n" +
+	"\vlease_token\x18\t \x01(\tR\n" +
+	"leaseTokenB\x05\n" +
 	"\x03job\"u\n" +
 	"\x19ReportObservationResponse\x12:\n" +
 	"\vobservation\x18\x01 \x01(\v2\x18.jobfence.v1.ObservationR\vobservation\x12\x1c\n" +

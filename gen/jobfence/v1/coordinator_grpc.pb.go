@@ -36,12 +36,16 @@ const (
 //
 // Coordinator owns the refund_jobs table. Workers never touch the database:
 // they claim jobs here, call the payment provider, and write the outcome back
-// carrying the attempt (fencing token) they were granted.
+// carrying the grant they were given: its attempt (the fencing generation)
+// and its lease token (the secret that proves they hold it, R25).
 //
 // Errors carry a google.rpc.ErrorInfo with domain "jobfence" and one of the
 // reasons below; clients branch on the reason, never on the message (R24).
 //
-//	STALE_ATTEMPT           FAILED_PRECONDITION  the job was taken over; metadata
+//	STALE_ATTEMPT           FAILED_PRECONDITION  the write does not carry the job's current
+//	                                             grant: taken over, another or no lease
+//	                                             token, or an attempt this database never
+//	                                             granted (lost in a failover, R26); metadata
 //	                                             "current_attempt", "current_state"
 //	JOB_NOT_RUNNING         FAILED_PRECONDITION  this attempt already wrote a different
 //	                                             outcome; metadata as above
@@ -67,13 +71,15 @@ type CoordinatorClient interface {
 	// with next_action RECONCILE. No work is an empty list, not an error.
 	Claim(ctx context.Context, in *ClaimRequest, opts ...grpc.CallOption) (*ClaimResponse, error)
 	// Complete marks a running job SUCCEEDED and records the refund in the ledger,
-	// only if attempt is still the job's current attempt (R9, R10).
+	// only if attempt and lease_token are still the job's current grant (R9,
+	// R10, R25). Knowing the current attempt is not enough: it is disclosed in
+	// errors and logs, the token never is.
 	Complete(ctx context.Context, in *CompleteRequest, opts ...grpc.CallOption) (*CompleteResponse, error)
 	// Reschedule hands a running job back to READY for a later attempt, fenced by
-	// attempt exactly like Complete.
+	// attempt and lease token exactly like Complete.
 	Reschedule(ctx context.Context, in *RescheduleRequest, opts ...grpc.CallOption) (*RescheduleResponse, error)
 	// Escalate moves a running job to MANUAL_REVIEW (R14, R16), fenced by attempt
-	// exactly like Complete.
+	// and lease token exactly like Complete.
 	Escalate(ctx context.Context, in *EscalateRequest, opts ...grpc.CallOption) (*EscalateResponse, error)
 	// ReportObservation files what a worker, webhook or reconciler learned from the
 	// provider. It is accepted from stale workers too, is deduplicated, and never
@@ -197,12 +203,16 @@ func (c *coordinatorClient) ResolveReview(ctx context.Context, in *ResolveReview
 //
 // Coordinator owns the refund_jobs table. Workers never touch the database:
 // they claim jobs here, call the payment provider, and write the outcome back
-// carrying the attempt (fencing token) they were granted.
+// carrying the grant they were given: its attempt (the fencing generation)
+// and its lease token (the secret that proves they hold it, R25).
 //
 // Errors carry a google.rpc.ErrorInfo with domain "jobfence" and one of the
 // reasons below; clients branch on the reason, never on the message (R24).
 //
-//	STALE_ATTEMPT           FAILED_PRECONDITION  the job was taken over; metadata
+//	STALE_ATTEMPT           FAILED_PRECONDITION  the write does not carry the job's current
+//	                                             grant: taken over, another or no lease
+//	                                             token, or an attempt this database never
+//	                                             granted (lost in a failover, R26); metadata
 //	                                             "current_attempt", "current_state"
 //	JOB_NOT_RUNNING         FAILED_PRECONDITION  this attempt already wrote a different
 //	                                             outcome; metadata as above
@@ -228,13 +238,15 @@ type CoordinatorServer interface {
 	// with next_action RECONCILE. No work is an empty list, not an error.
 	Claim(context.Context, *ClaimRequest) (*ClaimResponse, error)
 	// Complete marks a running job SUCCEEDED and records the refund in the ledger,
-	// only if attempt is still the job's current attempt (R9, R10).
+	// only if attempt and lease_token are still the job's current grant (R9,
+	// R10, R25). Knowing the current attempt is not enough: it is disclosed in
+	// errors and logs, the token never is.
 	Complete(context.Context, *CompleteRequest) (*CompleteResponse, error)
 	// Reschedule hands a running job back to READY for a later attempt, fenced by
-	// attempt exactly like Complete.
+	// attempt and lease token exactly like Complete.
 	Reschedule(context.Context, *RescheduleRequest) (*RescheduleResponse, error)
 	// Escalate moves a running job to MANUAL_REVIEW (R14, R16), fenced by attempt
-	// exactly like Complete.
+	// and lease token exactly like Complete.
 	Escalate(context.Context, *EscalateRequest) (*EscalateResponse, error)
 	// ReportObservation files what a worker, webhook or reconciler learned from the
 	// provider. It is accepted from stale workers too, is deduplicated, and never

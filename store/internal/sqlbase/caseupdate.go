@@ -4,10 +4,13 @@ import (
 	"context"
 	"fmt"
 	"strings"
+
+	"github.com/jobfence/jobfence/store"
 )
 
 // RowUpdate is one UPDATE of many rows by primary key, each row set to its
-// own values and fenced by its own attempt (R9), built by SQL.
+// own values and fenced by its own attempt (R9) and, for a grant holder's
+// write-backs, its own grant's lease token (R25), built by SQL.
 //
 // It is a CASE on the primary key rather than a join to a derived table of
 // the values: MariaDB materialises such a derived table into a temporary
@@ -26,6 +29,10 @@ type RowUpdate struct {
 	Vals [][]any
 	// Fences are the attempts each row must still have (attempt = …).
 	Fences []int64
+	// Grants, when set, are the lease token hashes each row must still have
+	// (lease_token_hash = …): the writer holds the grant, not merely knows
+	// its attempt (R25).
+	Grants []store.TokenHash
 	// Where, when set, is a further condition every row must meet.
 	Where     string
 	WhereArgs []any
@@ -47,6 +54,14 @@ func (u RowUpdate) SQL() (string, []any) {
 	b.WriteString(" WHERE id IN (" + Placeholders(len(u.IDs)) + ") AND attempt = ")
 	args = append(args, Int64Args(u.IDs)...)
 	args = byID(&b, u.IDs, Int64Args(u.Fences), args)
+	if u.Grants != nil {
+		b.WriteString(" AND lease_token_hash = ")
+		grants := make([]any, len(u.Grants))
+		for i, g := range u.Grants {
+			grants[i] = g
+		}
+		args = byID(&b, u.IDs, grants, args)
+	}
 	if u.Where != "" {
 		b.WriteString(" AND (" + u.Where + ")")
 		args = append(args, u.WhereArgs...)

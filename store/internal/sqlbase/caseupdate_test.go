@@ -5,8 +5,11 @@ import (
 	"database/sql"
 	"testing"
 
+	"github.com/go-sql-driver/mysql"
 	_ "modernc.org/sqlite"
 
+	"github.com/jobfence/jobfence/internal/testdb"
+	"github.com/jobfence/jobfence/store"
 	"github.com/jobfence/jobfence/store/internal/sqlbase"
 )
 
@@ -57,6 +60,80 @@ func TestRowUpdateFencesEachRow_R9(t *testing.T) {
 		}
 		if got != want[id] {
 			t.Errorf("job %d = %q, want %q", id, got, want[id])
+		}
+	}
+}
+
+// TestRowUpdateFencesEachRowByItsGrant_R25: with Grants set, a row changes
+// only where its lease token hash is the writer's too: the current attempt
+// with another token, or with none, changes nothing. The fence's last line,
+// below the plan's own check, on both databases.
+func TestRowUpdateFencesEachRowByItsGrant_R25(t *testing.T) {
+	ctx := context.Background()
+	lite, err := sql.Open("sqlite", ":memory:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lite.Close()
+	lite.SetMaxOpenConns(1)
+	cfg, err := mysql.ParseDSN(testdb.MySQL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ClientFoundRows = true // as store/mysql forces it
+	my, err := sql.Open("mysql", cfg.FormatDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer my.Close()
+	for name, c := range map[string]struct {
+		db     *sql.DB
+		create string
+	}{
+		"sqlite": {lite, `CREATE TABLE refund_jobs (id INTEGER PRIMARY KEY, attempt INTEGER,
+  lease_token_hash BLOB NOT NULL DEFAULT X'', note TEXT)`},
+		"mysql": {my, `CREATE TABLE refund_jobs (id BIGINT PRIMARY KEY, attempt BIGINT,
+  lease_token_hash VARBINARY(32) NOT NULL DEFAULT '', note VARCHAR(8))`},
+	} {
+		t.Run(name, func(t *testing.T) { testGrantFence(ctx, t, c.db, c.create) })
+	}
+}
+
+func testGrantFence(ctx context.Context, t *testing.T, db *sql.DB, create string) {
+	held, other := store.NewLeaseToken().Hash(), store.NewLeaseToken().Hash()
+	if _, err := db.ExecContext(ctx, create); err != nil {
+		t.Fatal(err)
+	}
+	for id, g := range map[int64]store.TokenHash{1: held, 2: held, 3: {}, 4: {}} {
+		if _, err := db.ExecContext(ctx, `INSERT INTO refund_jobs VALUES (?, 2, ?, '')`, id, g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	u := sqlbase.RowUpdate{
+		Table: "refund_jobs", Fixed: "note = 'x'",
+		IDs: []int64{1, 2, 3, 4}, Fences: []int64{2, 2, 2, 2},
+		// 1: the holder; 2: the current attempt with another token; 3: a
+		// grant without a token, written without one; 4: a token for a grant
+		// that has none.
+		Grants: []store.TokenHash{held, other, {}, other},
+		Vals:   [][]any{{}, {}, {}, {}},
+	}
+	query, args := u.SQL()
+	res, err := db.ExecContext(ctx, query, args...)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, query)
+	}
+	if n, _ := res.RowsAffected(); n != 2 {
+		t.Errorf("%d rows matched, want 2 (jobs 1 and 3)", n)
+	}
+	want := map[int64]string{1: "x", 2: "", 3: "x", 4: ""}
+	for id, note := range want {
+		var got string
+		if err := db.QueryRowContext(ctx, `SELECT note FROM refund_jobs WHERE id = ?`, id).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if got != note {
+			t.Errorf("job %d: note %q, want %q", id, got, note)
 		}
 	}
 }

@@ -31,9 +31,16 @@ type ClaimSQL struct {
 	// job's columns; %[1]s takes the filter (in both groups), the arguments are
 	// the filter's and a limit, twice. Used when no budget is configured.
 	Candidates string
-	// GrantTable is the target of the grant's UPDATE, with any index hint
-	// that keeps it on the primary key.
-	GrantTable string
+	// UpdateTable is the target of the grant's and the write-backs' UPDATEs,
+	// with any index hint that keeps them on the primary key: with few
+	// running rows MySQL's optimizer may otherwise walk ix_refund_jobs_due or
+	// ix_refund_jobs_lease on state and lock every entry it passes, which
+	// deadlocked with concurrent claims.
+	UpdateTable string
+	// LockForWrite locks the jobs in %s for a batch of write-backs, in id
+	// order (two batches never wait on each other in a cycle), with the
+	// database's clock as its first column (R12).
+	LockForWrite string
 	// Observations reads the receipts of the jobs in %s (R15).
 	Observations string
 	// AllBudgets reads every budget without locking it; Budgets locks the
@@ -184,14 +191,14 @@ func grant(ctx context.Context, tx Tx, q ClaimSQL, now time.Time, ps []store.Cla
 	shares [][]candidate) ([][]store.ClaimedJob, error) {
 	out := make([][]store.ClaimedJob, len(ps))
 	// R5, R6: bump each job to the values of store.ClaimParams.Grant, which
-	// answers the caller without a read-back, only where the attempt is still
-	// the one read and the claim's conditions still hold: a row that moved is
-	// not granted.
+	// answers the caller without a read-back and mints the grant's lease
+	// token (R25), only where the attempt is still the one read and the
+	// claim's conditions still hold: a row that moved is not granted.
 	u := RowUpdate{
-		Table:     q.GrantTable,
+		Table:     q.UpdateTable,
 		Fixed:     "state = 'running', attempt = attempt + 1, updated_at = ?",
 		FixedArgs: []any{q.At(now)},
-		Cols:      []string{"first_sent_at", "next_action", "lease_until", "worker_id"},
+		Cols:      []string{"first_sent_at", "next_action", "lease_until", "worker_id", "lease_token_hash"},
 		Where:     "(state = 'ready' AND next_attempt_at <= ?) OR (state = 'running' AND lease_until <= ?)",
 		WhereArgs: []any{q.At(now), q.At(now)},
 	}
@@ -210,7 +217,7 @@ func grant(ctx context.Context, tx Tx, q ClaimSQL, now time.Time, ps []store.Cla
 			}
 			u.IDs = append(u.IDs, c.Job.ID)
 			u.Fences = append(u.Fences, cur.Attempt)
-			u.Vals = append(u.Vals, []any{firstSent, c.Job.NextAction, q.At(c.Job.LeaseUntil), c.Job.WorkerID})
+			u.Vals = append(u.Vals, []any{firstSent, c.Job.NextAction, q.At(c.Job.LeaseUntil), c.Job.WorkerID, c.Job.Grant})
 			if cur.hasObs {
 				withObs = append(withObs, ref{s, i})
 			}

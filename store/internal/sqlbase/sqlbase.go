@@ -22,11 +22,11 @@ import (
 const (
 	JobColumns = `id, operation_key, order_id, payment_id, amount_minor, currency, provider,
   state, attempt, next_action, next_attempt_at, lease_until, provider_refund_id,
-  worker_id, last_reason, first_sent_at, created_at, updated_at`
+  worker_id, last_reason, first_sent_at, created_at, updated_at, lease_token_hash`
 	EventColumns = `id, job_id, attempt, kind, worker_id, from_state, to_state, next_action,
-  provider_refund_id, reason, created_at`
+  provider_refund_id, reason, created_at, lease_token_hash`
 	ObservationColumns = `id, job_id, operation_key, reported_attempt, job_attempt, source, outcome,
-  provider_refund_id, provider_event_id, detail, created_at`
+  provider_refund_id, provider_event_id, detail, created_at, attempt_verified`
 )
 
 // Tries bounds the retries of a transaction the database rolled back as a
@@ -51,12 +51,10 @@ type Backend struct {
 	// connection taken from DB (see connTx); when empty, transactions are
 	// *sql.Tx.
 	Begin string
-	// Claims is the backend's claim SQL.
+	// Claims is the backend's claim and write-back SQL.
 	Claims ClaimSQL
-	// WriteTx runs one batch of write-backs in tx (store.PlanBatch, then the
-	// fenced statements); LockedRead re-reads the jobs in %s, waiting for any
-	// transaction holding them.
-	WriteTx    func(ctx context.Context, tx Tx, ws []store.Writeback, idx []int) (store.BatchPlan, error)
+	// LockedRead re-reads the jobs in %s, waiting for any transaction
+	// holding them.
 	LockedRead string
 
 	budgeted atomic.Bool   // any provider budget configured (R19)
@@ -292,7 +290,7 @@ func (b *Backend) Write(ctx context.Context, w store.Writeback) (store.WriteResu
 	return out[0].Result, out[0].Err
 }
 
-// WriteMany implements store.Store through store.WriteBatch: WriteTx runs
+// WriteMany implements store.Store through store.WriteBatch: writeTx runs
 // each batch in a transaction; LockedRead re-reads rows after a lost COMMIT
 // reply (R20).
 func (b *Backend) WriteMany(ctx context.Context, ws []store.Writeback) []store.WriteOutcome {
@@ -301,7 +299,7 @@ func (b *Backend) WriteMany(ctx context.Context, ws []store.Writeback) []store.W
 			var plan store.BatchPlan
 			err := b.InTx(ctx, func(tx Tx) error {
 				var err error
-				plan, err = b.WriteTx(ctx, tx, ws, idx)
+				plan, err = b.writeTx(ctx, tx, ws, idx)
 				return err
 			})
 			return plan, err
@@ -373,8 +371,29 @@ func attachObservations(ctx context.Context, q Querier, claimed []store.ClaimedJ
 	return nil
 }
 
+// selectGrantOf reads the lease token hash of the claim or takeover that
+// granted a job's attempt (R25).
+const selectGrantOf = `SELECT lease_token_hash FROM refund_job_events
+ WHERE job_id = ? AND attempt = ? AND kind IN ('claimed', 'taken_over') ORDER BY id DESC LIMIT 1`
+
+// HeldGrant reports whether token is the lease token of the grant that gave
+// job jobID its attempt (R25), by the history: whether a reporter naming that
+// attempt really held it. An empty token proves nothing.
+func HeldGrant(ctx context.Context, tx Tx, jobID, attempt int64, token store.LeaseToken) (bool, error) {
+	if token == "" || attempt == 0 {
+		return false, nil
+	}
+	var grant store.TokenHash
+	err := tx.QueryRowContext(ctx, selectGrantOf, jobID, attempt).Scan(&grant)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil && grant == token.Hash(), err
+}
+
 const insertEvents = `INSERT INTO refund_job_events
-  (job_id, attempt, kind, worker_id, from_state, to_state, next_action, provider_refund_id, reason, created_at)
+  (job_id, attempt, kind, worker_id, from_state, to_state, next_action, provider_refund_id, reason, created_at,
+   lease_token_hash)
 VALUES %s`
 
 // InsertHistory appends events to the append-only history in one statement
@@ -384,11 +403,11 @@ func InsertHistory(ctx context.Context, tx Tx, events []store.Event, created fun
 		return nil
 	}
 	values := make([]string, len(events))
-	args := make([]any, 0, len(events)*10)
+	args := make([]any, 0, len(events)*11)
 	for i, e := range events {
-		values[i] = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+		values[i] = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 		args = append(args, e.JobID, e.Attempt, e.Kind, e.WorkerID, e.FromState, e.ToState, e.NextAction,
-			e.ProviderRefundID, e.Reason, created(e.CreatedAt))
+			e.ProviderRefundID, e.Reason, created(e.CreatedAt), e.Grant)
 	}
 	_, err := tx.ExecContext(ctx, fmt.Sprintf(insertEvents, strings.Join(values, ", ")), args...)
 	return err

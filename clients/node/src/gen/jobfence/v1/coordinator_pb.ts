@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file jobfence/v1/coordinator.proto.
  */
 export const file_jobfence_v1_coordinator: GenFile = /*@__PURE__*/
-  fileDesc("Ch1qb2JmZW5jZS92MS9jb29yZGluYXRvci5wcm90bxILam9iZmVuY2UudjEiqgQKA0pvYhIKCgJpZBgBIAEoAxIVCg1vcGVyYXRpb25fa2V5GAIgASgJEhAKCG9yZGVyX2lkGAMgASgJEhIKCnBheW1lbnRfaWQYBCABKAkSFAoMYW1vdW50X21pbm9yGAUgASgDEhAKCGN1cnJlbmN5GAYgASgJEhAKCHByb3ZpZGVyGAcgASgJEiQKBXN0YXRlGAggASgOMhUuam9iZmVuY2UudjEuSm9iU3RhdGUSDwoHYXR0ZW1wdBgJIAEoAxIsCgtuZXh0X2FjdGlvbhgKIAEoDjIXLmpvYmZlbmNlLnYxLk5leHRBY3Rpb24SMwoPbmV4dF9hdHRlbXB0X2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgtsZWFzZV91bnRpbBgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGgoScHJvdmlkZXJfcmVmdW5kX2lkGA0gASgJEhEKCXdvcmtlcl9pZBgOIAEoCRITCgtsYXN0X3JlYXNvbhgPIAEoCRIxCg1maXJzdF9zZW50X2F0GBAgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpjcmVhdGVkX2F0GBEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GBIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCLCAgoKQ2xhaW1lZEpvYhIdCgNqb2IYASABKAsyEC5qb2JmZW5jZS52MS5Kb2ISDwoHYXR0ZW1wdBgCIAEoAxIvCgtsZWFzZV91bnRpbBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLAoLbmV4dF9hY3Rpb24YBCABKA4yFy5qb2JmZW5jZS52MS5OZXh0QWN0aW9uEhAKCHRha2VvdmVyGAUgASgIEi4KDG9ic2VydmF0aW9ucxgGIAMoCzIYLmpvYmZlbmNlLnYxLk9ic2VydmF0aW9uEjMKD3Jlc2VuZF9kZWFkbGluZRgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKY2xhaW1lZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAitgIKCEpvYkV2ZW50EgoKAmlkGAEgASgDEg4KBmpvYl9pZBgCIAEoAxIPCgdhdHRlbXB0GAMgASgDEgwKBGtpbmQYBCABKAkSEQoJd29ya2VyX2lkGAUgASgJEikKCmZyb21fc3RhdGUYBiABKA4yFS5qb2JmZW5jZS52MS5Kb2JTdGF0ZRInCgh0b19zdGF0ZRgHIAEoDjIVLmpvYmZlbmNlLnYxLkpvYlN0YXRlEiwKC25leHRfYWN0aW9uGAggASgOMhcuam9iZmVuY2UudjEuTmV4dEFjdGlvbhIaChJwcm92aWRlcl9yZWZ1bmRfaWQYCSABKAkSDgoGcmVhc29uGAogASgJEi4KCmNyZWF0ZWRfYXQYCyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIqgCCgtPYnNlcnZhdGlvbhIKCgJpZBgBIAEoAxIOCgZqb2JfaWQYAiABKAMSFQoNb3BlcmF0aW9uX2tleRgDIAEoCRIYChByZXBvcnRlZF9hdHRlbXB0GAQgASgDEhMKC2pvYl9hdHRlbXB0GAUgASgDEg4KBnNvdXJjZRgGIAEoCRIwCgdvdXRjb21lGAcgASgOMh8uam9iZmVuY2UudjEuT2JzZXJ2YXRpb25PdXRjb21lEhoKEnByb3ZpZGVyX3JlZnVuZF9pZBgIIAEoCRIZChFwcm92aWRlcl9ldmVudF9pZBgJIAEoCRIOCgZkZXRhaWwYCiABKAkSLgoKY3JlYXRlZF9hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAivQEKFEVucXVldWVSZWZ1bmRSZXF1ZXN0EhUKDW9wZXJhdGlvbl9rZXkYASABKAkSEAoIb3JkZXJfaWQYAiABKAkSEgoKcGF5bWVudF9pZBgDIAEoCRIUCgxhbW91bnRfbWlub3IYBCABKAMSEAoIY3VycmVuY3kYBSABKAkSEAoIcHJvdmlkZXIYBiABKAkSLgoKbm90X2JlZm9yZRgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiRwoVRW5xdWV1ZVJlZnVuZFJlc3BvbnNlEh0KA2pvYhgBIAEoCzIQLmpvYmZlbmNlLnYxLkpvYhIPCgdjcmVhdGVkGAIgASgIIqEBCgxDbGFpbVJlcXVlc3QSEQoJd29ya2VyX2lkGAEgASgJEhAKCG1heF9qb2JzGAIgASgFEjEKDmxlYXNlX2R1cmF0aW9uGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhAKCHByb3ZpZGVyGAQgASgJEicKBHdhaXQYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iZgoNQ2xhaW1SZXNwb25zZRIlCgRqb2JzGAEgAygLMhcuam9iZmVuY2UudjEuQ2xhaW1lZEpvYhIuCgtyZXRyeV9hZnRlchgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJOCg9Db21wbGV0ZVJlcXVlc3QSDgoGam9iX2lkGAEgASgDEg8KB2F0dGVtcHQYAiABKAMSGgoScHJvdmlkZXJfcmVmdW5kX2lkGAMgASgJIkMKEENvbXBsZXRlUmVzcG9uc2USHQoDam9iGAEgASgLMhAuam9iZmVuY2UudjEuSm9iEhAKCHJlcGxheWVkGAIgASgIIt0BChFSZXNjaGVkdWxlUmVxdWVzdBIOCgZqb2JfaWQYASABKAMSDwoHYXR0ZW1wdBgCIAEoAxIsCgtuZXh0X2FjdGlvbhgDIAEoDjIXLmpvYmZlbmNlLnYxLk5leHRBY3Rpb24SKgoFZGVsYXkYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb25IABI1Cg9uZXh0X2F0dGVtcHRfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wSAASDgoGcmVhc29uGAYgASgJQgYKBHdoZW4iRQoSUmVzY2hlZHVsZVJlc3BvbnNlEh0KA2pvYhgBIAEoCzIQLmpvYmZlbmNlLnYxLkpvYhIQCghyZXBsYXllZBgCIAEoCCJCCg9Fc2NhbGF0ZVJlcXVlc3QSDgoGam9iX2lkGAEgASgDEg8KB2F0dGVtcHQYAiABKAMSDgoGcmVhc29uGAMgASgJIkMKEEVzY2FsYXRlUmVzcG9uc2USHQoDam9iGAEgASgLMhAuam9iZmVuY2UudjEuSm9iEhAKCHJlcGxheWVkGAIgASgIIuYBChhSZXBvcnRPYnNlcnZhdGlvblJlcXVlc3QSEAoGam9iX2lkGAEgASgDSAASFwoNb3BlcmF0aW9uX2tleRgCIAEoCUgAEg8KB2F0dGVtcHQYAyABKAMSDgoGc291cmNlGAQgASgJEjAKB291dGNvbWUYBSABKA4yHy5qb2JmZW5jZS52MS5PYnNlcnZhdGlvbk91dGNvbWUSGgoScHJvdmlkZXJfcmVmdW5kX2lkGAYgASgJEhkKEXByb3ZpZGVyX2V2ZW50X2lkGAcgASgJEg4KBmRldGFpbBgIIAEoCUIFCgNqb2IiXQoZUmVwb3J0T2JzZXJ2YXRpb25SZXNwb25zZRItCgtvYnNlcnZhdGlvbhgBIAEoCzIYLmpvYmZlbmNlLnYxLk9ic2VydmF0aW9uEhEKCWR1cGxpY2F0ZRgCIAEoCCJBCg1HZXRKb2JSZXF1ZXN0EhAKBmpvYl9pZBgBIAEoA0gAEhcKDW9wZXJhdGlvbl9rZXkYAiABKAlIAEIFCgNqb2IihgEKDkdldEpvYlJlc3BvbnNlEh0KA2pvYhgBIAEoCzIQLmpvYmZlbmNlLnYxLkpvYhIlCgZldmVudHMYAiADKAsyFS5qb2JmZW5jZS52MS5Kb2JFdmVudBIuCgxvYnNlcnZhdGlvbnMYAyADKAsyGC5qb2JmZW5jZS52MS5PYnNlcnZhdGlvbiKCAQoPTGlzdEpvYnNSZXF1ZXN0EiQKBXN0YXRlGAEgASgOMhUuam9iZmVuY2UudjEuSm9iU3RhdGUSEAoIcHJvdmlkZXIYAiABKAkSEAoIb3JkZXJfaWQYAyABKAkSEQoJcGFnZV9zaXplGAQgASgFEhIKCnBhZ2VfdG9rZW4YBSABKAkiSwoQTGlzdEpvYnNSZXNwb25zZRIeCgRqb2JzGAEgAygLMhAuam9iZmVuY2UudjEuSm9iEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSKUAQoUUmVzb2x2ZVJldmlld1JlcXVlc3QSDgoGam9iX2lkGAEgASgDEg8KB2F0dGVtcHQYAiABKAMSMQoKcmVzb2x1dGlvbhgDIAEoDjIdLmpvYmZlbmNlLnYxLlJldmlld1Jlc29sdXRpb24SGgoScHJvdmlkZXJfcmVmdW5kX2lkGAQgASgJEgwKBG5vdGUYBSABKAkiSAoVUmVzb2x2ZVJldmlld1Jlc3BvbnNlEh0KA2pvYhgBIAEoCzIQLmpvYmZlbmNlLnYxLkpvYhIQCghyZXBsYXllZBgCIAEoCCqHAQoISm9iU3RhdGUSGQoVSk9CX1NUQVRFX1VOU1BFQ0lGSUVEEAASEwoPSk9CX1NUQVRFX1JFQURZEAESFQoRSk9CX1NUQVRFX1JVTk5JTkcQAhIXChNKT0JfU1RBVEVfU1VDQ0VFREVEEAMSGwoXSk9CX1NUQVRFX01BTlVBTF9SRVZJRVcQBCpcCgpOZXh0QWN0aW9uEhsKF05FWFRfQUNUSU9OX1VOU1BFQ0lGSUVEEAASFgoSTkVYVF9BQ1RJT05fUkVGVU5EEAESGQoVTkVYVF9BQ1RJT05fUkVDT05DSUxFEAIqdgoQUmV2aWV3UmVzb2x1dGlvbhIhCh1SRVZJRVdfUkVTT0xVVElPTl9VTlNQRUNJRklFRBAAEh4KGlJFVklFV19SRVNPTFVUSU9OX1JFRlVOREVEEAESHwobUkVWSUVXX1JFU09MVVRJT05fUkVDT05DSUxFEAIqwAEKEk9ic2VydmF0aW9uT3V0Y29tZRIjCh9PQlNFUlZBVElPTl9PVVRDT01FX1VOU1BFQ0lGSUVEEAASIQodT0JTRVJWQVRJT05fT1VUQ09NRV9TVUNDRUVERUQQARIfChtPQlNFUlZBVElPTl9PVVRDT01FX1BFTkRJTkcQAhIeChpPQlNFUlZBVElPTl9PVVRDT01FX0ZBSUxFRBADEiEKHU9CU0VSVkFUSU9OX09VVENPTUVfTk9UX0ZPVU5EEAQyzgUKC0Nvb3JkaW5hdG9yElYKDUVucXVldWVSZWZ1bmQSIS5qb2JmZW5jZS52MS5FbnF1ZXVlUmVmdW5kUmVxdWVzdBoiLmpvYmZlbmNlLnYxLkVucXVldWVSZWZ1bmRSZXNwb25zZRI+CgVDbGFpbRIZLmpvYmZlbmNlLnYxLkNsYWltUmVxdWVzdBoaLmpvYmZlbmNlLnYxLkNsYWltUmVzcG9uc2USRwoIQ29tcGxldGUSHC5qb2JmZW5jZS52MS5Db21wbGV0ZVJlcXVlc3QaHS5qb2JmZW5jZS52MS5Db21wbGV0ZVJlc3BvbnNlEk0KClJlc2NoZWR1bGUSHi5qb2JmZW5jZS52MS5SZXNjaGVkdWxlUmVxdWVzdBofLmpvYmZlbmNlLnYxLlJlc2NoZWR1bGVSZXNwb25zZRJHCghFc2NhbGF0ZRIcLmpvYmZlbmNlLnYxLkVzY2FsYXRlUmVxdWVzdBodLmpvYmZlbmNlLnYxLkVzY2FsYXRlUmVzcG9uc2USYgoRUmVwb3J0T2JzZXJ2YXRpb24SJS5qb2JmZW5jZS52MS5SZXBvcnRPYnNlcnZhdGlvblJlcXVlc3QaJi5qb2JmZW5jZS52MS5SZXBvcnRPYnNlcnZhdGlvblJlc3BvbnNlEkEKBkdldEpvYhIaLmpvYmZlbmNlLnYxLkdldEpvYlJlcXVlc3QaGy5qb2JmZW5jZS52MS5HZXRKb2JSZXNwb25zZRJHCghMaXN0Sm9icxIcLmpvYmZlbmNlLnYxLkxpc3RKb2JzUmVxdWVzdBodLmpvYmZlbmNlLnYxLkxpc3RKb2JzUmVzcG9uc2USVgoNUmVzb2x2ZVJldmlldxIhLmpvYmZlbmNlLnYxLlJlc29sdmVSZXZpZXdSZXF1ZXN0GiIuam9iZmVuY2UudjEuUmVzb2x2ZVJldmlld1Jlc3BvbnNlYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("Ch1qb2JmZW5jZS92MS9jb29yZGluYXRvci5wcm90bxILam9iZmVuY2UudjEiqgQKA0pvYhIKCgJpZBgBIAEoAxIVCg1vcGVyYXRpb25fa2V5GAIgASgJEhAKCG9yZGVyX2lkGAMgASgJEhIKCnBheW1lbnRfaWQYBCABKAkSFAoMYW1vdW50X21pbm9yGAUgASgDEhAKCGN1cnJlbmN5GAYgASgJEhAKCHByb3ZpZGVyGAcgASgJEiQKBXN0YXRlGAggASgOMhUuam9iZmVuY2UudjEuSm9iU3RhdGUSDwoHYXR0ZW1wdBgJIAEoAxIsCgtuZXh0X2FjdGlvbhgKIAEoDjIXLmpvYmZlbmNlLnYxLk5leHRBY3Rpb24SMwoPbmV4dF9hdHRlbXB0X2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgtsZWFzZV91bnRpbBgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGgoScHJvdmlkZXJfcmVmdW5kX2lkGA0gASgJEhEKCXdvcmtlcl9pZBgOIAEoCRITCgtsYXN0X3JlYXNvbhgPIAEoCRIxCg1maXJzdF9zZW50X2F0GBAgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpjcmVhdGVkX2F0GBEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GBIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCLXAgoKQ2xhaW1lZEpvYhIdCgNqb2IYASABKAsyEC5qb2JmZW5jZS52MS5Kb2ISDwoHYXR0ZW1wdBgCIAEoAxIvCgtsZWFzZV91bnRpbBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLAoLbmV4dF9hY3Rpb24YBCABKA4yFy5qb2JmZW5jZS52MS5OZXh0QWN0aW9uEhAKCHRha2VvdmVyGAUgASgIEi4KDG9ic2VydmF0aW9ucxgGIAMoCzIYLmpvYmZlbmNlLnYxLk9ic2VydmF0aW9uEjMKD3Jlc2VuZF9kZWFkbGluZRgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKY2xhaW1lZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEwoLbGVhc2VfdG9rZW4YCSABKAkitgIKCEpvYkV2ZW50EgoKAmlkGAEgASgDEg4KBmpvYl9pZBgCIAEoAxIPCgdhdHRlbXB0GAMgASgDEgwKBGtpbmQYBCABKAkSEQoJd29ya2VyX2lkGAUgASgJEikKCmZyb21fc3RhdGUYBiABKA4yFS5qb2JmZW5jZS52MS5Kb2JTdGF0ZRInCgh0b19zdGF0ZRgHIAEoDjIVLmpvYmZlbmNlLnYxLkpvYlN0YXRlEiwKC25leHRfYWN0aW9uGAggASgOMhcuam9iZmVuY2UudjEuTmV4dEFjdGlvbhIaChJwcm92aWRlcl9yZWZ1bmRfaWQYCSABKAkSDgoGcmVhc29uGAogASgJEi4KCmNyZWF0ZWRfYXQYCyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIsICCgtPYnNlcnZhdGlvbhIKCgJpZBgBIAEoAxIOCgZqb2JfaWQYAiABKAMSFQoNb3BlcmF0aW9uX2tleRgDIAEoCRIYChByZXBvcnRlZF9hdHRlbXB0GAQgASgDEhMKC2pvYl9hdHRlbXB0GAUgASgDEg4KBnNvdXJjZRgGIAEoCRIwCgdvdXRjb21lGAcgASgOMh8uam9iZmVuY2UudjEuT2JzZXJ2YXRpb25PdXRjb21lEhoKEnByb3ZpZGVyX3JlZnVuZF9pZBgIIAEoCRIZChFwcm92aWRlcl9ldmVudF9pZBgJIAEoCRIOCgZkZXRhaWwYCiABKAkSLgoKY3JlYXRlZF9hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGAoQYXR0ZW1wdF92ZXJpZmllZBgMIAEoCCK9AQoURW5xdWV1ZVJlZnVuZFJlcXVlc3QSFQoNb3BlcmF0aW9uX2tleRgBIAEoCRIQCghvcmRlcl9pZBgCIAEoCRISCgpwYXltZW50X2lkGAMgASgJEhQKDGFtb3VudF9taW5vchgEIAEoAxIQCghjdXJyZW5jeRgFIAEoCRIQCghwcm92aWRlchgGIAEoCRIuCgpub3RfYmVmb3JlGAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJHChVFbnF1ZXVlUmVmdW5kUmVzcG9uc2USHQoDam9iGAEgASgLMhAuam9iZmVuY2UudjEuSm9iEg8KB2NyZWF0ZWQYAiABKAgioQEKDENsYWltUmVxdWVzdBIRCgl3b3JrZXJfaWQYASABKAkSEAoIbWF4X2pvYnMYAiABKAUSMQoObGVhc2VfZHVyYXRpb24YAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEAoIcHJvdmlkZXIYBCABKAkSJwoEd2FpdBgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJmCg1DbGFpbVJlc3BvbnNlEiUKBGpvYnMYASADKAsyFy5qb2JmZW5jZS52MS5DbGFpbWVkSm9iEi4KC3JldHJ5X2FmdGVyGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uImMKD0NvbXBsZXRlUmVxdWVzdBIOCgZqb2JfaWQYASABKAMSDwoHYXR0ZW1wdBgCIAEoAxIaChJwcm92aWRlcl9yZWZ1bmRfaWQYAyABKAkSEwoLbGVhc2VfdG9rZW4YBCABKAkiQwoQQ29tcGxldGVSZXNwb25zZRIdCgNqb2IYASABKAsyEC5qb2JmZW5jZS52MS5Kb2ISEAoIcmVwbGF5ZWQYAiABKAgi8gEKEVJlc2NoZWR1bGVSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoAxIPCgdhdHRlbXB0GAIgASgDEiwKC25leHRfYWN0aW9uGAMgASgOMhcuam9iZmVuY2UudjEuTmV4dEFjdGlvbhIqCgVkZWxheRgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbkgAEjUKD25leHRfYXR0ZW1wdF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBIABIOCgZyZWFzb24YBiABKAkSEwoLbGVhc2VfdG9rZW4YByABKAlCBgoEd2hlbiJFChJSZXNjaGVkdWxlUmVzcG9uc2USHQoDam9iGAEgASgLMhAuam9iZmVuY2UudjEuSm9iEhAKCHJlcGxheWVkGAIgASgIIlcKD0VzY2FsYXRlUmVxdWVzdBIOCgZqb2JfaWQYASABKAMSDwoHYXR0ZW1wdBgCIAEoAxIOCgZyZWFzb24YAyABKAkSEwoLbGVhc2VfdG9rZW4YBCABKAkiQwoQRXNjYWxhdGVSZXNwb25zZRIdCgNqb2IYASABKAsyEC5qb2JmZW5jZS52MS5Kb2ISEAoIcmVwbGF5ZWQYAiABKAgi+wEKGFJlcG9ydE9ic2VydmF0aW9uUmVxdWVzdBIQCgZqb2JfaWQYASABKANIABIXCg1vcGVyYXRpb25fa2V5GAIgASgJSAASDwoHYXR0ZW1wdBgDIAEoAxIOCgZzb3VyY2UYBCABKAkSMAoHb3V0Y29tZRgFIAEoDjIfLmpvYmZlbmNlLnYxLk9ic2VydmF0aW9uT3V0Y29tZRIaChJwcm92aWRlcl9yZWZ1bmRfaWQYBiABKAkSGQoRcHJvdmlkZXJfZXZlbnRfaWQYByABKAkSDgoGZGV0YWlsGAggASgJEhMKC2xlYXNlX3Rva2VuGAkgASgJQgUKA2pvYiJdChlSZXBvcnRPYnNlcnZhdGlvblJlc3BvbnNlEi0KC29ic2VydmF0aW9uGAEgASgLMhguam9iZmVuY2UudjEuT2JzZXJ2YXRpb24SEQoJZHVwbGljYXRlGAIgASgIIkEKDUdldEpvYlJlcXVlc3QSEAoGam9iX2lkGAEgASgDSAASFwoNb3BlcmF0aW9uX2tleRgCIAEoCUgAQgUKA2pvYiKGAQoOR2V0Sm9iUmVzcG9uc2USHQoDam9iGAEgASgLMhAuam9iZmVuY2UudjEuSm9iEiUKBmV2ZW50cxgCIAMoCzIVLmpvYmZlbmNlLnYxLkpvYkV2ZW50Ei4KDG9ic2VydmF0aW9ucxgDIAMoCzIYLmpvYmZlbmNlLnYxLk9ic2VydmF0aW9uIoIBCg9MaXN0Sm9ic1JlcXVlc3QSJAoFc3RhdGUYASABKA4yFS5qb2JmZW5jZS52MS5Kb2JTdGF0ZRIQCghwcm92aWRlchgCIAEoCRIQCghvcmRlcl9pZBgDIAEoCRIRCglwYWdlX3NpemUYBCABKAUSEgoKcGFnZV90b2tlbhgFIAEoCSJLChBMaXN0Sm9ic1Jlc3BvbnNlEh4KBGpvYnMYASADKAsyEC5qb2JmZW5jZS52MS5Kb2ISFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIpQBChRSZXNvbHZlUmV2aWV3UmVxdWVzdBIOCgZqb2JfaWQYASABKAMSDwoHYXR0ZW1wdBgCIAEoAxIxCgpyZXNvbHV0aW9uGAMgASgOMh0uam9iZmVuY2UudjEuUmV2aWV3UmVzb2x1dGlvbhIaChJwcm92aWRlcl9yZWZ1bmRfaWQYBCABKAkSDAoEbm90ZRgFIAEoCSJIChVSZXNvbHZlUmV2aWV3UmVzcG9uc2USHQoDam9iGAEgASgLMhAuam9iZmVuY2UudjEuSm9iEhAKCHJlcGxheWVkGAIgASgIKocBCghKb2JTdGF0ZRIZChVKT0JfU1RBVEVfVU5TUEVDSUZJRUQQABITCg9KT0JfU1RBVEVfUkVBRFkQARIVChFKT0JfU1RBVEVfUlVOTklORxACEhcKE0pPQl9TVEFURV9TVUNDRUVERUQQAxIbChdKT0JfU1RBVEVfTUFOVUFMX1JFVklFVxAEKlwKCk5leHRBY3Rpb24SGwoXTkVYVF9BQ1RJT05fVU5TUEVDSUZJRUQQABIWChJORVhUX0FDVElPTl9SRUZVTkQQARIZChVORVhUX0FDVElPTl9SRUNPTkNJTEUQAip2ChBSZXZpZXdSZXNvbHV0aW9uEiEKHVJFVklFV19SRVNPTFVUSU9OX1VOU1BFQ0lGSUVEEAASHgoaUkVWSUVXX1JFU09MVVRJT05fUkVGVU5ERUQQARIfChtSRVZJRVdfUkVTT0xVVElPTl9SRUNPTkNJTEUQAirAAQoST2JzZXJ2YXRpb25PdXRjb21lEiMKH09CU0VSVkFUSU9OX09VVENPTUVfVU5TUEVDSUZJRUQQABIhCh1PQlNFUlZBVElPTl9PVVRDT01FX1NVQ0NFRURFRBABEh8KG09CU0VSVkFUSU9OX09VVENPTUVfUEVORElORxACEh4KGk9CU0VSVkFUSU9OX09VVENPTUVfRkFJTEVEEAMSIQodT0JTRVJWQVRJT05fT1VUQ09NRV9OT1RfRk9VTkQQBDLOBQoLQ29vcmRpbmF0b3ISVgoNRW5xdWV1ZVJlZnVuZBIhLmpvYmZlbmNlLnYxLkVucXVldWVSZWZ1bmRSZXF1ZXN0GiIuam9iZmVuY2UudjEuRW5xdWV1ZVJlZnVuZFJlc3BvbnNlEj4KBUNsYWltEhkuam9iZmVuY2UudjEuQ2xhaW1SZXF1ZXN0Ghouam9iZmVuY2UudjEuQ2xhaW1SZXNwb25zZRJHCghDb21wbGV0ZRIcLmpvYmZlbmNlLnYxLkNvbXBsZXRlUmVxdWVzdBodLmpvYmZlbmNlLnYxLkNvbXBsZXRlUmVzcG9uc2USTQoKUmVzY2hlZHVsZRIeLmpvYmZlbmNlLnYxLlJlc2NoZWR1bGVSZXF1ZXN0Gh8uam9iZmVuY2UudjEuUmVzY2hlZHVsZVJlc3BvbnNlEkcKCEVzY2FsYXRlEhwuam9iZmVuY2UudjEuRXNjYWxhdGVSZXF1ZXN0Gh0uam9iZmVuY2UudjEuRXNjYWxhdGVSZXNwb25zZRJiChFSZXBvcnRPYnNlcnZhdGlvbhIlLmpvYmZlbmNlLnYxLlJlcG9ydE9ic2VydmF0aW9uUmVxdWVzdBomLmpvYmZlbmNlLnYxLlJlcG9ydE9ic2VydmF0aW9uUmVzcG9uc2USQQoGR2V0Sm9iEhouam9iZmVuY2UudjEuR2V0Sm9iUmVxdWVzdBobLmpvYmZlbmNlLnYxLkdldEpvYlJlc3BvbnNlEkcKCExpc3RKb2JzEhwuam9iZmVuY2UudjEuTGlzdEpvYnNSZXF1ZXN0Gh0uam9iZmVuY2UudjEuTGlzdEpvYnNSZXNwb25zZRJWCg1SZXNvbHZlUmV2aWV3EiEuam9iZmVuY2UudjEuUmVzb2x2ZVJldmlld1JlcXVlc3QaIi5qb2JmZW5jZS52MS5SZXNvbHZlUmV2aWV3UmVzcG9uc2ViBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * Job is one refund and its scheduling state. Times are the database's UTC
@@ -149,7 +149,8 @@ export type ClaimedJob = Message<"jobfence.v1.ClaimedJob"> & {
   job?: Job | undefined;
 
   /**
-   * The fencing token: carry it in every write-back for this job.
+   * The grant's generation (R2): carry it, with lease_token, in every
+   * write-back for this job.
    *
    * @generated from field: int64 attempt = 2;
    */
@@ -196,6 +197,18 @@ export type ClaimedJob = Message<"jobfence.v1.ClaimedJob"> & {
    * @generated from field: google.protobuf.Timestamp claimed_at = 8;
    */
   claimedAt?: Timestamp | undefined;
+
+  /**
+   * The grant's secret (R25): 128 random bits, 22 characters of base64url.
+   * Send it with attempt in every write-back of this grant; a write with the
+   * right attempt and another or no token is refused as STALE_ATTEMPT. Only
+   * this answer carries it: it is never in GetJob, errors or the
+   * coordinator's logs. Keep it out of your logs and never send it to the
+   * provider. Empty only from a coordinator older than lease tokens.
+   *
+   * @generated from field: string lease_token = 9;
+   */
+  leaseToken: string;
 };
 
 /**
@@ -344,6 +357,15 @@ export type Observation = Message<"jobfence.v1.Observation"> & {
    * @generated from field: google.protobuf.Timestamp created_at = 11;
    */
   createdAt?: Timestamp | undefined;
+
+  /**
+   * True when the report carried the lease token of reported_attempt's grant:
+   * the reporter really held that attempt (R25). A receipt without it is kept
+   * all the same (R15).
+   *
+   * @generated from field: bool attempt_verified = 12;
+   */
+  attemptVerified: boolean;
 };
 
 /**
@@ -535,6 +557,13 @@ export type CompleteRequest = Message<"jobfence.v1.CompleteRequest"> & {
    * @generated from field: string provider_refund_id = 3;
    */
   providerRefundId: string;
+
+  /**
+   * The lease_token Claim returned with the attempt (R25).
+   *
+   * @generated from field: string lease_token = 4;
+   */
+  leaseToken: string;
 };
 
 /**
@@ -617,6 +646,13 @@ export type RescheduleRequest = Message<"jobfence.v1.RescheduleRequest"> & {
    * @generated from field: string reason = 6;
    */
   reason: string;
+
+  /**
+   * The lease_token Claim returned with the attempt (R25).
+   *
+   * @generated from field: string lease_token = 7;
+   */
+  leaseToken: string;
 };
 
 /**
@@ -668,6 +704,13 @@ export type EscalateRequest = Message<"jobfence.v1.EscalateRequest"> & {
    * @generated from field: string reason = 3;
    */
   reason: string;
+
+  /**
+   * The lease_token Claim returned with the attempt (R25).
+   *
+   * @generated from field: string lease_token = 4;
+   */
+  leaseToken: string;
 };
 
 /**
@@ -759,6 +802,14 @@ export type ReportObservationRequest = Message<"jobfence.v1.ReportObservationReq
    * @generated from field: string detail = 8;
    */
   detail: string;
+
+  /**
+   * The lease_token of the attempt's grant, when the reporter held one: the
+   * observation is then marked attempt_verified. It is filed either way.
+   *
+   * @generated from field: string lease_token = 9;
+   */
+  leaseToken: string;
 };
 
 /**
@@ -1152,12 +1203,16 @@ export const ObservationOutcomeSchema: GenEnum<ObservationOutcome> = /*@__PURE__
 /**
  * Coordinator owns the refund_jobs table. Workers never touch the database:
  * they claim jobs here, call the payment provider, and write the outcome back
- * carrying the attempt (fencing token) they were granted.
+ * carrying the grant they were given: its attempt (the fencing generation)
+ * and its lease token (the secret that proves they hold it, R25).
  *
  * Errors carry a google.rpc.ErrorInfo with domain "jobfence" and one of the
  * reasons below; clients branch on the reason, never on the message (R24).
  *
- *   STALE_ATTEMPT           FAILED_PRECONDITION  the job was taken over; metadata
+ *   STALE_ATTEMPT           FAILED_PRECONDITION  the write does not carry the job's current
+ *                                                grant: taken over, another or no lease
+ *                                                token, or an attempt this database never
+ *                                                granted (lost in a failover, R26); metadata
  *                                                "current_attempt", "current_state"
  *   JOB_NOT_RUNNING         FAILED_PRECONDITION  this attempt already wrote a different
  *                                                outcome; metadata as above
@@ -1203,7 +1258,9 @@ export const Coordinator: GenService<{
   },
   /**
    * Complete marks a running job SUCCEEDED and records the refund in the ledger,
-   * only if attempt is still the job's current attempt (R9, R10).
+   * only if attempt and lease_token are still the job's current grant (R9,
+   * R10, R25). Knowing the current attempt is not enough: it is disclosed in
+   * errors and logs, the token never is.
    *
    * @generated from rpc jobfence.v1.Coordinator.Complete
    */
@@ -1214,7 +1271,7 @@ export const Coordinator: GenService<{
   },
   /**
    * Reschedule hands a running job back to READY for a later attempt, fenced by
-   * attempt exactly like Complete.
+   * attempt and lease token exactly like Complete.
    *
    * @generated from rpc jobfence.v1.Coordinator.Reschedule
    */
@@ -1225,7 +1282,7 @@ export const Coordinator: GenService<{
   },
   /**
    * Escalate moves a running job to MANUAL_REVIEW (R14, R16), fenced by attempt
-   * exactly like Complete.
+   * and lease token exactly like Complete.
    *
    * @generated from rpc jobfence.v1.Coordinator.Escalate
    */

@@ -1,0 +1,45 @@
+package mysql_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/jobfence/jobfence/internal/testdb"
+	"github.com/jobfence/jobfence/store/mysql"
+	"github.com/jobfence/jobfence/store/storetest"
+)
+
+// legacyJobs are the rows a coordinator from before lease tokens (schema
+// version 3) leaves: a job it granted, with a live lease, and one it never
+// claimed.
+const legacyJobs = `INSERT INTO refund_jobs (operation_key, order_id, payment_id, amount_minor, currency, provider,
+  state, attempt, next_action, next_attempt_at, lease_until, worker_id, first_sent_at, created_at, updated_at)
+VALUES
+  ('legacy-running', 'order-1', 'pay-1', 500, 'EUR', 'acme', 'running', %[1]d, 'reconcile', UTC_TIMESTAMP(6),
+   TIMESTAMPADD(MINUTE, 10, UTC_TIMESTAMP(6)), '%[2]s', UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6)),
+  ('legacy-ready', 'order-2', 'pay-2', 700, 'EUR', 'acme', 'ready', 0, 'refund', UTC_TIMESTAMP(6),
+   NULL, '', NULL, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))`
+
+// R25: an upgrade with running jobs loses nothing (storetest.UpgradeFromUntokened).
+func TestUpgradeWithRunningJobs_R25(t *testing.T) {
+	ctx := context.Background()
+	dsn := testdb.MySQL(t)
+	old, err := mysql.OpenMigratedTo(ctx, dsn, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = old.DB().ExecContext(ctx, fmt.Sprintf(legacyJobs, storetest.LegacyAttempt, storetest.LegacyWorker))
+	old.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := openMySQL(t, dsn, mysql.Options{})
+	var running, ready int64
+	if err := s.DB().QueryRowContext(ctx, `SELECT
+  (SELECT id FROM refund_jobs WHERE operation_key = 'legacy-running'),
+  (SELECT id FROM refund_jobs WHERE operation_key = 'legacy-ready')`).Scan(&running, &ready); err != nil {
+		t.Fatal(err)
+	}
+	storetest.UpgradeFromUntokened(t, s, running, ready)
+}
