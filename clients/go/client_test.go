@@ -1,6 +1,7 @@
 package jobfence_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -8,9 +9,13 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"log/slog"
 	"math/big"
 	"net"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -111,6 +116,31 @@ func TestTypedErrorsFromErrorInfo_R24(t *testing.T) {
 		// Repeated fenced writes were not retried: one call each.
 		if n := c.callCount("Escalate"); n != 1 {
 			t.Fatalf("Escalate served %d times, want 1 (a fenced write is never repeated)", n)
+		}
+	})
+
+	t.Run("current attempt without its token R25", func(t *testing.T) {
+		job := c.enqueue(t, "forged")
+		a := c.claimOne(t, "A", job)
+		c.expire(t, job.ID)
+		b := c.claimOne(t, "B", job)
+		_, err := c.client.Complete(ctx, jobfence.CompleteRequest{JobID: job.ID, Attempt: a.Attempt, LeaseToken: a.LeaseToken,
+			ProviderRefundID: "re_A"})
+		var stale *jobfence.StaleAttemptError
+		if !errors.As(err, &stale) || stale.CurrentAttempt != b.Attempt {
+			t.Fatalf("A's complete: %v, want *StaleAttemptError naming attempt %d", err, b.Attempt)
+		}
+		// The easy mistake: "retry with the current attempt" from the error.
+		for _, token := range []jobfence.LeaseToken{a.LeaseToken, ""} {
+			_, err := c.client.Complete(ctx, jobfence.CompleteRequest{JobID: job.ID, Attempt: stale.CurrentAttempt,
+				LeaseToken: token, ProviderRefundID: "re_forged"})
+			if !errors.Is(err, jobfence.ErrStaleAttempt) {
+				t.Fatalf("complete with the disclosed attempt: %v, want ErrStaleAttempt", err)
+			}
+		}
+		d, err := c.client.GetJob(ctx, job.ID)
+		if err != nil || d.Job.State != jobfence.StateRunning || d.Job.ProviderRefundID != "" || d.Job.Attempt != b.Attempt {
+			t.Fatalf("job after forged writes = %+v, %v; want B's grant untouched", d.Job, err)
 		}
 	})
 
@@ -331,5 +361,31 @@ func TestClaimReportsEmptyBudget_R19(t *testing.T) {
 	var be *jobfence.BudgetExhaustedError
 	if !errors.Is(err, jobfence.ErrBudgetExhausted) || !errors.As(err, &be) || be.RetryAfter <= 0 || be.RetryAfter > 2*time.Second {
 		t.Fatalf("second claim: %v, want BudgetExhaustedError within 2s", err)
+	}
+}
+
+// R25: the lease token never shows in what a worker prints or logs; its
+// fingerprint names the grant instead.
+func TestLeaseTokenPrintsRedacted_R25(t *testing.T) {
+	c := startCoordinator(t)
+	job := c.enqueue(t, "acme")
+	claimed := c.claimOne(t, "A", job)
+	token := string(claimed.LeaseToken)
+	if len(token) < 22 {
+		t.Fatalf("lease token %q is not a 128-bit token", token)
+	}
+	var logged bytes.Buffer
+	slog.New(slog.NewJSONHandler(&logged, nil)).Info("claimed", "job", claimed, "token", claimed.LeaseToken)
+	dumped, err := json.Marshal(claimed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	printed := fmt.Sprintf("%v %+v %#v %s", claimed, claimed, claimed, claimed.LeaseToken) + logged.String() + string(dumped)
+	if strings.Contains(printed, token) {
+		t.Fatalf("the token shows in formatted output:\n%s", printed)
+	}
+	fp := claimed.LeaseToken.Fingerprint()
+	if want := store.LeaseToken(token).Hash().Fingerprint(); fp != want || len(fp) != 12 {
+		t.Fatalf("fingerprint %q, want the coordinator's %q", fp, want)
 	}
 }

@@ -4,13 +4,17 @@
 //
 // # The protocol in brief
 //
-// A worker claims a refund job and is granted an attempt, a fencing token
-// bumped on every claim and takeover (R2, R5). It calls the payment provider
-// with the job's operation key as the Idempotency-Key (R1) and writes the
-// outcome back — Complete, Reschedule or Escalate — carrying that attempt.
-// The coordinator accepts only the current attempt (R9): a worker whose lease
+// A worker claims a refund job and is granted it: an attempt, the fencing
+// generation bumped on every claim and takeover (R2, R5), and a lease token,
+// the grant's secret (R25). It calls the payment provider with the job's
+// operation key as the Idempotency-Key (R1) and writes the outcome back —
+// Complete, Reschedule or Escalate — carrying that attempt and token. The
+// coordinator accepts only the current grant (R9, R25): a worker whose lease
 // expired and whose job was taken over gets STALE_ATTEMPT, and must not
-// retry; it files what the provider told it as an observation instead (R15).
+// retry, not even with the current attempt the error names (it lacks that
+// grant's token); it files what the provider told it as an observation
+// instead (R15). The Worker carries the token for you; the token prints
+// redacted.
 // A takeover always starts by asking the provider what happened (reconcile,
 // R14), and what cannot be decided safely goes to manual review (R16).
 //
@@ -20,11 +24,13 @@
 // are decoded from the coordinator's google.rpc.ErrorInfo into typed errors
 // matched with errors.Is and errors.As, never by message text (R24):
 //
-//	_, err := client.Complete(ctx, jobfence.CompleteRequest{JobID: id, Attempt: attempt, ProviderRefundID: ref})
+//	_, err := client.Complete(ctx, jobfence.CompleteRequest{
+//		JobID: job.Job.ID, Attempt: job.Attempt, LeaseToken: job.LeaseToken, ProviderRefundID: ref})
 //	var stale *jobfence.StaleAttemptError
 //	switch {
 //	case errors.As(err, &stale):
-//		// taken over: now attempt stale.CurrentAttempt, state stale.CurrentState
+//		// not our grant any more (now attempt stale.CurrentAttempt, state
+//		// stale.CurrentState): stop, file the answer with ReportObservation
 //	case errors.Is(err, jobfence.ErrJobNotRunning):
 //	case errors.Is(err, jobfence.ErrUnavailable):
 //	}

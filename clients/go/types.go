@@ -358,7 +358,8 @@ func outcomeToProto(o Outcome) pb.ObservationOutcome {
 // every claim or takeover and accepts a write-back of the grant only with it.
 // The attempt is disclosed in errors and logs; the token never is, so knowing
 // the attempt never lets a stale worker write. It prints as "[redacted]" (fmt
-// and slog alike); Fingerprint names the grant without revealing it.
+// slog and encoding/json alike); Fingerprint names the grant without
+// revealing it.
 type LeaseToken string
 
 // String keeps the token out of formatted output.
@@ -369,6 +370,10 @@ func (LeaseToken) GoString() string { return "[redacted]" }
 
 // LogValue keeps the token out of slog output.
 func (LeaseToken) LogValue() slog.Value { return slog.StringValue("[redacted]") }
+
+// MarshalText keeps the token out of JSON and other text encodings of a
+// ClaimedJob (a logged struct, a debugging dump). Send it with string(t).
+func (LeaseToken) MarshalText() ([]byte, error) { return []byte("[redacted]"), nil }
 
 // Fingerprint is a short, non-secret name of the grant for logs: the first 6
 // bytes of the token's SHA-256 in hex, as the coordinator's history keeps it;
