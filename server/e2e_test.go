@@ -33,6 +33,7 @@ import (
 
 // coordinator is a real gRPC server on a loopback socket over a real store.
 type coordinator struct {
+	addr   string // the gRPC listener, host:port
 	client pb.CoordinatorClient
 	conn   *grpc.ClientConn
 	store  store.Store
@@ -73,6 +74,7 @@ func start(t *testing.T, b testdb.Backend, configure ...func(*server.Options)) *
 	}
 	go gs.Serve(lis) //nolint:errcheck
 	t.Cleanup(gs.Stop)
+	c.addr = lis.Addr().String()
 	c.conn, err = grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)

@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"runtime/debug"
+	"time"
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
@@ -36,6 +38,15 @@ func (s *Server) NewGRPCServer(extra ...grpc.ServerOption) (*grpc.Server, *healt
 	opts := append([]grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(unary...),
 		grpc.MaxRecvMsgSize(MaxMessageBytes),
+		// Bounded before authentication: grpc-go would otherwise take header
+		// lists of up to 16 MiB from anyone who connects (a flood of them grew
+		// a coordinator past 2.9 GB although every call was refused).
+		grpc.MaxHeaderListSize(MaxHeaderBytes),
+		grpc.MaxConcurrentStreams(MaxStreamsPerConn),
+		// Dead peers (a killed worker's half-open connection) are found and
+		// closed; clients may ping every 10 s, and while idle.
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: time.Minute, Timeout: 20 * time.Second}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.NumStreamWorkers(streamWorkers),
 		grpc.ChainStreamInterceptor(s.metrics.grpc.StreamServerInterceptor(), recovery.StreamServerInterceptor(recoverer)),
 	}, extra...)
@@ -50,9 +61,20 @@ func (s *Server) NewGRPCServer(extra ...grpc.ServerOption) (*grpc.Server, *healt
 	return gs, hs
 }
 
-// MaxMessageBytes bounds a request: the largest valid one (an observation
-// with a 4 KiB detail) is far below it.
+// MaxMessageBytes bounds a request's message: the largest valid one (an
+// observation with a 4 KiB detail) is far below it.
 const MaxMessageBytes = 64 << 10
+
+// MaxHeaderBytes bounds a request's header list (HTTP/2
+// SETTINGS_MAX_HEADER_LIST_SIZE, counted as HPACK does: names, values and 32
+// bytes per field): a bearer token and gRPC's own headers take a few hundred
+// bytes. A larger list is refused (RST_STREAM) before anything reads it, so a
+// whole request costs at most MaxHeaderBytes + MaxMessageBytes.
+const MaxHeaderBytes = 8 << 10
+
+// MaxStreamsPerConn bounds the calls in flight on one connection: a worker
+// needs one long poll and its write-backs, a load balancer a few hundred.
+const MaxStreamsPerConn = 1024
 
 // streamWorkers is how many goroutines serve calls and stay for the next:
 // a new goroutine per call grows its stack again every time, a few percent

@@ -49,14 +49,27 @@ func main() {
 // program.
 const gcPercent = 400
 
-// configureGC applies gcPercent unless GOGC is set, and returns the target in
-// force, for the start-up log.
-func configureGC() string {
-	if v := os.Getenv("GOGC"); v != "" {
-		return v
+// memoryLimit is the Go runtime's soft memory limit unless GOMEMLIMIT is
+// set: near it the collector runs as often as it must, so that a burst of
+// calls in flight (each bounded to server.MaxHeaderBytes +
+// server.MaxMessageBytes) is collected rather than kept. The live heap of a
+// busy coordinator is tens of MB (docs/BENCHMARKS.md, peak_rss_mb).
+const memoryLimit = 512 << 20
+
+// configureGC applies gcPercent unless GOGC is set and memoryLimit unless
+// GOMEMLIMIT is set, and returns both in force, for the start-up log.
+func configureGC() (gogc, memLimit string) {
+	gogc = os.Getenv("GOGC")
+	if gogc == "" {
+		debug.SetGCPercent(gcPercent)
+		gogc = strconv.Itoa(gcPercent)
 	}
-	debug.SetGCPercent(gcPercent)
-	return strconv.Itoa(gcPercent)
+	memLimit = os.Getenv("GOMEMLIMIT")
+	if memLimit == "" {
+		debug.SetMemoryLimit(memoryLimit)
+		memLimit = strconv.Itoa(memoryLimit>>20) + "MiB"
+	}
+	return gogc, memLimit
 }
 
 type config struct {
@@ -208,7 +221,7 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 		return err
 	}
 	log := c.log.New(stderr)
-	gogc := configureGC()
+	gogc, memLimit := configureGC()
 
 	st, err := openStore(ctx, c, log)
 	if err != nil {
@@ -263,7 +276,7 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 		return err
 	}
 	log.Info("coordinator serving", "listen", lis.Addr().String(), "lease", c.lease, "key_retention", c.keyRetention,
-		"gogc", gogc)
+		"gogc", gogc, "gomemlimit", memLimit)
 
 	served := make(chan error, 1)
 	go func() { served <- gs.Serve(lis) }()

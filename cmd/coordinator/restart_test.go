@@ -143,17 +143,22 @@ func TestMetricsEndpoint(t *testing.T) {
 }
 
 // TestGCTarget: the coordinator runs the collector at its own GOGC target
-// unless the environment sets one, and says which at start.
+// and soft memory limit unless the environment sets them, and says which at
+// start.
 func TestGCTarget(t *testing.T) {
-	for _, tc := range []struct{ env, want string }{{"GOGC=", "400"}, {"GOGC=150", "150"}} {
+	for _, tc := range []struct{ env, gogc, limit, limitBytes string }{
+		{"GOGC= GOMEMLIMIT=", "400", "512MiB", "5.36870912e+08"},
+		{"GOGC=150 GOMEMLIMIT=1GiB", "150", "1GiB", "1.073741824e+09"},
+	} {
 		p := proctest.Start(t, bin.coordinator, proctest.Options{
 			Args: []string{"--listen", "127.0.0.1:0", "--log-format", "json", "--sqlite",
 				filepath.Join(t.TempDir(), "gc.db"), "--metrics-listen", "127.0.0.1:0"},
 			Ready: "coordinator serving",
-			Env:   []string{tc.env},
+			Env:   strings.Fields(tc.env),
 		})
-		if rec, ok := p.WaitRecord(10*time.Second, func(r map[string]any) bool { return r["msg"] == "coordinator serving" }); !ok || rec["gogc"] != tc.want {
-			t.Errorf("%s: start record %v, want gogc=%s", tc.env, rec, tc.want)
+		if rec, ok := p.WaitRecord(10*time.Second, func(r map[string]any) bool { return r["msg"] == "coordinator serving" }); !ok ||
+			rec["gogc"] != tc.gogc || rec["gomemlimit"] != tc.limit {
+			t.Errorf("%s: start record %v, want gogc=%s gomemlimit=%s", tc.env, rec, tc.gogc, tc.limit)
 		}
 		rec, ok := p.WaitRecord(10*time.Second, func(r map[string]any) bool { return r["msg"] == "metrics serving" })
 		if !ok {
@@ -165,8 +170,11 @@ func TestGCTarget(t *testing.T) {
 		}
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if !strings.Contains(string(body), "\ngo_gc_gogc_percent "+tc.want+"\n") {
-			t.Errorf("%s: the runtime's target is not %s", tc.env, tc.want)
+		if !strings.Contains(string(body), "\ngo_gc_gogc_percent "+tc.gogc+"\n") {
+			t.Errorf("%s: the runtime's target is not %s", tc.env, tc.gogc)
+		}
+		if !strings.Contains(string(body), "\ngo_gc_gomemlimit_bytes "+tc.limitBytes+"\n") {
+			t.Errorf("%s: the runtime's memory limit is not %s", tc.env, tc.limit)
 		}
 	}
 }

@@ -1,0 +1,152 @@
+package server_test
+
+import (
+	"bytes"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+	"google.golang.org/grpc/metadata"
+
+	pb "github.com/jobfence/jobfence/gen/jobfence/v1"
+	"github.com/jobfence/jobfence/internal/testdb"
+	"github.com/jobfence/jobfence/server"
+)
+
+// rawConn is an HTTP/2 connection that sends what it is told, as a hostile
+// client would: unlike grpc-go's client it ignores the server's limits.
+type rawConn struct {
+	t      *testing.T
+	conn   net.Conn
+	framer *http2.Framer
+}
+
+func dialRaw(t *testing.T, addr string) *rawConn {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	conn.SetDeadline(time.Now().Add(20 * time.Second)) //nolint:errcheck
+	if _, err := conn.Write([]byte(http2.ClientPreface)); err != nil {
+		t.Fatal(err)
+	}
+	r := &rawConn{t: t, conn: conn, framer: http2.NewFramer(conn, conn)}
+	if err := r.framer.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// serverSettings reads frames until the server's SETTINGS and returns them.
+func (r *rawConn) serverSettings() map[http2.SettingID]uint32 {
+	r.t.Helper()
+	for {
+		f, err := r.framer.ReadFrame()
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		if sf, ok := f.(*http2.SettingsFrame); ok && !sf.IsAck() {
+			out := map[http2.SettingID]uint32{}
+			sf.ForeachSetting(func(s http2.Setting) error { out[s.ID] = s.Val; return nil }) //nolint:errcheck
+			r.framer.WriteSettingsAck()                                                     //nolint:errcheck
+			return out
+		}
+	}
+}
+
+// call sends a GetJob's headers with an authorization header of size bytes
+// on stream 1, split into frames of at most 16 KiB, and reports how the
+// server answered the stream: "headers" (it took the call), "reset" (the
+// stream or the connection refused) or "closed" (the server hung up while
+// the headers were still coming).
+func (r *rawConn) call(size int) string {
+	r.t.Helper()
+	var block bytes.Buffer
+	enc := hpack.NewEncoder(&block)
+	for _, f := range [][2]string{
+		{":method", "POST"}, {":scheme", "http"}, {":path", "/jobfence.v1.Coordinator/GetJob"},
+		{":authority", "coordinator"}, {"content-type", "application/grpc"}, {"te", "trailers"},
+		{"authorization", "Bearer " + strings.Repeat("x", size)},
+	} {
+		enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]}) //nolint:errcheck
+	}
+	b := block.Bytes()
+	const frame = 16 << 10
+	first := b[:min(len(b), frame)]
+	if err := r.framer.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: first,
+		EndHeaders: len(b) <= frame}); err != nil {
+		r.t.Fatal(err)
+	}
+	for rest := b[len(first):]; len(rest) > 0; {
+		n := min(len(rest), frame)
+		if err := r.framer.WriteContinuation(1, n == len(rest), rest[:n]); err != nil {
+			return "closed"
+		}
+		rest = rest[n:]
+	}
+	// An empty GetJobRequest, length-prefixed: the call is complete.
+	if err := r.framer.WriteData(1, true, []byte{0, 0, 0, 0, 0}); err != nil {
+		return "closed"
+	}
+	for {
+		f, err := r.framer.ReadFrame()
+		if err != nil {
+			return "closed"
+		}
+		switch f := f.(type) {
+		case *http2.HeadersFrame:
+			if f.StreamID == 1 {
+				return "headers"
+			}
+		case *http2.RSTStreamFrame:
+			if f.StreamID == 1 {
+				return "reset"
+			}
+		case *http2.GoAwayFrame:
+			return "reset"
+		}
+	}
+}
+
+// Issue: before authentication, grpc-go took header lists of up to 16 MiB
+// (RSS past 2.9 GB under a flood of 15 MiB tokens). The coordinator
+// advertises its bounds, refuses a header list beyond MaxHeaderBytes before
+// reading it, and still serves ordinary calls.
+func TestHeaderListBoundedBeforeAuthentication(t *testing.T) {
+	var sqliteBackend testdb.Backend
+	for _, b := range testdb.Backends() {
+		if b.Name == "sqlite" {
+			sqliteBackend = b
+		}
+	}
+	c := start(t, sqliteBackend)
+
+	settings := dialRaw(t, c.addr).serverSettings()
+	if got := settings[http2.SettingMaxHeaderListSize]; got != server.MaxHeaderBytes {
+		t.Errorf("SETTINGS_MAX_HEADER_LIST_SIZE = %d, want %d", got, server.MaxHeaderBytes)
+	}
+	if got := settings[http2.SettingMaxConcurrentStreams]; got != server.MaxStreamsPerConn {
+		t.Errorf("SETTINGS_MAX_CONCURRENT_STREAMS = %d, want %d", got, server.MaxStreamsPerConn)
+	}
+
+	raw := dialRaw(t, c.addr)
+	raw.serverSettings()
+	if got := raw.call(1 << 20); got == "headers" {
+		t.Fatalf("a 1 MiB authorization header was answered with %s, want the stream reset unread", got)
+	}
+	small := dialRaw(t, c.addr)
+	small.serverSettings()
+	if got := small.call(2 << 10); got != "headers" {
+		t.Fatalf("a 2 KiB authorization header was answered with %s, want the call served", got)
+	}
+	// And through a real client, with a header of an ordinary size.
+	ctx := metadata.AppendToOutgoingContext(ctxFor(t), "x-trace", strings.Repeat("t", 1024))
+	if _, err := c.client.ListJobs(ctx, &pb.ListJobsRequest{}); err != nil {
+		t.Fatalf("ListJobs with a 1 KiB header: %v", err)
+	}
+}
