@@ -53,7 +53,7 @@ func (r *rawConn) serverSettings() map[http2.SettingID]uint32 {
 		if sf, ok := f.(*http2.SettingsFrame); ok && !sf.IsAck() {
 			out := map[http2.SettingID]uint32{}
 			sf.ForeachSetting(func(s http2.Setting) error { out[s.ID] = s.Val; return nil }) //nolint:errcheck
-			r.framer.WriteSettingsAck()                                                     //nolint:errcheck
+			r.framer.WriteSettingsAck()                                                      //nolint:errcheck
 			return out
 		}
 	}
