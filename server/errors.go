@@ -28,6 +28,8 @@ const (
 	ReasonClaimOutcomeUnknown = "CLAIM_OUTCOME_UNKNOWN"
 	ReasonWriteOutcomeUnknown = "WRITE_OUTCOME_UNKNOWN"
 	ReasonDatabaseUnavailable = "DATABASE_UNAVAILABLE"
+	ReasonDatabaseFull        = "DATABASE_FULL"
+	ReasonDatabaseDenied      = "DATABASE_ACCESS_DENIED"
 	ReasonNotFound            = "NOT_FOUND"
 	ReasonInvalidArgument     = "INVALID_ARGUMENT"
 	ReasonUnauthenticated     = "UNAUTHENTICATED"
@@ -90,6 +92,16 @@ func (s *Server) toStatus(ctx context.Context, err error, job jobAttrs) error {
 		s.log.LogAttrs(ctx, slog.LevelWarn, "write outcome unknown", append(job.attrs(), slog.String("error", err.Error()))...)
 		return withDetails(codes.Unavailable,
 			"the write's commit outcome is unknown; repeat the same request, it is idempotent", info(ReasonWriteOutcomeUnknown, nil))
+	case errors.Is(err, store.ErrDatabaseFull):
+		s.log.LogAttrs(ctx, slog.LevelError, "database full: nothing was changed; free space in the database",
+			append(job.attrs(), slog.String("error", err.Error()))...)
+		return withDetails(codes.Unavailable, "the coordinator's database is full; nothing was changed, retry later",
+			info(ReasonDatabaseFull, nil))
+	case errors.Is(err, store.ErrDatabaseAccessDenied):
+		s.log.LogAttrs(ctx, slog.LevelError, "database access denied: nothing was changed; grant the coordinator's "+
+			"database user what it needs (docs/DEPLOY.md)", append(job.attrs(), slog.String("error", err.Error()))...)
+		return withDetails(codes.Unavailable, "the coordinator's database refused its user; nothing was changed, retry later",
+			info(ReasonDatabaseDenied, nil))
 	case errors.Is(err, store.ErrUnavailable):
 		s.log.LogAttrs(ctx, slog.LevelWarn, "database unavailable", append(job.attrs(), slog.String("error", err.Error()))...)
 		return withDetails(codes.Unavailable, "database unavailable; nothing was changed, retry", info(ReasonDatabaseUnavailable, nil))

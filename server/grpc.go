@@ -81,3 +81,40 @@ const MaxStreamsPerConn = 1024
 // of a busy coordinator's CPU. A call that finds them all busy gets a
 // goroutine of its own, as without workers.
 const streamWorkers = 64
+
+// WatchDatabase keeps hs in step with the database until ctx ends: the
+// coordinator reports NOT_SERVING while its database does not answer a ping
+// (every every, each given at most every to answer), and SERVING once it
+// does again, so that load balancers and orchestrators route around a
+// coordinator that could only answer UNAVAILABLE. It logs each change. After
+// hs.Shutdown the status stays NOT_SERVING.
+func (s *Server) WatchDatabase(ctx context.Context, hs *health.Server, every time.Duration) {
+	serving := true
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		pctx, cancel := context.WithTimeout(ctx, every)
+		err := s.store.Ping(pctx)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if ok := err == nil; ok != serving {
+			serving = ok
+			status := healthpb.HealthCheckResponse_SERVING
+			if ok {
+				s.log.Info("database answers again: serving")
+			} else {
+				status = healthpb.HealthCheckResponse_NOT_SERVING
+				s.log.Warn("database does not answer: health NOT_SERVING until it does", "error", err.Error())
+			}
+			hs.SetServingStatus("", status)
+			hs.SetServingStatus(pb.Coordinator_ServiceDesc.ServiceName, status)
+		}
+	}
+}

@@ -31,9 +31,19 @@ var (
 	// not be re-read. Repeating the same write is safe: it is fenced and
 	// idempotent for its attempt (R20, R21).
 	ErrWriteOutcomeUnknown = errors.New("write-back outcome unknown")
-	// ErrUnavailable: the database could not be reached or kept failing; nothing
-	// was changed.
+	// ErrUnavailable: the database could not be reached, refused writes for
+	// now (read-only, as a demoted primary is; too many connections) or kept
+	// failing; nothing was changed, and repeating the call later is safe.
 	ErrUnavailable = errors.New("database unavailable")
+	// ErrDatabaseFull: the database refused the write for lack of space (a
+	// table or the disk is full); nothing was changed. An operator must act;
+	// repeating later is safe. Errors matching it match ErrUnavailable too.
+	ErrDatabaseFull = errors.New("database full")
+	// ErrDatabaseAccessDenied: the database refused the coordinator's own
+	// user (a privilege is missing, the account is locked); nothing was
+	// changed. An operator must grant it; repeating later is safe. Errors
+	// matching it match ErrUnavailable too.
+	ErrDatabaseAccessDenied = errors.New("database access denied")
 )
 
 // FenceError is returned when a write-back matched no row because the job is no

@@ -312,6 +312,10 @@ type Store interface {
 	// unfinished and manual_review jobs and the oldest unfinished one.
 	Stats(ctx context.Context) (Stats, error)
 
+	// Ping checks that the database answers, for health checks. Errors:
+	// ErrUnavailable.
+	Ping(ctx context.Context) error
+
 	// Close releases the backend's connections.
 	Close() error
 }

@@ -26,6 +26,8 @@ const (
 	ReasonClaimOutcomeUnknown = "CLAIM_OUTCOME_UNKNOWN"
 	ReasonWriteOutcomeUnknown = "WRITE_OUTCOME_UNKNOWN"
 	ReasonDatabaseUnavailable = "DATABASE_UNAVAILABLE"
+	ReasonDatabaseFull        = "DATABASE_FULL"
+	ReasonDatabaseDenied      = "DATABASE_ACCESS_DENIED"
 	ReasonJobNotInReview      = "JOB_NOT_IN_REVIEW"
 	ReasonNotFound            = "NOT_FOUND"
 	ReasonInvalidArgument     = "INVALID_ARGUMENT"
@@ -59,9 +61,17 @@ var (
 	// ErrWriteOutcomeUnknown: a write-back's commit was cut off. Repeating the
 	// same write is safe (R21); Client repeats write-backs itself.
 	ErrWriteOutcomeUnknown = errors.New("jobfence: write outcome unknown")
-	// ErrDatabaseUnavailable: the coordinator could not reach its database;
-	// nothing was changed.
+	// ErrDatabaseUnavailable: the coordinator could not reach its database,
+	// or the database refused writes for now (read-only during a failover,
+	// too many connections); nothing was changed.
 	ErrDatabaseUnavailable = errors.New("jobfence: database unavailable")
+	// ErrDatabaseFull: the coordinator's database is out of space; nothing
+	// was changed, and it will be once an operator frees some.
+	ErrDatabaseFull = errors.New("jobfence: database full")
+	// ErrDatabaseAccessDenied: the coordinator's database user lacks a
+	// privilege; nothing was changed, and it will be once an operator grants
+	// it.
+	ErrDatabaseAccessDenied = errors.New("jobfence: database access denied")
 	// ErrJobNotInReview: an operator's resolution named a job that is no
 	// longer in manual review under that attempt.
 	ErrJobNotInReview = errors.New("jobfence: job not in manual review")
@@ -77,8 +87,9 @@ var (
 	ErrPermissionDenied = errors.New("jobfence: permission denied")
 	// ErrUnavailable matches every error with gRPC code UNAVAILABLE: the
 	// coordinator or its database could not be reached, or a commit was cut
-	// off (ErrClaimOutcomeUnknown, ErrWriteOutcomeUnknown and
-	// ErrDatabaseUnavailable match it too).
+	// off (ErrClaimOutcomeUnknown, ErrWriteOutcomeUnknown,
+	// ErrDatabaseUnavailable, ErrDatabaseFull and ErrDatabaseAccessDenied
+	// match it too). Client repeats the calls that are safe to repeat.
 	ErrUnavailable = errors.New("jobfence: coordinator unavailable")
 )
 
@@ -89,6 +100,8 @@ var reasonSentinels = map[string]error{
 	ReasonClaimOutcomeUnknown: ErrClaimOutcomeUnknown,
 	ReasonWriteOutcomeUnknown: ErrWriteOutcomeUnknown,
 	ReasonDatabaseUnavailable: ErrDatabaseUnavailable,
+	ReasonDatabaseFull:        ErrDatabaseFull,
+	ReasonDatabaseDenied:      ErrDatabaseAccessDenied,
 	ReasonJobNotInReview:      ErrJobNotInReview,
 	ReasonNotFound:            ErrNotFound,
 	ReasonInvalidArgument:     ErrInvalidArgument,

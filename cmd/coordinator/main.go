@@ -49,6 +49,10 @@ func main() {
 // program.
 const gcPercent = 400
 
+// healthInterval is how often the coordinator pings its database for its
+// health status (server.WatchDatabase).
+const healthInterval = 2 * time.Second
+
 // memoryLimit is the Go runtime's soft memory limit unless GOMEMLIMIT is
 // set: near it the collector runs as often as it must, so that a burst of
 // calls in flight (each bounded to server.MaxHeaderBytes +
@@ -271,6 +275,7 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 		go serveHTTP("pprof", c.pprofListen, mux, log)
 	}
 	gs, health := srv.NewGRPCServer(creds...)
+	go srv.WatchDatabase(ctx, health, healthInterval)
 	lis, err := net.Listen("tcp", c.listen)
 	if err != nil {
 		return err

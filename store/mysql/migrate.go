@@ -2,6 +2,7 @@ package mysql
 
 import (
 	"context"
+	"database/sql"
 	"embed"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/jobfence/jobfence/store"
+	"github.com/jobfence/jobfence/store/internal/sqlbase"
 )
 
 //go:embed migrations/*.sql
@@ -57,24 +59,8 @@ func (s *Store) migrate(ctx context.Context, upTo int) error {
 	}
 	defer conn.ExecContext(context.WithoutCancel(ctx), `SELECT RELEASE_LOCK(?)`, migrateLockName) //nolint:errcheck
 
-	if _, err := conn.ExecContext(ctx, createMigrationsTable); err != nil {
-		return fmt.Errorf("migrate: %w", err)
-	}
-	applied := map[int]bool{}
-	rows, err := conn.QueryContext(ctx, selectAppliedVersions)
+	applied, err := appliedVersions(ctx, conn)
 	if err != nil {
-		return fmt.Errorf("migrate: %w", err)
-	}
-	for rows.Next() {
-		var v int
-		if err := rows.Scan(&v); err != nil {
-			rows.Close()
-			return err
-		}
-		applied[v] = true
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
 		return err
 	}
 	for _, m := range migrations {
@@ -83,6 +69,11 @@ func (s *Store) migrate(ctx context.Context, upTo int) error {
 		}
 		for _, stmt := range m.Statements {
 			if _, err := conn.ExecContext(ctx, stmt); err != nil && !alreadyApplied(err) {
+				if errors.Is(unavailable(err), store.ErrDatabaseAccessDenied) {
+					return fmt.Errorf("migrate %s: the database user may not change the schema (%v): apply the "+
+						"migrations once with a user that may create and alter tables and indexes in this database "+
+						"(coordinator --migrate-only), then start with this one", m.Name, err)
+				}
 				return fmt.Errorf("migrate %s: %w", m.Name, err)
 			}
 		}
@@ -91,6 +82,33 @@ func (s *Store) migrate(ctx context.Context, upTo int) error {
 		}
 	}
 	return nil
+}
+
+// appliedVersions reads the versions already applied, creating the table
+// that records them on a fresh database. A schema that is up to date thus
+// needs no privilege beyond reading it: a least-privilege user (SELECT,
+// INSERT, UPDATE, DELETE) can start the coordinator.
+func appliedVersions(ctx context.Context, conn *sql.Conn) (map[int]bool, error) {
+	versions, err := sqlbase.QueryAll(ctx, conn, func(row sqlbase.Scanner) (int, error) {
+		var v int
+		err := row.Scan(&v)
+		return v, err
+	}, selectAppliedVersions)
+	var me *mysql.MySQLError
+	if errors.As(err, &me) && me.Number == 1146 { // ER_NO_SUCH_TABLE: a fresh database
+		if _, err := conn.ExecContext(ctx, createMigrationsTable); err != nil {
+			return nil, fmt.Errorf("migrate: %w", err)
+		}
+		err = nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("migrate: %w", unavailable(err))
+	}
+	applied := make(map[int]bool, len(versions))
+	for _, v := range versions {
+		applied[v] = true
+	}
+	return applied, nil
 }
 
 // alreadyApplied reports the errors of a statement that an interrupted

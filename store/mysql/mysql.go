@@ -163,22 +163,75 @@ func isDuplicate(err error) bool {
 	return errors.As(err, &me) && me.Number == 1062
 }
 
-// unavailable marks errors of the connection (nothing reached the server, or
-// the transaction died with it before COMMIT) and retries exhausted on
-// deadlocks, so callers can retry: nothing was committed. Other errors pass
-// through unchanged.
+// unavailable classifies the errors a call cannot act on (R20): the
+// connection's (nothing reached the server, or the transaction died with it
+// before COMMIT), the server's refusals for now, a full database and a
+// missing privilege all mean nothing was changed and a repeat later is safe,
+// so they become store.ErrUnavailable (with ErrDatabaseFull or
+// ErrDatabaseAccessDenied where an operator must act). Context errors and
+// anything else pass through unchanged.
 func unavailable(err error) error {
 	var ne net.Error
+	var me *mysql.MySQLError
 	switch {
 	case err == nil:
 		return nil
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return err // the caller gave up; DeadlineExceeded also claims to be a net.Error
-	case errors.Is(err, driver.ErrBadConn), errors.Is(err, mysql.ErrInvalidConn),
-		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
-		errors.As(err, &ne), isRetryable(err):
+	case errors.As(err, &me) && fullErrors[me.Number]:
+		return fmt.Errorf("%w: %w: %v", store.ErrUnavailable, store.ErrDatabaseFull, err)
+	case errors.As(err, &me) && deniedErrors[me.Number]:
+		return fmt.Errorf("%w: %w: %v", store.ErrUnavailable, store.ErrDatabaseAccessDenied, err)
+	case errors.As(err, &me) && transientErrors[me.Number], isRetryable(err),
+		errors.Is(err, driver.ErrBadConn), errors.Is(err, mysql.ErrInvalidConn),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.As(err, &ne):
 		return fmt.Errorf("%w: %v", store.ErrUnavailable, err)
 	default:
 		return err
 	}
 }
+
+// The server errors after which nothing was changed and the server itself
+// will take the same statement later, or once an operator has acted. The
+// numbers are MySQL's and MariaDB's (mysqld_error.h); 1205 and 1213, the
+// retryable ones, come through isRetryable.
+var (
+	transientErrors = map[uint16]bool{
+		1040: true, // ER_CON_COUNT_ERROR: too many connections
+		1047: true, // ER_UNKNOWN_COM_ERROR: Galera "WSREP has not yet prepared node"
+		1053: true, // ER_SERVER_SHUTDOWN
+		1152: true, // ER_ABORTING_CONNECTION
+		1180: true, // ER_ERROR_DURING_COMMIT: answered, so not committed
+		1203: true, // ER_TOO_MANY_USER_CONNECTIONS
+		1226: true, // ER_USER_LIMIT_REACHED
+		1290: true, // ER_OPTION_PREVENTS_STATEMENT: --read-only, a demoted primary
+		1317: true, // ER_QUERY_INTERRUPTED
+		1637: true, // ER_TOO_MANY_CONCURRENT_TRXS
+		1792: true, // ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION
+		1836: true, // ER_READ_ONLY_MODE
+		1927: true, // ER_CONNECTION_KILLED (MariaDB)
+		1969: true, // ER_STATEMENT_TIMEOUT (MariaDB max_statement_time)
+		3024: true, // ER_QUERY_TIMEOUT (MySQL max_execution_time)
+		4031: true, // ER_CLIENT_INTERACTION_TIMEOUT (MySQL)
+	}
+	fullErrors = map[uint16]bool{
+		1021: true, // ER_DISK_FULL
+		1037: true, // ER_OUTOFMEMORY
+		1038: true, // ER_OUT_OF_SORTMEMORY
+		1041: true, // ER_OUT_OF_RESOURCES
+		1114: true, // ER_RECORD_FILE_FULL: the table is full
+		1135: true, // ER_CANT_CREATE_THREAD
+	}
+	deniedErrors = map[uint16]bool{
+		1044: true, // ER_DBACCESS_DENIED_ERROR
+		1045: true, // ER_ACCESS_DENIED_ERROR
+		1142: true, // ER_TABLEACCESS_DENIED_ERROR
+		1143: true, // ER_COLUMNACCESS_DENIED_ERROR
+		1227: true, // ER_SPECIFIC_ACCESS_DENIED_ERROR
+		1370: true, // ER_PROCACCESS_DENIED_ERROR
+		1698: true, // ER_ACCESS_DENIED_NO_PASSWORD_ERROR
+		1820: true, // ER_MUST_CHANGE_PASSWORD
+		3118: true, // ER_ACCOUNT_HAS_BEEN_LOCKED (MySQL)
+		4151: true, // ER_ACCOUNT_HAS_BEEN_LOCKED (MariaDB)
+	}
+)

@@ -172,16 +172,21 @@ func isUnique(err error) bool {
 }
 
 // unavailable marks errors of the database file (it cannot be opened, read or
-// written, or the write lock stayed busy through every retry) and of a lost
-// connection, so callers can retry: nothing was committed. Other errors, context
+// written, the disk is full, it is read-only, or the write lock stayed busy
+// through every retry) and of a lost connection, so callers can retry:
+// nothing was committed. Other errors, context
 // errors among them, pass through unchanged.
 func unavailable(err error) error {
 	if err == nil {
 		return nil
 	}
 	switch sqliteCode(err) & 0xff {
+	case sqlite3.SQLITE_FULL:
+		return fmt.Errorf("%w: %w: %v", store.ErrUnavailable, store.ErrDatabaseFull, err)
+	case sqlite3.SQLITE_READONLY, sqlite3.SQLITE_PERM, sqlite3.SQLITE_AUTH:
+		return fmt.Errorf("%w: %w: %v", store.ErrUnavailable, store.ErrDatabaseAccessDenied, err)
 	case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_IOERR,
-		sqlite3.SQLITE_FULL, sqlite3.SQLITE_PROTOCOL:
+		sqlite3.SQLITE_PROTOCOL:
 		return fmt.Errorf("%w: %v", store.ErrUnavailable, err)
 	}
 	if errors.Is(err, driver.ErrBadConn) || errors.Is(err, sql.ErrConnDone) {

@@ -57,8 +57,20 @@ const (
 //	                                             write, it is idempotent (R21)
 //	JOB_NOT_IN_REVIEW       FAILED_PRECONDITION  ResolveReview on a job no longer in manual
 //	                                             review under that attempt
+//	DATABASE_UNAVAILABLE    UNAVAILABLE          the database could not be reached or refused
+//	                                             writes for now (read-only during a failover,
+//	                                             too many connections); nothing was changed
+//	DATABASE_FULL           UNAVAILABLE          the database is out of space; nothing was
+//	                                             changed (an operator must act; retry later)
+//	DATABASE_ACCESS_DENIED  UNAVAILABLE          the coordinator's database user lacks a
+//	                                             privilege; nothing was changed (as above)
 //	NOT_FOUND               NOT_FOUND            no such job
 //	INVALID_ARGUMENT        INVALID_ARGUMENT     with google.rpc.BadRequest field violations
+//	UNAUTHENTICATED         UNAUTHENTICATED      no valid bearer token or client certificate
+//	PERMISSION_DENIED       PERMISSION_DENIED    the credential's roles do not allow the call
+//
+// Every UNAVAILABLE is safe to repeat for write-backs, observations, enqueues
+// and reads (R21, R1); a Claim answered UNAVAILABLE granted nothing (R7).
 type CoordinatorClient interface {
 	// EnqueueRefund creates a refund job in state READY. Enqueuing the same
 	// operation_key with the same order, payment, amount, currency and provider
@@ -224,8 +236,20 @@ func (c *coordinatorClient) ResolveReview(ctx context.Context, in *ResolveReview
 //	                                             write, it is idempotent (R21)
 //	JOB_NOT_IN_REVIEW       FAILED_PRECONDITION  ResolveReview on a job no longer in manual
 //	                                             review under that attempt
+//	DATABASE_UNAVAILABLE    UNAVAILABLE          the database could not be reached or refused
+//	                                             writes for now (read-only during a failover,
+//	                                             too many connections); nothing was changed
+//	DATABASE_FULL           UNAVAILABLE          the database is out of space; nothing was
+//	                                             changed (an operator must act; retry later)
+//	DATABASE_ACCESS_DENIED  UNAVAILABLE          the coordinator's database user lacks a
+//	                                             privilege; nothing was changed (as above)
 //	NOT_FOUND               NOT_FOUND            no such job
 //	INVALID_ARGUMENT        INVALID_ARGUMENT     with google.rpc.BadRequest field violations
+//	UNAUTHENTICATED         UNAUTHENTICATED      no valid bearer token or client certificate
+//	PERMISSION_DENIED       PERMISSION_DENIED    the credential's roles do not allow the call
+//
+// Every UNAVAILABLE is safe to repeat for write-backs, observations, enqueues
+// and reads (R21, R1); a Claim answered UNAVAILABLE granted nothing (R7).
 type CoordinatorServer interface {
 	// EnqueueRefund creates a refund job in state READY. Enqueuing the same
 	// operation_key with the same order, payment, amount, currency and provider

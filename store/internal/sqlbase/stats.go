@@ -40,3 +40,8 @@ func (b *Backend) Stats(ctx context.Context) (store.Stats, error) {
 	}
 	return st, b.Unavailable(rows.Err())
 }
+
+// Ping implements store.Store: one round trip on a pooled connection.
+func (b *Backend) Ping(ctx context.Context) error {
+	return b.Unavailable(b.DB.PingContext(ctx))
+}
