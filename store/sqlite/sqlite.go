@@ -39,7 +39,8 @@ type Options struct {
 
 // Store is the SQLite backend. It implements store.Store.
 type Store struct {
-	db *sql.DB
+	db   *sql.DB
+	lock *processLock // this process's claim on the file
 	// Backend provides Claim, Write, WriteMany and ConfigureBudgets around
 	// this package's SQL.
 	*sqlbase.Backend
@@ -64,14 +65,19 @@ const nowMicros = `(CAST(ROUND(unixepoch('now', 'subsec') * 1000) AS INTEGER) * 
 // between the read and the bump. One connection: SQLite has one writer anyway,
 // and it keeps every transaction on one connection (R10, R11).
 //
-// Errors: ErrUnavailable when the file cannot be opened or stays locked by
-// another process.
+// Only one process may have the file open as a store: Open takes an
+// exclusive lock on path+".lock" until Close, and refuses a file another
+// coordinator holds.
+//
+// Errors: ErrUnavailable when the file cannot be opened or its write lock
+// stays busy; an error naming the other process when one holds the file.
 func Open(ctx context.Context, path string, opts Options) (*Store, error) {
-	return open(ctx, path, opts, allMigrations)
+	return open(ctx, path, opts, allMigrations, true)
 }
 
-// open is Open with the migrations applied up to version upTo.
-func open(ctx context.Context, path string, opts Options, upTo int) (*Store, error) {
+// open is Open with the migrations applied up to version upTo, and the
+// process lock taken when exclusive.
+func open(ctx context.Context, path string, opts Options, upTo int, exclusive bool) (*Store, error) {
 	if path == "" || path == ":memory:" || strings.HasPrefix(path, "file:") {
 		return nil, fmt.Errorf("sqlite: path must name a database file, got %q", path)
 	}
@@ -86,16 +92,23 @@ func open(ctx context.Context, path string, opts Options, upTo int) (*Store, err
 	if busy <= 0 {
 		busy = 5 * time.Second
 	}
+	lock := &processLock{}
+	if exclusive {
+		if lock, err = lockFile(abs); err != nil {
+			return nil, err
+		}
+	}
 
 	db, err := sql.Open("sqlite", dsn(abs, busy))
 	if err != nil {
+		lock.release()
 		return nil, fmt.Errorf("sqlite: %w", err)
 	}
 	db.SetMaxOpenConns(1)
 	db.SetMaxIdleConns(1)
 	db.SetConnMaxLifetime(0)
 	db.SetConnMaxIdleTime(0)
-	s := &Store{db: db, Backend: &sqlbase.Backend{
+	s := &Store{db: db, lock: lock, Backend: &sqlbase.Backend{
 		DB:        db,
 		Retryable: isRetryable,
 		// SQLite refused the COMMIT for a lock and the driver rolled the
@@ -109,15 +122,15 @@ func open(ctx context.Context, path string, opts Options, upTo int) (*Store, err
 
 	var mode string
 	if err := db.QueryRowContext(ctx, `PRAGMA journal_mode`).Scan(&mode); err != nil {
-		db.Close()
+		s.Close()
 		return nil, fmt.Errorf("%w: open %s: %v", store.ErrUnavailable, abs, err)
 	}
 	if !strings.EqualFold(mode, "wal") {
-		db.Close()
+		s.Close()
 		return nil, fmt.Errorf("sqlite: %s: journal_mode is %q, want wal (is the file on a local file system?)", abs, mode)
 	}
 	if err := s.migrate(ctx, upTo); err != nil {
-		db.Close()
+		s.Close()
 		return nil, err
 	}
 	return s, nil
@@ -144,8 +157,15 @@ func dsn(absPath string, busy time.Duration) string {
 // transaction or an open *sql.Rows on it blocks the store.
 func (s *Store) DB() *sql.DB { return s.db }
 
-// Close closes the database. Jobs, attempts and history stay in the file.
-func (s *Store) Close() error { return s.db.Close() }
+// Close closes the database and lets another process open it. Jobs,
+// attempts and history stay in the file.
+func (s *Store) Close() error {
+	err := s.db.Close()
+	if lerr := s.lock.release(); err == nil {
+		err = lerr
+	}
+	return err
+}
 
 // sqliteCode returns the extended result code of a driver error, or 0.
 func sqliteCode(err error) int {

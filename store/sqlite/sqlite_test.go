@@ -2,9 +2,12 @@ package sqlite_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -26,6 +29,16 @@ func open(t *testing.T) store.Store {
 }
 
 func TestConformance(t *testing.T) { storetest.Run(t, open) }
+
+func openSharing(t *testing.T, path string) *sqlite.Store {
+	t.Helper()
+	s, err := sqlite.OpenSharing(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
 
 func openAt(t *testing.T, path string) *sqlite.Store {
 	t.Helper()
@@ -91,13 +104,14 @@ func TestRestartKeepsJobsAttemptsAndFence_R2_R8(t *testing.T) {
 	}
 }
 
-// Two stores on one file stand for two processes: each has its own
-// connection, and BEGIN IMMEDIATE with busy_timeout serialises their claims,
-// so no job is granted twice (R5, R13).
+// Two stores on one file stand for two processes where nothing stops them
+// (the process lock set aside, as on a platform without flock): each has its
+// own connection, and BEGIN IMMEDIATE with busy_timeout serialises their
+// claims, so no job is granted twice (R5, R13).
 func TestTwoStoresOneFileNeverGrantTwice_R5_R13(t *testing.T) {
 	ctx := context.Background()
 	path := testdb.SQLitePath(t)
-	a, b := openAt(t, path), openAt(t, path)
+	a, b := openSharing(t, path), openSharing(t, path)
 	const jobs = 300
 	for i := 0; i < jobs; i++ {
 		if _, _, err := a.Enqueue(ctx, store.EnqueueParams{OperationKey: fmt.Sprintf("refund-two-%d", i),
@@ -176,8 +190,14 @@ func TestWriteLockHeldElsewhereIsUnavailable_R20(t *testing.T) {
 		t.Fatalf("Claim = %d jobs, %v", len(got), err)
 	}
 
-	other := openAt(t, path)
-	tx, err := other.DB().BeginTx(ctx, nil) // BEGIN IMMEDIATE: holds the write lock
+	// Another program on the file (an operator's sqlite3 shell, a backup):
+	// a second store would be refused (TestSecondProcessRefused).
+	other, err := sql.Open("sqlite", "file:"+path+"?_txlock=immediate")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	tx, err := other.BeginTx(ctx, nil) // BEGIN IMMEDIATE: holds the write lock
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,4 +220,30 @@ func TestWriteLockHeldElsewhereIsUnavailable_R20(t *testing.T) {
 	if res, err := s.Write(ctx, w); err != nil || res.Replayed || res.Job.State != store.StateSucceeded {
 		t.Fatalf("Write once the lock is free = %+v, %v", res, err)
 	}
+}
+
+// A second coordinator on the same file is refused while the first runs, with
+// the first one's pid, rather than serving beside it: long-poll wake-ups and
+// the single-node promise assume one process. Once the first closes, the
+// file opens again.
+func TestSecondProcessRefused(t *testing.T) {
+	ctx := context.Background()
+	path := testdb.SQLitePath(t)
+	first, err := sqlite.Open(ctx, path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = sqlite.Open(ctx, path, sqlite.Options{})
+	if err == nil || !strings.Contains(err.Error(), "in use by another process") ||
+		!strings.Contains(err.Error(), fmt.Sprint(os.Getpid())) {
+		t.Fatalf("second Open = %v, want a refusal naming pid %d", err, os.Getpid())
+	}
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
+	again, err := sqlite.Open(ctx, path, sqlite.Options{})
+	if err != nil {
+		t.Fatalf("Open after the first closed: %v", err)
+	}
+	again.Close()
 }
