@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/peer"
 
 	pb "github.com/jobfence/jobfence/gen/jobfence/v1"
+	"github.com/jobfence/jobfence/store"
 )
 
 // Role is what a credential may do.
@@ -83,6 +84,7 @@ func LoadTokens(path string) (*Authenticator, error) {
 	}
 	defer f.Close()
 	a := &Authenticator{tokens: map[[sha256.Size]byte]Identity{}}
+	names := map[string]int{} // name → line
 	sc := bufio.NewScanner(f)
 	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
@@ -97,6 +99,16 @@ func LoadTokens(path string) (*Authenticator, error) {
 			return nil, fmt.Errorf("%s:%d: want <name> <roles> sha256:<hex>", path, n)
 		}
 		id := Identity{Name: fields[0]}
+		// The name is the identity in histories and the worker_id of claims:
+		// it must fit where they are kept.
+		if len(id.Name) > store.MaxKeyLen {
+			return nil, fmt.Errorf("%s:%d: the name is %d bytes, at most %d", path, n, len(id.Name), store.MaxKeyLen)
+		}
+		if first, dup := names[id.Name]; dup {
+			return nil, fmt.Errorf("%s:%d: the name %q is already on line %d: give each credential its own", path, n,
+				id.Name, first)
+		}
+		names[id.Name] = n
 		for _, r := range strings.Split(fields[1], ",") {
 			role := Role(r)
 			if role != RoleProducer && role != RoleWorker && role != RoleOperator && role != RoleReader {
@@ -111,6 +123,10 @@ func LoadTokens(path string) (*Authenticator, error) {
 		}
 		var key [sha256.Size]byte
 		copy(key[:], sum)
+		if key == sha256.Sum256(nil) {
+			return nil, fmt.Errorf("%s:%d: that is the hash of the empty token, which any caller without one "+
+				"could send: hash the token itself (printf %%s \"$TOKEN\" | sha256sum)", path, n)
+		}
 		if _, dup := a.tokens[key]; dup {
 			return nil, fmt.Errorf("%s:%d: the same token hash appears twice", path, n)
 		}

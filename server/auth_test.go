@@ -17,6 +17,7 @@ import (
 	pb "github.com/jobfence/jobfence/gen/jobfence/v1"
 	"github.com/jobfence/jobfence/internal/testdb"
 	"github.com/jobfence/jobfence/server"
+	"github.com/jobfence/jobfence/store"
 )
 
 func tokenLine(name, roles, token string) string {
@@ -101,9 +102,17 @@ func TestLoadTokensRejectsBadFiles(t *testing.T) {
 		"short hash":   "x worker sha256:abcd\n",
 		"duplicate":    tokenLine("x", "worker", "t") + tokenLine("y", "reader", "t"),
 		"empty":        "",
+		// Anyone could send the empty token; a name is an identity, once,
+		// and must fit the worker_id and history columns.
+		"empty token hash": tokenLine("x", "worker", ""),
+		"name twice":       tokenLine("x", "worker", "t1") + tokenLine("x", "reader", "t2"),
+		"name too long":    tokenLine(strings.Repeat("n", store.MaxKeyLen+1), "worker", "t"),
 	} {
 		if _, err := server.LoadTokens(writeTokens(t, content)); err == nil {
 			t.Errorf("%s: loaded", name)
 		}
+	}
+	if _, err := server.LoadTokens(writeTokens(t, tokenLine(strings.Repeat("n", store.MaxKeyLen), "worker", "t"))); err != nil {
+		t.Errorf("a name of %d bytes: %v", store.MaxKeyLen, err)
 	}
 }

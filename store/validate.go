@@ -3,6 +3,7 @@ package store
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"strconv"
 	"time"
 	"unicode"
@@ -38,7 +39,7 @@ func (p EnqueueParams) Validate() error {
 		v.add("amount_minor", "must be greater than zero, got %d", p.AmountMinor)
 	}
 	if !IsCurrency(p.Currency) {
-		v.add("currency", "must be an ISO 4217 code such as EUR or USD, got %q", p.Currency)
+		v.add("currency", "must be an ISO 4217 code such as EUR or USD, got %s", echo(p.Currency))
 	}
 	v.provider("provider", p.Provider, true)
 	if !p.NotBefore.IsZero() {
@@ -75,7 +76,7 @@ func (w Writeback) Validate() error {
 		v.text("provider_refund_id", w.ProviderRefundID, 1, MaxRefIDLen)
 	case EventRescheduled:
 		if w.NextAction != ActionRefund && w.NextAction != ActionReconcile {
-			v.add("next_action", "must be refund or reconcile, got %q", w.NextAction)
+			v.add("next_action", "must be refund or reconcile, got %s", echo(string(w.NextAction)))
 		}
 		if w.At.IsZero() && (w.Delay < 0 || w.Delay > MaxDelay) {
 			v.add("delay", "must be between 0 and %s, got %s", MaxDelay, w.Delay)
@@ -95,12 +96,12 @@ func (w Writeback) Validate() error {
 				v.add("provider_refund_id", "must be empty when sending the job back to reconcile")
 			}
 		default:
-			v.add("resolution", "must be REFUNDED or RECONCILE, got %q", w.Resolution)
+			v.add("resolution", "must be REFUNDED or RECONCILE, got %s", echo(string(w.Resolution)))
 		}
 		v.text("note", w.Reason, 1, MaxReasonLen)
 		v.text("actor", w.Actor, 1, MaxKeyLen)
 	default:
-		v.add("kind", "must be completed, rescheduled, escalated or resolved, got %q", w.Kind)
+		v.add("kind", "must be completed, rescheduled, escalated or resolved, got %s", echo(string(w.Kind)))
 	}
 	if w.Kind != EventResolved && w.Actor != "" {
 		v.text("actor", w.Actor, 1, MaxKeyLen)
@@ -124,13 +125,11 @@ func (p ObservationParams) Validate() error {
 	switch p.Outcome {
 	case OutcomeSucceeded, OutcomePending, OutcomeFailed, OutcomeNotFound:
 	default:
-		v.add("outcome", "must be one of succeeded, pending, failed, not_found, got %q", p.Outcome)
+		v.add("outcome", "must be one of succeeded, pending, failed, not_found, got %s", echo(string(p.Outcome)))
 	}
 	v.text("provider_refund_id", p.ProviderRefundID, 0, MaxRefIDLen)
 	v.text("provider_event_id", p.ProviderEventID, 0, MaxRefIDLen)
-	if len(p.Detail) > MaxDetailLen || !utf8.ValidString(p.Detail) {
-		v.add("detail", "must be valid UTF-8 of at most %d bytes", MaxDetailLen)
-	}
+	v.multiline("detail", p.Detail, MaxDetailLen)
 	return v.err()
 }
 
@@ -228,6 +227,37 @@ func (v *violations) text(field, s string, min, max int) {
 	}
 }
 
+// multiline checks free text that may span lines (an observation's detail,
+// a provider's answer): at most max bytes of UTF-8 whose only control
+// characters are newline, carriage return and tab.
+func (v *violations) multiline(field, s string, max int) {
+	if len(s) > max || !utf8.ValidString(s) {
+		v.add(field, "must be valid UTF-8 of at most %d bytes", max)
+		return
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) && r != '\n' && r != '\r' && r != '\t' {
+			v.add(field, "must not contain control characters other than newline and tab (found U+%04X)", r)
+			return
+		}
+	}
+}
+
+// echo quotes a rejected value for an error message, cut to its first 32
+// bytes: the message and the log line that carries it stay short whatever
+// the request held.
+func echo(s string) string {
+	const keep = 32
+	if len(s) <= keep {
+		return strconv.Quote(s)
+	}
+	cut := keep
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s… (%d bytes)", strconv.Quote(s[:cut]), len(s))
+}
+
 // provider checks a provider name: [a-z0-9_-], 1..MaxProviderLen.
 func (v *violations) provider(field, s string, required bool) {
 	if s == "" && !required {
@@ -240,7 +270,7 @@ func (v *violations) provider(field, s string, required bool) {
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
-			v.add(field, "must contain only a-z, 0-9, '_' and '-', got %q", s)
+			v.add(field, "must contain only a-z, 0-9, '_' and '-', got %s", echo(s))
 			return
 		}
 	}

@@ -20,10 +20,12 @@ import (
 	"net/http/pprof"
 	"os"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	gomysql "github.com/go-sql-driver/mysql"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -79,6 +81,8 @@ func configureGC() (gogc, memLimit string) {
 type config struct {
 	listen          string
 	mysqlDSN        string
+	mysqlDSNFile    string
+	dsnOnCmdLine    bool // --mysql-dsn came as an argument, where ps shows it
 	mysqlMaxConns   int
 	sqlitePath      string
 	lease           time.Duration
@@ -94,6 +98,8 @@ type config struct {
 	tlsCert         string
 	tlsKey          string
 	tlsClientCA     string
+	allowPlaintext  bool
+	migrateOnly     bool
 	shutdownTimeout time.Duration
 	log             cli.Log
 }
@@ -106,6 +112,9 @@ func parseFlags(args []string, stderr *os.File) (config, error) {
 	fs.StringVar(&c.mysqlDSN, "mysql-dsn", "",
 		"MySQL DSN (go-sql-driver format, e.g. user:pass@tcp(host:3306)/jobfence); when empty the embedded SQLite store is used. "+
 			"readTimeout and writeTimeout default to 90s when the DSN sets none")
+	fs.StringVar(&c.mysqlDSNFile, "mysql-dsn-file", "",
+		"read the MySQL DSN from this file (its first line) instead of --mysql-dsn, so that the password shows in no "+
+			"process listing or debug endpoint")
 	fs.IntVar(&c.mysqlMaxConns, "mysql-max-conns", 32, "MySQL connection pool size")
 	fs.StringVar(&c.sqlitePath, "sqlite", "data/jobfence.db",
 		"embedded store file, created with its folder if absent; ignored when --mysql-dsn is set")
@@ -131,10 +140,17 @@ func parseFlags(args []string, stderr *os.File) (config, error) {
 	fs.StringVar(&c.tlsKey, "tls-key", "", "private key (PEM) of --tls-cert")
 	fs.StringVar(&c.tlsClientCA, "tls-client-ca", "",
 		"require client certificates signed by this CA (PEM): mutual TLS; without --tokens-file the certificate's common name is the identity, with every role")
+	fs.BoolVar(&c.migrateOnly, "migrate-only", false,
+		"apply the store's pending migrations and exit: run it with a database user that may create and alter tables "+
+			"(a deploy step), then serve with one that may only read and write rows")
+	fs.BoolVar(&c.allowPlaintext, "allow-plaintext", false,
+		"accept bearer tokens without TLS beyond loopback: only when a TLS-terminating proxy or mesh sidecar on this "+
+			"host carries the traffic")
 	fs.StringVar(&c.metricsListen, "metrics-listen", "",
-		"serve Prometheus metrics at /metrics on this address (e.g. 127.0.0.1:9090); off when empty")
+		"serve Prometheus metrics at /metrics on this address (e.g. 127.0.0.1:9090), without authentication "+
+			"(counts and timings, no secrets); off when empty")
 	fs.StringVar(&c.pprofListen, "pprof-listen", "",
-		"serve net/http/pprof on this address (e.g. 127.0.0.1:6060) for profiling; off when empty")
+		"serve net/http/pprof on this loopback address (e.g. 127.0.0.1:6060) for profiling; off when empty")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 15*time.Second,
 		"on SIGTERM, how long in-flight calls may finish before they are cut")
 	c.log.Register(fs)
@@ -145,6 +161,31 @@ func parseFlags(args []string, stderr *os.File) (config, error) {
 	}
 	if err := cli.Parse(fs, args, "JOBFENCE"); err != nil {
 		return c, err
+	}
+	c.dsnOnCmdLine = slices.ContainsFunc(args, func(a string) bool {
+		name := strings.TrimLeft(a, "-")
+		return name == "mysql-dsn" || strings.HasPrefix(name, "mysql-dsn=")
+	})
+	if c.mysqlDSNFile != "" {
+		if c.mysqlDSN != "" {
+			return c, errors.New("--mysql-dsn and --mysql-dsn-file are one or the other")
+		}
+		b, err := os.ReadFile(c.mysqlDSNFile)
+		if err != nil {
+			return c, fmt.Errorf("--mysql-dsn-file: %w", err)
+		}
+		c.mysqlDSN, _, _ = strings.Cut(strings.TrimSpace(string(b)), "\n")
+		if c.mysqlDSN == "" {
+			return c, fmt.Errorf("--mysql-dsn-file %s is empty", c.mysqlDSNFile)
+		}
+	}
+	for name, addr := range map[string]string{"listen": c.listen, "metrics-listen": c.metricsListen, "pprof-listen": c.pprofListen} {
+		if addr == "" && name != "listen" {
+			continue
+		}
+		if err := cli.CheckListen(name, addr); err != nil {
+			return c, err
+		}
 	}
 	if c.lease < store.MinLease || c.lease > store.MaxLease {
 		return c, fmt.Errorf("--lease must be between %s and %s, got %s", store.MinLease, store.MaxLease, c.lease)
@@ -172,6 +213,15 @@ func parseFlags(args []string, stderr *os.File) (config, error) {
 	}
 	if c.tokensFile == "" && c.tlsClientCA == "" && !cli.IsLoopback(c.listen) {
 		return c, fmt.Errorf("--listen %s is not a loopback address: refusing to serve refunds without --tokens-file or --tls-client-ca", c.listen)
+	}
+	if c.tokensFile != "" && c.tlsCert == "" && !cli.IsLoopback(c.listen) && !c.allowPlaintext {
+		return c, fmt.Errorf("--listen %s is not a loopback address and there is no --tls-cert: bearer tokens would "+
+			"cross the network in clear. Serve TLS (--tls-cert, --tls-key), or set --allow-plaintext when a "+
+			"TLS-terminating proxy or mesh sidecar on this host carries the traffic", c.listen)
+	}
+	if c.pprofListen != "" && !cli.IsLoopback(c.pprofListen) {
+		return c, fmt.Errorf("--pprof-listen %s is not a loopback address: pprof has no authentication and shows the "+
+			"process's memory; serve it on 127.0.0.1 and reach it through an SSH tunnel or kubectl port-forward", c.pprofListen)
 	}
 	return c, nil
 }
@@ -232,6 +282,10 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 		return err
 	}
 	defer st.Close()
+	if c.migrateOnly {
+		log.Info("schema up to date; --migrate-only: not serving")
+		return nil
+	}
 	if err := st.ConfigureBudgets(ctx, budgets); err != nil {
 		return fmt.Errorf("--provider-budget: %w", err)
 	}
@@ -259,6 +313,18 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 		log.Warn("NO AUTHENTICATION: anyone who can reach " + c.listen + " may enqueue, claim and complete refunds; " +
 			"serving open on loopback only. Set --tokens-file (or --tls-client-ca) before exposing it.")
 	}
+	if c.tokensFile != "" && c.tlsCert == "" && !cli.IsLoopback(c.listen) {
+		log.Warn("PLAINTEXT TOKENS (--allow-plaintext): bearer tokens reach " + c.listen + " without TLS; " +
+			"only a TLS-terminating proxy or sidecar on this host may stand in front of it")
+	}
+	if c.metricsListen != "" && !cli.IsLoopback(c.metricsListen) {
+		log.Warn("metrics served without authentication beyond loopback; restrict who may reach it",
+			"metrics_listen", c.metricsListen)
+	}
+	if cfg, err := gomysql.ParseDSN(c.mysqlDSN); c.dsnOnCmdLine && err == nil && cfg.Passwd != "" {
+		log.Warn("the MySQL password is on the command line, where any local user's ps shows it: " +
+			"pass the DSN in JOBFENCE_MYSQL_DSN or --mysql-dsn-file instead")
+	}
 
 	srv := server.New(st, server.Options{
 		Lease: c.lease, KeyRetention: c.keyRetention, ProviderKeyRetention: providerKeys,
@@ -267,8 +333,9 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	})
 	if c.pprofListen != "" {
 		mux := http.NewServeMux()
+		// No /debug/pprof/cmdline: it would show every flag, a DSN's
+		// password among them.
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)

@@ -13,7 +13,10 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
+	"time"
 
 	"github.com/jobfence/jobfence/internal/flagenv"
 )
@@ -34,15 +37,66 @@ func Main(name string, run func(ctx context.Context) error) {
 }
 
 // Parse parses args into fs, refuses positional arguments, and fills every
-// flag not given from PREFIX_<FLAG> (flagenv).
+// flag not given from PREFIX_<FLAG> (flagenv). -h prints the usage; a bad
+// flag is one line naming it, the value and what would do (not the whole
+// usage).
 func Parse(fs *flag.FlagSet, args []string, envPrefix string) error {
-	if err := fs.Parse(args); err != nil {
+	out := fs.Output()
+	var usage strings.Builder
+	fs.SetOutput(&usage)
+	err := fs.Parse(args)
+	fs.SetOutput(out)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprint(out, usage.String())
 		return err
+	}
+	if err != nil {
+		return fmt.Errorf("%s (run with -h for every flag)", hint(fs, err))
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
 	return flagenv.Apply(fs, envPrefix)
+}
+
+// hint rewrites the flag package's "invalid value "30" for flag -lease:
+// parse error" as "--lease 30: a duration needs a unit, e.g. 30s or 2m".
+func hint(fs *flag.FlagSet, err error) string {
+	var value, name string
+	if _, scanErr := fmt.Sscanf(err.Error(), "invalid value %q for flag -%s", &value, &name); scanErr != nil {
+		return err.Error()
+	}
+	name = strings.TrimSuffix(name, ":")
+	f := fs.Lookup(name)
+	if f == nil {
+		return err.Error()
+	}
+	if g, ok := f.Value.(flag.Getter); ok && isDuration(g.Get()) {
+		return fmt.Sprintf("--%s %q: a duration needs a unit, e.g. %s (s, m, h; ms for milliseconds)", name, value, f.DefValue)
+	}
+	return fmt.Sprintf("--%s %q: %s", name, value, strings.TrimPrefix(err.Error(), fmt.Sprintf("invalid value %q for flag -%s: ", value, name)))
+}
+
+func isDuration(v any) bool {
+	_, ok := v.(time.Duration)
+	return ok
+}
+
+// CheckListen reports a listen address that is not host:port, saying which
+// half is missing ("localhost" has no port, "50051" no host).
+func CheckListen(flagName, addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	switch {
+	case err != nil && !strings.Contains(addr, ":") && strings.Trim(addr, "0123456789") == "":
+		return fmt.Errorf("--%s %q has no host: want host:port, e.g. 127.0.0.1:%s (or 0.0.0.0:%[3]s for every interface)",
+			flagName, addr, addr)
+	case err != nil:
+		return fmt.Errorf("--%s %q has no port: want host:port, e.g. %s:50051", flagName, addr, strings.Trim(addr, "[]:"))
+	}
+	if n, perr := strconv.Atoi(port); perr != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("--%s %q: the port must be a number from 0 to 65535", flagName, addr)
+	}
+	return nil
 }
 
 // Log is the --log-format and --log-level pair.

@@ -59,8 +59,16 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 // open is Open with the migrations applied up to version upTo.
 func open(ctx context.Context, dsn string, opts Options, upTo int) (*Store, error) {
 	cfg, err := mysql.ParseDSN(dsn)
-	if err != nil {
-		return nil, fmt.Errorf("mysql dsn: %w", err)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("mysql dsn: %v; the format is user:password@tcp(host:3306)/database "+
+			"(go-sql-driver/mysql), not a URL", err)
+	case cfg.Net != "tcp" && cfg.Net != "unix":
+		return nil, fmt.Errorf("mysql dsn: %q is not a network (tcp or unix): the format is "+
+			"user:password@tcp(host:3306)/database (go-sql-driver/mysql), not a URL", cfg.Net)
+	case cfg.DBName == "":
+		return nil, errors.New("mysql dsn names no database: end it with /database, e.g. " +
+			"user:password@tcp(host:3306)/jobfence, after CREATE DATABASE jobfence (the coordinator creates its tables)")
 	}
 	cfg.ParseTime = true
 	cfg.Loc = time.UTC

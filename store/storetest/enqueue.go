@@ -99,6 +99,7 @@ func testBadInput(t *testing.T, s store.Store) {
 		{"currency", func(p *store.EnqueueParams) { p.Currency = "eur" }},
 		{"currency", func(p *store.EnqueueParams) { p.Currency = "EURO" }},
 		{"currency", func(p *store.EnqueueParams) { p.Currency = "ABC" }},
+		{"currency", func(p *store.EnqueueParams) { p.Currency = strings.Repeat("X", 60000) }},
 		{"provider", func(p *store.EnqueueParams) { p.Provider = "" }},
 		{"provider", func(p *store.EnqueueParams) { p.Provider = "Acme Pay" }},
 		{"not_before", func(p *store.EnqueueParams) { p.NotBefore = time.Date(1999, 1, 1, 0, 0, 0, 0, time.UTC) }},
@@ -108,6 +109,9 @@ func testBadInput(t *testing.T, s store.Store) {
 		c.change(&p)
 		_, _, err := s.Enqueue(ctx, p)
 		wantViolation(t, err, c.field)
+		if len(err.Error()) > 300 {
+			t.Errorf("%s: a %d-byte rejection echoes the request (it goes to a status and a log line)", c.field, len(err.Error()))
+		}
 		if p.OperationKey != "" && len(p.OperationKey) <= store.MaxKeyLen && !strings.Contains(p.OperationKey, " ") {
 			if _, err := s.Get(ctx, store.JobRef{OperationKey: p.OperationKey}); !errors.Is(err, store.ErrNotFound) {
 				t.Errorf("%s: rejected enqueue left a job behind (Get: %v)", c.field, err)
@@ -167,6 +171,10 @@ func testBadInput(t *testing.T, s store.Store) {
 			LeaseToken: c.LeaseToken}}, // a token without the attempt it was granted with
 		{"detail", store.ObservationParams{Job: store.JobRef{ID: job.ID}, Source: "x", Outcome: store.OutcomePending,
 			Detail: strings.Repeat("d", store.MaxDetailLen+1)}},
+		{"detail", store.ObservationParams{Job: store.JobRef{ID: job.ID}, Source: "x", Outcome: store.OutcomePending,
+			Detail: "late\x00reply"}},
+		{"detail", store.ObservationParams{Job: store.JobRef{ID: job.ID}, Source: "x", Outcome: store.OutcomePending,
+			Detail: "\x1b[31mred"}},
 	}
 	for _, c := range obs {
 		_, _, err := s.Observe(ctx, c.p)
