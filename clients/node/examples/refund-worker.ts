@@ -11,7 +11,11 @@
 // (cmd/refundworker), so a fleet of both is configured alike: every flag falls
 // back to REFUNDWORKER_<FLAG> (upper case, '-' as '_'), e.g.
 // REFUNDWORKER_COORDINATOR. Logs are JSON lines on stderr; the last one,
-// "refund-worker stopped", carries the worker's counters.
+// "refund-worker stopped", carries the worker's counters. Every line about a
+// job names it with job_id, operation_key, attempt and grant — the grant's
+// fingerprint (R25: the first 6 bytes of the SHA-256 of its lease token, in
+// hex), under the same key as the Go worker's `grant`. The lease token itself
+// is never logged: the Worker keeps it and sends it with every write-back.
 //
 // What it sends to the provider (R1, R2): the job's operation_key as the
 // Idempotency-Key and as the merchant_reference, never anything derived from
@@ -47,6 +51,7 @@ import {
   NextAction,
   ObservationOutcome,
   Worker,
+  type JobIds,
   type ProviderResult,
   type TLSOptions,
   type WorkerEvent,
@@ -578,6 +583,12 @@ export interface Stats {
   claim_failures: number;
 }
 
+// jobFields names a job and its grant in a log line: the grant's fingerprint
+// (R25), never its lease token, which no WorkerEvent carries.
+function jobFields(e: JobIds): Record<string, unknown> {
+  return { job_id: e.jobId, operation_key: e.operationKey, attempt: e.attempt, grant: e.grant };
+}
+
 function track(stats: Stats, log: Logger, e: WorkerEvent): void {
   switch (e.type) {
     case "claimed":
@@ -585,7 +596,7 @@ function track(stats: Stats, log: Logger, e: WorkerEvent): void {
       if (e.takeover) stats.takeovers++;
       if (e.nextAction !== NextAction.REFUND) stats.reconciles++;
       log.log(e.takeover ? "info" : "debug", e.takeover ? "job taken over" : "job claimed", {
-        job_id: e.jobId, operation_key: e.operationKey, attempt: e.attempt, next_action: NextAction[e.nextAction],
+        ...jobFields(e), next_action: NextAction[e.nextAction],
       });
       return;
     case "written": {
@@ -594,7 +605,7 @@ function track(stats: Stats, log: Logger, e: WorkerEvent): void {
       if (d.kind === "complete") stats.completed++;
       else if (d.kind === "reschedule") stats.rescheduled++;
       else stats.escalated++;
-      const fields = { job_id: e.jobId, operation_key: e.operationKey, attempt: e.attempt, replayed: e.replayed };
+      const fields = { ...jobFields(e), replayed: e.replayed };
       if (d.kind === "complete") log.log("debug", "job completed", { ...fields, provider_refund_id: d.providerRefundId });
       else if (d.kind === "reschedule") log.log("info", "job rescheduled", { ...fields, next_action: NextAction[d.nextAction], delay_ms: d.delayMs, reason: d.reason });
       else log.log("warn", "job escalated to manual review", { ...fields, reason: d.reason });
@@ -603,7 +614,7 @@ function track(stats: Stats, log: Logger, e: WorkerEvent): void {
     case "stale":
       stats.stale_rejected++;
       log.log("info", "write-back rejected by the fence; filing the answer as an observation", {
-        job_id: e.jobId, operation_key: e.operationKey, attempt: e.attempt, reason: e.error.reason,
+        ...jobFields(e), reason: e.error.reason,
         current_attempt: e.error.currentAttempt, decision: e.decision.kind,
         provider_refund_id: e.decision.kind === "complete" ? e.decision.providerRefundId : "",
       });
@@ -611,33 +622,31 @@ function track(stats: Stats, log: Logger, e: WorkerEvent): void {
     case "observation":
       if (!e.duplicate) stats.observations++;
       log.log("info", "observation filed", {
-        job_id: e.jobId, operation_key: e.operationKey, attempt: e.attempt, duplicate: e.duplicate,
+        ...jobFields(e), duplicate: e.duplicate, attempt_verified: e.attemptVerified,
         outcome: ObservationOutcome[e.outcome], provider_refund_id: e.providerRefundId,
       });
       return;
     case "handler_error":
       stats.unknown_outcomes++;
-      log.log("info", "provider call failed; outcome unknown", {
-        job_id: e.jobId, operation_key: e.operationKey, attempt: e.attempt, error: errorText(e.error),
-      });
+      log.log("info", "provider call failed; outcome unknown", { ...jobFields(e), error: errorText(e.error) });
       return;
     case "resend_refused":
       stats.resends_refused++;
-      log.log("warn", "same-key resend refused before sending; escalating", { job_id: e.jobId, operation_key: e.operationKey, attempt: e.attempt, reason: e.reason });
+      log.log("warn", "same-key resend refused before sending; escalating", { ...jobFields(e), reason: e.reason });
       return;
     case "provider_deadline":
       stats.provider_deadlines++;
-      log.log("warn", "provider call outlived its deadline; outcome unknown", { job_id: e.jobId, operation_key: e.operationKey, attempt: e.attempt });
+      log.log("warn", "provider call outlived its deadline; outcome unknown", jobFields(e));
       return;
     case "write_retry":
-      log.log("warn", "write-back repeated after UNAVAILABLE (R21)", { job_id: e.jobId, attempt: e.attempt, retry: e.retry, error: e.error.message });
+      log.log("warn", "write-back repeated after UNAVAILABLE (R21)", { ...jobFields(e), retry: e.retry, error: e.error.message });
       return;
     case "write_failed":
       stats.write_failures++;
-      log.log("warn", "write-back failed; the lease will lapse and a takeover reconciles", { job_id: e.jobId, attempt: e.attempt, error: e.error.message });
+      log.log("warn", "write-back failed; the lease will lapse and a takeover reconciles", { ...jobFields(e), error: e.error.message });
       return;
     case "observation_failed":
-      log.log("warn", "filing an observation failed", { job_id: e.jobId, attempt: e.attempt, error: e.error.message });
+      log.log("warn", "filing an observation failed", { ...jobFields(e), error: e.error.message });
       return;
     case "claim_failed":
       stats.claim_failures++;

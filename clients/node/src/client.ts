@@ -60,12 +60,36 @@ export interface CallOptions {
   headers?: ConstructorParameters<typeof Headers>[0];
 }
 
+/**
+ * A write-back carries its grant (R9, R25): the `attempt` and the `leaseToken`
+ * of the same ClaimedJob. The token is required by the type, so that a
+ * write-back that forgot it does not compile: the coordinator refuses the
+ * right attempt with another or no token as STALE_ATTEMPT.
+ */
+type WithGrant<T> = T & {
+  /**
+   * `ClaimedJob.leaseToken` of the grant this write-back belongs to (R25). A
+   * secret: keep it out of logs, never send it to the provider. Log
+   * `grantFingerprint(leaseToken)` instead.
+   */
+  leaseToken: string;
+};
+
 /** Request init shapes: plain objects; int64 fields take bigint. */
 export type EnqueueRefundInit = MessageInitShape<typeof EnqueueRefundRequestSchema>;
 export type ClaimInit = MessageInitShape<typeof ClaimRequestSchema>;
-export type CompleteInit = MessageInitShape<typeof CompleteRequestSchema>;
-export type RescheduleInit = MessageInitShape<typeof RescheduleRequestSchema>;
-export type EscalateInit = MessageInitShape<typeof EscalateRequestSchema>;
+/** A Complete request: jobId, attempt, leaseToken (R25) and providerRefundId. */
+export type CompleteInit = WithGrant<MessageInitShape<typeof CompleteRequestSchema>>;
+/** A Reschedule request: jobId, attempt, leaseToken (R25), nextAction, when, reason. */
+export type RescheduleInit = WithGrant<MessageInitShape<typeof RescheduleRequestSchema>>;
+/** An Escalate request: jobId, attempt, leaseToken (R25) and reason. */
+export type EscalateInit = WithGrant<MessageInitShape<typeof EscalateRequestSchema>>;
+/**
+ * A ReportObservation request. `leaseToken` is optional: a reporter that held
+ * the grant of `attempt` sends its token and the receipt is stored with
+ * `attemptVerified: true` (R25); webhooks and reconcilers (attempt 0) send none,
+ * and a receipt without it is filed all the same (R15).
+ */
 export type ReportObservationInit = MessageInitShape<typeof ReportObservationRequestSchema>;
 export type GetJobInit = MessageInitShape<typeof GetJobRequestSchema>;
 export type ListJobsInit = MessageInitShape<typeof ListJobsRequestSchema>;
@@ -109,29 +133,47 @@ export class CoordinatorClient {
   }
 
   /**
-   * claim grants up to max_jobs jobs, each with a bumped attempt (R5, R6).
+   * claim grants up to max_jobs jobs, each with a bumped attempt (R5, R6) and
+   * a freshly minted `leaseToken` (R25): 128 random bits, 22 characters of
+   * base64url. Keep each job's attempt and token together and pass both to
+   * every write-back of that job; only this answer ever carries the token
+   * (never GetJob, errors or the coordinator's logs), so keep it out of your
+   * own logs too (log `grantFingerprint(job.leaseToken)`).
    * Rejects with ClaimOutcomeUnknownError when nothing may be acted on (R7).
    */
   claim(req: ClaimInit, opts?: CallOptions): Promise<ClaimResponse> {
     return this.call((o) => this.raw.claim(req, o), opts);
   }
 
-  /** complete marks the job succeeded under its attempt (R9, R10). */
+  /**
+   * complete marks the job succeeded under its grant (R9, R10, R25): only if
+   * `attempt` and `leaseToken` are still the job's current grant. Knowing the
+   * current attempt is not enough — it is disclosed in errors and logs: with
+   * another or no token, or an attempt the database never granted (lost in a
+   * failover), it rejects with StaleAttemptError and nothing is written. The
+   * same write repeated after a lost reply, same attempt and token, answers
+   * `replayed: true` (R21).
+   */
   complete(req: CompleteInit, opts?: CallOptions): Promise<CompleteResponse> {
     return this.call((o) => this.raw.complete(req, o), opts);
   }
 
-  /** reschedule hands the job back to ready under its attempt (R9). */
+  /** reschedule hands the job back to ready, fenced by attempt and leaseToken exactly like complete (R9, R25). */
   reschedule(req: RescheduleInit, opts?: CallOptions): Promise<RescheduleResponse> {
     return this.call((o) => this.raw.reschedule(req, o), opts);
   }
 
-  /** escalate moves the job to manual review under its attempt (R14, R16). */
+  /** escalate moves the job to manual review (R14, R16), fenced by attempt and leaseToken exactly like complete (R25). */
   escalate(req: EscalateInit, opts?: CallOptions): Promise<EscalateResponse> {
     return this.call((o) => this.raw.escalate(req, o), opts);
   }
 
-  /** reportObservation files a provider receipt; it never changes the job (R15). */
+  /**
+   * reportObservation files a provider receipt; it never changes the job
+   * (R15). With the `leaseToken` of the reported attempt's grant, the stored
+   * observation has `attemptVerified: true` (R25); without it the receipt is
+   * filed all the same.
+   */
   reportObservation(req: ReportObservationInit, opts?: CallOptions): Promise<ReportObservationResponse> {
     return this.call((o) => this.raw.reportObservation(req, o), opts);
   }
@@ -153,7 +195,8 @@ export class CoordinatorClient {
    * resolveReview closes a job in manual review (an operator's call): refunded
    * with the provider's refund id, or back to reconcile. It is fenced by the
    * attempt the operator looked at: StaleAttemptError or JobNotInReviewError
-   * when the job moved on.
+   * when the job moved on. It takes no lease token: an operator is
+   * authorised by role, not by a grant (R25).
    */
   resolveReview(req: ResolveReviewInit, opts?: CallOptions): Promise<ResolveReviewResponse> {
     return this.call((o) => this.raw.resolveReview(req, o), opts);

@@ -2,7 +2,8 @@
 
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 
-import { NextAction, type ClaimedJob } from "./gen/jobfence/v1/coordinator_pb.js";
+import { NextAction } from "./gen/jobfence/v1/coordinator_pb.js";
+import type { ClaimedJobView } from "./grant.js";
 
 /**
  * ProviderResult is what a refund or reconcile handler learned from the
@@ -72,9 +73,10 @@ export const MaxDelayMs = 30 * 24 * 3600 * 1000;
  * - not sent → reschedule the same action;
  * - escalate → escalate.
  *
- * It is pure: the caller makes the write, carrying claimed.attempt.
+ * It is pure: the caller makes the write, carrying the claim's attempt and
+ * lease token (R9, R25).
  */
-export function decideReconcile(result: ProviderResult, claimed: ClaimedJob, policy: DecisionPolicy): WriteDecision {
+export function decideReconcile(result: ProviderResult, claimed: ClaimedJobView, policy: DecisionPolicy): WriteDecision {
   switch (result.kind) {
     case "succeeded":
       if (result.providerRefundId === "") {
@@ -111,7 +113,7 @@ export function decideReconcile(result: ProviderResult, claimed: ClaimedJob, pol
  * resend_deadline lies more than the margin ahead. An unset resend_deadline
  * means the key never went out, so sending is a first send.
  */
-export function resendAllowed(claimed: ClaimedJob, policy: DecisionPolicy): boolean {
+export function resendAllowed(claimed: ClaimedJobView, policy: DecisionPolicy): boolean {
   if (claimed.resendDeadline === undefined) {
     return true;
   }
@@ -128,7 +130,7 @@ export function resendAllowed(claimed: ClaimedJob, policy: DecisionPolicy): bool
  * (job.first_sent_at precedes claimed_at). A first send, whose own claim set
  * first_sent_at, is not a resend.
  */
-export function sendsAgain(claimed: ClaimedJob): boolean {
+export function sendsAgain(claimed: ClaimedJobView): boolean {
   const first = claimed.job?.firstSentAt;
   const at = claimed.claimedAt ?? claimed.job?.updatedAt;
   if (first === undefined || at === undefined) {
@@ -142,7 +144,7 @@ export function sendsAgain(claimed: ClaimedJob): boolean {
  * database time (claimed_at) plus the time elapsed since the claim's answer
  * arrived, measured on a monotonic clock. A worker's wall clock is never used.
  */
-export function coordinatorNow(claimed: ClaimedJob, elapsedSinceClaimMs: number): Date | undefined {
+export function coordinatorNow(claimed: ClaimedJobView, elapsedSinceClaimMs: number): Date | undefined {
   const at = claimed.claimedAt ?? claimed.job?.updatedAt;
   if (at === undefined) {
     return undefined;
@@ -150,7 +152,7 @@ export function coordinatorNow(claimed: ClaimedJob, elapsedSinceClaimMs: number)
   return new Date(timestampDate(at).getTime() + Math.max(0, elapsedSinceClaimMs));
 }
 
-function decideNoRecord(claimed: ClaimedJob, policy: DecisionPolicy, detail: string | undefined): WriteDecision {
+function decideNoRecord(claimed: ClaimedJobView, policy: DecisionPolicy, detail: string | undefined): WriteDecision {
   if (resendAllowed(claimed, policy)) {
     return {
       kind: "reschedule",

@@ -53,8 +53,8 @@ export class CoordinatorError extends Error {
 }
 
 /**
- * FencedWriteError is a write-back rejected by the fence (R9): nothing was
- * written. `attempt` is the attempt the write carried, `currentAttempt` and
+ * FencedWriteError is a write-back rejected by the fence (R9, R25): nothing
+ * was written. `attempt` is the attempt the write carried, `currentAttempt` and
  * `currentState` what the job holds now.
  */
 export class FencedWriteError extends CoordinatorError {
@@ -73,9 +73,14 @@ export class FencedWriteError extends CoordinatorError {
 }
 
 /**
- * StaleAttemptError (STALE_ATTEMPT, FAILED_PRECONDITION): the job was taken
- * over; the write carried an older attempt and changed nothing. Never retry
- * it: file what the provider said with ReportObservation instead (R15).
+ * StaleAttemptError (STALE_ATTEMPT, FAILED_PRECONDITION): the write does not
+ * carry the job's current grant and changed nothing — the job was taken over
+ * (an older attempt), the lease token is another grant's or missing (R25:
+ * the right attempt is not enough), or the attempt is one this database never
+ * granted (a grant lost in a failover, R26). `currentAttempt` and
+ * `currentState` say where the job stands; the token never appears in the
+ * error. Never retry it, not even "with the current attempt": file what the
+ * provider said with ReportObservation instead (R15).
  */
 export class StaleAttemptError extends FencedWriteError {}
 

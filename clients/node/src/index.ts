@@ -1,5 +1,5 @@
 // Package entry point: the typed Coordinator client, the Worker runtime, the
-// decision helper and the error classes.
+// decision helper, the grant fingerprint (R25) and the error classes.
 
 export { CoordinatorClient } from "./client.js";
 export type {
@@ -17,7 +17,9 @@ export type {
   TLSOptions,
 } from "./client.js";
 export { Worker } from "./worker.js";
-export type { Handlers, WorkerEvent, WorkerJob, WorkerOptions } from "./worker.js";
+export type { Handlers, JobIds, WorkerEvent, WorkerJob, WorkerOptions } from "./worker.js";
+export { grantFingerprint } from "./grant.js";
+export type { ClaimedJobView } from "./grant.js";
 export { MaxDelayMs, coordinatorNow, decideReconcile, resendAllowed, sendsAgain } from "./decide.js";
 export type { DecisionPolicy, ProviderResult, WriteDecision } from "./decide.js";
 export {

@@ -1,5 +1,5 @@
 // Worker: claims what it can start now, calls the user's provider handlers and
-// writes the outcome back under the claimed attempt.
+// writes the outcome back under the claimed grant (attempt and lease token).
 
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import { performance } from "node:perf_hooks";
@@ -8,15 +8,23 @@ import type { CoordinatorClient } from "./client.js";
 import { coordinatorNow, decideReconcile, resendAllowed, sendsAgain, type ProviderResult, type WriteDecision } from "./decide.js";
 import { CoordinatorError, FencedWriteError, isRetryableWrite, toCoordinatorError } from "./errors.js";
 import { NextAction, ObservationOutcome, type ClaimedJob, type Job } from "./gen/jobfence/v1/coordinator_pb.js";
+import { grantFingerprint, type ClaimedJobView } from "./grant.js";
 
 /** WorkerJob is one claimed job as a handler sees it. */
 export interface WorkerJob {
   readonly jobId: bigint;
   /**
-   * The fencing token of this claim, for logs next to operationKey (R3).
+   * The generation of this claim, for logs next to operationKey (R3).
    * Never send it to the provider (R2).
    */
   readonly attempt: bigint;
+  /**
+   * The grant's fingerprint (R25): 12 hex digits naming this claim's lease
+   * token without revealing it (`grantFingerprint`). Safe to log, next to
+   * jobId and attempt. The token itself stays inside the Worker, which sends
+   * it with every write-back: a handler never sees it.
+   */
+  readonly grant: string;
   /** The refund's business key: send it as the provider's Idempotency-Key (R1). */
   readonly operationKey: string;
   readonly nextAction: NextAction;
@@ -24,8 +32,12 @@ export interface WorkerJob {
   readonly takeover: boolean;
   /** The job as claimed: order, payment, amount, currency, provider… */
   readonly job: Job;
-  /** The full claim, including receipts already filed for the job (R15). */
-  readonly claimed: ClaimedJob;
+  /**
+   * The claim, including receipts already filed for the job (R15), less its
+   * lease token (R25): the Worker keeps the token and sends it with every
+   * write-back, so a handler can neither leak it nor need it.
+   */
+  readonly claimed: ClaimedJobView;
   /** Aborted when the provider-call deadline passes: cancel the request. */
   readonly signal: AbortSignal;
   /** The provider-call timeout in milliseconds. */
@@ -43,27 +55,43 @@ export interface Handlers {
   reconcile(job: WorkerJob): Promise<ProviderResult>;
 }
 
-/** WorkerEvent reports what the worker did, for logs and metrics (M1). */
+/**
+ * JobIds name the job and grant an event is about. `grant` is the grant's
+ * fingerprint (R25, `grantFingerprint`): log it next to jobId and attempt, as
+ * the Go worker logs `grant`. The lease token itself is in no event.
+ */
+export interface JobIds {
+  jobId: bigint;
+  attempt: bigint;
+  /** The fingerprint of the claim's lease token; "" from a coordinator older than tokens. */
+  grant: string;
+  operationKey: string;
+}
+
+/**
+ * WorkerEvent reports what the worker did, for logs and metrics (M1). Every
+ * event about a job carries its JobIds, the grant fingerprint included, and
+ * never the lease token (R25): an event can be logged whole.
+ */
 export type WorkerEvent =
-  | { type: "claimed"; jobId: bigint; attempt: bigint; operationKey: string; nextAction: NextAction; takeover: boolean }
+  | ({ type: "claimed"; nextAction: NextAction; takeover: boolean } & JobIds)
   | { type: "claim_failed"; error: CoordinatorError }
-  | { type: "handler_error"; jobId: bigint; attempt: bigint; operationKey: string; error: unknown }
-  | { type: "provider_deadline"; jobId: bigint; attempt: bigint; operationKey: string }
-  | { type: "resend_refused"; jobId: bigint; attempt: bigint; operationKey: string; reason: string }
-  | { type: "written"; jobId: bigint; attempt: bigint; operationKey: string; decision: WriteDecision; replayed: boolean }
-  | { type: "write_retry"; jobId: bigint; attempt: bigint; operationKey: string; error: CoordinatorError; retry: number }
-  | { type: "write_failed"; jobId: bigint; attempt: bigint; operationKey: string; error: CoordinatorError }
-  | { type: "stale"; jobId: bigint; attempt: bigint; operationKey: string; error: FencedWriteError; decision: WriteDecision }
-  | {
+  | ({ type: "handler_error"; error: unknown } & JobIds)
+  | ({ type: "provider_deadline" } & JobIds)
+  | ({ type: "resend_refused"; reason: string } & JobIds)
+  | ({ type: "written"; decision: WriteDecision; replayed: boolean } & JobIds)
+  | ({ type: "write_retry"; error: CoordinatorError; retry: number } & JobIds)
+  | ({ type: "write_failed"; error: CoordinatorError } & JobIds)
+  | ({ type: "stale"; error: FencedWriteError; decision: WriteDecision } & JobIds)
+  | ({
       type: "observation";
-      jobId: bigint;
-      attempt: bigint;
-      operationKey: string;
       outcome: ObservationOutcome;
       providerRefundId: string;
       duplicate: boolean;
-    }
-  | { type: "observation_failed"; jobId: bigint; attempt: bigint; operationKey: string; error: CoordinatorError };
+      /** The coordinator verified the claim's lease token with the receipt (R25). */
+      attemptVerified: boolean;
+    } & JobIds)
+  | ({ type: "observation_failed"; error: CoordinatorError } & JobIds);
 
 /** WorkerOptions configures a Worker. */
 export interface WorkerOptions {
@@ -129,9 +157,13 @@ export interface WorkerOptions {
  * - Before a same-key resend it checks the coordinator's resend_deadline
  *   again and escalates instead when the window has closed (R14, R16, R22).
  * - It turns the answer into Complete, Reschedule or Escalate carrying the
- *   claimed attempt (R9), via decideReconcile.
+ *   claimed grant — attempt and lease token (R9, R25) — via decideReconcile.
+ *   The token stays inside the Worker: handlers get the claim without it
+ *   (WorkerJob.claimed), events carry only its fingerprint (`grant`).
  * - A write rejected by the fence (STALE_ATTEMPT, JOB_NOT_RUNNING) is never
- *   repeated: the provider's answer is filed with ReportObservation (R15).
+ *   repeated: the provider's answer is filed with ReportObservation (R15),
+ *   with the claim's lease token, so the coordinator stores it with
+ *   attemptVerified (R25).
  * - A failed claim, CLAIM_OUTCOME_UNKNOWN included, grants nothing: nothing is
  *   acted on (R7).
  * - A write-back is repeated only after UNAVAILABLE (WRITE_OUTCOME_UNKNOWN,
@@ -285,7 +317,7 @@ export class Worker {
     if (job === undefined) {
       return; // never sent by the coordinator; nothing to act on
     }
-    const ids = { jobId: job.id, attempt: claimed.attempt, operationKey: job.operationKey };
+    const ids = jobIds(claimed);
     this.emit({ type: "claimed", ...ids, nextAction: claimed.nextAction, takeover: claimed.takeover });
 
     if (claimed.nextAction === NextAction.REFUND && sendsAgain(claimed) && this.resendSafe(job.provider)) {
@@ -310,7 +342,7 @@ export class Worker {
       nextAction: claimed.nextAction,
       takeover: claimed.takeover,
       job,
-      claimed,
+      claimed: withoutToken(claimed),
       signal: abort.signal,
       timeoutMs: this.opts.providerCallTimeoutMs,
     };
@@ -361,24 +393,25 @@ export class Worker {
     await this.writeBack(claimed, decision, answer);
   }
 
-  // writeBack makes the fenced write under the claimed attempt (R9).
+  // writeBack makes the fenced write under the claimed grant: its attempt
+  // and its lease token (R9, R25).
   private async writeBack(claimed: ClaimedJob, decision: WriteDecision, answer: ProviderResult | undefined): Promise<void> {
     const job = claimed.job!;
-    const ids = { jobId: job.id, attempt: claimed.attempt, operationKey: job.operationKey };
+    const ids = jobIds(claimed);
+    const grant = { jobId: job.id, attempt: claimed.attempt, leaseToken: claimed.leaseToken };
     const write = (): Promise<{ replayed: boolean }> => {
       switch (decision.kind) {
         case "complete":
-          return this.client.complete({ jobId: job.id, attempt: claimed.attempt, providerRefundId: decision.providerRefundId });
+          return this.client.complete({ ...grant, providerRefundId: decision.providerRefundId });
         case "reschedule":
           return this.client.reschedule({
-            jobId: job.id,
-            attempt: claimed.attempt,
+            ...grant,
             nextAction: decision.nextAction,
             when: { case: "delay", value: durationFromMs(decision.delayMs) },
             reason: clip(decision.reason, 1024),
           });
         case "escalate":
-          return this.client.escalate({ jobId: job.id, attempt: claimed.attempt, reason: clip(decision.reason, 1024) });
+          return this.client.escalate({ ...grant, reason: clip(decision.reason, 1024) });
       }
     };
     for (let retry = 0; ; retry++) {
@@ -415,11 +448,12 @@ export class Worker {
   }
 
   // fileObservation records a provider answer that this claim could not
-  // write (R15). It is deduplicated by the coordinator, so repeating it after
-  // UNAVAILABLE is safe.
+  // write (R15), with the claim's lease token so that the coordinator marks
+  // it attemptVerified (R25). It is deduplicated by the coordinator, so
+  // repeating it after UNAVAILABLE is safe.
   private async fileObservation(claimed: ClaimedJob, answer: ProviderResult, detail: string): Promise<void> {
     const job = claimed.job!;
-    const ids = { jobId: job.id, attempt: claimed.attempt, operationKey: job.operationKey };
+    const ids = jobIds(claimed);
     const obs = observationOf(answer);
     if (obs === undefined) {
       return; // no word from the provider to keep
@@ -429,6 +463,7 @@ export class Worker {
         const resp = await this.client.reportObservation({
           job: { case: "jobId", value: job.id },
           attempt: claimed.attempt,
+          leaseToken: claimed.leaseToken,
           source: clip(`worker:${this.opts.workerId}`, 128),
           outcome: obs.outcome,
           providerRefundId: obs.providerRefundId,
@@ -441,6 +476,7 @@ export class Worker {
           outcome: obs.outcome,
           providerRefundId: obs.providerRefundId,
           duplicate: resp.duplicate,
+          attemptVerified: resp.observation?.attemptVerified ?? false,
         });
         return;
       } catch (e) {
@@ -499,6 +535,20 @@ export class Worker {
 }
 
 type Settled = { ok: true; result: unknown } | { ok: false; error: unknown };
+
+// jobIds names the job and its grant in events: the fingerprint, never the
+// lease token (R25).
+function jobIds(claimed: ClaimedJob): JobIds {
+  const job = claimed.job!;
+  return { jobId: job.id, attempt: claimed.attempt, grant: grantFingerprint(claimed.leaseToken), operationKey: job.operationKey };
+}
+
+// withoutToken is the claim as a handler sees it: everything but the lease
+// token (R25), which only the Worker's write-backs and observations carry.
+function withoutToken(claimed: ClaimedJob): ClaimedJobView {
+  const { leaseToken: _secret, ...view } = claimed;
+  return view;
+}
 
 function observationOf(answer: ProviderResult):
   | { outcome: ObservationOutcome; providerRefundId: string; providerEventId: string; detail: string | undefined }

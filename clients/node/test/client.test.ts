@@ -64,7 +64,7 @@ describe("CoordinatorClient", () => {
       24 * 3600 * 1000,
     );
 
-    const done = await client.complete({ jobId: job.id, attempt: claimed.attempt, providerRefundId: "re_1" });
+    const done = await client.complete({ jobId: job.id, attempt: claimed.attempt, leaseToken: claimed.leaseToken, providerRefundId: "re_1" });
     assert.equal(done.replayed, false);
     assert.equal(done.job!.state, JobState.SUCCEEDED);
     assert.equal(done.job!.providerRefundId, "re_1");
@@ -76,7 +76,7 @@ describe("CoordinatorClient", () => {
   it("answers a repeated write-back with replayed: true (R21, T4)", async () => {
     const job = (await client.enqueueRefund(refund())).job!;
     const claimed = await claimOne("node-a", job);
-    const req = { jobId: job.id, attempt: claimed.attempt, providerRefundId: "re_replay" };
+    const req = { jobId: job.id, attempt: claimed.attempt, leaseToken: claimed.leaseToken, providerRefundId: "re_replay" };
     const first = await client.complete(req);
     const again = await client.complete(req);
     assert.equal(first.replayed, false);
@@ -84,7 +84,7 @@ describe("CoordinatorClient", () => {
     assert.equal(again.job!.state, JobState.SUCCEEDED);
 
     // The same attempt, another outcome: not a replay.
-    await assert.rejects(client.escalate({ jobId: job.id, attempt: claimed.attempt, reason: "second thoughts" }), (err) => {
+    await assert.rejects(client.escalate({ jobId: job.id, attempt: claimed.attempt, leaseToken: claimed.leaseToken, reason: "second thoughts" }), (err) => {
       assert.ok(err instanceof JobNotRunningError, String(err));
       assert.equal(err.code, Code.FailedPrecondition);
       assert.equal(err.currentState, JobState.SUCCEEDED);
@@ -106,7 +106,7 @@ describe("CoordinatorClient", () => {
       note: "seen in the provider dashboard",
     };
     await assert.rejects(client.resolveReview(resolve), (err) => err instanceof JobNotInReviewError);
-    await client.escalate({ jobId: job.id, attempt: claimed.attempt, reason: "no record" });
+    await client.escalate({ jobId: job.id, attempt: claimed.attempt, leaseToken: claimed.leaseToken, reason: "no record" });
     const done = await client.resolveReview(resolve);
     assert.equal(done.job!.state, JobState.SUCCEEDED);
     assert.equal(done.job!.providerRefundId, "re_ops");
@@ -134,7 +134,7 @@ describe("CoordinatorClient", () => {
     });
     const job = (await lossy.enqueueRefund(refund())).job!;
     const claimed = await claimOne("node-a", job, lossy);
-    const req = { jobId: job.id, attempt: claimed.attempt, providerRefundId: "re_lost" };
+    const req = { jobId: job.id, attempt: claimed.attempt, leaseToken: claimed.leaseToken, providerRefundId: "re_lost" };
     const lost = await lossy.complete(req).then(() => undefined, (e: unknown) => e);
     assert.ok(lost instanceof CoordinatorError);
     assert.equal(lost.code, Code.Unavailable);
@@ -157,9 +157,9 @@ describe("CoordinatorClient", () => {
       ["max_jobs", () => client.claim({ workerId: "w", maxJobs: 101 })],
       ["lease_duration", () => client.claim({ workerId: "w", maxJobs: 1, leaseDuration: { seconds: 0n, nanos: 500_000_000 } })],
       ["worker_id", () => client.claim({ maxJobs: 1 })],
-      ["attempt", () => client.complete({ jobId: job.id, attempt: 0n, providerRefundId: "re" })],
-      ["provider_refund_id", () => client.complete({ jobId: job.id, attempt: claimed.attempt })],
-      ["reason", () => client.escalate({ jobId: job.id, attempt: claimed.attempt })],
+      ["attempt", () => client.complete({ jobId: job.id, attempt: 0n, leaseToken: claimed.leaseToken, providerRefundId: "re" })],
+      ["provider_refund_id", () => client.complete({ jobId: job.id, attempt: claimed.attempt, leaseToken: claimed.leaseToken })],
+      ["reason", () => client.escalate({ jobId: job.id, attempt: claimed.attempt, leaseToken: claimed.leaseToken })],
       ["outcome", () => client.reportObservation({ job: { case: "jobId", value: job.id }, source: "x" })],
     ];
     for (const [field, call] of cases) {
@@ -217,9 +217,9 @@ describe("CoordinatorClient", () => {
     await coord.expireLease(job.id);
     const b = await claimOne("node-b", job);
     assert.equal(b.attempt, big + 1n);
-    await client.complete({ jobId: job.id, attempt: b.attempt, providerRefundId: "re_big" });
+    await client.complete({ jobId: job.id, attempt: b.attempt, leaseToken: b.leaseToken, providerRefundId: "re_big" });
 
-    await assert.rejects(client.complete({ jobId: job.id, attempt: a.attempt, providerRefundId: "re_a" }), (err) => {
+    await assert.rejects(client.complete({ jobId: job.id, attempt: a.attempt, leaseToken: a.leaseToken, providerRefundId: "re_a" }), (err) => {
       assert.ok(err instanceof StaleAttemptError, String(err));
       assert.equal(err.jobId, job.id);
       assert.equal(err.attempt, big);

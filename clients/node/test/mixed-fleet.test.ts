@@ -32,6 +32,8 @@ function workerFlags(coordinator: string, provider: string, id: string, provider
     "--coordinator", coordinator, "--provider", provider, "--provider-name", PROVIDER, "--worker-id", id,
     "--concurrency", "6", "--lease", LEASE, "--provider-timeout", providerTimeout,
     "--unknown-delay", "300ms", "--pending-delay", "500ms", "--claim-wait", "5s", "--drain-timeout", "20s",
+    // Debug: every accepted write-back is logged (with its grant, R25).
+    "--log-level", "debug",
   ];
 }
 
@@ -406,6 +408,41 @@ describe("mixed fleet", () => {
     assert.deepEqual(ledger, [JOBS, JOBS, JOBS], "ledger rows, distinct keys, rows agreeing with their job");
     const succeeded = (await coord.sql("SELECT COUNT(*) FROM refund_jobs WHERE state = 'succeeded'")).trim();
     assert.equal(Number(succeeded), JOBS);
+
+    // R25: every worker log line about a job names its grant under `grant`
+    // (the fingerprint, in both languages), and it is a grant the database's
+    // history recorded for that job and attempt; every write-back a worker
+    // was told had landed is in the history under that very grant. That is
+    // what the chaos checker matches after a lossy failover.
+    const grantRows = (await coord.sql(
+      "SELECT job_id, attempt, kind, LOWER(HEX(LEFT(lease_token_hash, 6))) FROM refund_job_events",
+    )).trim().split("\n").map((l) => l.split("\t"));
+    const grantsMade = new Set(grantRows.filter((r) => r[2] === "claimed" || r[2] === "taken_over").map(([j, a, , g]) => `${j} ${a} ${g}`));
+    const writesMade = new Set(grantRows.map(([j, a, k, g]) => `${j} ${a} ${k} ${g}`));
+    const ackKinds: Record<string, string> = {
+      complete: "completed", reschedule: "rescheduled", escalate: "escalated",
+      "job completed": "completed", "job rescheduled": "rescheduled", "job escalated to manual review": "escalated",
+    };
+    const acked = { go: 0, node: 0 };
+    for (const w of workers) {
+      for (const r of w.proc.records) {
+        if (r["job_id"] === undefined || r["attempt"] === undefined) {
+          continue;
+        }
+        const line = JSON.stringify(r);
+        const grant = String(r["grant"]);
+        assert.match(grant, /^[0-9a-f]{12}$/, `${w.id}: a job line without its grant: ${line}`);
+        assert.ok(!Object.keys(r).some((k) => /token/i.test(k)), `${w.id}: a token field in ${line}`);
+        const [job, attempt] = [String(r["job_id"]), String(r["attempt"])];
+        assert.ok(grantsMade.has(`${job} ${attempt} ${grant}`), `${w.id}: a grant the history never recorded: ${line}`);
+        const kind = ackKinds[r["msg"] === "job written" ? String(r["decision"]) : String(r["msg"])];
+        if (kind !== undefined) {
+          assert.ok(writesMade.has(`${job} ${attempt} ${kind} ${grant}`), `${w.id}: an accepted write-back not in the history under its grant: ${line}`);
+          acked[w.lang]++;
+        }
+      }
+    }
+    assert.ok(acked.go > 0 && acked.node > 0, `accepted write-backs logged with their grant: ${JSON.stringify(acked)}`);
 
     // The hazards were really there: jobs were taken over, including the frozen worker's.
     assert.ok(rounds.some((r) => r.takenOver > 0), `jobs of the frozen node-2 were taken over: ${JSON.stringify(rounds)}`);

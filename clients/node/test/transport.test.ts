@@ -205,7 +205,7 @@ describe("CoordinatorClient transport", () => {
         assert.equal(isRetryableWrite(err), false, "a claim's unknown outcome is no write to repeat");
         return true;
       });
-      await assert.rejects(c.complete({ jobId: 1n, attempt: 1n, providerRefundId: "re" }), (err) => {
+      await assert.rejects(c.complete({ jobId: 1n, attempt: 1n, leaseToken: "tok", providerRefundId: "re" }), (err) => {
         assert.ok(err instanceof StaleAttemptError);
         assert.equal(err.jobId, maxInt64);
         assert.equal(err.attempt, maxInt64 - 1n);
@@ -213,8 +213,8 @@ describe("CoordinatorClient transport", () => {
         assert.equal(err.currentState, JobState.RUNNING);
         return true;
       });
-      await assert.rejects(c.reschedule({ jobId: 1n, attempt: 1n }), (err) => err instanceof WriteOutcomeUnknownError && isRetryableWrite(err));
-      await assert.rejects(c.escalate({ jobId: 1n, attempt: 1n, reason: "x" }), (err) => {
+      await assert.rejects(c.reschedule({ jobId: 1n, attempt: 1n, leaseToken: "tok" }), (err) => err instanceof WriteOutcomeUnknownError && isRetryableWrite(err));
+      await assert.rejects(c.escalate({ jobId: 1n, attempt: 1n, leaseToken: "tok", reason: "x" }), (err) => {
         assert.ok(err instanceof CoordinatorError && !(err instanceof StaleAttemptError), String(err));
         assert.equal(err.code, Code.FailedPrecondition);
         return true;

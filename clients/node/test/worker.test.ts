@@ -206,7 +206,7 @@ describe("Worker", () => {
     // The first holder's send may or may not have reached the provider: the
     // job comes back for RECONCILE.
     const first = (await admin.claim({ workerId: "first", maxJobs: 1, provider })).jobs[0]!;
-    await admin.reschedule({ jobId: job!.id, attempt: first.attempt, reason: "socket timeout" });
+    await admin.reschedule({ jobId: job!.id, attempt: first.attempt, leaseToken: first.leaseToken, reason: "socket timeout" });
 
     const fake = new FakeProvider();
     const seen: WorkerJob[] = [];
@@ -229,7 +229,7 @@ describe("Worker", () => {
       const provider = uniqueProvider();
       const [job] = await enqueue(1, provider);
       const first = (await admin.claim({ workerId: "first", maxJobs: 1, provider })).jobs[0]!;
-      await admin.reschedule({ jobId: job!.id, attempt: first.attempt, reason: "socket timeout" });
+      await admin.reschedule({ jobId: job!.id, attempt: first.attempt, leaseToken: first.leaseToken, reason: "socket timeout" });
       if (windowPassed) {
         // Test data: the key went out two days ago; retention is 24 h.
         await coord.sql(`UPDATE refund_jobs SET first_sent_at = UTC_TIMESTAMP(6) - INTERVAL 2 DAY WHERE id = ${job!.id}`);
@@ -251,7 +251,7 @@ describe("Worker", () => {
     const [job] = await enqueue(1, provider);
     // A reconcile found no record and chose a same-key resend (REFUND)…
     const first = (await admin.claim({ workerId: "first", maxJobs: 1, provider })).jobs[0]!;
-    await admin.reschedule({ jobId: job!.id, attempt: first.attempt, nextAction: NextAction.REFUND, reason: "no record; resend" });
+    await admin.reschedule({ jobId: job!.id, attempt: first.attempt, leaseToken: first.leaseToken, nextAction: NextAction.REFUND, reason: "no record; resend" });
     // …but the job waited (a backlog, an empty budget) until the provider's
     // retention window closed. Test data: the key went out two days ago.
     await coord.sql(`UPDATE refund_jobs SET first_sent_at = UTC_TIMESTAMP(6) - INTERVAL 2 DAY WHERE id = ${job!.id}`);

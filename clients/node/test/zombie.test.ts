@@ -4,6 +4,8 @@
 import assert from "node:assert/strict";
 import { after, describe, it } from "node:test";
 
+import { inspect } from "node:util";
+
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { Code } from "@connectrpc/connect";
 
@@ -13,6 +15,9 @@ import {
   ObservationOutcome,
   StaleAttemptError,
   Worker,
+  grantFingerprint,
+  type ClaimResponse,
+  type ClaimedJob,
   type ProviderResult,
   type WorkerEvent,
 } from "../src/index.js";
@@ -47,13 +52,13 @@ describe("zombie writes", () => {
     assert.deepEqual(timestampDate(bj.resendDeadline!), timestampDate(a.resendDeadline!), "R22: the window is the job's");
 
     // B's reconcile finds the refund made and completes under attempt 2.
-    await b.complete({ jobId: job.id, attempt: bj.attempt, providerRefundId: "re_B" });
+    await b.complete({ jobId: job.id, attempt: bj.attempt, leaseToken: bj.leaseToken, providerRefundId: "re_B" });
 
     // A wakes up: every late write carries attempt 1 and changes nothing.
     const late: Array<[string, () => Promise<unknown>]> = [
-      ["complete", () => zombie.complete({ jobId: job.id, attempt: a.attempt, providerRefundId: "re_A" })],
-      ["reschedule", () => zombie.reschedule({ jobId: job.id, attempt: a.attempt, when: { case: "delay", value: { seconds: 5n } }, reason: "socket timeout" })],
-      ["escalate", () => zombie.escalate({ jobId: job.id, attempt: a.attempt, reason: "confused" })],
+      ["complete", () => zombie.complete({ jobId: job.id, attempt: a.attempt, leaseToken: a.leaseToken, providerRefundId: "re_A" })],
+      ["reschedule", () => zombie.reschedule({ jobId: job.id, attempt: a.attempt, leaseToken: a.leaseToken, when: { case: "delay", value: { seconds: 5n } }, reason: "socket timeout" })],
+      ["escalate", () => zombie.escalate({ jobId: job.id, attempt: a.attempt, leaseToken: a.leaseToken, reason: "confused" })],
     ];
     for (const [name, write] of late) {
       await assert.rejects(write(), (err) => {
@@ -100,20 +105,29 @@ describe("zombie writes", () => {
     const job = (await c.enqueueRefund(req)).job!;
     const a = (await c.claim({ workerId: "slow-a", maxJobs: 1, provider: req.provider!, leaseDuration: { seconds: 1n } })).jobs[0]!;
     await new Promise((r) => setTimeout(r, 1_200)); // a real 1 s lease runs out
-    const done = await c.complete({ jobId: job.id, attempt: a.attempt, providerRefundId: "re_late" });
+    const done = await c.complete({ jobId: job.id, attempt: a.attempt, leaseToken: a.leaseToken, providerRefundId: "re_late" });
     assert.equal(done.replayed, false);
     assert.equal(done.job!.state, JobState.SUCCEEDED);
     const b = await c.claim({ workerId: "worker-b", maxJobs: 10, provider: req.provider! });
     assert.equal(b.jobs.length, 0);
   });
 
-  it("TestWorkerZombieFilesObservationAndNeverRetries_T1_R15: the Worker's stale write becomes an observation", async () => {
+  it("TestWorkerZombieFilesObservationAndNeverRetries_T1_R15_R25: the Worker's stale write becomes a verified observation", async () => {
     const req = refund();
     const calls: string[] = [];
+    const granted: string[] = []; // the zombie's lease tokens, as Claim returned them
+    const sentTokens = new Map<string, string>(); // method → the lease token it carried
     const zombieClient = coord.client({
       interceptors: [(next) => async (r) => {
         calls.push(r.method.name);
-        return next(r);
+        if (!r.stream && r.method.name !== "Claim") {
+          sentTokens.set(r.method.name, (r.message as unknown as { leaseToken: string }).leaseToken);
+        }
+        const res = await next(r);
+        if (r.method.name === "Claim" && !res.stream) {
+          granted.push(...(res.message as unknown as ClaimResponse).jobs.map((j) => j.leaseToken));
+        }
+        return res;
       }],
     });
     const b = coord.client();
@@ -136,17 +150,22 @@ describe("zombie writes", () => {
       onEvent: (e) => events.push(e),
     });
     worker.start();
-    await eventually(() => assert.ok(events.some((e) => e.type === "claimed")));
+    let bj!: ClaimedJob;
+    try {
+      await eventually(() => assert.ok(events.some((e) => e.type === "claimed")));
 
-    await coord.expireLease(job.id);
-    const bj = (await b.claim({ workerId: "worker-b", maxJobs: 1, provider: req.provider! })).jobs[0]!;
-    assert.equal(bj.attempt, 2n);
-    await b.complete({ jobId: job.id, attempt: bj.attempt, providerRefundId: "re_B" });
+      await coord.expireLease(job.id);
+      bj = (await b.claim({ workerId: "worker-b", maxJobs: 1, provider: req.provider! })).jobs[0]!;
+      assert.equal(bj.attempt, 2n);
+      await b.complete({ jobId: job.id, attempt: bj.attempt, leaseToken: bj.leaseToken, providerRefundId: "re_B" });
 
-    // The provider finally answers the zombie.
-    release({ kind: "succeeded", providerRefundId: "re_A", providerEventId: "evt_A" });
-    await eventually(() => assert.ok(events.some((e) => e.type === "observation")));
-    await worker.stop();
+      // The provider finally answers the zombie.
+      release({ kind: "succeeded", providerRefundId: "re_A", providerEventId: "evt_A" });
+      await eventually(() => assert.ok(events.some((e) => e.type === "observation")));
+    } finally {
+      release({ kind: "succeeded", providerRefundId: "re_A", providerEventId: "evt_A" });
+      await worker.stop(); // also on failure: a running worker would keep the test process alive
+    }
 
     const stale = events.find((e) => e.type === "stale");
     assert.ok(stale && stale.type === "stale" && stale.error instanceof StaleAttemptError);
@@ -166,5 +185,23 @@ describe("zombie writes", () => {
     assert.equal(o.providerEventId, "evt_A");
     assert.equal(o.reportedAttempt, 1n);
     assert.equal(o.jobAttempt, 2n);
+
+    // R25: the zombie's write-back and its receipt carried its own grant's
+    // token; the coordinator verified the receipt with it.
+    assert.equal(granted.length, 1);
+    const zombieToken = granted[0]!;
+    assert.equal(sentTokens.get("Complete"), zombieToken);
+    assert.equal(sentTokens.get("ReportObservation"), zombieToken);
+    assert.equal(o.attemptVerified, true, "the receipt came with the lease token of attempt 1");
+    const filed = events.find((e) => e.type === "observation");
+    assert.ok(filed && filed.type === "observation" && filed.attemptVerified);
+    // Its events name the grant by fingerprint, never by token.
+    for (const e of events.filter((e) => e.type !== "claim_failed")) {
+      assert.ok("grant" in e && e.grant === grantFingerprint(zombieToken), `${e.type}: grant`);
+    }
+    assert.notEqual(grantFingerprint(zombieToken), grantFingerprint(bj.leaseToken));
+    const rendered = JSON.stringify(events, (_k, v: unknown) => (typeof v === "bigint" ? v.toString() : v)) +
+      inspect(events, { depth: Infinity, showHidden: true });
+    assert.ok(!rendered.includes(zombieToken) && !rendered.includes(bj.leaseToken), "no lease token in the worker's events");
   });
 });
