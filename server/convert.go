@@ -41,15 +41,16 @@ func claimedToProto(c store.ClaimedJob, resendDeadline time.Time) *pb.ClaimedJob
 		obs[i] = observationToProto(o)
 	}
 	return &pb.ClaimedJob{
-		Job:            jobToProto(c.Job),
-		Attempt:        c.Job.Attempt,
-		LeaseUntil:     timeToProto(c.Job.LeaseUntil),
-		NextAction:     actionToProto(c.Job.NextAction),
-		Takeover:       c.Takeover,
-		Observations:   obs,
-		ResendDeadline: timeToProto(resendDeadline),
-		ClaimedAt:      timeToProto(c.Job.UpdatedAt),
-		LeaseToken:     string(c.LeaseToken),
+		Job:              jobToProto(c.Job),
+		Attempt:          c.Job.Attempt,
+		LeaseUntil:       timeToProto(c.Job.LeaseUntil),
+		NextAction:       actionToProto(c.Job.NextAction),
+		Takeover:         c.Takeover,
+		Observations:     obs,
+		ResendDeadline:   timeToProto(resendDeadline),
+		ClaimedAt:        timeToProto(c.Job.UpdatedAt),
+		LeaseToken:       string(c.LeaseToken),
+		ObservationCount: c.ObservationCount,
 	}
 }
 
@@ -215,8 +216,9 @@ func observationFromProto(r *pb.ReportObservationRequest) (store.ObservationPara
 	return p, nil
 }
 
-func refFromProto(r *pb.GetJobRequest) store.JobRef {
-	return store.JobRef{ID: r.GetJobId(), OperationKey: r.GetOperationKey()}
+func getFromProto(r *pb.GetJobRequest) store.GetParams {
+	return store.GetParams{JobRef: store.JobRef{ID: r.GetJobId(), OperationKey: r.GetOperationKey()},
+		ObservationsLimit: int(r.GetObservationsPageSize()), ObservationsPageToken: r.GetObservationsPageToken()}
 }
 
 func timeFromProto(field string, ts *timestamppb.Timestamp) (time.Time, error) {

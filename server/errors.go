@@ -27,6 +27,7 @@ const (
 	ReasonKeyConflict         = "OPERATION_KEY_CONFLICT"
 	ReasonClaimOutcomeUnknown = "CLAIM_OUTCOME_UNKNOWN"
 	ReasonWriteOutcomeUnknown = "WRITE_OUTCOME_UNKNOWN"
+	ReasonObservationLimit    = "OBSERVATION_LIMIT"
 	ReasonDatabaseUnavailable = "DATABASE_UNAVAILABLE"
 	ReasonDatabaseFull        = "DATABASE_FULL"
 	ReasonDatabaseDenied      = "DATABASE_ACCESS_DENIED"
@@ -78,6 +79,11 @@ func (s *Server) toStatus(ctx context.Context, err error, job jobAttrs) error {
 				Type: reason, Subject: "jobs/" + meta["job_id"], Description: msg,
 			}},
 		})
+	case errors.Is(err, store.ErrObservationLimit):
+		s.log.LogAttrs(ctx, slog.LevelError, "observation refused: the job has as many as it may keep; "+
+			"someone is flooding it, look at its receipts", append(job.attrs(), slog.String("error", err.Error()))...)
+		return withDetails(codes.ResourceExhausted, fmt.Sprintf("the job has %d receipts on file, the most it keeps; "+
+			"this one was not filed", store.MaxObservationsPerJob), info(ReasonObservationLimit, nil))
 	case errors.Is(err, store.ErrNotFound):
 		return withDetails(codes.NotFound, "job not found", info(ReasonNotFound, nil))
 	case errors.Is(err, store.ErrKeyConflict):

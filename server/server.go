@@ -402,11 +402,12 @@ func (s *Server) ReportObservation(ctx context.Context, req *pb.ReportObservatio
 
 // GetJob implements jobfence.v1.Coordinator.
 func (s *Server) GetJob(ctx context.Context, req *pb.GetJobRequest) (*pb.GetJobResponse, error) {
-	d, err := s.store.Get(ctx, refFromProto(req))
+	d, err := s.store.Get(ctx, getFromProto(req))
 	if err != nil {
 		return nil, s.toStatus(ctx, err, jobAttrs{id: req.GetJobId(), key: req.GetOperationKey()})
 	}
-	resp := &pb.GetJobResponse{Job: jobToProto(d.Job)}
+	resp := &pb.GetJobResponse{Job: jobToProto(d.Job), ObservationCount: d.ObservationCount,
+		NextObservationsPageToken: d.NextObservationsToken}
 	for _, e := range d.Events {
 		resp.Events = append(resp.Events, eventToProto(e))
 	}

@@ -31,6 +31,10 @@ var (
 	// not be re-read. Repeating the same write is safe: it is fenced and
 	// idempotent for its attempt (R20, R21).
 	ErrWriteOutcomeUnknown = errors.New("write-back outcome unknown")
+	// ErrObservationLimit: the job already has MaxObservationsPerJob receipts
+	// on file; this one was not filed. A job that gathers that many is being
+	// flooded, and a person should look.
+	ErrObservationLimit = errors.New("observation limit reached")
 	// ErrUnavailable: the database could not be reached, refused writes for
 	// now (read-only, as a demoted primary is; too many connections) or kept
 	// failing; nothing was changed, and repeating the call later is safe.

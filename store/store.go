@@ -98,10 +98,13 @@ type Job struct {
 // ClaimedJob is a job granted by Claim. Job.Attempt and LeaseToken are what
 // every write-back of the grant carries (R9, R25).
 type ClaimedJob struct {
-	Job          Job
-	LeaseToken   LeaseToken    // the grant's secret, handed to the claimer only (R25)
-	Takeover     bool          // taken over from an expired lease (R6)
-	Observations []Observation // receipts on file for the job (R15)
+	Job        Job
+	LeaseToken LeaseToken // the grant's secret, handed to the claimer only (R25)
+	Takeover   bool       // taken over from an expired lease (R6)
+	// Observations are the newest MaxClaimObservations receipts on file for
+	// the job, oldest first (R15); ObservationCount counts them all.
+	Observations     []Observation
+	ObservationCount int64
 }
 
 // Event is one entry of a job's transition history.
@@ -143,9 +146,24 @@ type Observation struct {
 
 // JobDetail is a job with its history and observations, oldest first.
 type JobDetail struct {
-	Job          Job
-	Events       []Event
-	Observations []Observation
+	Job    Job
+	Events []Event
+	// Observations is one page of the job's receipts, oldest first
+	// (GetParams); ObservationCount counts them all, and
+	// NextObservationsToken continues the page (empty on the last).
+	Observations          []Observation
+	ObservationCount      int64
+	NextObservationsToken string
+}
+
+// GetParams names a job and the page of its observations to read.
+type GetParams struct {
+	JobRef
+	// ObservationsLimit is the page size, 0 for ObservationPageSize, at most
+	// MaxObservationPage.
+	ObservationsLimit int
+	// ObservationsPageToken continues from an earlier page of the same job.
+	ObservationsPageToken string
 }
 
 // JobRef names a job by ID or, when ID is zero, by operation key.
@@ -287,12 +305,13 @@ type Store interface {
 	WriteMany(ctx context.Context, ws []Writeback) []WriteOutcome
 
 	// Observe files a receipt without touching the job (R15). duplicate is true
-	// when the same receipt was on file. Errors: *ValidationError, ErrNotFound.
+	// when the same receipt was on file. Errors: *ValidationError, ErrNotFound,
+	// ErrObservationLimit (the job has MaxObservationsPerJob on file).
 	Observe(ctx context.Context, p ObservationParams) (obs Observation, duplicate bool, err error)
 
-	// Get returns a job with its history and observations. Errors:
-	// *ValidationError, ErrNotFound.
-	Get(ctx context.Context, ref JobRef) (JobDetail, error)
+	// Get returns a job with its history and a page of its observations.
+	// Errors: *ValidationError, ErrNotFound.
+	Get(ctx context.Context, p GetParams) (JobDetail, error)
 
 	// ExpireLease ends a running job's lease now, by the database clock. It only
 	// opens the job to takeover (R8): the holder may still write until someone

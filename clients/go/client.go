@@ -538,7 +538,7 @@ func (c *Client) getJob(ctx context.Context, req *pb.GetJobRequest) (JobDetail, 
 	if err != nil {
 		return JobDetail{}, err
 	}
-	d := JobDetail{Job: jobFromProto(resp.GetJob())}
+	d := JobDetail{Job: jobFromProto(resp.GetJob()), ObservationCount: resp.GetObservationCount()}
 	for _, e := range resp.GetEvents() {
 		d.Events = append(d.Events, eventFromProto(e))
 	}

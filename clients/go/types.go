@@ -97,9 +97,11 @@ type ClaimedJob struct {
 	// Takeover is true when the job was taken over from an expired lease; its
 	// NextAction is then always reconcile (R6, R14).
 	Takeover bool
-	// Observations are receipts already filed for the job (R15): evidence to
-	// verify with the provider before acting.
-	Observations []Observation
+	// Observations are the newest receipts filed for the job, at most 5,
+	// oldest first (R15): evidence to verify with the provider before acting.
+	// ObservationCount counts them all; GetJob reads the rest.
+	Observations     []Observation
+	ObservationCount int64
 	// ResendDeadline is until when (database clock) a same-key resend is inside
 	// the provider's idempotency-key retention window, counted from
 	// Job.FirstSentAt (R22). Zero when nothing was sent yet.
@@ -193,11 +195,13 @@ type Observation struct {
 	AttemptVerified bool
 }
 
-// JobDetail is a job with its history and observations, oldest first.
+// JobDetail is a job with its history and the first page of its
+// observations (100), oldest first; ObservationCount counts them all.
 type JobDetail struct {
-	Job          Job
-	Events       []Event
-	Observations []Observation
+	Job              Job
+	Events           []Event
+	Observations     []Observation
+	ObservationCount int64
 }
 
 // WriteResult is the job after a write-back.
@@ -243,16 +247,17 @@ func claimedFromProto(c *pb.ClaimedJob, received time.Time) ClaimedJob {
 		obs[i] = observationFromProto(o)
 	}
 	return ClaimedJob{
-		Job:            jobFromProto(c.GetJob()),
-		Attempt:        c.GetAttempt(),
-		LeaseToken:     LeaseToken(c.GetLeaseToken()),
-		LeaseUntil:     timeFromProto(c.GetLeaseUntil()),
-		NextAction:     actionFromProto(c.GetNextAction()),
-		Takeover:       c.GetTakeover(),
-		Observations:   obs,
-		ResendDeadline: timeFromProto(c.GetResendDeadline()),
-		ClaimedAt:      timeFromProto(c.GetClaimedAt()),
-		received:       received,
+		Job:              jobFromProto(c.GetJob()),
+		Attempt:          c.GetAttempt(),
+		LeaseToken:       LeaseToken(c.GetLeaseToken()),
+		LeaseUntil:       timeFromProto(c.GetLeaseUntil()),
+		NextAction:       actionFromProto(c.GetNextAction()),
+		Takeover:         c.GetTakeover(),
+		Observations:     obs,
+		ObservationCount: c.GetObservationCount(),
+		ResendDeadline:   timeFromProto(c.GetResendDeadline()),
+		ClaimedAt:        timeFromProto(c.GetClaimedAt()),
+		received:         received,
 	}
 }
 

@@ -54,8 +54,6 @@ UNION ALL
   LIMIT ?
   FOR UPDATE SKIP LOCKED)`
 
-	selectObservationsOf = `SELECT ` + observationColumns + ` FROM refund_observations
- WHERE job_id IN (%s) ORDER BY job_id, id`
 )
 
 // R19: provider budgets, shared by every coordinator on the database.
@@ -79,7 +77,6 @@ var claimSQL = sqlbase.ClaimSQL{
 	Candidates:      lockCandidates,
 	UpdateTable:     "refund_jobs FORCE INDEX (PRIMARY)",
 	LockForWrite:    lockJobsForWrite,
-	Observations:    selectObservationsOf,
 	AllBudgets:      selectAllBudgets,
 	Budgets:         lockBudgets,
 	At:              asDatetime,

@@ -13,15 +13,14 @@ const (
 	selectJobByID  = `SELECT ` + jobColumns + ` FROM refund_jobs WHERE id = ?`
 	selectJobByKey = `SELECT ` + jobColumns + ` FROM refund_jobs WHERE operation_key = ?`
 	selectEvents   = `SELECT ` + eventColumns + ` FROM refund_job_events WHERE job_id = ? ORDER BY id`
-	selectJobObs   = `SELECT ` + observationColumns + ` FROM refund_observations WHERE job_id = ? ORDER BY id`
 )
 
 // Get implements store.Store.
-func (s *Store) Get(ctx context.Context, ref store.JobRef) (store.JobDetail, error) {
-	if err := ref.Validate(); err != nil {
+func (s *Store) Get(ctx context.Context, p store.GetParams) (store.JobDetail, error) {
+	if err := p.Validate(); err != nil {
 		return store.JobDetail{}, err
 	}
-	job, err := s.jobByRef(ctx, ref)
+	job, err := s.jobByRef(ctx, p.JobRef)
 	if err != nil {
 		return store.JobDetail{}, err
 	}
@@ -30,7 +29,8 @@ func (s *Store) Get(ctx context.Context, ref store.JobRef) (store.JobDetail, err
 	if err != nil {
 		return store.JobDetail{}, unavailable(err)
 	}
-	d.Observations, err = sqlbase.QueryAll(ctx, s.db, scanObservation, selectJobObs, job.ID)
+	d.Observations, d.ObservationCount, d.NextObservationsToken, err = sqlbase.ObservationPage(ctx, s.db,
+		scanObservation, job.ID, p)
 	if err != nil {
 		return store.JobDetail{}, unavailable(err)
 	}

@@ -13,8 +13,7 @@ const (
    provider_refund_id, provider_event_id, detail, dedupe_key, created_at, attempt_verified)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6), ?)`
 
-	selectObservationByID    = `SELECT ` + observationColumns + ` FROM refund_observations WHERE id = ?`
-	selectObservationByDedup = `SELECT ` + observationColumns + ` FROM refund_observations WHERE dedupe_key = ?`
+	selectObservationByID = `SELECT ` + observationColumns + ` FROM refund_observations WHERE id = ?`
 )
 
 // Observe implements store.Store. It reads the job only to name it; the job
@@ -27,15 +26,18 @@ func (s *Store) Observe(ctx context.Context, p store.ObservationParams) (store.O
 	if err != nil {
 		return store.Observation{}, false, err
 	}
+	key := p.DedupeKey(job.ID)
+	if obs, full, err := sqlbase.ObservationFull(ctx, s.db, scanObservation, job.ID, key); full || err != nil {
+		return obs, err == nil, unavailable(err)
+	}
 	verified, err := sqlbase.HeldGrant(ctx, s.db, job.ID, p.Attempt, p.LeaseToken)
 	if err != nil {
 		return store.Observation{}, false, unavailable(err)
 	}
-	key := p.DedupeKey(job.ID)
 	res, err := s.db.ExecContext(ctx, insertObservation, job.ID, job.OperationKey, p.Attempt, job.Attempt,
 		p.Source, p.Outcome, p.ProviderRefundID, p.ProviderEventID, p.Detail, key, verified)
 	if isDuplicate(err) {
-		obs, err := scanObservation(s.db.QueryRowContext(ctx, selectObservationByDedup, key))
+		obs, err := sqlbase.ObservationByDedupe(ctx, s.db, scanObservation, key)
 		return obs, true, unavailable(err)
 	}
 	if err != nil {

@@ -24,8 +24,6 @@ const (
  ORDER BY next_attempt_at, id
  LIMIT ?`
 
-	selectObservationsOf = `SELECT ` + observationColumns + ` FROM refund_observations
- WHERE job_id IN (%s) ORDER BY job_id, id`
 )
 
 // R19: provider budgets, shared by every coordinator on the database.
@@ -46,7 +44,6 @@ var claimSQL = sqlbase.ClaimSQL{
 	DueJobs:         selectDueJobs,
 	UpdateTable:     "refund_jobs",
 	LockForWrite:    selectNowAndJobs,
-	Observations:    selectObservationsOf,
 	AllBudgets:      selectAllBudgets,
 	Budgets:         lockBudgets,
 	At:              toMicros,

@@ -16,13 +16,12 @@ const (
 	selectJobByKey  = `SELECT ` + jobColumns + ` FROM refund_jobs WHERE operation_key = ?`
 	selectJobsByIDs = `SELECT ` + jobColumns + ` FROM refund_jobs WHERE id IN (%s)`
 	selectEvents    = `SELECT ` + eventColumns + ` FROM refund_job_events WHERE job_id = ? ORDER BY id`
-	selectJobObs    = `SELECT ` + observationColumns + ` FROM refund_observations WHERE job_id = ? ORDER BY id`
 )
 
 // Get implements store.Store. The job, its history and its observations are
 // read in one transaction, so they show one moment.
-func (s *Store) Get(ctx context.Context, ref store.JobRef) (store.JobDetail, error) {
-	if err := ref.Validate(); err != nil {
+func (s *Store) Get(ctx context.Context, p store.GetParams) (store.JobDetail, error) {
+	if err := p.Validate(); err != nil {
 		return store.JobDetail{}, err
 	}
 	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true}) // a deferred BEGIN: takes no write lock
@@ -30,7 +29,7 @@ func (s *Store) Get(ctx context.Context, ref store.JobRef) (store.JobDetail, err
 		return store.JobDetail{}, unavailable(err)
 	}
 	defer tx.Rollback() //nolint:errcheck // read-only
-	job, err := jobByRef(ctx, tx, ref)
+	job, err := jobByRef(ctx, tx, p.JobRef)
 	if err != nil {
 		return store.JobDetail{}, unavailable(err)
 	}
@@ -39,7 +38,8 @@ func (s *Store) Get(ctx context.Context, ref store.JobRef) (store.JobDetail, err
 	if err != nil {
 		return store.JobDetail{}, unavailable(err)
 	}
-	d.Observations, err = sqlbase.QueryAll(ctx, tx, scanObservation, selectJobObs, job.ID)
+	d.Observations, d.ObservationCount, d.NextObservationsToken, err = sqlbase.ObservationPage(ctx, tx,
+		scanObservation, job.ID, p)
 	if err != nil {
 		return store.JobDetail{}, unavailable(err)
 	}

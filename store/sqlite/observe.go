@@ -14,8 +14,6 @@ const (
    provider_refund_id, provider_event_id, detail, dedupe_key, created_at, attempt_verified)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ` + nowMicros + `, ?)
 RETURNING ` + observationColumns
-
-	selectObservationByDedup = `SELECT ` + observationColumns + ` FROM refund_observations WHERE dedupe_key = ?`
 )
 
 // Observe implements store.Store. It reads the job only to name it; the job
@@ -33,18 +31,23 @@ func (s *Store) Observe(ctx context.Context, p store.ObservationParams) (store.O
 		if err != nil {
 			return err
 		}
+		key := p.DedupeKey(job.ID)
+		var full bool
+		if obs, full, err = sqlbase.ObservationFull(ctx, tx, scanObservation, job.ID, key); full || err != nil {
+			duplicate = err == nil
+			return err
+		}
 		verified, err := sqlbase.HeldGrant(ctx, tx, job.ID, p.Attempt, p.LeaseToken)
 		if err != nil {
 			return err
 		}
-		key := p.DedupeKey(job.ID)
 		obs, err = scanObservation(tx.QueryRowContext(ctx, insertObservation, job.ID, job.OperationKey, p.Attempt,
 			job.Attempt, p.Source, p.Outcome, p.ProviderRefundID, p.ProviderEventID, p.Detail, key, verified))
 		if isUnique(err) {
 			// The same receipt is on file. A failed statement undoes only
 			// itself; the transaction goes on, writing nothing.
 			duplicate = true
-			obs, err = scanObservation(tx.QueryRowContext(ctx, selectObservationByDedup, key))
+			obs, err = sqlbase.ObservationByDedupe(ctx, tx, scanObservation, key)
 		}
 		return err
 	})

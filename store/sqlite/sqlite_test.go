@@ -73,7 +73,7 @@ func TestRestartKeepsJobsAttemptsAndFence_R2_R8(t *testing.T) {
 	}
 
 	s = openAt(t, path)
-	d, err := s.Get(ctx, store.JobRef{ID: job.ID})
+	d, err := s.Get(ctx, store.GetParams{JobRef: store.JobRef{ID: job.ID}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,7 +213,7 @@ func TestWriteLockHeldElsewhereIsUnavailable_R20(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	d, err := s.Get(ctx, store.JobRef{ID: job.ID})
+	d, err := s.Get(ctx, store.GetParams{JobRef: store.JobRef{ID: job.ID}})
 	if err != nil || d.Job.State != store.StateRunning || d.Job.Attempt != 1 || len(d.Events) != 2 {
 		t.Fatalf("after the failed tries: job %+v, %d events, %v", d.Job, len(d.Events), err)
 	}

@@ -32,7 +32,7 @@ func testEnqueueIdempotent(t *testing.T, s store.Store) {
 	if got := kinds(d.Events); len(got) != 1 || got[0] != store.EventEnqueued {
 		t.Fatalf("events = %v, want one enqueued", got)
 	}
-	byKey, err := s.Get(ctxFor(t), store.JobRef{OperationKey: p.OperationKey})
+	byKey, err := s.Get(ctxFor(t), store.GetParams{JobRef: store.JobRef{OperationKey: p.OperationKey}})
 	if err != nil || byKey.Job.ID != job.ID {
 		t.Fatalf("Get by key = %d, %v", byKey.Job.ID, err)
 	}
@@ -113,7 +113,7 @@ func testBadInput(t *testing.T, s store.Store) {
 			t.Errorf("%s: a %d-byte rejection echoes the request (it goes to a status and a log line)", c.field, len(err.Error()))
 		}
 		if p.OperationKey != "" && len(p.OperationKey) <= store.MaxKeyLen && !strings.Contains(p.OperationKey, " ") {
-			if _, err := s.Get(ctx, store.JobRef{OperationKey: p.OperationKey}); !errors.Is(err, store.ErrNotFound) {
+			if _, err := s.Get(ctx, store.GetParams{JobRef: store.JobRef{OperationKey: p.OperationKey}}); !errors.Is(err, store.ErrNotFound) {
 				t.Errorf("%s: rejected enqueue left a job behind (Get: %v)", c.field, err)
 			}
 		}

@@ -48,7 +48,7 @@ func testEnqueueManyEachOnItsOwn(t *testing.T, s store.Store) {
 			t.Fatalf("enqueued job answered\n %+v\nstored\n %+v with %d events", o.Job, d.Job, len(d.Events))
 		}
 	}
-	if _, err := s.Get(ctxFor(t), store.JobRef{OperationKey: bad.OperationKey}); !errors.Is(err, store.ErrNotFound) {
+	if _, err := s.Get(ctxFor(t), store.GetParams{JobRef: store.JobRef{OperationKey: bad.OperationKey}}); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("rejected enqueue left a job: %v", err)
 	}
 }

@@ -55,6 +55,8 @@ func Run(t *testing.T, open Opener) {
 		{"WriteUnknownJobOrUngrantedAttemptIsStale_R26", testWriteUnknown},
 		{"ObservationsDedupedNeverChangeJob_R15", testObservations},
 		{"ClaimCarriesObservations_R15", testClaimCarriesObservations},
+		{"ObservationsPaged_R15", testObservationsPaged_R15},
+		{"ObservationsCappedPerJob_R15", testObservationsCappedPerJob_R15},
 		{"ExpireLeaseOnlyRunning", testExpireLease},
 		{"ListJobsKeyset_Q4_Q7", testListJobsKeyset},
 		{"ProviderBudgetCapsGrants_R19", testProviderBudget},
@@ -142,7 +144,7 @@ func expire(t *testing.T, s store.Store, id int64) {
 
 func get(t *testing.T, s store.Store, id int64) store.JobDetail {
 	t.Helper()
-	d, err := s.Get(ctxFor(t), store.JobRef{ID: id})
+	d, err := s.Get(ctxFor(t), store.GetParams{JobRef: store.JobRef{ID: id}})
 	if err != nil {
 		t.Fatalf("Get(%d): %v", id, err)
 	}

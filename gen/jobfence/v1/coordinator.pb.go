@@ -450,7 +450,9 @@ type ClaimedJob struct {
 	NextAction NextAction             `protobuf:"varint,4,opt,name=next_action,json=nextAction,proto3,enum=jobfence.v1.NextAction" json:"next_action,omitempty"`
 	// True when the job was taken over from an expired lease (R6).
 	Takeover bool `protobuf:"varint,5,opt,name=takeover,proto3" json:"takeover,omitempty"`
-	// Receipts already filed for this job (R15); verify them before acting.
+	// The newest receipts filed for this job (at most 5, oldest first; R15):
+	// verify them before acting. observation_count counts them all; GetJob
+	// pages through the rest.
 	Observations []*Observation `protobuf:"bytes,6,rep,name=observations,proto3" json:"observations,omitempty"`
 	// Until when a same-key resend is inside the provider's idempotency-key
 	// retention window, counted from job.first_sent_at (R22). Unset when nothing
@@ -466,9 +468,11 @@ type ClaimedJob struct {
 	// this answer carries it: it is never in GetJob, errors or the
 	// coordinator's logs. Keep it out of your logs and never send it to the
 	// provider. Empty only from a coordinator older than lease tokens.
-	LeaseToken    string `protobuf:"bytes,9,opt,name=lease_token,json=leaseToken,proto3" json:"lease_token,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	LeaseToken string `protobuf:"bytes,9,opt,name=lease_token,json=leaseToken,proto3" json:"lease_token,omitempty"`
+	// How many receipts are on file for the job.
+	ObservationCount int64 `protobuf:"varint,10,opt,name=observation_count,json=observationCount,proto3" json:"observation_count,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *ClaimedJob) Reset() {
@@ -562,6 +566,13 @@ func (x *ClaimedJob) GetLeaseToken() string {
 		return x.LeaseToken
 	}
 	return ""
+}
+
+func (x *ClaimedJob) GetObservationCount() int64 {
+	if x != nil {
+		return x.ObservationCount
+	}
+	return 0
 }
 
 // JobEvent is one entry of a job's append-only transition history (R3).
@@ -1752,9 +1763,13 @@ type GetJobRequest struct {
 	//
 	//	*GetJobRequest_JobId
 	//	*GetJobRequest_OperationKey
-	Job           isGetJobRequest_Job `protobuf_oneof:"job"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Job isGetJobRequest_Job `protobuf_oneof:"job"`
+	// How many observations to return: 1..500; 100 when unset.
+	ObservationsPageSize int32 `protobuf:"varint,3,opt,name=observations_page_size,json=observationsPageSize,proto3" json:"observations_page_size,omitempty"`
+	// next_observations_page_token of an earlier answer about the same job.
+	ObservationsPageToken string `protobuf:"bytes,4,opt,name=observations_page_token,json=observationsPageToken,proto3" json:"observations_page_token,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *GetJobRequest) Reset() {
@@ -1812,6 +1827,20 @@ func (x *GetJobRequest) GetOperationKey() string {
 	return ""
 }
 
+func (x *GetJobRequest) GetObservationsPageSize() int32 {
+	if x != nil {
+		return x.ObservationsPageSize
+	}
+	return 0
+}
+
+func (x *GetJobRequest) GetObservationsPageToken() string {
+	if x != nil {
+		return x.ObservationsPageToken
+	}
+	return ""
+}
+
 type isGetJobRequest_Job interface {
 	isGetJobRequest_Job()
 }
@@ -1833,10 +1862,15 @@ type GetJobResponse struct {
 	Job   *Job                   `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
 	// Oldest first.
 	Events []*JobEvent `protobuf:"bytes,2,rep,name=events,proto3" json:"events,omitempty"`
-	// Oldest first.
-	Observations  []*Observation `protobuf:"bytes,3,rep,name=observations,proto3" json:"observations,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// One page of the job's receipts, oldest first.
+	Observations []*Observation `protobuf:"bytes,3,rep,name=observations,proto3" json:"observations,omitempty"`
+	// How many receipts are on file for the job.
+	ObservationCount int64 `protobuf:"varint,4,opt,name=observation_count,json=observationCount,proto3" json:"observation_count,omitempty"`
+	// Pass it back as observations_page_token for the next page; empty on the
+	// last.
+	NextObservationsPageToken string `protobuf:"bytes,5,opt,name=next_observations_page_token,json=nextObservationsPageToken,proto3" json:"next_observations_page_token,omitempty"`
+	unknownFields             protoimpl.UnknownFields
+	sizeCache                 protoimpl.SizeCache
 }
 
 func (x *GetJobResponse) Reset() {
@@ -1888,6 +1922,20 @@ func (x *GetJobResponse) GetObservations() []*Observation {
 		return x.Observations
 	}
 	return nil
+}
+
+func (x *GetJobResponse) GetObservationCount() int64 {
+	if x != nil {
+		return x.ObservationCount
+	}
+	return 0
+}
+
+func (x *GetJobResponse) GetNextObservationsPageToken() string {
+	if x != nil {
+		return x.NextObservationsPageToken
+	}
+	return ""
 }
 
 type ListJobsRequest struct {
@@ -2188,7 +2236,7 @@ const file_jobfence_v1_coordinator_proto_rawDesc = "" +
 	"\n" +
 	"created_at\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x129\n" +
 	"\n" +
-	"updated_at\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\"\xbc\x03\n" +
+	"updated_at\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\"\xe9\x03\n" +
 	"\n" +
 	"ClaimedJob\x12\"\n" +
 	"\x03job\x18\x01 \x01(\v2\x10.jobfence.v1.JobR\x03job\x12\x18\n" +
@@ -2203,7 +2251,9 @@ const file_jobfence_v1_coordinator_proto_rawDesc = "" +
 	"\n" +
 	"claimed_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tclaimedAt\x12\x1f\n" +
 	"\vlease_token\x18\t \x01(\tR\n" +
-	"leaseToken\"\x9f\x03\n" +
+	"leaseToken\x12+\n" +
+	"\x11observation_count\x18\n" +
+	" \x01(\x03R\x10observationCount\"\x9f\x03\n" +
 	"\bJobEvent\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\x03R\x05jobId\x12\x18\n" +
@@ -2305,15 +2355,19 @@ const file_jobfence_v1_coordinator_proto_rawDesc = "" +
 	"\x03job\"u\n" +
 	"\x19ReportObservationResponse\x12:\n" +
 	"\vobservation\x18\x01 \x01(\v2\x18.jobfence.v1.ObservationR\vobservation\x12\x1c\n" +
-	"\tduplicate\x18\x02 \x01(\bR\tduplicate\"V\n" +
+	"\tduplicate\x18\x02 \x01(\bR\tduplicate\"\xc4\x01\n" +
 	"\rGetJobRequest\x12\x17\n" +
 	"\x06job_id\x18\x01 \x01(\x03H\x00R\x05jobId\x12%\n" +
-	"\roperation_key\x18\x02 \x01(\tH\x00R\foperationKeyB\x05\n" +
-	"\x03job\"\xa1\x01\n" +
+	"\roperation_key\x18\x02 \x01(\tH\x00R\foperationKey\x124\n" +
+	"\x16observations_page_size\x18\x03 \x01(\x05R\x14observationsPageSize\x126\n" +
+	"\x17observations_page_token\x18\x04 \x01(\tR\x15observationsPageTokenB\x05\n" +
+	"\x03job\"\x8f\x02\n" +
 	"\x0eGetJobResponse\x12\"\n" +
 	"\x03job\x18\x01 \x01(\v2\x10.jobfence.v1.JobR\x03job\x12-\n" +
 	"\x06events\x18\x02 \x03(\v2\x15.jobfence.v1.JobEventR\x06events\x12<\n" +
-	"\fobservations\x18\x03 \x03(\v2\x18.jobfence.v1.ObservationR\fobservations\"\xb1\x01\n" +
+	"\fobservations\x18\x03 \x03(\v2\x18.jobfence.v1.ObservationR\fobservations\x12+\n" +
+	"\x11observation_count\x18\x04 \x01(\x03R\x10observationCount\x12?\n" +
+	"\x1cnext_observations_page_token\x18\x05 \x01(\tR\x19nextObservationsPageToken\"\xb1\x01\n" +
 	"\x0fListJobsRequest\x12+\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x15.jobfence.v1.JobStateR\x05state\x12\x1a\n" +
 	"\bprovider\x18\x02 \x01(\tR\bprovider\x12\x19\n" +

@@ -64,6 +64,8 @@ const (
 //	                                             changed (an operator must act; retry later)
 //	DATABASE_ACCESS_DENIED  UNAVAILABLE          the coordinator's database user lacks a
 //	                                             privilege; nothing was changed (as above)
+//	OBSERVATION_LIMIT       RESOURCE_EXHAUSTED   the job has 1,000 receipts on file; this one
+//	                                             was not filed
 //	NOT_FOUND               NOT_FOUND            no such job
 //	INVALID_ARGUMENT        INVALID_ARGUMENT     with google.rpc.BadRequest field violations
 //	UNAUTHENTICATED         UNAUTHENTICATED      no valid bearer token or client certificate
@@ -96,7 +98,9 @@ type CoordinatorClient interface {
 	// ReportObservation files what a worker, webhook or reconciler learned from the
 	// provider. It is accepted from stale workers too, is deduplicated, and never
 	// changes the job (R15): the current holder verifies it and closes the job
-	// through the fenced path.
+	// through the fenced path. A job keeps at most 1,000 receipts; beyond that a
+	// new one answers OBSERVATION_LIMIT (a job gathering that many is being
+	// flooded, and a person should look).
 	ReportObservation(ctx context.Context, in *ReportObservationRequest, opts ...grpc.CallOption) (*ReportObservationResponse, error)
 	// GetJob returns a job with its transition history and its observations.
 	GetJob(ctx context.Context, in *GetJobRequest, opts ...grpc.CallOption) (*GetJobResponse, error)
@@ -243,6 +247,8 @@ func (c *coordinatorClient) ResolveReview(ctx context.Context, in *ResolveReview
 //	                                             changed (an operator must act; retry later)
 //	DATABASE_ACCESS_DENIED  UNAVAILABLE          the coordinator's database user lacks a
 //	                                             privilege; nothing was changed (as above)
+//	OBSERVATION_LIMIT       RESOURCE_EXHAUSTED   the job has 1,000 receipts on file; this one
+//	                                             was not filed
 //	NOT_FOUND               NOT_FOUND            no such job
 //	INVALID_ARGUMENT        INVALID_ARGUMENT     with google.rpc.BadRequest field violations
 //	UNAUTHENTICATED         UNAUTHENTICATED      no valid bearer token or client certificate
@@ -275,7 +281,9 @@ type CoordinatorServer interface {
 	// ReportObservation files what a worker, webhook or reconciler learned from the
 	// provider. It is accepted from stale workers too, is deduplicated, and never
 	// changes the job (R15): the current holder verifies it and closes the job
-	// through the fenced path.
+	// through the fenced path. A job keeps at most 1,000 receipts; beyond that a
+	// new one answers OBSERVATION_LIMIT (a job gathering that many is being
+	// flooded, and a person should look).
 	ReportObservation(context.Context, *ReportObservationRequest) (*ReportObservationResponse, error)
 	// GetJob returns a job with its transition history and its observations.
 	GetJob(context.Context, *GetJobRequest) (*GetJobResponse, error)

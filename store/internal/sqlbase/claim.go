@@ -41,8 +41,6 @@ type ClaimSQL struct {
 	// order (two batches never wait on each other in a cycle), with the
 	// database's clock as its first column (R12).
 	LockForWrite string
-	// Observations reads the receipts of the jobs in %s (R15).
-	Observations string
 	// AllBudgets reads every budget without locking it; Budgets locks the
 	// budgets of the providers in %s in provider order.
 	AllBudgets, Budgets string
@@ -240,7 +238,7 @@ func grant(ctx context.Context, tx Tx, q ClaimSQL, now time.Time, ps []store.Cla
 				idx = append(idx, r.i)
 			}
 		}
-		if err := attachObservations(ctx, tx, out[s], idx, q.Observations, q.ScanObservation); err != nil {
+		if err := attachObservations(ctx, tx, out[s], idx, q.ScanObservation); err != nil {
 			return nil, err
 		}
 	}

@@ -347,30 +347,6 @@ func PlanWrites(ctx context.Context, tx Tx, query string, scan func(Scanner) (st
 	return store.PlanBatch(ws, idx, current, now), now, nil
 }
 
-// attachObservations reads the receipts on file for claimed[i], i in idx
-// (R15), with query, whose %s takes the id placeholders, and attaches them.
-func attachObservations(ctx context.Context, q Querier, claimed []store.ClaimedJob, idx []int, query string,
-	scan func(Scanner) (store.Observation, error)) error {
-	if len(idx) == 0 {
-		return nil
-	}
-	ids := make([]int64, len(idx))
-	index := make(map[int64]int, len(idx))
-	for n, i := range idx {
-		ids[n] = claimed[i].Job.ID
-		index[claimed[i].Job.ID] = i
-	}
-	obs, err := QueryAll(ctx, q, scan, fmt.Sprintf(query, Placeholders(len(ids))), Int64Args(ids)...)
-	if err != nil {
-		return err
-	}
-	for _, o := range obs {
-		c := &claimed[index[o.JobID]]
-		c.Observations = append(c.Observations, o)
-	}
-	return nil
-}
-
 // selectGrantOf reads the lease token hash of the claim or takeover that
 // granted a job's attempt (R25).
 const selectGrantOf = `SELECT lease_token_hash FROM refund_job_events
@@ -439,16 +415,17 @@ func QueryAll[T any](ctx context.Context, q Querier, scan func(Scanner) (T, erro
 	return out, rows.Err()
 }
 
-// Prefixed scans leading extra columns into First and the rest into the
-// destinations of the wrapped scan.
+// Prefixed scans leading extra columns into First, trailing ones into Last
+// and the rest into the destinations of the wrapped scan.
 type Prefixed struct {
 	Row   Scanner
 	First []any
+	Last  []any
 }
 
 // Scan implements Scanner.
 func (p Prefixed) Scan(dest ...any) error {
-	return p.Row.Scan(append(append([]any(nil), p.First...), dest...)...)
+	return p.Row.Scan(append(append(append([]any(nil), p.First...), dest...), p.Last...)...)
 }
 
 // Placeholders returns "?, ?, …" for n values.

@@ -1,0 +1,80 @@
+package store
+
+import (
+	"encoding/base64"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// The bounds on a job's observations (R15): what one answer carries and what
+// one job may gather, so that a flood of receipts on one job can neither make
+// a claim's answer undeliverable nor grow without end.
+const (
+	// MaxClaimObservations is how many receipts a claim carries per job, the
+	// newest: with MaxDetailLen each, a claim of MaxClaimBatch jobs stays
+	// near 2.5 MB, under gRPC's default 4 MiB for a received message.
+	MaxClaimObservations = 5
+	// ObservationPageSize is the page of GetJob when it names none, and
+	// MaxObservationPage the largest it may name.
+	ObservationPageSize = 100
+	MaxObservationPage  = 500
+	// MaxObservationsPerJob is how many receipts one job keeps; beyond it
+	// Observe answers ErrObservationLimit.
+	MaxObservationsPerJob = 1000
+)
+
+// Validate reports what is wrong with a read of a job.
+func (p GetParams) Validate() error {
+	var v violations
+	v.ref(p.JobRef)
+	if p.ObservationsLimit < 0 || p.ObservationsLimit > MaxObservationPage {
+		v.add("observations_page_size", "must be between 0 (%d) and %d, got %d", ObservationPageSize,
+			MaxObservationPage, p.ObservationsLimit)
+	}
+	if _, _, err := p.observationsAfter(); err != nil {
+		v.add("observations_page_token", "%v", err)
+	}
+	return v.err()
+}
+
+// Limit is the page size in force.
+func (p GetParams) Limit() int {
+	if p.ObservationsLimit == 0 {
+		return ObservationPageSize
+	}
+	return p.ObservationsLimit
+}
+
+// ObservationsAfter is where the page starts: after the observation id of
+// the token, 0 without one. The token must be of job jobID.
+func (p GetParams) ObservationsAfter(jobID int64) (int64, error) {
+	job, after, err := p.observationsAfter()
+	if err == nil && job != 0 && job != jobID {
+		err = Invalid("observations_page_token", "belongs to another job")
+	}
+	return after, err
+}
+
+func (p GetParams) observationsAfter() (job, after int64, err error) {
+	if p.ObservationsPageToken == "" {
+		return 0, 0, nil
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(p.ObservationsPageToken)
+	parts := strings.Split(string(raw), "|")
+	if err != nil || len(parts) != 3 || parts[0] != "obs" {
+		return 0, 0, fmt.Errorf("not a page token")
+	}
+	job, err1 := strconv.ParseInt(parts[1], 10, 64)
+	after, err2 := strconv.ParseInt(parts[2], 10, 64)
+	if err1 != nil || err2 != nil || job <= 0 || after <= 0 {
+		return 0, 0, fmt.Errorf("not a page token")
+	}
+	return job, after, nil
+}
+
+// ObservationsToken is the token of the page after last, of job jobID.
+func ObservationsToken(jobID int64, last Observation) string {
+	return base64.RawURLEncoding.EncodeToString([]byte("obs|" + strconv.FormatInt(jobID, 10) + "|" +
+		strconv.FormatInt(last.ID, 10)))
+}
