@@ -53,7 +53,6 @@ UNION ALL
   ORDER BY next_attempt_at, id
   LIMIT ?
   FOR UPDATE SKIP LOCKED)`
-
 )
 
 // R19: provider budgets, shared by every coordinator on the database.

@@ -23,7 +23,6 @@ const (
  WHERE state = 'ready' AND next_attempt_at <= ?%s
  ORDER BY next_attempt_at, id
  LIMIT ?`
-
 )
 
 // R19: provider budgets, shared by every coordinator on the database.

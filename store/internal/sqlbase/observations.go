@@ -85,7 +85,6 @@ func attachObservations(ctx context.Context, q Querier, claimed []store.ClaimedJ
 	return nil
 }
 
-
 // selectObservationByDedupe reads the receipt on file under a dedupe key.
 const selectObservationByDedupe = `SELECT ` + ObservationColumns + ` FROM refund_observations WHERE dedupe_key = ?`
 
