@@ -22,6 +22,7 @@ type Metrics struct {
 	enqueueBatch prometheus.Histogram
 	claimTxBatch prometheus.Histogram
 	handoffs     prometheus.Counter
+	idleLooks    prometheus.Counter
 	grpc         *grpcprom.ServerMetrics
 }
 
@@ -64,6 +65,10 @@ func NewMetrics(reg prometheus.Registerer, st store.Store) *Metrics {
 			Name: "jobfence_handoff_claims_total",
 			Help: "Long-polling Claims answered with jobs in the transaction of the enqueue that created them, instead of a claim transaction of their own.",
 		}),
+		idleLooks: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "jobfence_idle_looks_total",
+			Help: "Looks for work on behalf of idle long-polling Claims, one per poll instant and provider filter, each a read without a transaction.",
+		}),
 		grpc: grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram(
 			grpcprom.WithHistogramBuckets([]float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 5, 30, 60}))),
 	}
@@ -73,7 +78,7 @@ func NewMetrics(reg prometheus.Registerer, st store.Store) *Metrics {
 	for _, rpc := range []string{"Complete", "Reschedule", "Escalate"} {
 		m.stale.WithLabelValues(rpc)
 	}
-	reg.MustRegister(m.takeovers, m.stale, m.granted, m.claimBatch, m.writeBatch, m.enqueueBatch, m.claimTxBatch, m.handoffs, m.grpc,
+	reg.MustRegister(m.takeovers, m.stale, m.granted, m.claimBatch, m.writeBatch, m.enqueueBatch, m.claimTxBatch, m.handoffs, m.idleLooks, m.grpc,
 		newStatsCollector(st))
 	return m
 }

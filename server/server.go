@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -67,6 +68,7 @@ type Server struct {
 	opts     Options
 	log      *slog.Logger
 	waiters  waiters
+	idle     idleLooks
 	writes   *batcher[store.Writeback, store.WriteOutcome]
 	enqueues *batcher[store.EnqueueParams, store.EnqueueOutcome]
 	claims   *batcher[store.ClaimParams, store.ClaimOutcome]
@@ -247,7 +249,11 @@ func (s *Server) claim(ctx context.Context, p store.ClaimParams, wait time.Durat
 		if !s.waiters.remove(wt) {
 			<-wt.ch // woken, or taken by an enqueue or a poll round: its outcome comes with its COMMIT
 		} else if ticked && ctx.Err() == nil {
-			s.pollRound(wt, p)
+			if s.idle.nothingFor(s, p.Provider) {
+				wt.handed, wt.looked = true, true // looked at this instant: wait for the next
+			} else {
+				s.pollRound(wt, p)
+			}
 		}
 		if wt.handed && (wt.out.Err != nil || len(wt.out.Jobs) > 0) {
 			if ctx.Err() != nil {
@@ -289,6 +295,45 @@ func (s *Server) pollRound(wt *waiter, p store.ClaimParams) {
 		w.looked = looked
 		s.waiters.hand(w, outs[i+1])
 	}
+}
+
+// idleLooks is the one look idle long polls share at each poll instant
+// (store.Store.HasWork): a read without locks or a transaction, per provider
+// filter, so that two thousand idle workers cost the database a few reads
+// per instant rather than a claim transaction per sixteen of them. A poll
+// round runs only for the filters the look found work for.
+type idleLooks struct {
+	mu      sync.Mutex
+	instant time.Time       // the poll instant the looks are of
+	wakes   uint64          // waiters.wakeCount() when they were taken
+	nothing map[string]bool // provider filter → no work was found
+}
+
+// nothingFor reports whether this poll instant's look found no work for the
+// filter provider, looking once per instant and filter. A wake since the look
+// (an enqueue or reschedule this replica saw) voids it, and an error is
+// taken for work: the poll round then looks for itself.
+func (l *idleLooks) nothingFor(s *Server, provider string) bool {
+	instant := time.Now().Truncate(s.opts.ClaimPollInterval)
+	wakes := s.waiters.wakeCount()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.instant.Equal(instant) || l.wakes != wakes {
+		l.instant, l.wakes, l.nothing = instant, wakes, map[string]bool{}
+	}
+	if nothing, looked := l.nothing[provider]; looked {
+		return nothing
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.opts.ClaimPollInterval)
+	work, err := s.store.HasWork(ctx, provider)
+	cancel()
+	nothing := err == nil && !work
+	if s.waiters.wakeCount() != wakes {
+		return false // woken meanwhile: claim to be sure
+	}
+	l.nothing[provider] = nothing
+	s.metrics.idleLooks.Inc()
+	return nothing
 }
 
 // untilNextPoll is the time from now to the next multiple of interval on the

@@ -14,9 +14,9 @@ import (
 	"github.com/jobfence/jobfence/store"
 )
 
-// holdingStore is a real store whose next ClaimMany, once armed, waits after
-// its transaction has committed until released: the moment between a poll
-// round's candidate walk and its hand-out.
+// holdingStore is a real store whose next ClaimMany or HasWork, once armed,
+// waits after it has answered until released: the moment between a poll
+// round's candidate walk (or an idle look) and what the waiters make of it.
 type holdingStore struct {
 	store.Store
 	mu         sync.Mutex
@@ -30,8 +30,8 @@ func (h *holdingStore) arm() (held, release chan struct{}) {
 	return h.held, h.hold
 }
 
-func (h *holdingStore) ClaimMany(ctx context.Context, ps []store.ClaimParams) []store.ClaimOutcome {
-	out := h.Store.ClaimMany(ctx, ps)
+// pause holds the caller once, when armed.
+func (h *holdingStore) pause() {
 	h.mu.Lock()
 	held, hold := h.held, h.hold
 	h.held, h.hold = nil, nil
@@ -40,14 +40,24 @@ func (h *holdingStore) ClaimMany(ctx context.Context, ps []store.ClaimParams) []
 		close(held)
 		<-hold
 	}
+}
+
+func (h *holdingStore) ClaimMany(ctx context.Context, ps []store.ClaimParams) []store.ClaimOutcome {
+	out := h.Store.ClaimMany(ctx, ps)
+	h.pause()
 	return out
 }
 
-// TestPollRoundMissesNoWake: a job enqueued while a poll round runs, after
-// its candidate walk, wakes nobody (the round's waiters are out of the
-// queue); the round's waiters then claim again at once rather than at the
-// next poll instant, so the job reaches the waiting worker without a poll
-// interval's delay.
+func (h *holdingStore) HasWork(ctx context.Context, provider string) (bool, error) {
+	work, err := h.Store.HasWork(ctx, provider)
+	h.pause()
+	return work, err
+}
+
+// TestPollRoundMissesNoWake: a job enqueued while the idle look of a poll
+// instant runs, after it found nothing, wakes nobody (the waiters are out of
+// the queue); they then claim at once rather than at the next poll instant,
+// so the job reaches the waiting worker without a poll interval's delay.
 func TestPollRoundMissesNoWake(t *testing.T) {
 	for _, b := range testdb.Backends() {
 		t.Run(b.Name, func(t *testing.T) {
@@ -80,9 +90,9 @@ func TestPollRoundMissesNoWake(t *testing.T) {
 			}
 			held, release := h.arm()
 			select {
-			case <-held: // the poll round has committed its empty claim
+			case <-held: // the idle look has found nothing
 			case <-time.After(2 * interval):
-				t.Fatal("no poll round")
+				t.Fatal("no idle look")
 			}
 			out, err := s.enqueues.do(ctx, store.EnqueueParams{OperationKey: "during-the-round", OrderID: "o",
 				PaymentID: "p", AmountMinor: 100, Currency: "EUR", Provider: "acme"})

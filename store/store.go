@@ -288,6 +288,12 @@ type Store interface {
 	// R7), ErrUnavailable, *BudgetExhaustedError (nothing granted).
 	Claim(ctx context.Context, p ClaimParams) ([]ClaimedJob, error)
 
+	// HasWork reports whether a claim with this provider filter (any when
+	// empty) would find a due job or an expired lease now, without locking or
+	// writing anything: one look on behalf of every idle long poll. Errors:
+	// ErrUnavailable.
+	HasWork(ctx context.Context, provider string) (bool, error)
+
 	// ClaimMany runs several claims in one transaction, each answered on its
 	// own as Claim would answer it, in order: a later claim of the batch never
 	// gets a job an earlier one got. Used to coalesce concurrent claims into

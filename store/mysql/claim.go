@@ -15,8 +15,8 @@ const (
 	// of ix_refund_jobs_lease would also lock the entry that ends the range,
 	// the running job with the earliest live lease, and deadlock with that
 	// job's own write-back, which must change the entry.
-	selectExpiredLeases = `SELECT ` + sqlbase.HasObservations + `, ` + jobColumns + ` FROM refund_jobs FORCE INDEX (ix_refund_jobs_lease)
- WHERE state = 'running' AND lease_until <= ?%s
+	selectExpiredLeases = `SELECT ` + sqlbase.HasObservations + `, ` + jobColumns + ` FROM refund_jobs FORCE INDEX (%[2]s)
+ WHERE state = 'running' AND lease_until <= ?%[1]s
  ORDER BY lease_until, id
  LIMIT ?`
 
@@ -29,12 +29,13 @@ const (
  FOR UPDATE SKIP LOCKED`
 
 	// Q1, Q2, R23: ready and due, oldest first, stable by id (Q4). FORCE
-	// INDEX keeps the (state, next_attempt_at, id) walk even with a provider
-	// filter, whose own index would mean a sort of all that provider's rows.
+	// INDEX keeps the walk on the claim's index, (state, next_attempt_at, id)
+	// or, with a provider filter, (state, provider, next_attempt_at, id): the
+	// optimizer might otherwise pick one that means a sort.
 	lockDueJobs = selectDueJobs + `
  FOR UPDATE SKIP LOCKED`
-	selectDueJobs = `SELECT ` + sqlbase.HasObservations + `, ` + jobColumns + ` FROM refund_jobs FORCE INDEX (ix_refund_jobs_due)
- WHERE state = 'ready' AND next_attempt_at <= ?%s
+	selectDueJobs = `SELECT ` + sqlbase.HasObservations + `, ` + jobColumns + ` FROM refund_jobs FORCE INDEX (%[2]s)
+ WHERE state = 'ready' AND next_attempt_at <= ?%[1]s
  ORDER BY next_attempt_at, id
  LIMIT ?`
 
@@ -42,18 +43,25 @@ const (
 	// is one value for the whole statement, the cutoff of both groups (R12,
 	// Q1). Expired leases are read, not locked, as in selectExpiredLeases.
 	lockCandidates = `(SELECT UTC_TIMESTAMP(6), 1, ` + sqlbase.HasObservations + `, ` + jobColumns + `
-   FROM refund_jobs FORCE INDEX (ix_refund_jobs_lease)
+   FROM refund_jobs FORCE INDEX (%[2]s)
   WHERE state = 'running' AND lease_until <= UTC_TIMESTAMP(6)%[1]s
   ORDER BY lease_until, id
   LIMIT ?)
 UNION ALL
 (SELECT UTC_TIMESTAMP(6), 0, ` + sqlbase.HasObservations + `, ` + jobColumns + `
-   FROM refund_jobs FORCE INDEX (ix_refund_jobs_due)
+   FROM refund_jobs FORCE INDEX (%[3]s)
   WHERE state = 'ready' AND next_attempt_at <= UTC_TIMESTAMP(6)%[1]s
   ORDER BY next_attempt_at, id
   LIMIT ?
   FOR UPDATE SKIP LOCKED)`
 )
+
+// anyWork is one look for idle long polls (HasWork): the first entry of each
+// walk, no lock, no transaction.
+const anyWork = `SELECT EXISTS (SELECT 1 FROM refund_jobs FORCE INDEX (%[3]s)
+  WHERE state = 'ready' AND next_attempt_at <= UTC_TIMESTAMP(6)%[1]s)
+ OR EXISTS (SELECT 1 FROM refund_jobs FORCE INDEX (%[2]s)
+  WHERE state = 'running' AND lease_until <= UTC_TIMESTAMP(6)%[1]s)`
 
 // R19: provider budgets, shared by every coordinator on the database.
 const (
@@ -74,6 +82,7 @@ var claimSQL = sqlbase.ClaimSQL{
 	LockTakeovers:   lockTakeovers,
 	DueJobs:         lockDueJobs,
 	Candidates:      lockCandidates,
+	AnyWork:         anyWork,
 	UpdateTable:     "refund_jobs FORCE INDEX (PRIMARY)",
 	LockForWrite:    lockJobsForWrite,
 	AllBudgets:      selectAllBudgets,
@@ -87,4 +96,4 @@ var claimSQL = sqlbase.ClaimSQL{
 // no provider filter and without its FOR UPDATE SKIP LOCKED: the statement
 // the benchmark repeats and explains without taking locks. Its arguments are
 // the cutoff and the limit.
-func DueCandidatesQuery() string { return fmt.Sprintf(selectDueJobs, "") }
+func DueCandidatesQuery() string { return fmt.Sprintf(selectDueJobs, "", "ix_refund_jobs_due") }

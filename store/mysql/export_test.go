@@ -32,3 +32,9 @@ func OpenKeeping(dsn string, keep int) (*sql.DB, error) {
 func OpenMigratedTo(ctx context.Context, dsn string, upTo int) (*Store, error) {
 	return open(ctx, dsn, Options{}, upTo)
 }
+
+// The claim's candidate queries, for tests that count the rows they touch.
+var (
+	DueJobsSQL       = lockDueJobs
+	ExpiredLeasesSQL = selectExpiredLeases
+)

@@ -9,21 +9,28 @@ const (
 	selectNow = `SELECT ` + nowMicros
 
 	// R6, R23: expired leases, oldest first. INDEXED BY pins the partial
-	// index: with a provider filter the planner would otherwise pick a wider
-	// index and sort. No SKIP LOCKED in SQLite: the
+	// index of the claim (per provider with a provider filter): the planner
+	// might otherwise pick a wider index and sort. No SKIP LOCKED in SQLite: the
 	// claim's BEGIN IMMEDIATE holds the only write lock, so nothing read here
 	// can be claimed by anyone else before this transaction commits (R13).
-	selectExpiredLeases = `SELECT ` + sqlbase.HasObservations + `, ` + jobColumns + ` FROM refund_jobs INDEXED BY ix_refund_jobs_lease
- WHERE state = 'running' AND lease_until <= ?%s
+	selectExpiredLeases = `SELECT ` + sqlbase.HasObservations + `, ` + jobColumns + ` FROM refund_jobs INDEXED BY %[2]s
+ WHERE state = 'running' AND lease_until <= ?%[1]s
  ORDER BY lease_until, id
  LIMIT ?`
 
 	// Q1, Q2, R23: ready and due, oldest first, stable by id (Q4).
-	selectDueJobs = `SELECT ` + sqlbase.HasObservations + `, ` + jobColumns + ` FROM refund_jobs INDEXED BY ix_refund_jobs_due
- WHERE state = 'ready' AND next_attempt_at <= ?%s
+	selectDueJobs = `SELECT ` + sqlbase.HasObservations + `, ` + jobColumns + ` FROM refund_jobs INDEXED BY %[2]s
+ WHERE state = 'ready' AND next_attempt_at <= ?%[1]s
  ORDER BY next_attempt_at, id
  LIMIT ?`
 )
+
+// anyWork is one look for idle long polls (HasWork): the first entry of each
+// walk, outside any write transaction.
+const anyWork = `SELECT EXISTS (SELECT 1 FROM refund_jobs INDEXED BY %[3]s
+  WHERE state = 'ready' AND next_attempt_at <= ` + nowMicros + `%[1]s)
+ OR EXISTS (SELECT 1 FROM refund_jobs INDEXED BY %[2]s
+  WHERE state = 'running' AND lease_until <= ` + nowMicros + `%[1]s)`
 
 // R19: provider budgets, shared by every coordinator on the database.
 const (
@@ -41,6 +48,7 @@ var claimSQL = sqlbase.ClaimSQL{
 	NowExpr:         nowMicros,
 	ExpiredLeases:   selectExpiredLeases,
 	DueJobs:         selectDueJobs,
+	AnyWork:         anyWork,
 	UpdateTable:     "refund_jobs",
 	LockForWrite:    selectNowAndJobs,
 	AllBudgets:      selectAllBudgets,

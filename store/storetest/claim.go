@@ -188,3 +188,34 @@ func testStats(t *testing.T, s store.Store) {
 		t.Fatalf("oldest unfinished %v (now %v), want %v", st.OldestUnfinished, st.Now, running.CreatedAt)
 	}
 }
+
+// HasWork is one look for idle long polls: true exactly when a claim with
+// that filter would find a due job or an expired lease, and it changes
+// nothing.
+func testHasWorkLooksWithoutClaiming(t *testing.T, s store.Store) {
+	ctx := ctxFor(t)
+	want := func(provider string, work bool) {
+		t.Helper()
+		got, err := s.HasWork(ctx, provider)
+		if err != nil || got != work {
+			t.Fatalf("HasWork(%q) = %v, %v; want %v", provider, got, err, work)
+		}
+	}
+	want("", false)
+	later := refund(t)
+	later.NotBefore = dbNow(t, s).Add(time.Hour)
+	enqueue(t, s, later)
+	want("", false)
+	job := enqueue(t, s, refund(t)) // provider acme, due now
+	want("", true)
+	want("acme", true)
+	want("globex", false)
+	if d := get(t, s, job.ID); d.Job.State != store.StateReady || d.Job.Attempt != 0 {
+		t.Fatalf("HasWork changed the job: %+v", d.Job)
+	}
+	claimOne(t, s, "A", job.ID)
+	want("acme", false) // running under a live lease
+	expire(t, s, job.ID)
+	want("acme", true) // a takeover is work
+	want("globex", false)
+}

@@ -37,6 +37,7 @@ func Run(t *testing.T, open Opener) {
 		{"ClaimOrderStableAndBounded_Q1_Q4_R23", testClaimOrder},
 		{"ClaimProviderFilter", testClaimProvider},
 		{"ClaimEmptyIsNotAnError", testClaimEmpty},
+		{"HasWorkLooksWithoutClaiming", testHasWorkLooksWithoutClaiming},
 		{"TakeoverForcesReconcile_R6_R22", testTakeoverForcesReconcile},
 		{"TakeoversComeFirst_R23", testTakeoversFirst},
 		{"ZombieLateWritesAffectNothing_T1", testZombieT1},

@@ -11,7 +11,9 @@ import (
 )
 
 // ClaimSQL is a backend's SQL for a claim. Candidate queries take, in order,
-// the cutoff, the filter's arguments and a limit; %s is where the filter goes.
+// the cutoff, the filter's arguments and a limit; %[1]s is where the filter
+// goes and %[2]s the index they walk (ExpiredLeases: the lease index,
+// DueJobs: the due index; see filter).
 type ClaimSQL struct {
 	// Now reads the database clock (R12); NowExpr is that clock as an
 	// expression inside a statement.
@@ -28,9 +30,14 @@ type ClaimSQL struct {
 	// Candidates, when the backend has it, reads the clock and both groups of
 	// candidates in one statement (one round trip instead of three). Its rows
 	// are the database time, 1 for an expired lease, HasObservations, the
-	// job's columns; %[1]s takes the filter (in both groups), the arguments are
-	// the filter's and a limit, twice. Used when no budget is configured.
+	// job's columns; %[1]s takes the filter (in both groups), %[2]s the lease
+	// index and %[3]s the due index; the arguments are the filter's and a
+	// limit, twice. Used when no budget is configured.
 	Candidates string
+	// AnyWork reads whether there is a due job or an expired lease, without
+	// locking: %[1]s takes the filter (twice: its arguments come twice),
+	// %[2]s the lease index, %[3]s the due index.
+	AnyWork string
 	// UpdateTable is the target of the grant's and the write-backs' UPDATEs,
 	// with any index hint that keeps them on the primary key: with few
 	// running rows MySQL's optimizer may otherwise walk ix_refund_jobs_due or
@@ -82,7 +89,7 @@ type candidate struct {
 // the tokens, then grant the rest. When due work waits only on empty budgets
 // it returns *store.BudgetExhaustedError, having written nothing.
 func claimBudgetedTx(ctx context.Context, tx Tx, q ClaimSQL, p store.ClaimParams) ([]store.ClaimedJob, error) {
-	filter, filterArgs := providerFilter(p.Provider)
+	f := providerFilter(p.Provider)
 	var now time.Time
 	if err := tx.QueryRowContext(ctx, q.Now).Scan(Time{&now}); err != nil {
 		return nil, err
@@ -99,10 +106,10 @@ func claimBudgetedTx(ctx context.Context, tx Tx, q ClaimSQL, p store.ClaimParams
 	}
 	slices.Sort(exhausted)
 	if len(exhausted) > 0 {
-		filter += " AND provider NOT IN (" + Placeholders(len(exhausted)) + ")"
-		filterArgs = append(filterArgs, strArgs(exhausted)...)
+		f.where += " AND provider NOT IN (" + Placeholders(len(exhausted)) + ")"
+		f.args = append(f.args, strArgs(exhausted)...)
 	}
-	locked, err := lockSeparately(ctx, tx, q, now, filter, filterArgs, p.MaxJobs)
+	locked, err := lockSeparately(ctx, tx, q, now, f, p.MaxJobs)
 	if err != nil {
 		return nil, err
 	}
@@ -124,7 +131,7 @@ func claimBudgetedTx(ctx context.Context, tx Tx, q ClaimSQL, p store.ClaimParams
 // of them (R23: takeovers first, oldest first), and one grant bumps them all.
 // No budget is configured.
 func claimGroupTx(ctx context.Context, tx Tx, q ClaimSQL, ps []store.ClaimParams) ([][]store.ClaimedJob, error) {
-	filter, filterArgs := providerFilter(ps[0].Provider)
+	f := providerFilter(ps[0].Provider)
 	total := 0
 	for _, p := range ps {
 		total += p.MaxJobs
@@ -133,10 +140,10 @@ func claimGroupTx(ctx context.Context, tx Tx, q ClaimSQL, ps []store.ClaimParams
 	var locked []candidate
 	var err error
 	if q.Candidates != "" {
-		now, locked, err = lockCandidates(ctx, tx, q, filter, filterArgs, total)
+		now, locked, err = lockCandidates(ctx, tx, q, f, total)
 	} else {
 		if err = tx.QueryRowContext(ctx, q.Now).Scan(Time{&now}); err == nil {
-			locked, err = lockSeparately(ctx, tx, q, now, filter, filterArgs, total)
+			locked, err = lockSeparately(ctx, tx, q, now, f, total)
 		}
 	}
 	if err != nil {
@@ -150,22 +157,33 @@ func claimGroupTx(ctx context.Context, tx Tx, q ClaimSQL, ps []store.ClaimParams
 	return grant(ctx, tx, q, now, ps, shares)
 }
 
-func providerFilter(provider string) (string, []any) {
+// filter is a claim's provider filter and the indexes its candidate queries
+// walk. Each walk is a range of one index in claim order (Q1, Q2): without a
+// filter (state, next_attempt_at, id) and (state, lease_until, id); with one
+// the same per provider, so that a claim for an idle provider touches none
+// of another's backlog (Q3's reasoning, per provider).
+type filter struct {
+	where      string // " AND …", after the walk's own conditions
+	args       []any
+	lease, due string // index names, the same in every backend
+}
+
+func providerFilter(provider string) filter {
 	if provider == "" {
-		return "", nil
+		return filter{lease: "ix_refund_jobs_lease", due: "ix_refund_jobs_due"}
 	}
-	return " AND provider = ?", []any{provider}
+	return filter{where: " AND provider = ?", args: []any{provider},
+		lease: "ix_refund_jobs_provider_lease", due: "ix_refund_jobs_provider_due"}
 }
 
 // lockSeparately locks up to limit candidates with the two candidate
 // queries: expired leases first, then due jobs (R23).
-func lockSeparately(ctx context.Context, tx Tx, q ClaimSQL, now time.Time, filter string, filterArgs []any,
-	limit int) ([]candidate, error) {
-	lock := func(query string, limit int, takeover bool) ([]candidate, error) {
-		args := append(append([]any{q.At(now)}, filterArgs...), limit)
-		return QueryAll(ctx, tx, scanCandidate(q, takeover), fmt.Sprintf(query, filter), args...)
+func lockSeparately(ctx context.Context, tx Tx, q ClaimSQL, now time.Time, f filter, limit int) ([]candidate, error) {
+	lock := func(query, index string, limit int, takeover bool) ([]candidate, error) {
+		args := append(append([]any{q.At(now)}, f.args...), limit)
+		return QueryAll(ctx, tx, scanCandidate(q, takeover), fmt.Sprintf(query, f.where, index), args...)
 	}
-	locked, err := lock(q.ExpiredLeases, limit, true)
+	locked, err := lock(q.ExpiredLeases, f.lease, limit, true)
 	if err == nil {
 		locked, err = lockTakeovers(ctx, tx, q, now, locked)
 	}
@@ -173,7 +191,7 @@ func lockSeparately(ctx context.Context, tx Tx, q ClaimSQL, now time.Time, filte
 		return nil, err
 	}
 	if rest := limit - len(locked); rest > 0 {
-		due, err := lock(q.DueJobs, rest, false)
+		due, err := lock(q.DueJobs, f.due, rest, false)
 		if err != nil {
 			return nil, err
 		}
@@ -321,17 +339,16 @@ func budgetWait(ctx context.Context, tx Tx, q ClaimSQL, budgets map[string]store
 // lockCandidates runs the one-statement candidate query: the database clock,
 // then expired leases before due jobs, at most limit in all (R23). Due jobs
 // locked beyond that stay untouched and are released at COMMIT.
-func lockCandidates(ctx context.Context, tx Tx, q ClaimSQL, filter string, filterArgs []any,
-	limit int) (time.Time, []candidate, error) {
-	args := append(append([]any(nil), filterArgs...), limit)
-	args = append(append(args, filterArgs...), limit)
+func lockCandidates(ctx context.Context, tx Tx, q ClaimSQL, f filter, limit int) (time.Time, []candidate, error) {
+	args := append(append([]any(nil), f.args...), limit)
+	args = append(append(args, f.args...), limit)
 	var now time.Time
 	rows, err := QueryAll(ctx, tx, func(row Scanner) (candidate, error) {
 		var c candidate
 		var err error
 		c.Job, err = q.ScanJob(Prefixed{Row: row, First: []any{Time{&now}, &c.takeover, &c.hasObs}})
 		return c, err
-	}, fmt.Sprintf(q.Candidates, filter), args...)
+	}, fmt.Sprintf(q.Candidates, f.where, f.lease, f.due), args...)
 	if err != nil {
 		return now, nil, err
 	}
@@ -467,4 +484,13 @@ func (b *Backend) ConfigureBudgets(ctx context.Context, cfg map[string]store.Bud
 	}
 	b.budgeted.Store(len(cfg) > 0)
 	return nil
+}
+
+// HasWork implements store.Store.
+func (b *Backend) HasWork(ctx context.Context, provider string) (bool, error) {
+	f := providerFilter(provider)
+	var work bool
+	err := b.DB.QueryRowContext(ctx, fmt.Sprintf(b.Claims.AnyWork, f.where, f.lease, f.due),
+		append(append([]any(nil), f.args...), f.args...)...).Scan(&work)
+	return work, b.Unavailable(err)
 }
