@@ -27,6 +27,13 @@ func (b *syncBuffer) Write(p []byte) (int, error) {
 	return b.buf.Write(p)
 }
 
+// String returns what was written so far.
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
 // finishedCalls returns the "finished call" records written so far.
 func (b *syncBuffer) finishedCalls(t *testing.T) []map[string]any {
 	t.Helper()

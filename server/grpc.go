@@ -49,6 +49,7 @@ func (s *Server) NewGRPCServer(extra ...grpc.ServerOption) (*grpc.Server, *healt
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.NumStreamWorkers(streamWorkers),
 		grpc.ChainStreamInterceptor(s.metrics.grpc.StreamServerInterceptor(), recovery.StreamServerInterceptor(recoverer)),
+		grpc.StatsHandler(&earlyRejects{log: s.log, counter: s.metrics.earlyRejects}),
 	}, extra...)
 	gs := grpc.NewServer(opts...)
 	s.Register(gs)

@@ -23,6 +23,7 @@ type Metrics struct {
 	claimTxBatch prometheus.Histogram
 	handoffs     prometheus.Counter
 	idleLooks    prometheus.Counter
+	earlyRejects *prometheus.CounterVec
 	grpc         *grpcprom.ServerMetrics
 }
 
@@ -69,6 +70,10 @@ func NewMetrics(reg prometheus.Registerer, st store.Store) *Metrics {
 			Name: "jobfence_idle_looks_total",
 			Help: "Looks for work on behalf of idle long-polling Claims, one per poll instant and provider filter, each a read without a transaction.",
 		}),
+		earlyRejects: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "jobfence_calls_refused_unparsed_total",
+			Help: "Calls grpc-go refused before the service saw them, by method and code: requests that did not parse (malformed protobuf, invalid UTF-8).",
+		}, []string{"grpc_method", "grpc_code"}),
 		grpc: grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram(
 			grpcprom.WithHistogramBuckets([]float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 5, 30, 60}))),
 	}
@@ -78,7 +83,7 @@ func NewMetrics(reg prometheus.Registerer, st store.Store) *Metrics {
 	for _, rpc := range []string{"Complete", "Reschedule", "Escalate"} {
 		m.stale.WithLabelValues(rpc)
 	}
-	reg.MustRegister(m.takeovers, m.stale, m.granted, m.claimBatch, m.writeBatch, m.enqueueBatch, m.claimTxBatch, m.handoffs, m.idleLooks, m.grpc,
+	reg.MustRegister(m.takeovers, m.stale, m.granted, m.claimBatch, m.writeBatch, m.enqueueBatch, m.claimTxBatch, m.handoffs, m.idleLooks, m.earlyRejects, m.grpc,
 		newStatsCollector(st))
 	return m
 }
