@@ -208,7 +208,10 @@ func (p *Pair) ReplicaAddr() string { return p.replica.addr() }
 // DSN is a go-sql-driver/mysql DSN for addr with database db (db may be
 // ""), for root, which may create databases, tables and users. Root has
 // SUPER, so it bypasses read_only: check writability as another user.
-func (p *Pair) DSN(addr, db string) string {
+func (p *Pair) DSN(addr, db string) string { return rootDSN(addr, db) }
+
+// rootDSN is root's DSN on the server at addr, database db.
+func rootDSN(addr, db string) string {
 	cfg := mysql.NewConfig()
 	cfg.User, cfg.Net, cfg.Addr, cfg.DBName = "root", "tcp", addr, db
 	return cfg.FormatDSN()

@@ -1,8 +1,12 @@
 // Package testdb gives each test its own empty database on a real server.
 //
 // MySQL is mandatory: the tests fail, never skip, when the server at
-// JOBFENCE_TEST_MYSQL_DSN (default root@tcp(127.0.0.1:3306)/) cannot be
-// reached. .ci/run starts MariaDB before the tests.
+// JOBFENCE_TEST_MYSQL_DSN cannot be reached. Without that variable they use
+// MariaDB at 127.0.0.1:3306 (root, no password) when it answers, and
+// otherwise a private MariaDB that the test process starts from the
+// installed package (mariadbd, mariadb-install-db) on a free port and that
+// dies with it; only where neither is there do they fail. .ci/run starts
+// MariaDB before the tests.
 package testdb
 
 import (
@@ -10,12 +14,19 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/jobfence/jobfence/internal/mariadbpair"
 )
 
 // DefaultMySQLDSN is the server the tests use unless JOBFENCE_TEST_MYSQL_DSN
@@ -28,7 +39,7 @@ func MySQL(t testing.TB) string {
 	t.Helper()
 	base := os.Getenv("JOBFENCE_TEST_MYSQL_DSN")
 	if base == "" {
-		base = DefaultMySQLDSN
+		base = defaultServer(t)
 	}
 	cfg, err := mysql.ParseDSN(base)
 	if err != nil {
@@ -74,3 +85,65 @@ func randomSuffix(t testing.TB) string {
 	}
 	return hex.EncodeToString(b)
 }
+
+// fallback is the server of this test process when JOBFENCE_TEST_MYSQL_DSN
+// is unset: DefaultMySQLDSN if it answers, else a private one.
+var fallback struct {
+	once sync.Once
+	dsn  string
+	err  error
+}
+
+// defaultServer returns the DSN of the fallback server, starting a private
+// MariaDB the first time when nothing answers at DefaultMySQLDSN.
+func defaultServer(t testing.TB) string {
+	t.Helper()
+	fallback.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if db, err := sql.Open("mysql", DefaultMySQLDSN+"?timeout=2s"); err == nil {
+			pinged := db.PingContext(ctx)
+			db.Close()
+			if pinged == nil {
+				fallback.dsn = DefaultMySQLDSN
+				return
+			}
+		}
+		one, _, err := startPrivate(ctx)
+		if err != nil {
+			fallback.err = err
+			return
+		}
+		fallback.dsn = one.DSN("")
+		fmt.Fprintf(os.Stderr, "testdb: nothing answers at 127.0.0.1:3306; this test process runs a private "+
+			"MariaDB (%s)\n", fallback.dsn)
+	})
+	if fallback.err != nil {
+		t.Fatalf("MySQL is required for these tests: %v\nstart MariaDB/MySQL, or set JOBFENCE_TEST_MYSQL_DSN", fallback.err)
+	}
+	return fallback.dsn
+}
+
+// startPrivate starts a private MariaDB in a temp folder named after this
+// process, first removing the folders of earlier processes that have exited
+// (their servers died with them; nothing else removes those folders).
+func startPrivate(ctx context.Context) (one *mariadbpair.Single, dir string, err error) {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), privatePrefix+"*"))
+	for _, dir := range dirs {
+		pid, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(dir), privatePrefix), "-")
+		if n, err := strconv.Atoi(pid); err == nil && n != os.Getpid() && syscall.Kill(n, 0) != nil {
+			os.RemoveAll(dir)
+		}
+	}
+	if dir, err = os.MkdirTemp("", privatePrefix+strconv.Itoa(os.Getpid())+"-"); err != nil {
+		return nil, "", err
+	}
+	if one, err = mariadbpair.StartSingle(ctx, mariadbpair.Options{Dir: dir}); err != nil {
+		os.RemoveAll(dir)
+		return nil, "", fmt.Errorf("nothing answers at 127.0.0.1:3306 and a private MariaDB would not start: %w", err)
+	}
+	return one, dir, nil
+}
+
+// privatePrefix names the folders of private servers in the temp dir.
+const privatePrefix = "jobfence-testdb-"
