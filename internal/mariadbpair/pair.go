@@ -76,22 +76,12 @@ func Start(ctx context.Context, o Options) (*Pair, error) {
 
 func (p *Pair) start(ctx context.Context) error {
 	began := time.Now()
-	installBin, err := findBinary("mariadb-install-db")
+	b, err := findBinaries(p.opts.Dir, "mariadbpair-")
 	if err != nil {
 		return err
 	}
-	serverBin, err := findBinary("mariadbd")
-	if err != nil {
-		return err
-	}
-	parent := p.opts.Dir
-	if parent == "" {
-		// A short temp path keeps the socket path within the kernel's limit.
-		if parent, err = os.MkdirTemp("", "mariadbpair-"); err != nil {
-			return err
-		}
-		p.tempDir = parent
-	}
+	installBin, serverBin, parent := b.install, b.server, b.parent
+	p.tempDir = b.tempDir
 	ports, err := freePorts(2)
 	if err != nil {
 		return err
@@ -334,6 +324,35 @@ func (p *Pair) Close() error {
 		}
 	})
 	return p.closeErr
+}
+
+// binaries are the programs a start runs and the folder it puts the
+// servers in.
+type binaries struct {
+	install, server string
+	parent, tempDir string // tempDir: the parent when made here, for Close to remove
+}
+
+// findBinaries finds the programs and makes dir (a fresh temp dir named
+// prefix… when empty) the servers' parent folder.
+func findBinaries(dir, prefix string) (binaries, error) {
+	var b binaries
+	var err error
+	if b.install, err = findBinary("mariadb-install-db"); err != nil {
+		return b, err
+	}
+	if b.server, err = findBinary("mariadbd"); err != nil {
+		return b, err
+	}
+	b.parent = dir
+	if b.parent == "" {
+		// A short temp path keeps the socket path within the kernel's limit.
+		if b.parent, err = os.MkdirTemp("", prefix); err != nil {
+			return b, err
+		}
+		b.tempDir = b.parent
+	}
+	return b, nil
 }
 
 // startOnFreePort starts s, picking another port when the chosen one was

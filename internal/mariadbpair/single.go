@@ -36,32 +36,22 @@ func StartSingle(ctx context.Context, o Options) (*Single, error) {
 
 func (one *Single) start(ctx context.Context, o Options) error {
 	began := time.Now()
-	installBin, err := findBinary("mariadb-install-db")
+	b, err := findBinaries(o.Dir, "mariadb-")
 	if err != nil {
 		return err
 	}
-	serverBin, err := findBinary("mariadbd")
-	if err != nil {
-		return err
-	}
-	parent := o.Dir
-	if parent == "" {
-		if parent, err = os.MkdirTemp("", "mariadb-"); err != nil {
-			return err
-		}
-		one.tempDir = parent
-	}
+	one.tempDir = b.tempDir
 	ports, err := freePorts(1)
 	if err != nil {
 		return err
 	}
-	if one.s, err = newServer(parent, "server", ports[0]); err != nil {
+	if one.s, err = newServer(b.parent, "server", ports[0]); err != nil {
 		return err
 	}
-	if err := one.s.install(ctx, installBin); err != nil {
+	if err := one.s.install(ctx, b.install); err != nil {
 		return err
 	}
-	if err := startOnFreePort(ctx, one.s, serverBin, []string{"--server-id=1"}); err != nil {
+	if err := startOnFreePort(ctx, one.s, b.server, []string{"--server-id=1"}); err != nil {
 		return err
 	}
 	if err := prepareAccounts(ctx, one.s.admin); err != nil {
