@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/jobfence/jobfence/internal/mariadbpair"
 )
 
 // errCampaignFailed is run's error when an invariant failed or a process
@@ -30,14 +32,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		c.seed = rand.Uint64()>>1 + 1
 	}
 	faults := plan(c.seed, planParams{Window: c.duration, Workers: c.workers + c.nodeWorkers, Replicas: c.replicas,
-		Lease: c.lease, Kinds: c.faults, Rate: c.faultRate})
+		Lease: c.lease, Kinds: c.faults, Rate: c.faultRate, Failover: c.failover})
 	tl := &timeline{start: time.Now(), w: stdout}
+	mode, database := "", "--mysql-dsn DSN"
+	if c.failover != "" {
+		mode, database = " failover="+c.failover, "--failover "+c.failover
+	}
 	fmt.Fprintf(stdout, "jobfence-chaos: seed=%d duration=%s jobs=%d workers=%d node-workers=%d replicas=%d lease=%s "+
-		"provider-timeout=%s; %d faults planned\n", c.seed, c.duration, c.jobs, c.workers, c.nodeWorkers, c.replicas, c.lease,
-		c.providerTimeout, len(faults))
-	fmt.Fprintf(stdout, "replay with: jobfence-chaos --mysql-dsn DSN --seed %d --duration %s --jobs %d --workers %d "+
+		"provider-timeout=%s%s; %d faults planned\n", c.seed, c.duration, c.jobs, c.workers, c.nodeWorkers, c.replicas, c.lease,
+		c.providerTimeout, mode, len(faults))
+	fmt.Fprintf(stdout, "replay with: jobfence-chaos %s --seed %d --duration %s --jobs %d --workers %d "+
 		"--node-workers %d --replicas %d --concurrency %d --lease %s --provider-timeout %s --faults %s --fault-rate %g\n",
-		c.seed, c.duration, c.jobs, c.workers, c.nodeWorkers, c.replicas, c.concurrency, c.lease, c.providerTimeout,
+		database, c.seed, c.duration, c.jobs, c.workers, c.nodeWorkers, c.replicas, c.concurrency, c.lease, c.providerTimeout,
 		c.faultsSpec, c.faultRate)
 
 	if c.dryRun {
@@ -71,23 +77,53 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 
+	// With --failover, the campaign's own primary and replica: the database
+	// is created on the primary and replicates.
+	var pair *mariadbpair.Pair
+	var pairDir string
+	if c.failover != "" {
+		if c.mysqlDSN != "" {
+			tl.printf("--mysql-dsn ignored: --failover runs its own MariaDB primary and replica")
+		}
+		if pair, pairDir, err = startPair(ctx, &c, dir, tl); err != nil {
+			keepLogs = true
+			return fmt.Errorf("--failover: %w", err)
+		}
+		defer pair.Close()
+		tl.printf("database pair (%s): primary %s, replica %s; datadirs and error logs in %s", c.failover,
+			pair.PrimaryAddr(), pair.ReplicaAddr(), pairDir)
+	}
+
 	dbName, checkDB, dropDB, err := createDatabase(ctx, c)
 	if err != nil {
 		return err
 	}
-	defer checkDB.Close()
 	defer func() {
-		if c.keep {
+		switch {
+		case c.keep && pair != nil:
+			fmt.Fprintf(stdout, "database kept: %s, in the promoted replica's datadir in %s (the servers are stopped)\n",
+				dbName, pairDir)
+		case c.keep:
 			fmt.Fprintf(stdout, "database kept: %s\n", dbName)
-			return
-		}
-		if err := dropDB(); err != nil {
-			fmt.Fprintf(stderr, "jobfence-chaos: drop database %s: %v\n", dbName, err)
+		case pair != nil:
+			// The pair goes with its datadirs; the old primary is dead.
+		default:
+			if err := dropDB(); err != nil {
+				fmt.Fprintf(stderr, "jobfence-chaos: drop database %s: %v\n", dbName, err)
+			}
 		}
 	}()
 	tl.printf("database %s created", dbName)
 
-	s := &system{cfg: c, bins: bins, dir: dir, tl: tl}
+	s := &system{cfg: c, bins: bins, dir: dir, tl: tl, pair: pair, checkDB: checkDB}
+	if pair != nil {
+		s.redrive = make(chan struct{})
+	}
+	defer func() {
+		if db := s.db(); db != nil {
+			db.Close()
+		}
+	}()
 	defer s.close()
 	if err := s.start(ctx, dbName); err != nil {
 		keepLogs = true
@@ -105,6 +141,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	go func() { produced <- s.produce(prodCtx, specs, c.duration*8/10) }()
 	tl.printf("fault window: %s", c.duration)
 	results := s.runFaults(window, windowStart, faults)
+	s.endFailover() // a failover the window never reached
 	endWindow()
 	if ctx.Err() != nil {
 		return ctx.Err()
@@ -124,7 +161,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		keepLogs = true
 		return fmt.Errorf("heal: %w", err)
 	}
-	prod, settled := s.settle(ctx, checkDB, produced, stopProducer)
+	prod, settled := s.settle(ctx, produced, stopProducer)
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
@@ -140,13 +177,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	tl.printf("stopping coordinators")
 	s.stopReplicas()
-	state, err := readDB(ctx, checkDB)
+	state, err := readDB(ctx, s.db())
 	if err != nil {
 		keepLogs = true
 		return fmt.Errorf("read the database: %w", err)
 	}
 
 	in := checkInput{Specs: specs, Acked: prod.acked, DB: state, Oracle: oracle}
+	frozen := map[string][]span{}
 	for _, w := range s.workers {
 		for _, wp := range w.procs {
 			recs := wp.p.allRecords()
@@ -154,9 +192,28 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			in.Receipts = append(in.Receipts, rs...)
 			in.StaleRejections += stale
 			in.Acks = append(in.Acks, acksOf(wp.id, recs)...)
+			in.Grants = append(in.Grants, grantsOf(wp.id, recs)...)
+			frozen[wp.id] = wp.p.frozenSpans()
+		}
+	}
+	var problems []string
+	if pair != nil {
+		s.fo.mu.Lock()
+		foApplied, foErr := s.fo.Applied, s.fo.Err
+		in.Failover = &failoverInput{Mode: c.failover, Killed: s.fo.KilledAt, Repointed: s.fo.RepointedAt, Frozen: frozen}
+		problems = append(problems, s.fo.Problems...)
+		s.fo.mu.Unlock()
+		in.EnqueuesLost = prod.lostInFailover
+		if !foApplied {
+			problems = append(problems, fmt.Sprintf("the db-failover did not happen (%v): nothing about R26 was shown", foErr))
+			in.Failover = nil
 		}
 	}
 	v := check(in)
+	if in.Failover != nil && c.failover == failoverAsync && v.GrantsLost == 0 {
+		problems = append(problems, "the async failover lost no grant the workers had logged: the fault did not bite "+
+			"(no write of a lost grant was put to the test)")
+	}
 
 	fmt.Fprintln(stdout)
 	printFaultSummary(stdout, results)
@@ -167,19 +224,34 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		cc["fenced write rejected"], cc["claim outcome unknown; nothing granted"], cc["write outcome unknown"],
 		cc["observation filed"], s.cutsDelivered.Load(), s.cutsDropped.Load())
 	fmt.Fprintf(stdout, "producer: %d of %d refunds acknowledged, %d enqueue retries\n", len(prod.acked), len(specs), prod.retries)
+	if pair != nil {
+		s.fo.mu.Lock()
+		fmt.Fprintf(stdout, "failover (%s): old primary's gtid_binlog_pos %q at the kill, the promoted replica's "+
+			"gtid_current_pos %q; the producer re-drove %d acknowledged enqueues, %d of them lost\n", c.failover,
+			s.fo.PrimaryGTID, s.fo.ReplicaGTID, prod.redriven, len(prod.lostInFailover))
+		for _, n := range s.fo.Reconnected {
+			fmt.Fprintf(stdout, "  %s\n", n)
+		}
+		s.fo.mu.Unlock()
+	}
 	for _, k := range sortedKeys(prod.failed) {
 		fmt.Fprintf(stdout, "  never acknowledged: %s: %v\n", k, prod.failed[k])
 	}
 	if !settled {
 		fmt.Fprintf(stdout, "settle: not every job was final after %s\n", c.settleTimeout)
 	}
-	problems := s.unexpectedExits()
+	problems = append(s.unexpectedExits(), problems...)
 	for _, p := range problems {
 		fmt.Fprintf(stdout, "PROBLEM: %s\n", p)
 	}
 	v.print(stdout)
-	fmt.Fprintf(stdout, "seed=%d jobs=%d faults=%d double_refunds=%d lost=%d stale_writes_accepted=%d unobserved_late_success=%d\n",
+	summary := fmt.Sprintf("seed=%d jobs=%d faults=%d double_refunds=%d lost=%d stale_writes_accepted=%d unobserved_late_success=%d",
 		c.seed, len(prod.acked), applied, v.DoubleRefunds, v.Lost, v.StaleWritesAccepted, v.UnobservedLateSuccess)
+	if c.failover != "" {
+		summary += fmt.Sprintf(" failover=%s grants_lost_in_failover=%d writes_lost_in_failover=%d enqueues_lost_in_failover=%d",
+			c.failover, v.GrantsLost, v.WritesLost, len(prod.lostInFailover))
+	}
+	fmt.Fprintln(stdout, summary)
 	if v.Failed() || len(problems) > 0 {
 		keepLogs = true
 		return errCampaignFailed
@@ -295,9 +367,17 @@ func (s *system) start(ctx context.Context, dbName string) error {
 	return ctx.Err()
 }
 
+// db is the campaign's own handle on its database (after a failover, on the
+// promoted replica).
+func (s *system) db() *sql.DB {
+	s.dbMu.Lock()
+	defer s.dbMu.Unlock()
+	return s.checkDB
+}
+
 // settle waits for the producer and then until every job is final or the
 // settle timeout passes. It reports whether every job became final.
-func (s *system) settle(ctx context.Context, db *sql.DB, produced <-chan *production, stopProducer func()) (*production, bool) {
+func (s *system) settle(ctx context.Context, produced <-chan *production, stopProducer func()) (*production, bool) {
 	deadline := time.Now().Add(s.cfg.settleTimeout)
 	start := time.Now()
 	var prod *production
@@ -310,7 +390,7 @@ func (s *system) settle(ctx context.Context, db *sql.DB, produced <-chan *produc
 			}
 		}
 		var total, unfinished int
-		err := db.QueryRowContext(ctx, `SELECT COUNT(*), COALESCE(SUM(state NOT IN ('succeeded', 'manual_review')), 0)
+		err := s.db().QueryRowContext(ctx, `SELECT COUNT(*), COALESCE(SUM(state NOT IN ('succeeded', 'manual_review')), 0)
   FROM refund_jobs`).Scan(&total, &unfinished)
 		if err == nil && prod != nil && unfinished == 0 {
 			s.tl.printf("settled after %s: %d jobs, all final", time.Since(start).Round(100*time.Millisecond), total)
@@ -352,7 +432,7 @@ func printFaultSummary(w io.Writer, results []faultResult) {
 		}
 	}
 	var parts []string
-	for _, k := range allFaultKinds() {
+	for _, k := range append(allFaultKinds(), faultDBFailover) {
 		if applied[k]+skipped[k] > 0 {
 			p := fmt.Sprintf("%s=%d", k, applied[k])
 			if skipped[k] > 0 {

@@ -35,10 +35,16 @@ type (
 		ToState          string
 		NextAction       string
 		ProviderRefundID string
+		// Grant is the fingerprint of the event's lease_token_hash (R25):
+		// lowercase hex of its first 6 bytes, as workers log it; "" for none.
+		// On claimed and taken_over the new grant, on a holder's write-back
+		// the grant the writer carried.
+		Grant string
 	}
 	observationRow struct {
 		ID               int64
 		JobID            int64
+		Key              string
 		ReportedAttempt  int64
 		JobAttempt       int64
 		Source           string
@@ -86,21 +92,32 @@ func readDB(ctx context.Context, db *sql.DB) (dbState, error) {
 	if err != nil {
 		return st, err
 	}
+	// A database from before R25 has no lease_token_hash: its grants have no
+	// fingerprint.
+	var tokenCols int
+	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE()
+  AND TABLE_NAME = 'refund_job_events' AND COLUMN_NAME = 'lease_token_hash'`).Scan(&tokenCols); err != nil {
+		return st, err
+	}
+	grant := "''"
+	if tokenCols > 0 {
+		grant = "LOWER(HEX(LEFT(lease_token_hash, 6)))"
+	}
 	err = scanRows(ctx, tx, `SELECT id, job_id, attempt, kind, worker_id, from_state, to_state, next_action,
-  provider_refund_id FROM refund_job_events ORDER BY id`, func(r *sql.Rows) error {
+  provider_refund_id, `+grant+` FROM refund_job_events ORDER BY id`, func(r *sql.Rows) error {
 		var e eventRow
 		err := r.Scan(&e.ID, &e.JobID, &e.Attempt, &e.Kind, &e.WorkerID, &e.FromState, &e.ToState, &e.NextAction,
-			&e.ProviderRefundID)
+			&e.ProviderRefundID, &e.Grant)
 		st.Events = append(st.Events, e)
 		return err
 	})
 	if err != nil {
 		return st, err
 	}
-	err = scanRows(ctx, tx, `SELECT id, job_id, reported_attempt, job_attempt, source, outcome, provider_refund_id
-  FROM refund_observations ORDER BY id`, func(r *sql.Rows) error {
+	err = scanRows(ctx, tx, `SELECT id, job_id, operation_key, reported_attempt, job_attempt, source, outcome,
+  provider_refund_id FROM refund_observations ORDER BY id`, func(r *sql.Rows) error {
 		var o observationRow
-		err := r.Scan(&o.ID, &o.JobID, &o.ReportedAttempt, &o.JobAttempt, &o.Source, &o.Outcome, &o.ProviderRefundID)
+		err := r.Scan(&o.ID, &o.JobID, &o.Key, &o.ReportedAttempt, &o.JobAttempt, &o.Source, &o.Outcome, &o.ProviderRefundID)
 		st.Observations = append(st.Observations, o)
 		return err
 	})
@@ -137,12 +154,14 @@ func scanRows(ctx context.Context, tx *sql.Tx, query string, scan func(*sql.Rows
 // observation log.
 type receipt struct {
 	Worker   string
+	Key      string // the job's operation key, when the line names it
 	JobID    int64
 	Attempt  int64
 	Why      string // "stale", "write_failed" or "late"
 	RefundID string
 	Filed    string // "filed", "not filed: <error>", or "" when the worker logged neither
-	Killed   bool   // the worker was SIGKILLed by the campaign before it logged the filing
+	FiledAt  time.Time
+	Killed   bool // the worker was SIGKILLed by the campaign before it logged the filing
 }
 
 // receiptsOf reads a worker's receipts from its JSON log records: the Go
@@ -159,12 +178,16 @@ func receiptsOf(worker string, node bool, recs []map[string]any, killed bool) (o
 	if node {
 		suffix = "_node"
 	}
+	keys := map[key]string{}
 	add := func(k key, why string) {
 		open[k] = len(out)
-		out = append(out, receipt{Worker: worker, JobID: k.job, Attempt: k.attempt, Why: why + suffix})
+		out = append(out, receipt{Worker: worker, Key: keys[k], JobID: k.job, Attempt: k.attempt, Why: why + suffix})
 	}
 	for _, r := range recs {
 		k := key{num(r["job_id"]), num(r["attempt"])}
+		if opKey, _ := r["operation_key"].(string); opKey != "" {
+			keys[k] = opKey
+		}
 		msg, _ := r["msg"].(string)
 		success := node || r["outcome"] == "succeeded"
 		switch msg {
@@ -181,7 +204,8 @@ func receiptsOf(worker string, node bool, recs []map[string]any, killed bool) (o
 		case "handler outlived the provider-call deadline; outcome unknown",
 			"provider call outlived its deadline; outcome unknown":
 			late[k] = true
-		case "observation filed", "observation not filed", "filing an observation failed":
+		case "observation filed", "observation not filed", "filing an observation failed",
+			"observation not filed: the provider's answer is only in this log":
 			if !success {
 				continue
 			}
@@ -195,6 +219,7 @@ func receiptsOf(worker string, node bool, recs []map[string]any, killed bool) (o
 				continue
 			}
 			delete(open, k)
+			out[i].FiledAt = seenAt(r)
 			out[i].RefundID, _ = r["provider_refund_id"].(string)
 			if msg == "observation filed" {
 				out[i].Filed = "filed"
@@ -213,10 +238,13 @@ func receiptsOf(worker string, node bool, recs []map[string]any, killed bool) (o
 // ack is a write-back a worker was told had succeeded (replayed or not).
 type ack struct {
 	Worker   string
+	Key      string // the job's operation key ("" when the line lacks it)
 	JobID    int64
 	Attempt  int64
 	Kind     string // the history's event kind: completed, rescheduled or escalated
 	Replayed bool
+	Grant    string    // the fingerprint of the grant the write carried; "" when the line lacks it
+	Seen     time.Time // when the campaign read the line
 }
 
 // acksOf reads the write-backs the coordinator accepted from a worker's JSON
@@ -240,9 +268,77 @@ func acksOf(worker string, recs []map[string]any) []ack {
 			continue
 		}
 		replayed, _ := r["replayed"].(bool)
-		out = append(out, ack{Worker: worker, JobID: num(r["job_id"]), Attempt: num(r["attempt"]), Kind: kind, Replayed: replayed})
+		key, _ := r["operation_key"].(string)
+		grant, _ := r["grant"].(string)
+		out = append(out, ack{Worker: worker, Key: key, JobID: num(r["job_id"]), Attempt: num(r["attempt"]), Kind: kind,
+			Replayed: replayed, Grant: grant, Seen: seenAt(r)})
 	}
 	return out
+}
+
+// grantLog is a grant a worker logged: its line of a claim or takeover.
+type grantLog struct {
+	Worker  string
+	Key     string
+	JobID   int64
+	Attempt int64
+	Grant   string // fingerprint; "" when the line lacks it
+	Seen    time.Time
+}
+
+// grantsOf reads the grants a worker logged: refundworker's and the Node.js
+// worker's "job claimed", the Node.js worker's "job taken over".
+func grantsOf(worker string, recs []map[string]any) []grantLog {
+	var out []grantLog
+	for _, r := range recs {
+		if r["msg"] != "job claimed" && r["msg"] != "job taken over" {
+			continue
+		}
+		key, _ := r["operation_key"].(string)
+		grant, _ := r["grant"].(string)
+		out = append(out, grantLog{Worker: worker, Key: key, JobID: num(r["job_id"]), Attempt: num(r["attempt"]),
+			Grant: grant, Seen: seenAt(r)})
+	}
+	return out
+}
+
+// failoverInput is what the checks need to know of a database failover.
+type failoverInput struct {
+	Mode string // async or semi-sync
+	// Killed is when the old primary was killed, Repointed when every proxy
+	// pointed at the promoted replica: nothing the workers logged before
+	// Repointed was accepted by the survivor.
+	Killed, Repointed time.Time
+	// Frozen are the spans each worker (by id) spent frozen.
+	Frozen map[string][]span
+}
+
+// Slack of mayPredateKill: how late after a kill a freeze may begin and
+// still hold back a line of something done before the kill, and how soon
+// after a freeze ends the worker prints what it held.
+const (
+	freezeStartSlack = 100 * time.Millisecond
+	freezeEndSlack   = 250 * time.Millisecond
+)
+
+// mayPredateKill reports whether a line worker logged, read at seen, may
+// tell of something the old primary did before it was killed: it was read
+// before the proxies pointed at the new primary (nothing could reach the
+// survivor before), or right after the end of a freeze that held the worker
+// across the kill (the reply was in hand, the line not yet printed).
+func (f *failoverInput) mayPredateKill(worker string, seen time.Time) bool {
+	if seen.Before(f.Repointed) {
+		return true
+	}
+	for _, sp := range f.Frozen[worker] {
+		if sp.From.After(f.Killed.Add(freezeStartSlack)) || (!sp.To.IsZero() && sp.To.Before(f.Killed)) {
+			continue
+		}
+		if sp.To.IsZero() || seen.Before(sp.To.Add(freezeEndSlack)) {
+			return true
+		}
+	}
+	return false
 }
 
 func num(v any) int64 {
@@ -267,6 +363,13 @@ type checkInput struct {
 	StaleRejections int
 	// Acks are the write-backs the workers were told succeeded.
 	Acks []ack
+	// Grants are the grants the workers logged.
+	Grants []grantLog
+	// Failover is set when the campaign failed the database over; then
+	// EnqueuesLost are the acknowledged enqueues the new primary did not
+	// have (re-driven, answered created: true).
+	Failover     *failoverInput
+	EnqueuesLost []string
 }
 
 // invariant is the verdict on one invariant.
@@ -287,6 +390,11 @@ type verdict struct {
 	UnobservedLateSuccess int
 	Succeeded, Review     int
 	Pending               int // unfinished, but legitimately (the provider still says pending, R4)
+	// What a failover lost: grants and accepted write-backs the workers
+	// logged that the survivor does not have, acknowledged enqueues it did
+	// not have, observations filed before the kill that are not on file.
+	GrantsLost, WritesLost, EnqueuesLost, ObservationsLost int
+	lostCompletions                                        int // of WritesLost
 }
 
 // Failed reports whether any invariant failed.
@@ -306,7 +414,7 @@ func (i *invariant) note(format string, args ...any) {
 	i.Details = append(i.Details, fmt.Sprintf(format, args...))
 }
 
-// check evaluates the six invariants.
+// check evaluates the seven invariants.
 func check(in checkInput) verdict {
 	var v verdict
 	inv := func(n int, name string) *invariant {
@@ -320,6 +428,9 @@ func check(in checkInput) verdict {
 	i4 := inv(4, "no write with a stale attempt changed a job (R8, R9, R10, R21, T1, T4)")
 	i5 := inv(5, "every late success a stale worker saw is in the observation log (R15)")
 	i6 := inv(6, "the ledger agrees with refund_jobs and with the provider (R4, R10)")
+	i7 := inv(7, "no write accepted from a grant the surviving database never saw (R25, R26)")
+	fo := in.Failover
+	lossless := fo != nil && fo.Mode == failoverSemiSync
 
 	specByKey := map[string]refundSpec{}
 	for _, s := range in.Specs {
@@ -334,6 +445,15 @@ func check(in checkInput) verdict {
 	events := map[int64][]eventRow{}
 	for _, e := range in.DB.Events {
 		events[e.JobID] = append(events[e.JobID], e)
+	}
+	// jobOf is the job a worker's line is about: by its operation key when
+	// the line names it (after a failover the survivor may have given the
+	// job another id, and the id to another job), else by id.
+	jobOf := func(key string, id int64) jobRow {
+		if key != "" {
+			return jobByKey[key]
+		}
+		return jobByID[id]
 	}
 
 	// 1. The provider's own records.
@@ -418,6 +538,20 @@ func check(in checkInput) verdict {
 	i2.Summary = fmt.Sprintf("%d acknowledged, %d rows (%d enqueued without acknowledgement); %d succeeded, "+
 		"%d manual_review, %d legitimately pending, %d missing, %d not final",
 		len(in.Acked), len(in.DB.Jobs), unacked, v.Succeeded, v.Review, v.Pending, missing, unfinished-v.Pending)
+	if fo != nil {
+		// Acknowledged enqueues the old primary committed last are gone with
+		// it; the producer enqueued every acknowledged one again (R1), so
+		// they are above among the acknowledged, present and final.
+		v.EnqueuesLost = len(in.EnqueuesLost)
+		i2.Summary += fmt.Sprintf("; %d acknowledged enqueues lost in the failover and re-driven", v.EnqueuesLost)
+		for _, k := range in.EnqueuesLost {
+			if lossless {
+				i2.fail("LOST IN A LOSSLESS FAILOVER: the acknowledged enqueue of %s was not on the new primary", k)
+			} else {
+				i2.note("enqueue of %s lost in the failover (acknowledged by the old primary), re-driven", k)
+			}
+		}
+	}
 
 	// 3 and 4. The history of each job.
 	claims, takeovers, writes := 0, 0, 0
@@ -433,6 +567,10 @@ func check(in checkInput) verdict {
 			v.StaleWritesAccepted++
 			i4.fail("job %d (%s): %s%s", j.ID, j.Key, p, historyOf(j, events))
 		}
+		for _, p := range h.grantProblems {
+			v.StaleWritesAccepted++
+			i7.fail("job %d (%s): %s%s", j.ID, j.Key, p, historyOf(j, events))
+		}
 	}
 	for id := range events {
 		if _, ok := jobByID[id]; !ok {
@@ -444,12 +582,16 @@ func check(in checkInput) verdict {
 	// through anyway: accepted under an attempt with no such write in the
 	// history (R9), or a "replayed" answer with no first write (R21).
 	for _, a := range in.Acks {
-		if slices.ContainsFunc(events[a.JobID], func(e eventRow) bool { return e.Kind == a.Kind && e.Attempt == a.Attempt }) {
+		j := jobOf(a.Key, a.JobID)
+		if slices.ContainsFunc(events[j.ID], func(e eventRow) bool { return e.Kind == a.Kind && e.Attempt == a.Attempt }) {
 			continue
+		}
+		if fo != nil {
+			continue // lost in the failover, or not: invariant 7 tells
 		}
 		v.StaleWritesAccepted++
 		i4.fail("job %d: %s was told its %s write-back under attempt %d succeeded (replayed=%v), but the history has no "+
-			"such write under that attempt%s", a.JobID, a.Worker, a.Kind, a.Attempt, a.Replayed, historyOf(jobByID[a.JobID], events))
+			"such write under that attempt%s", a.JobID, a.Worker, a.Kind, a.Attempt, a.Replayed, historyOf(j, events))
 	}
 	i3.Summary = fmt.Sprintf("%d events: %d claims, %d takeovers", len(in.DB.Events), claims, takeovers)
 	replayed := 0
@@ -472,14 +614,36 @@ func check(in checkInput) verdict {
 			observed[k] = true
 		}
 	}
+	obsKey := map[[2]int64]string{} // the operation key the observation of (job, attempt) was filed under
+	for _, o := range in.DB.Observations {
+		obsKey[[2]int64{o.JobID, o.ReportedAttempt}] = o.Key
+	}
 	counts := map[string]int{}
-	died, unfiled, unverifiable, noAnswer := 0, 0, 0, 0
+	died, unfiled, unverifiable, noAnswer, misfiled := 0, 0, 0, 0, 0
 	for _, r := range in.Receipts {
 		counts[r.Why]++
 		k := [2]int64{r.JobID, r.Attempt}
 		node := strings.HasSuffix(r.Why, "_node")
 		switch {
 		case observed[k], node && observedAny[k]:
+			if fo != nil && r.Key != "" && obsKey[k] != "" && obsKey[k] != r.Key {
+				// The worker names the job by id; after a failover that lost
+				// the job's enqueue the survivor may have given the id to
+				// another refund.
+				misfiled++
+				i5.note("job %d attempt %d: %s's receipt for %s was filed under job id %d, which on the new primary is %s",
+					r.JobID, r.Attempt, r.Worker, r.Key, r.JobID, obsKey[k])
+			}
+			continue
+		case fo != nil && r.Filed == "filed" && fo.mayPredateKill(r.Worker, r.FiledAt):
+			v.ObservationsLost++
+			if lossless {
+				i5.fail("LOST IN A LOSSLESS FAILOVER: job %d attempt %d: %s filed the provider's success %s before the kill; "+
+					"it is not on file", r.JobID, r.Attempt, r.Worker, r.RefundID)
+			} else {
+				i5.note("job %d attempt %d: %s's observation (%s, %s) was filed on the old primary and lost in the failover",
+					r.JobID, r.Attempt, r.Worker, r.RefundID, r.Why)
+			}
 			continue
 		case strings.HasPrefix(r.Why, "write_failed") && completedUnder(events[r.JobID], r.Attempt):
 			continue // the write-back had landed after all: the job holds the receipt
@@ -521,6 +685,10 @@ func check(in checkInput) verdict {
 		"%d late answers); %d observations on file, %d of them successes; %d died with a killed worker, "+
 		"%d unfiled after a failed write-back", counts["stale"]+counts["write_failed"]+counts["late"], counts["stale"],
 		counts["write_failed"], counts["late"], len(in.DB.Observations), len(observed), died, unfiled)
+	if fo != nil {
+		i5.Summary += fmt.Sprintf("; %d filed on the old primary and lost in the failover, %d filed under a job id the "+
+			"new primary gave another refund", v.ObservationsLost, misfiled)
+	}
 	if n := counts["stale_node"] + counts["write_failed_node"] + counts["late_node"]; n > 0 {
 		i5.Summary += fmt.Sprintf("; Node.js workers: %d write-backs rejected as stale, failed or late (%d with no provider "+
 			"answer to keep, %d with one of unknown outcome left unfiled; their logs do not say the outcome)", n, noAnswer, unverifiable)
@@ -569,7 +737,134 @@ func check(in checkInput) verdict {
 	}
 	i6.Summary = fmt.Sprintf("%d ledger rows for %d succeeded jobs; %d manual_review jobs have a live refund at the "+
 		"provider (a person resolves them)", len(in.DB.Ledger), v.Succeeded, reviewWithRefund)
+
+	checkGrants(in, &v, i7, events, jobOf)
+	if fo != nil {
+		i6.Summary += fmt.Sprintf("; %d completions accepted by the old primary were lost in the failover with their "+
+			"ledger rows (each job completed again on the new primary, checked above)", v.lostCompletions)
+	}
 	return v
+}
+
+// checkGrants is invariant 7, from the workers' side: every grant a worker
+// logged is in the history (or was lost in a failover), and every write-back
+// it was told succeeded is in the history under the very grant it carried,
+// which is the grant the history shows for its attempt — or was accepted by
+// the old primary before a failover and lost with it. A write under the
+// right attempt and the wrong grant is the ABA that tokens prevent (R25,
+// R26). Lines without a grant fingerprint (a Node.js worker that does not
+// log it) are checked by attempt alone.
+func checkGrants(in checkInput, v *verdict, i7 *invariant, events map[int64][]eventRow, jobOf func(string, int64) jobRow) {
+	fo := in.Failover
+	lossless := fo != nil && fo.Mode == failoverSemiSync
+	// grantOf[job][attempt] is the fingerprint of the claim or takeover
+	// that granted it (invariant 3 says there is one per attempt).
+	grantOf := map[int64]map[int64]string{}
+	for _, e := range in.DB.Events {
+		if e.Kind == "claimed" || e.Kind == "taken_over" {
+			if grantOf[e.JobID] == nil {
+				grantOf[e.JobID] = map[int64]string{}
+			}
+			grantOf[e.JobID][e.Attempt] = e.Grant
+		}
+	}
+	weakGrants, lostListed := 0, 0
+	for _, g := range in.Grants {
+		j := jobOf(g.Key, g.JobID)
+		fp, had := grantOf[j.ID][g.Attempt]
+		if g.Grant == "" {
+			weakGrants++
+		}
+		if j.ID != 0 && had && (g.Grant == "" || fp == g.Grant) {
+			continue
+		}
+		what := fmt.Sprintf("%s's grant %s of job %d (%s) attempt %d", g.Worker, or(g.Grant, "(no fingerprint)"), g.JobID,
+			g.Key, g.Attempt)
+		if fo != nil && fo.mayPredateKill(g.Worker, g.Seen) {
+			v.GrantsLost++
+			if lossless {
+				i7.fail("LOST IN A LOSSLESS FAILOVER: %s is not in the new primary's history%s", what, historyOf(j, events))
+			} else if lostListed < 10 {
+				lostListed++
+				i7.note("grant lost in the failover: %s (the new primary's history has %s)", what, describeGrant(fp, had))
+			}
+			continue
+		}
+		i7.fail("%s is not in the history (it has %s): the grant was not made by the database that survived%s", what,
+			describeGrant(fp, had), historyOf(j, events))
+	}
+	if !lossless && v.GrantsLost > lostListed {
+		i7.note("… and %d more grants lost in the failover", v.GrantsLost-lostListed)
+	}
+
+	weakAcks, byGrant, writesListed := 0, 0, 0
+	for _, a := range in.Acks {
+		j := jobOf(a.Key, a.JobID)
+		var write *eventRow
+		for n, e := range events[j.ID] {
+			if e.Kind == a.Kind && e.Attempt == a.Attempt && (a.Grant == "" || e.Grant == a.Grant) {
+				write = &events[j.ID][n]
+				break
+			}
+		}
+		what := fmt.Sprintf("%s's %s write-back of job %d (%s) under attempt %d, grant %s (replayed=%v)", a.Worker, a.Kind,
+			a.JobID, a.Key, a.Attempt, or(a.Grant, "(no fingerprint)"), a.Replayed)
+		switch {
+		case write != nil && a.Grant == "":
+			weakAcks++
+			continue
+		case write != nil:
+			byGrant++
+			if fp := grantOf[j.ID][a.Attempt]; fp != a.Grant {
+				v.StaleWritesAccepted++
+				i7.fail("ABA: %s was accepted, but the history's grant of attempt %d is %s: a writer that knew the "+
+					"attempt without holding the grant%s", what, a.Attempt, or(fp, "(none)"), historyOf(j, events))
+			}
+			continue
+		case fo == nil:
+			continue // invariant 4 reports it
+		case fo.mayPredateKill(a.Worker, a.Seen):
+			v.WritesLost++
+			if a.Kind == "completed" {
+				v.lostCompletions++
+			}
+			if lossless {
+				i7.fail("LOST IN A LOSSLESS FAILOVER: %s, accepted before the kill, is not in the new primary's history%s",
+					what, historyOf(j, events))
+			} else if writesListed < 10 {
+				writesListed++
+				i7.note("write lost in the failover: %s, accepted by the old primary", what)
+			}
+		default:
+			v.StaleWritesAccepted++
+			i7.fail("%s was accepted after the failover, but the new primary's history has no such write under that "+
+				"grant%s", what, historyOf(j, events))
+		}
+	}
+	if !lossless && v.WritesLost > writesListed {
+		i7.note("… and %d more write-backs lost in the failover", v.WritesLost-writesListed)
+	}
+	i7.Summary = fmt.Sprintf("%d grants logged by the workers, each in the history under its fingerprint; %d write-backs "+
+		"accepted, %d of them matched to the history by grant", len(in.Grants)-v.GrantsLost, len(in.Acks)-v.WritesLost, byGrant)
+	if weakGrants+weakAcks > 0 {
+		i7.Summary += fmt.Sprintf("; %d grants and %d write-backs by attempt alone (their log lines carry no grant)",
+			weakGrants, weakAcks)
+	}
+	if fo != nil {
+		i7.Summary += fmt.Sprintf("; failover (%s): %d grants and %d accepted write-backs lost with the old primary",
+			fo.Mode, v.GrantsLost, v.WritesLost)
+	}
+}
+
+// describeGrant names what a history has for an attempt's grant.
+func describeGrant(fp string, had bool) string {
+	switch {
+	case !had:
+		return "no grant of that attempt"
+	case fp == "":
+		return "that attempt's grant without a fingerprint"
+	}
+	return "that attempt under grant " + fp
 }
 
 // history is what walkHistory found in one job's events.
@@ -577,6 +872,7 @@ type history struct {
 	claims, takeovers, writes int
 	attemptProblems           []string // invariant 3
 	staleWrites               []string // invariant 4
+	grantProblems             []string // invariant 7
 }
 
 // walkHistory replays one job's events in id order: the attempt must start at
@@ -590,6 +886,7 @@ type history struct {
 func walkHistory(j jobRow, evs []eventRow) history {
 	var h history
 	cur, maxAttempt := int64(0), int64(0)
+	curGrant := ""
 	state := ""
 	completed := false
 	for n, e := range evs {
@@ -631,12 +928,16 @@ func walkHistory(j jobRow, evs []eventRow) history {
 				h.attemptProblems = append(h.attemptProblems, fmt.Sprintf("takeover %d with next action %q, not reconcile (R6)",
 					e.ID, e.NextAction))
 			}
-			cur = e.Attempt
+			cur, curGrant = e.Attempt, e.Grant
 		case "completed", "rescheduled", "escalated":
 			h.writes++
 			if e.Attempt != cur || state != "running" {
 				h.staleWrites = append(h.staleWrites, fmt.Sprintf("%s event %d under attempt %d while the current attempt was %d "+
 					"and the job %s", e.Kind, e.ID, e.Attempt, cur, state))
+			} else if e.Grant != curGrant {
+				// R25: the history keeps the grant the writer carried.
+				h.grantProblems = append(h.grantProblems, fmt.Sprintf("%s event %d under attempt %d carried grant %s, but "+
+					"the attempt's grant is %s", e.Kind, e.ID, e.Attempt, or(e.Grant, "(none)"), or(curGrant, "(none)")))
 			}
 			completed = completed || e.Kind == "completed"
 		case "resolved":
@@ -682,6 +983,9 @@ func historyOf(j jobRow, events map[int64][]eventRow) string {
 		j.NextAction, j.ProviderRefundID)
 	for _, e := range events[j.ID] {
 		fmt.Fprintf(&b, "\n        event %d: %-11s attempt=%d %s→%s worker=%s", e.ID, e.Kind, e.Attempt, e.FromState, e.ToState, e.WorkerID)
+		if e.Grant != "" {
+			fmt.Fprintf(&b, " grant=%s", e.Grant)
+		}
 		if e.ProviderRefundID != "" {
 			fmt.Fprintf(&b, " refund=%s", e.ProviderRefundID)
 		}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -279,5 +280,250 @@ func TestReceiptsOfANodeWorkerHaveUnknownOutcome(t *testing.T) {
 	in.Receipts, _ = receiptsOf("n1", true, recs[:1], false)
 	if v := check(in); v.Failed() {
 		t.Fatalf("a stale write-back without a provider answer: failed %v", failedInvariants(v))
+	}
+}
+
+// grantedCampaign is campaign() with lease token fingerprints: job 1 was
+// granted "aaaa00000001" and job 2 "aaaa00000002", each completing under
+// its grant; the workers logged both grants and both write-backs.
+func grantedCampaign() checkInput {
+	in := campaign()
+	for i := range in.DB.Events {
+		e := &in.DB.Events[i]
+		if e.Kind != "enqueued" {
+			e.Grant = fmt.Sprintf("aaaa0000000%d", e.JobID)
+		}
+	}
+	for _, j := range in.DB.Jobs {
+		g := fmt.Sprintf("aaaa0000000%d", j.ID)
+		in.Grants = append(in.Grants, grantLog{Worker: "w1", Key: j.Key, JobID: j.ID, Attempt: 1, Grant: g})
+		in.Acks = append(in.Acks, ack{Worker: "w1", Key: j.Key, JobID: j.ID, Attempt: 1, Kind: "completed", Grant: g})
+	}
+	return in
+}
+
+// asyncFailover is an async failover: the old primary killed at +10s, the
+// proxies repointed at +11s.
+func asyncFailover(base time.Time) *failoverInput {
+	return &failoverInput{Mode: failoverAsync, Killed: base.Add(10 * time.Second), Repointed: base.Add(11 * time.Second),
+		Frozen: map[string][]span{}}
+}
+
+func verdictText(v verdict) string {
+	var b strings.Builder
+	v.print(&b)
+	return b.String()
+}
+
+func TestCheckGrantsPassWhenEveryGrantAndWriteIsInTheHistory_R25(t *testing.T) {
+	v := check(grantedCampaign())
+	if v.Failed() || v.StaleWritesAccepted != 0 {
+		t.Fatalf("clean campaign with grants judged:\n%s", verdictText(v))
+	}
+	if !strings.Contains(v.Invariants[6].Summary, "2 write-backs accepted, 2 of them matched to the history by grant") {
+		t.Errorf("summary: %s", v.Invariants[6].Summary)
+	}
+}
+
+// R26's ABA: the old primary granted job 1 attempt 1 to A (grant aaaa…1),
+// the promoted replica never saw it and granted attempt 1 again to B
+// (bbbb…). A's write-back under attempt 1 is accepted as if it were B's:
+// the history records A's grant on the write, and A's log shows it.
+func TestCheckFindsTheABAWriteOfALostGrant_R26(t *testing.T) {
+	in := grantedCampaign()
+	base := time.Now()
+	in.Failover = asyncFailover(base)
+	in.DB.Events[1].Grant = "bbbb00000001" // the survivor's grant of attempt 1: B's
+	in.Grants[0].Seen = base.Add(9 * time.Second)
+	in.Grants = append(in.Grants, grantLog{Worker: "B", Key: in.Specs[0].Key, JobID: 1, Attempt: 1, Grant: "bbbb00000001",
+		Seen: base.Add(12 * time.Second)})
+	in.Acks[0].Seen = base.Add(13 * time.Second) // A, after the repoint
+	v := check(in)
+	if !v.Invariants[6].Failed || v.StaleWritesAccepted < 2 {
+		t.Fatalf("ABA write passed: stale_writes_accepted=%d\n%s", v.StaleWritesAccepted, verdictText(v))
+	}
+	got := verdictText(v)
+	for _, want := range []string{"ABA: w1's completed write-back of job 1", "carried grant aaaa00000001, but the attempt's grant is bbbb00000001"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("missing %q in:\n%s", want, got)
+		}
+	}
+	if v.GrantsLost != 1 {
+		t.Errorf("A's grant is the one the failover lost: grants_lost=%d", v.GrantsLost)
+	}
+
+	// Without a failover the same write is just as wrong: a writer that
+	// knew the attempt without holding the grant (R25).
+	in.Failover = nil
+	in.Grants = in.Grants[1:]
+	if v := check(in); !v.Invariants[6].Failed {
+		t.Fatalf("ABA without failover passed:\n%s", verdictText(v))
+	}
+}
+
+// The ABA as the workers' logs alone show it: the history has B's write
+// under B's grant, and A was told its own write (under A's grant) succeeded
+// after the failover.
+func TestCheckFindsAnAcceptedWriteOfALostGrantMissingFromTheHistory_R26(t *testing.T) {
+	in := grantedCampaign()
+	base := time.Now()
+	in.Failover = asyncFailover(base)
+	for i := range in.DB.Events[:3] {
+		if in.DB.Events[i].Kind != "enqueued" {
+			in.DB.Events[i].Grant = "bbbb00000001"
+		}
+	}
+	in.Grants[0].Seen = base.Add(9 * time.Second) // A's grant, before the kill: lost
+	in.Grants = append(in.Grants, grantLog{Worker: "B", Key: in.Specs[0].Key, JobID: 1, Attempt: 1, Grant: "bbbb00000001",
+		Seen: base.Add(12 * time.Second)})
+	in.Acks = append(in.Acks, ack{Worker: "B", Key: in.Specs[0].Key, JobID: 1, Attempt: 1, Kind: "completed",
+		Grant: "bbbb00000001", Seen: base.Add(14 * time.Second)})
+	in.Grants[1].Seen, in.Acks[1].Seen = base.Add(20*time.Second), base.Add(20*time.Second)
+
+	in.Acks[0].Seen = base.Add(9500 * time.Millisecond) // A's write, accepted by the old primary before the kill
+	v := check(in)
+	if v.Failed() || v.WritesLost != 1 || v.GrantsLost != 1 || v.lostCompletions != 1 {
+		t.Fatalf("a write lost with the old primary: writes_lost=%d grants_lost=%d\n%s", v.WritesLost, v.GrantsLost,
+			verdictText(v))
+	}
+
+	in.Acks[0].Seen = base.Add(12 * time.Second) // A's write, accepted after the repoint
+	v = check(in)
+	if !v.Invariants[6].Failed || v.StaleWritesAccepted != 1 || v.WritesLost != 0 {
+		t.Fatalf("a write of a lost grant accepted after the failover passed: stale=%d\n%s", v.StaleWritesAccepted,
+			verdictText(v))
+	}
+	if !strings.Contains(verdictText(v), "was accepted after the failover, but the new primary's history has no such write") {
+		t.Errorf("detail missing:\n%s", verdictText(v))
+	}
+
+	// A worker frozen across the kill prints, right after SIGCONT, what it
+	// was told before the kill: lost, not accepted by the survivor.
+	in.Failover.Frozen["w1"] = []span{{From: base.Add(9800 * time.Millisecond), To: base.Add(12*time.Second - 100*time.Millisecond)}}
+	if v := check(in); v.Failed() || v.WritesLost != 1 {
+		t.Fatalf("a reply held across the kill by a freeze: writes_lost=%d\n%s", v.WritesLost, verdictText(v))
+	}
+	// … but not a line long after the freeze ended.
+	in.Failover.Frozen["w1"] = []span{{From: base.Add(9800 * time.Millisecond), To: base.Add(11 * time.Second)}}
+	if v := check(in); !v.Invariants[6].Failed {
+		t.Fatalf("a write logged a second after the freeze ended passed:\n%s", verdictText(v))
+	}
+}
+
+func TestCheckCountsGrantsLostInAFailover_R26(t *testing.T) {
+	in := grantedCampaign()
+	base := time.Now()
+	in.Failover = asyncFailover(base)
+	// A grant of job 2 attempt 2 the old primary made before the kill; the
+	// survivor's history ends at attempt 1.
+	lost := grantLog{Worker: "w2", Key: in.Specs[1].Key, JobID: 2, Attempt: 2, Grant: "cccc00000002", Seen: base.Add(9 * time.Second)}
+	in.Grants = append(in.Grants, lost)
+	v := check(in)
+	if v.Failed() || v.GrantsLost != 1 {
+		t.Fatalf("async: a lost grant is counted, not failed: grants_lost=%d\n%s", v.GrantsLost, verdictText(v))
+	}
+	if !strings.Contains(verdictText(v), "grant lost in the failover: w2's grant cccc00000002 of job 2") {
+		t.Errorf("lost grant not listed:\n%s", verdictText(v))
+	}
+
+	in.Failover.Mode = failoverSemiSync
+	if v := check(in); !v.Invariants[6].Failed || v.GrantsLost != 1 {
+		t.Fatalf("semi-sync: a lossless topology lost a committed grant, yet:\n%s", verdictText(v))
+	}
+
+	// A grant logged after the repoint came from the survivor: it must be
+	// in its history, whatever the mode.
+	in.Failover.Mode = failoverAsync
+	in.Grants[len(in.Grants)-1].Seen = base.Add(15 * time.Second)
+	if v := check(in); !v.Invariants[6].Failed || v.GrantsLost != 0 {
+		t.Fatalf("a grant of the survivor missing from its history passed:\n%s", verdictText(v))
+	}
+	// Without a failover every logged grant must be in the history.
+	in.Failover = nil
+	if v := check(in); !v.Invariants[6].Failed {
+		t.Fatalf("a logged grant missing from the history passed:\n%s", verdictText(v))
+	}
+}
+
+// A Node.js worker whose lines carry no grant is checked by attempt alone.
+func TestCheckGrantsWithoutFingerprintAreCheckedByAttempt(t *testing.T) {
+	in := grantedCampaign()
+	in.Grants[0].Grant, in.Acks[0].Grant = "", ""
+	v := check(in)
+	if v.Failed() || !strings.Contains(v.Invariants[6].Summary, "1 grants and 1 write-backs by attempt alone") {
+		t.Fatalf("weak check: %s\n%s", v.Invariants[6].Summary, verdictText(v))
+	}
+	in.Grants[0].Attempt, in.Acks[0].Attempt = 5, 5
+	if v := check(in); !v.Invariants[6].Failed || !v.Invariants[3].Failed {
+		t.Fatalf("a grant and a write under an attempt the history never had passed:\n%s", verdictText(v))
+	}
+}
+
+func TestCheckEnqueuesAndObservationsLostInAFailover(t *testing.T) {
+	in := grantedCampaign()
+	base := time.Now()
+	in.Failover = asyncFailover(base)
+	in.EnqueuesLost = []string{in.Specs[1].Key}
+	in.Receipts = []receipt{{Worker: "w1", Key: in.Specs[0].Key, JobID: 1, Attempt: 1, Why: "stale", RefundID: "re_1",
+		Filed: "filed", FiledAt: base.Add(5 * time.Second)}}
+	v := check(in)
+	if v.Failed() || v.EnqueuesLost != 1 || v.ObservationsLost != 1 {
+		t.Fatalf("async losses are counted, not failed: enqueues=%d observations=%d\n%s", v.EnqueuesLost,
+			v.ObservationsLost, verdictText(v))
+	}
+	in.Receipts[0].FiledAt = base.Add(20 * time.Second) // filed on the survivor: must be on file
+	if v := check(in); v.UnobservedLateSuccess != 1 {
+		t.Fatalf("an observation filed after the failover and missing passed:\n%s", verdictText(v))
+	}
+	in.Receipts[0].FiledAt = base.Add(5 * time.Second)
+	in.Failover.Mode = failoverSemiSync
+	v = check(in)
+	if !v.Invariants[1].Failed || !v.Invariants[4].Failed {
+		t.Fatalf("semi-sync lost an acknowledged enqueue and a filed observation, yet:\n%s", verdictText(v))
+	}
+}
+
+func TestGrantsAndAcksOfWorkerLogs(t *testing.T) {
+	seen := time.Now()
+	recs := []map[string]any{
+		{"msg": "job claimed", "job_id": 7.0, "operation_key": "k7", "attempt": 2.0, "grant": "0123456789ab", seenKey: seen},
+		{"msg": "job taken over", "job_id": "8", "operation_key": "k8", "attempt": "3"},
+		{"msg": "job written", "job_id": 7.0, "operation_key": "k7", "attempt": 2.0, "grant": "0123456789ab",
+			"decision": "reschedule", "replayed": true, seenKey: seen},
+	}
+	gs := grantsOf("w", recs)
+	if len(gs) != 2 || gs[0] != (grantLog{Worker: "w", Key: "k7", JobID: 7, Attempt: 2, Grant: "0123456789ab", Seen: seen}) ||
+		gs[1].JobID != 8 || gs[1].Attempt != 3 || gs[1].Grant != "" {
+		t.Fatalf("grants %+v", gs)
+	}
+	as := acksOf("w", recs)
+	if len(as) != 1 || as[0] != (ack{Worker: "w", Key: "k7", JobID: 7, Attempt: 2, Kind: "rescheduled", Replayed: true,
+		Grant: "0123456789ab", Seen: seen}) {
+		t.Fatalf("acks %+v", as)
+	}
+}
+
+func TestMayPredateKill(t *testing.T) {
+	base := time.Now()
+	fo := asyncFailover(base)
+	fo.Frozen["z"] = []span{{From: base.Add(5 * time.Second), To: base.Add(20 * time.Second)}}
+	fo.Frozen["late"] = []span{{From: base.Add(12 * time.Second), To: base.Add(20 * time.Second)}}
+	fo.Frozen["open"] = []span{{From: base.Add(9 * time.Second)}}
+	for _, c := range []struct {
+		worker string
+		at     time.Duration
+		want   bool
+	}{
+		{"x", 9 * time.Second, true},           // before the kill
+		{"x", 10500 * time.Millisecond, true},  // between kill and repoint: nothing reached the survivor
+		{"x", 11500 * time.Millisecond, false}, // after the repoint, never frozen
+		{"z", 20100 * time.Millisecond, true},  // right after a freeze across the kill
+		{"z", 21 * time.Second, false},         // long after it
+		{"late", 20100 * time.Millisecond, false},
+		{"open", 30 * time.Second, true},
+	} {
+		if got := fo.mayPredateKill(c.worker, base.Add(c.at)); got != c.want {
+			t.Errorf("%s at +%s: %v, want %v", c.worker, c.at, got, c.want)
+		}
 	}
 }

@@ -36,15 +36,24 @@ type config struct {
 	logDir          string
 	keep            bool
 	dryRun          bool
+	// failover is "" (none), failoverAsync or failoverSemiSync: the campaign
+	// runs its own MariaDB primary and replica and fails over once.
+	failover string
 }
+
+// The modes of --failover.
+const (
+	failoverAsync    = "async"     // lossy: the promoted replica lacks what the primary committed last
+	failoverSemiSync = "semi-sync" // lossless: semi-sync AFTER_SYNC that never falls back to async
+)
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
 	var c config
 	fs := flag.NewFlagSet("jobfence-chaos", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.mysqlDSN, "mysql-dsn", "",
-		"MariaDB/MySQL server to run on, go-sql-driver format over TCP, e.g. root@tcp(127.0.0.1:3306)/ (required); "+
-			"a fresh database is created on it and dropped at the end")
+		"MariaDB/MySQL server to run on, go-sql-driver format over TCP, e.g. root@tcp(127.0.0.1:3306)/ (required "+
+			"unless --failover is set); a fresh database is created on it and dropped at the end")
 	fs.DurationVar(&c.duration, "duration", time.Minute, "how long faults are injected (the fault window)")
 	fs.Uint64Var(&c.seed, "seed", 0, "seed of the fault plan; 0 picks one (printed, to replay the campaign)")
 	fs.IntVar(&c.jobs, "jobs", 300, "refunds to enqueue, spread over the first 80% of the fault window")
@@ -72,13 +81,20 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.logDir, "log-dir", "",
 		"write the processes' logs here (default: a temporary folder, removed after a passing campaign)")
 	fs.BoolVar(&c.keep, "keep", false, "keep the database and the logs after the campaign")
+	fs.StringVar(&c.failover, "failover", "",
+		"run a real database failover once in the fault window: async (lossy replication) or semi-sync (lossless, "+
+			"AFTER_SYNC); the campaign then starts its own MariaDB primary and replica (mariadbd must be installed) "+
+			"and --mysql-dsn is not needed (ignored)")
 	fs.BoolVar(&c.dryRun, "dry-run", false, "print the fault plan of these flags and seed, and exit without running anything")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: jobfence-chaos --mysql-dsn DSN [--duration D] [--seed S] [flags]\n\n"+
+		fmt.Fprintf(fs.Output(), "Usage: jobfence-chaos --mysql-dsn DSN [--duration D] [--seed S] [flags]\n"+
+			"       jobfence-chaos --failover async|semi-sync [--duration D] [--seed S] [flags]\n\n"+
 			"Runs the fake provider, coordinator replicas (each behind its own fault-injecting database proxy) and\n"+
 			"refundworker processes on loopback, injects faults drawn from the seed for --duration, heals, settles and\n"+
 			"checks that no refund was lost or made twice. Ends with one line:\n"+
 			"  seed=S jobs=N faults=F double_refunds=0 lost=0 stale_writes_accepted=0 unobserved_late_success=0\n"+
+			"(with --failover followed by failover=MODE grants_lost_in_failover=N writes_lost_in_failover=W "+
+			"enqueues_lost_in_failover=E)\n"+
 			"and exits 1 when an invariant failed. docs/CHAOS.md explains the invariants.\n\n"+
 			"Every flag falls back to the environment variable JOBFENCE_CHAOS_<FLAG> (upper case, '-' as '_'),\n"+
 			"e.g. JOBFENCE_CHAOS_MYSQL_DSN.\n\n")
@@ -97,8 +113,14 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if c.faults, err = parseFaultKinds(c.faultsSpec); err != nil {
 		return c, fmt.Errorf("--faults: %w", err)
 	}
+	switch c.failover {
+	case "", failoverAsync, failoverSemiSync:
+	default:
+		return c, fmt.Errorf("--failover must be %q or %q (or empty for no failover), got %q", failoverAsync,
+			failoverSemiSync, c.failover)
+	}
 	switch {
-	case c.mysqlDSN == "" && !c.dryRun:
+	case c.mysqlDSN == "" && !c.dryRun && c.failover == "":
 		return c, errors.New("--mysql-dsn is required (or JOBFENCE_CHAOS_MYSQL_DSN)")
 	case c.duration < 5*time.Second || c.duration > 24*time.Hour:
 		return c, fmt.Errorf("--duration must be between 5s and 24h, got %s", c.duration)
@@ -121,7 +143,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	case c.settleTimeout < time.Second:
 		return c, fmt.Errorf("--settle-timeout must be at least 1s, got %s", c.settleTimeout)
 	}
-	if c.dryRun {
+	if c.dryRun || c.failover != "" {
+		// With --failover, the DSN is the campaign's own primary's (run).
 		return c, nil
 	}
 	if c.dsn, err = mysql.ParseDSN(c.mysqlDSN); err != nil {

@@ -99,6 +99,27 @@ func (d *dbProxy) Up() error {
 	return nil
 }
 
+// Repoint sends the proxy's connections to upstream from now on, as a
+// failover's DNS or VIP move does: the listener stays on its address, every
+// open connection (to the old server) is cut, and new ones reach upstream.
+// A proxy that is down (a db-down fault) stays down and reaches upstream
+// once Up. Toxics stay in place. Errors: the port could not be bound again.
+func (d *dbProxy) Repoint(upstream string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	// Stop waits until the accept loop has ended, so that no goroutine reads
+	// Upstream while it changes; it closes every connection through it.
+	d.proxy.Stop()
+	d.proxy.Upstream = upstream
+	if d.down {
+		return nil
+	}
+	if err := d.proxy.Start(); err != nil && err != toxiproxy.ErrProxyAlreadyStarted {
+		return fmt.Errorf("proxy %s: listen again on %s: %w", d.name, d.proxy.Listen, err)
+	}
+	return nil
+}
+
 // Heal removes every toxic and brings the listener back.
 func (d *dbProxy) Heal() error {
 	d.mu.Lock()

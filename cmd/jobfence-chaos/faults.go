@@ -63,11 +63,24 @@ func (s *system) runFaults(ctx context.Context, start time.Time, faults []fault)
 // returns why it was skipped, if it was.
 func (s *system) apply(ctx context.Context, f fault) (string, error) {
 	switch f.Kind {
-	case faultWorkerStop, faultWorkerStopInJob, faultWorkerKill:
+	case faultWorkerStop, faultWorkerStopInJob, faultWorkerKill, faultWorkerZombie:
+		w := s.workers[f.Slot]
+		if !w.busy.TryLock() {
+			return "the worker is held frozen by the db-failover", nil
+		}
+		defer w.busy.Unlock()
+		if f.Kind == faultWorkerZombie {
+			return s.applyZombie(ctx, f)
+		}
 		return s.applyWorker(ctx, f)
-	case faultWorkerZombie:
-		return s.applyZombie(ctx, f)
+	case faultDBFailover:
+		return s.applyFailover(ctx, f)
 	case faultCoordinatorKill:
+		if s.failingOver.Load() {
+			// The coordinators that live through a failover are the proof
+			// that they reconnect without a restart (R26).
+			return "a database failover is under way", nil
+		}
 		r := s.replicas[f.Slot]
 		p := r.current()
 		if p == nil || p.exited() {

@@ -11,8 +11,11 @@
 // coordinators, cut, delayed and blackholed database connections (COMMITs
 // included), provider hangs, cut replies, pending refunds, lookup lag and
 // 503 bursts. Then it heals everything, lets the system settle, stops the
-// workers and checks six invariants (docs/CHAOS.md). The last line of its
-// output is
+// workers and checks seven invariants (docs/CHAOS.md). With --failover async
+// or semi-sync it runs on a MariaDB primary and replica of its own instead
+// of --mysql-dsn and fails the database over once (R26): the replica held
+// back, the primary killed, the replica promoted, every proxy repointed. The
+// last line of its output is
 //
 //	seed=S jobs=N faults=F double_refunds=0 lost=0 stale_writes_accepted=0 unobserved_late_success=0
 //

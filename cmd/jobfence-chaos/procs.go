@@ -34,7 +34,19 @@ type proc struct {
 	meant atomic.Bool
 	// stopped is set while the process is frozen by SIGSTOP.
 	stopped atomic.Bool
+	// frozen are the spans the process spent frozen (the last one open,
+	// with a zero To, while it is frozen): a log line read after a freeze
+	// may tell of something that happened before it.
+	frozen []span
 }
+
+// span is a stretch of the campaign's time; a zero To is still open.
+type span struct{ From, To time.Time }
+
+// seenKey is the key under which every parsed JSON record carries the time
+// the campaign read it (time.Time): one clock for every process's lines and
+// for the campaign's own steps, such as a database failover.
+const seenKey = "jobfence_chaos_seen"
 
 // startProc runs bin with args and env (added to the campaign's own
 // environment), writing its output to logPath. The child is killed if the
@@ -76,6 +88,7 @@ func (p *proc) read(r io.Reader) {
 		p.log.Write([]byte{'\n'}) //nolint:errcheck
 		var rec map[string]any
 		if json.Unmarshal(line, &rec) == nil {
+			rec[seenKey] = time.Now()
 			p.records = append(p.records, rec)
 			close(p.changed)
 			p.changed = make(chan struct{})
@@ -120,8 +133,18 @@ func (p *proc) signal(sig syscall.Signal) error {
 	switch sig {
 	case syscall.SIGSTOP:
 		p.stopped.Store(true)
+		p.mu.Lock()
+		if n := len(p.frozen); n == 0 || !p.frozen[n-1].To.IsZero() {
+			p.frozen = append(p.frozen, span{From: time.Now()})
+		}
+		p.mu.Unlock()
 	case syscall.SIGCONT:
 		p.stopped.Store(false)
+		p.mu.Lock()
+		if n := len(p.frozen); n > 0 && p.frozen[n-1].To.IsZero() {
+			p.frozen[n-1].To = time.Now()
+		}
+		p.mu.Unlock()
 	case syscall.SIGKILL, syscall.SIGTERM:
 		p.meant.Store(true)
 	}
@@ -192,6 +215,15 @@ func (p *proc) waitRecord(d time.Duration, from int, match func(map[string]any) 
 // looking at each from the record count it has when called. It returns the
 // first such record and its process.
 func waitAny(ps []*proc, d time.Duration, match func(map[string]any) bool) (*proc, map[string]any, error) {
+	from := make([]int, len(ps))
+	for i, p := range ps {
+		from[i] = p.recordCount()
+	}
+	return waitAnyFrom(ps, from, d, match)
+}
+
+// waitAnyFrom is waitAny looking at each ps[i]'s records from index from[i] on.
+func waitAnyFrom(ps []*proc, from []int, d time.Duration, match func(map[string]any) bool) (*proc, map[string]any, error) {
 	type hit struct {
 		p   *proc
 		rec map[string]any
@@ -199,12 +231,11 @@ func waitAny(ps []*proc, d time.Duration, match func(map[string]any) bool) (*pro
 	found := make(chan hit, len(ps))
 	done := make(chan struct{})
 	defer close(done)
-	for _, p := range ps {
-		from := p.recordCount()
+	for i, p := range ps {
 		go func() {
 			// The losers give up at their next record once done is closed,
 			// or after d.
-			rec, err := p.waitRecord(d, from, func(r map[string]any) bool {
+			rec, err := p.waitRecord(d, from[i], func(r map[string]any) bool {
 				select {
 				case <-done:
 					return true
@@ -237,6 +268,20 @@ func (p *proc) allRecords() []map[string]any {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return append([]map[string]any(nil), p.records...)
+}
+
+// frozenSpans returns the spans the process spent frozen so far.
+func (p *proc) frozenSpans() []span {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]span(nil), p.frozen...)
+}
+
+// seenAt is when the campaign read record r (zero for a record it did not
+// read itself, such as a test's).
+func seenAt(r map[string]any) time.Time {
+	t, _ := r[seenKey].(time.Time)
+	return t
 }
 
 // msgIs matches a record by its msg.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"sync"
 	"time"
 
@@ -31,18 +32,29 @@ func refundSpecs(seed uint64, n int) []refundSpec {
 // production is what the producer achieved.
 type production struct {
 	mu      sync.Mutex
-	acked   map[string]int64 // operation key → job id, for enqueues the coordinator confirmed
-	failed  map[string]error // keys never confirmed, with the last error
+	acked   map[string]int64     // operation key → job id, for enqueues the coordinator confirmed
+	ackedAt map[string]time.Time // operation key → when it was first confirmed
+	failed  map[string]error     // keys never confirmed, with the last error
 	retries int
+
+	// After a database failover (--failover): the acknowledged enqueues
+	// enqueued again, and those of them the new primary did not have
+	// (answered created: true) — lost with the old primary.
+	redriven       int
+	lostInFailover []string
+	redriveDone    bool
 }
 
 // produce registers each refund's payment with the provider (so that an
 // over-refund shows in the oracle) and enqueues it, spreading the refunds
 // evenly over spread so that faults find work in flight. An enqueue that
 // fails is repeated, alternating replicas, until ctx ends: the operation key
-// makes a repeat safe (R1).
+// makes a repeat safe (R1). With a failover, once s.redrive is closed (the
+// proxies point at the new primary), every enqueue acknowledged so far is
+// made again, between two of the producer's own (redrive).
 func (s *system) produce(ctx context.Context, specs []refundSpec, spread time.Duration) *production {
-	out := &production{acked: map[string]int64{}, failed: map[string]error{}}
+	out := &production{acked: map[string]int64{}, ackedAt: map[string]time.Time{}, failed: map[string]error{}}
+	s.prod.Store(out)
 	clients := make([]*jobfence.Client, len(s.replicas))
 	for i, r := range s.replicas {
 		c, err := jobfence.Dial(r.listen, jobfence.WithCallTimeout(3*time.Second))
@@ -55,49 +67,123 @@ func (s *system) produce(ctx context.Context, specs []refundSpec, spread time.Du
 		defer c.Close()
 		clients[i] = c
 	}
+	specByKey := map[string]refundSpec{}
+	for _, sp := range specs {
+		specByKey[sp.Key] = sp
+	}
+	redriveIfDue := func() {
+		if s.redrive == nil || out.redriveDone {
+			return
+		}
+		select {
+		case <-s.redrive:
+			s.redriveAcked(ctx, clients, specByKey, out)
+		default:
+		}
+	}
 	start := time.Now()
 	for n, sp := range specs {
 		due := start.Add(spread * time.Duration(n) / time.Duration(max(len(specs), 1)))
-		if !sleepCtx(ctx, time.Until(due)) {
+		for time.Now().Before(due) && ctx.Err() == nil {
+			redriveIfDue()
+			sleepCtx(ctx, min(time.Until(due), 50*time.Millisecond))
+		}
+		if ctx.Err() != nil {
 			out.failed[sp.Key] = ctx.Err()
 			continue
 		}
-		var err error
-		acked := false
-		for try := 0; ctx.Err() == nil && !acked; try++ {
-			err = s.pay.RegisterPayment(ctx, sp.Payment, sp.AmountMinor, "EUR")
-			if err == nil {
-				var job jobfence.Job
-				cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-				job, _, err = clients[(n+try)%len(clients)].EnqueueRefund(cctx, jobfence.EnqueueRequest{
-					OperationKey: sp.Key, OrderID: sp.Order, PaymentID: sp.Payment,
-					AmountMinor: sp.AmountMinor, Currency: "EUR", Provider: providerName,
-				})
-				cancel()
-				if err == nil {
-					out.mu.Lock()
-					out.acked[sp.Key] = job.ID
-					out.mu.Unlock()
-					acked = true
-					continue
-				}
-				if errors.Is(err, jobfence.ErrKeyConflict) {
-					break // a bug, not a fault: reported by the checks
-				}
-			}
-			out.mu.Lock()
-			out.retries++
-			out.mu.Unlock()
-			sleepCtx(ctx, 300*time.Millisecond)
-		}
-		if !acked {
-			if err == nil {
-				err = ctx.Err()
-			}
+		redriveIfDue()
+		id, _, err := s.enqueue(ctx, clients, n, sp, out)
+		if err != nil {
 			out.failed[sp.Key] = err
+			continue
+		}
+		out.mu.Lock()
+		out.acked[sp.Key] = id
+		out.ackedAt[sp.Key] = time.Now()
+		out.mu.Unlock()
+	}
+	// A failover after the last enqueue still needs its re-drive.
+	if s.redrive != nil && !out.redriveDone {
+		select {
+		case <-s.redrive:
+			s.redriveAcked(ctx, clients, specByKey, out)
+		case <-ctx.Done():
 		}
 	}
 	return out
+}
+
+// enqueue enqueues sp until it is acknowledged or ctx ends, starting with
+// replica n and alternating. Errors: an operation key conflict (a bug, not a
+// fault: the checks report it) or ctx's end.
+func (s *system) enqueue(ctx context.Context, clients []*jobfence.Client, n int, sp refundSpec, out *production) (int64, bool, error) {
+	var err error
+	for try := 0; ctx.Err() == nil; try++ {
+		err = s.pay.RegisterPayment(ctx, sp.Payment, sp.AmountMinor, "EUR")
+		if err == nil {
+			var job jobfence.Job
+			var created bool
+			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			job, created, err = clients[(n+try)%len(clients)].EnqueueRefund(cctx, jobfence.EnqueueRequest{
+				OperationKey: sp.Key, OrderID: sp.Order, PaymentID: sp.Payment,
+				AmountMinor: sp.AmountMinor, Currency: "EUR", Provider: providerName,
+			})
+			cancel()
+			if err == nil {
+				return job.ID, created, nil
+			}
+			if errors.Is(err, jobfence.ErrKeyConflict) {
+				return 0, false, err
+			}
+		}
+		out.mu.Lock()
+		out.retries++
+		out.mu.Unlock()
+		sleepCtx(ctx, 300*time.Millisecond)
+	}
+	if err == nil {
+		err = ctx.Err()
+	}
+	return 0, false, err
+}
+
+// redriveAcked is the operational step an async failover needs: every
+// enqueue acknowledged so far is made again (idempotent by operation key,
+// R1), because those the old primary committed last are gone with it. An
+// answer created: true is such a lost enqueue; its job has a new id.
+func (s *system) redriveAcked(ctx context.Context, clients []*jobfence.Client, specs map[string]refundSpec, out *production) {
+	out.mu.Lock()
+	keys := make([]string, 0, len(out.acked))
+	for k := range out.acked {
+		keys = append(keys, k)
+	}
+	out.redriveDone = true
+	out.mu.Unlock()
+	if !s.failoverApplied() {
+		return // no promote, nothing lost
+	}
+	sort.Strings(keys)
+	began := time.Now()
+	for n, k := range keys {
+		id, created, err := s.enqueue(ctx, clients, n, specs[k], out)
+		if err != nil {
+			s.tl.printf("producer: re-drive of %s after the failover failed: %v", k, err)
+			continue
+		}
+		out.mu.Lock()
+		out.redriven++
+		if created {
+			out.lostInFailover = append(out.lostInFailover, k)
+		}
+		out.acked[k] = id
+		out.mu.Unlock()
+	}
+	out.mu.Lock()
+	lost := len(out.lostInFailover)
+	out.mu.Unlock()
+	s.tl.printf("producer: re-drove %d acknowledged enqueues after the failover in %s; %d were lost with the old "+
+		"primary (created again)", len(keys), time.Since(began).Round(10*time.Millisecond), lost)
 }
 
 // ackedCount is how many enqueues were confirmed so far.
@@ -105,4 +191,12 @@ func (p *production) ackedCount() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.acked)
+}
+
+// ackedBefore reports whether key's enqueue was confirmed before t.
+func (p *production) ackedBefore(key string, t time.Time) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	at, ok := p.ackedAt[key]
+	return ok && at.Before(t)
 }

@@ -35,6 +35,10 @@ const (
 	faultDBDown      faultKind = "db-down"
 	faultDBBlackhole faultKind = "db-blackhole"
 	faultDBCommitCut faultKind = "db-commit-cut"
+	// The database itself, with --failover only: the replica is held back,
+	// grants land on the primary only, the primary is killed and the replica
+	// promoted; every proxy is repointed at it (R26).
+	faultDBFailover faultKind = "db-failover"
 	// The provider: hangs before or after acting, replies cut after the
 	// refund (T3), pending refunds (R4), lookups that miss fresh refunds
 	// (R14), 503 bursts, declined refunds.
@@ -56,7 +60,8 @@ var faultGroups = map[string][]faultKind{
 		faultProviderLookupLag, faultProviderErrors, faultProviderFail},
 }
 
-// allFaultKinds lists every kind, in a stable order.
+// allFaultKinds lists every kind --faults may name, in a stable order.
+// db-failover is not one of them: --failover plans it.
 func allFaultKinds() []faultKind {
 	var out []faultKind
 	for _, g := range []string{"worker", "coordinator", "db", "provider"} {
@@ -112,6 +117,8 @@ type fault struct {
 	AfterRefund     bool          // worker-stop-in-job: SIGSTOP when the provider logs the claimed job's refund
 	Hold            time.Duration // worker-zombie: how long the new holder stays frozen after the zombie wakes
 	Lag             time.Duration // provider-cut-reply, provider-hang-after: lookup lag of the refunds made
+	Mode            string        // db-failover: async or semi-sync
+	Pause           time.Duration // db-failover: the workers' pause before the hold-back
 }
 
 // String describes the fault for the timeline.
@@ -159,6 +166,14 @@ func (f fault) String() string {
 		s += fmt.Sprintf(" next %d requests answer 503", f.Count)
 	case faultProviderFail:
 		s += " next create is declined"
+	case faultDBFailover:
+		where, zombie := "on the primary only", "a zombie of a lost grant writes after its re-grant"
+		if f.Mode == failoverSemiSync {
+			where, zombie = "the replica receives but does not apply", "a zombie of one of them writes after its takeover"
+		}
+		s += fmt.Sprintf(" (%s): pause the workers %s, hold the replica back, wait for 3 grants %s (at most %s), "+
+			"kill -9 the primary, promote the replica after %s, repoint every proxy; %s (whose holder is held %s)",
+			f.Mode, round(f.Pause), where, round(f.For), round(f.Delay), zombie, round(f.Hold))
 	}
 	if f.Lag > 0 {
 		s += fmt.Sprintf("; those refunds stay out of lookups for %s", round(f.Lag))
@@ -184,6 +199,8 @@ type planParams struct {
 	// Rate scales how often faults come: the pauses between two faults on
 	// one target are divided by it (0 means 1).
 	Rate float64
+	// Failover, when set (async or semi-sync), adds one db-failover.
+	Failover string
 }
 
 // lane is a sequence of faults on one target; a lane's faults never overlap.
@@ -266,6 +283,9 @@ func plan(seed uint64, p planParams) []fault {
 			out = append(out, f)
 			at += f.For + uniform(gap[0], gap[1])
 		}
+	}
+	if p.Failover != "" {
+		out = append(out, planFailover(seed, p))
 	}
 	slices.SortStableFunc(out, func(a, b fault) int { return cmp.Compare(a.At, b.At) })
 	for i := range out {
@@ -361,6 +381,34 @@ func draw(kind faultKind, rng *rand.Rand, uniform func(lo, hi time.Duration) tim
 		f.For = uniform(500*time.Millisecond, 3*time.Second)
 	}
 	return f
+}
+
+// failoverTarget is the lane of the db-failover fault.
+const failoverTarget = "database"
+
+// planFailover draws the one db-failover of a campaign from its own stream
+// (the seed and failoverTarget), so that it moves no other lane's faults: it
+// starts between 35 and 50 % of the window; Pause is how long the workers
+// are frozen before the hold-back (jobs wait, replicated, to be claimed on
+// the primary only), For bounds the wait for grants on the primary only (2
+// leases), Delay is the failure detection before the promote, Hold how long
+// the re-grant's holder stays frozen while the zombie of the lost grant
+// writes.
+func planFailover(seed uint64, p planParams) fault {
+	h := fnv.New64a()
+	h.Write([]byte(failoverTarget))
+	rng := rand.New(rand.NewPCG(seed, h.Sum64()))
+	uniform := func(lo, hi time.Duration) time.Duration {
+		return lo + time.Duration(rng.Int64N(int64(hi-lo)+1))
+	}
+	return fault{
+		Kind: faultDBFailover, Target: failoverTarget, Mode: p.Failover,
+		At:    uniform(p.Window*35/100, p.Window*50/100),
+		For:   2 * p.Lease,
+		Pause: uniform(800*time.Millisecond, 1500*time.Millisecond),
+		Delay: uniform(400*time.Millisecond, 800*time.Millisecond),
+		Hold:  uniform(300*time.Millisecond, 1500*time.Millisecond),
+	}
 }
 
 // replicaName names replica i: replica-a, replica-b…

@@ -2,6 +2,7 @@ package main
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 )
@@ -97,5 +98,65 @@ func TestFaultRateMakesFaultsDenser(t *testing.T) {
 	p.Rate = 3
 	if dense := len(plan(3, p)); dense <= base {
 		t.Errorf("--fault-rate 3 gave %d faults, rate 1 gave %d", dense, base)
+	}
+}
+
+// --failover adds one db-failover at 35–50 % of the window, on a lane of
+// its own: the other lanes' faults do not move.
+func TestPlanFailoverIsOneFaultOnItsOwnLane(t *testing.T) {
+	all, _ := parseFaultKinds("all")
+	p := testParams(all)
+	without := plan(5, p)
+	p.Failover = failoverAsync
+	with := plan(5, p)
+	var fos []fault
+	var rest []fault
+	for _, f := range with {
+		if f.Kind == faultDBFailover {
+			fos = append(fos, f)
+			continue
+		}
+		f.N = 0
+		rest = append(rest, f)
+	}
+	if len(fos) != 1 {
+		t.Fatalf("%d db-failover faults, want 1", len(fos))
+	}
+	fo := fos[0]
+	if fo.At < p.Window*35/100 || fo.At > p.Window/2 || fo.Mode != failoverAsync || fo.Target != failoverTarget ||
+		fo.For != 2*p.Lease || fo.Pause <= 0 || fo.Delay <= 0 || fo.Hold <= 0 {
+		t.Errorf("db-failover %+v", fo)
+	}
+	for i := range without {
+		without[i].N = 0
+	}
+	if !reflect.DeepEqual(rest, without) {
+		t.Error("the failover moved other faults")
+	}
+	if p.Kinds[faultDBFailover] {
+		t.Error("--faults all names db-failover; only --failover plans it")
+	}
+}
+
+func TestFailoverFlag(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		ok   bool
+	}{
+		{[]string{"--failover", "async"}, true},
+		{[]string{"--failover", "semi-sync", "--mysql-dsn", "root@tcp(127.0.0.1:3306)/"}, true},
+		{[]string{"--failover", "sync"}, false},
+	} {
+		var out strings.Builder
+		c2, err := parseFlags(c.args, &out)
+		if (err == nil) != c.ok {
+			t.Errorf("%v: err %v", c.args, err)
+		}
+		if err != nil && len(c.args) > 1 && c.args[1] == "sync" && !strings.Contains(err.Error(), "--failover") {
+			t.Errorf("the error does not name the flag: %v", err)
+		}
+		if err == nil && c2.dsn != nil {
+			t.Errorf("%v: with --failover the DSN is the campaign's own pair's, not --mysql-dsn", c.args)
+		}
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"io"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/jobfence/jobfence/fakeprovider"
+	"github.com/jobfence/jobfence/internal/mariadbpair"
 )
 
 // providerName is the provider of every job of the campaign.
@@ -116,6 +118,12 @@ type workerSlot struct {
 	proc  *proc
 	gen   int
 	procs []*workerProc
+
+	// busy is held by the slot's lane during each of its faults, and by a
+	// db-failover while it keeps the slot's worker frozen: each skips the
+	// slot when the other holds it, so that no fault's SIGCONT ends another's
+	// freeze.
+	busy sync.Mutex
 }
 
 // workerProc is one worker process and the worker id it ran under.
@@ -149,6 +157,23 @@ type system struct {
 
 	// COMMITs cut by db-commit-cut faults, after and before reaching the server.
 	cutsDelivered, cutsDropped atomic.Int64
+
+	// checkDB is the campaign's own handle on its database, for the settle
+	// loop and the checks; a failover moves it to the promoted replica.
+	dbMu    sync.Mutex
+	checkDB *sql.DB
+
+	// With --failover: the MariaDB pair, the producer (whose acknowledged
+	// enqueues the failover re-drives), whether a failover is under way
+	// (coordinator-kill faults wait it out, so that the coordinators that
+	// live through it prove they reconnect without a restart), what it did,
+	// and redrive, closed once the proxies point at the new primary.
+	pair        *mariadbpair.Pair
+	prod        atomic.Pointer[production]
+	failingOver atomic.Bool
+	fo          failoverFacts
+	redrive     chan struct{}
+	redriveOnce sync.Once
 
 	// unexpected lists processes that ended without the campaign asking.
 	mu         sync.Mutex
