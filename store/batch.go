@@ -1,10 +1,6 @@
 package store
 
-import (
-	"context"
-	"fmt"
-	"time"
-)
+import "time"
 
 // ClaimOutcome is the answer to one claim of a batch.
 type ClaimOutcome struct {
@@ -148,78 +144,6 @@ func (p BatchPlan) Applied(match func(Writeback) bool) []int {
 		}
 	}
 	return out
-}
-
-// BatchBackend is what a backend supplies to WriteBatch.
-type BatchBackend struct {
-	// Tx runs one transaction that locks the rows of ws[i] for i in idx,
-	// plans them with PlanBatch, applies the plan and commits.
-	Tx func(ctx context.Context, idx []int) (BatchPlan, error)
-	// CommitUnknown reports an error of Tx whose COMMIT outcome is unknown.
-	CommitUnknown func(error) bool
-	// ReadLocked re-reads jobs by id, waiting for any transaction that holds
-	// them, so that a COMMIT cut off in flight has settled (R20).
-	ReadLocked func(ctx context.Context, ids []int64) (map[int64]Job, error)
-	// Unavailable maps any other error of Tx for the callers.
-	Unavailable func(error) error
-	// Tries bounds the rewrites of writes whose COMMIT was lost and did not land.
-	Tries int
-}
-
-// WriteBatch validates ws and applies them through b, answering each write on
-// its own (R9, R10, R21). If a COMMIT's outcome is unknown the rows are
-// re-read: a write that shows is done; one whose job still runs under its
-// attempt did not land and is written again; the rest are settled against
-// their rows (R20).
-func WriteBatch(ctx context.Context, ws []Writeback, b BatchBackend) []WriteOutcome {
-	out := make([]WriteOutcome, len(ws))
-	pending := Valid(ws, func(i int, err error) { out[i].Err = err })
-	for try := 1; len(pending) > 0; try++ {
-		plan, err := b.Tx(ctx, pending)
-		switch {
-		case err == nil:
-			for _, i := range pending {
-				out[i] = plan.Outcome(i)
-			}
-			return out
-		case b.CommitUnknown(err):
-			pending = settleUnknown(ctx, ws, pending, out, err, b, try < b.Tries)
-		default:
-			for _, i := range pending {
-				out[i].Err = b.Unavailable(err)
-			}
-			return out
-		}
-	}
-	return out
-}
-
-func settleUnknown(ctx context.Context, ws []Writeback, idx []int, out []WriteOutcome, cause error, b BatchBackend, again bool) []int {
-	current, err := b.ReadLocked(ctx, JobIDs(ws, idx))
-	if err != nil {
-		for _, i := range idx {
-			out[i].Err = fmt.Errorf("%w: job %d attempt %d: %v (re-read: %v)",
-				ErrWriteOutcomeUnknown, ws[i].JobID, ws[i].Attempt, cause, err)
-		}
-		return nil
-	}
-	var retry []int
-	for _, i := range idx {
-		w := ws[i]
-		cur, ok := current[w.JobID]
-		switch {
-		case !ok:
-			out[i].Err = ErrNotFound
-		case w.AppliedTo(cur):
-			out[i] = WriteOutcome{Result: WriteResult{Job: cur}} // the lost COMMIT landed
-		case w.Fenced(cur) && again:
-			retry = append(retry, i)
-		default:
-			res, err := Settle(w, cur)
-			out[i] = WriteOutcome{Result: res, Err: err}
-		}
-	}
-	return retry
 }
 
 // JobIDs returns the distinct job ids of ws[i] for i in idx, in order.

@@ -70,26 +70,24 @@ const (
  WHERE provider IN (%s) ORDER BY provider FOR UPDATE`
 )
 
-// claimSQL is the claim (sqlbase.Backend.ClaimMany): one short transaction on one
+// statements are this backend's SQL. The claim (sqlbase.Backend.ClaimMany) is one short transaction on one
 // connection (R5, R11) that reads the database clock, locks expired leases (by
 // primary key) and due jobs with SKIP LOCKED so concurrent claimers pass each other (R13),
 // bumps them and records the history. Deadlocks and lock-wait timeouts roll
 // everything back and are retried whole (R20).
-var claimSQL = sqlbase.ClaimSQL{
-	Now:             selectNow,
-	NowExpr:         `UTC_TIMESTAMP(6)`,
-	ExpiredLeases:   selectExpiredLeases,
-	LockTakeovers:   lockTakeovers,
-	DueJobs:         lockDueJobs,
-	Candidates:      lockCandidates,
-	AnyWork:         anyWork,
-	UpdateTable:     "refund_jobs FORCE INDEX (PRIMARY)",
-	LockForWrite:    lockJobsForWrite,
-	AllBudgets:      selectAllBudgets,
-	Budgets:         lockBudgets,
-	At:              asDatetime,
-	ScanJob:         scanJob,
-	ScanObservation: scanObservation,
+var statements = sqlbase.Statements{
+	Now:           selectNow,
+	NowExpr:       `UTC_TIMESTAMP(6)`,
+	ExpiredLeases: selectExpiredLeases,
+	LockTakeovers: lockTakeovers,
+	DueJobs:       lockDueJobs,
+	Candidates:    lockCandidates,
+	AnyWork:       anyWork,
+	ExpireLease:   expireLease,
+	UpdateTable:   "refund_jobs FORCE INDEX (PRIMARY)",
+	LockForWrite:  lockJobsForWrite,
+	AllBudgets:    selectAllBudgets,
+	Budgets:       lockBudgets,
 }
 
 // DueCandidatesQuery is the claim's candidate query for due jobs (Q1) with

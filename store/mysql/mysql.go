@@ -32,8 +32,8 @@ type Options struct {
 // Store is the MySQL backend. It implements store.Store.
 type Store struct {
 	db *sql.DB
-	// Backend provides Claim, Write, WriteMany and ConfigureBudgets around
-	// this package's SQL.
+	// Backend implements every store.Store method but Close (and DB), with
+	// this package's SQL and reading of errors (the Dialect fields).
 	*sqlbase.Backend
 }
 
@@ -104,14 +104,14 @@ func open(ctx context.Context, dsn string, opts Options, upTo int) (*Store, erro
 	db.SetMaxIdleConns(n)
 	db.SetConnMaxLifetime(5 * time.Minute)
 	s := &Store{db: db, Backend: &sqlbase.Backend{
-		DB:            db,
-		Retryable:     isRetryable,
-		CommitRefused: serverAnswered,
-		Unavailable:   unavailable,
-		Duplicate:     isDuplicate,
-		Begin:         "START TRANSACTION",
-		Claims:        claimSQL,
-		LockedRead:    selectJobsLocked,
+		DB:         db,
+		Dialect:    dialect{},
+		SQL:        statements,
+		Begin:      "START TRANSACTION",
+		LockedRead: selectJobsLocked,
+		// One moment for Get: the session's READ COMMITTED would let each
+		// statement see a later one.
+		ReadTx: &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true},
 	}}
 	if err := s.migrate(ctx, upTo); err != nil {
 		db.Close()
@@ -151,6 +151,18 @@ func (s *Store) DB() *sql.DB { return s.db }
 
 // Close closes the pool.
 func (s *Store) Close() error { return s.db.Close() }
+
+// dialect is MySQL's and MariaDB's reading of go-sql-driver's errors, and
+// DATETIME(6) time columns.
+type dialect struct{}
+
+func (dialect) Retryable(err error) bool { return isRetryable(err) }
+
+// CommitRefused: a COMMIT the server answered with an error did not commit.
+func (dialect) CommitRefused(err error) bool { return serverAnswered(err) }
+func (dialect) Unavailable(err error) error  { return unavailable(err) }
+func (dialect) Duplicate(err error) bool     { return isDuplicate(err) }
+func (dialect) At(t time.Time) any           { return t }
 
 // isRetryable reports a deadlock or lock-wait timeout: MySQL rolled the whole
 // transaction back (R20).

@@ -39,21 +39,19 @@ const (
  WHERE provider IN (%s) ORDER BY provider`
 )
 
-// claimSQL is the claim (sqlbase.Backend.ClaimMany): one short BEGIN IMMEDIATE
+// statements are this backend's SQL. The claim (sqlbase.Backend.ClaimMany) is one short BEGIN IMMEDIATE
 // transaction (R5, R11) that holds the database's only write lock, so the
 // candidates it reads cannot be claimed by anyone else before it commits
 // (R13). A busy write lock leaves nothing behind and is retried whole (R20).
-var claimSQL = sqlbase.ClaimSQL{
-	Now:             selectNow,
-	NowExpr:         nowMicros,
-	ExpiredLeases:   selectExpiredLeases,
-	DueJobs:         selectDueJobs,
-	AnyWork:         anyWork,
-	UpdateTable:     "refund_jobs",
-	LockForWrite:    selectNowAndJobs,
-	AllBudgets:      selectAllBudgets,
-	Budgets:         lockBudgets,
-	At:              toMicros,
-	ScanJob:         scanJob,
-	ScanObservation: scanObservation,
+var statements = sqlbase.Statements{
+	Now:           selectNow,
+	NowExpr:       nowMicros,
+	ExpiredLeases: selectExpiredLeases,
+	DueJobs:       selectDueJobs,
+	AnyWork:       anyWork,
+	ExpireLease:   expireLease,
+	UpdateTable:   "refund_jobs",
+	LockForWrite:  selectNowAndJobs,
+	AllBudgets:    selectAllBudgets,
+	Budgets:       lockBudgets,
 }

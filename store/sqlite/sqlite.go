@@ -41,8 +41,8 @@ type Options struct {
 type Store struct {
 	db   *sql.DB
 	lock *processLock // this process's claim on the file
-	// Backend provides Claim, Write, WriteMany and ConfigureBudgets around
-	// this package's SQL.
+	// Backend implements every store.Store method but Close (and DB), with
+	// this package's SQL and reading of errors (the Dialect fields).
 	*sqlbase.Backend
 }
 
@@ -109,15 +109,13 @@ func open(ctx context.Context, path string, opts Options, upTo int, exclusive bo
 	db.SetConnMaxLifetime(0)
 	db.SetConnMaxIdleTime(0)
 	s := &Store{db: db, lock: lock, Backend: &sqlbase.Backend{
-		DB:        db,
-		Retryable: isRetryable,
-		// SQLite refused the COMMIT for a lock and the driver rolled the
-		// transaction back: nothing happened.
-		CommitRefused: isRetryable,
-		Unavailable:   unavailable,
-		Duplicate:     isUnique,
-		Claims:        claimSQL,
-		LockedRead:    selectJobsByIDs,
+		DB:         db,
+		Dialect:    dialect{},
+		SQL:        statements,
+		LockedRead: selectJobsByIDs,
+		// A deferred BEGIN: a read takes no write lock, and WAL gives it one
+		// moment.
+		ReadTx: &sql.TxOptions{ReadOnly: true},
 	}}
 
 	var mode string
@@ -175,6 +173,19 @@ func sqliteCode(err error) int {
 	}
 	return 0
 }
+
+// dialect is modernc.org/sqlite's errors and INTEGER-microsecond time
+// columns.
+type dialect struct{}
+
+func (dialect) Retryable(err error) bool { return isRetryable(err) }
+
+// CommitRefused: SQLite refused the COMMIT for a lock and the driver rolled
+// the transaction back: nothing happened.
+func (dialect) CommitRefused(err error) bool { return isRetryable(err) }
+func (dialect) Unavailable(err error) error  { return unavailable(err) }
+func (dialect) Duplicate(err error) bool     { return isUnique(err) }
+func (dialect) At(t time.Time) any           { return toMicros(t) }
 
 // isRetryable reports SQLITE_BUSY and SQLITE_LOCKED (any extended code): the
 // statement or COMMIT did not take effect and the transaction holds nothing.

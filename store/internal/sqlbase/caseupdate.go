@@ -29,9 +29,16 @@ type RowUpdate struct {
 	Vals [][]any
 	// Fences are the attempts each row must still have (attempt = …).
 	Fences []int64
-	// Grants, when set, are the lease token hashes each row must still have
-	// (lease_token_hash = …): the writer holds the grant, not merely knows
-	// its attempt (R25).
+	// Grants, when set, are the lease token hashes the writers carry, one per
+	// row: a row changes only if it still has its writer's (R25), so the
+	// writer holds the grant, not merely knows its attempt. The tokened ones
+	// are tested as a set (lease_token_hash IN …): a hash names one grant
+	// (128 random bits) and a batch writes each job at most once
+	// (store.PlanBatch), so the only hash of the set a row can have is its
+	// own writer's; and the database looks a value up in a list of constants
+	// by binary search, where a CASE of a hundred rows costs a hundred
+	// comparisons per row. A writer without a token (a grant from before
+	// tokens) matches only its own row, and only while that row has none.
 	Grants []store.TokenHash
 	// Where, when set, is a further condition every row must meet.
 	Where     string
@@ -55,18 +62,36 @@ func (u RowUpdate) SQL() (string, []any) {
 	args = append(args, Int64Args(u.IDs)...)
 	args = byID(&b, u.IDs, Int64Args(u.Fences), args)
 	if u.Grants != nil {
-		b.WriteString(" AND lease_token_hash = ")
-		grants := make([]any, len(u.Grants))
-		for i, g := range u.Grants {
-			grants[i] = g
-		}
-		args = byID(&b, u.IDs, grants, args)
+		args = u.grantFence(&b, args)
 	}
 	if u.Where != "" {
 		b.WriteString(" AND (" + u.Where + ")")
 		args = append(args, u.WhereArgs...)
 	}
 	return b.String(), args
+}
+
+// grantFence writes the condition on Grants and appends its arguments.
+func (u RowUpdate) grantFence(b *strings.Builder, args []any) []any {
+	var tokened, untokened []any
+	for i, g := range u.Grants {
+		if g.IsZero() {
+			untokened = append(untokened, u.IDs[i])
+		} else {
+			tokened = append(tokened, g)
+		}
+	}
+	var alts []string
+	if len(tokened) > 0 {
+		alts = append(alts, "lease_token_hash IN ("+Placeholders(len(tokened))+")")
+		args = append(args, tokened...)
+	}
+	if len(untokened) > 0 {
+		alts = append(alts, "(lease_token_hash = ? AND id IN ("+Placeholders(len(untokened))+"))")
+		args = append(append(args, store.TokenHash{}), untokened...)
+	}
+	b.WriteString(" AND (" + strings.Join(alts, " OR ") + ")")
+	return args
 }
 
 // ExecAll runs the update in tx and requires it to change every row: the

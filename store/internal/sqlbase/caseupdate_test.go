@@ -100,23 +100,25 @@ func TestRowUpdateFencesEachRowByItsGrant_R25(t *testing.T) {
 }
 
 func testGrantFence(ctx context.Context, t *testing.T, db *sql.DB, create string) {
-	held, other := store.NewLeaseToken().Hash(), store.NewLeaseToken().Hash()
+	grants := map[int64]store.TokenHash{1: store.NewLeaseToken().Hash(), 2: store.NewLeaseToken().Hash(),
+		3: {}, 4: {}, 5: store.NewLeaseToken().Hash()}
 	if _, err := db.ExecContext(ctx, create); err != nil {
 		t.Fatal(err)
 	}
-	for id, g := range map[int64]store.TokenHash{1: held, 2: held, 3: {}, 4: {}} {
+	for id, g := range grants {
 		if _, err := db.ExecContext(ctx, `INSERT INTO refund_jobs VALUES (?, 2, ?, '')`, id, g); err != nil {
 			t.Fatal(err)
 		}
 	}
+	guess := func() store.TokenHash { return store.NewLeaseToken().Hash() }
 	u := sqlbase.RowUpdate{
 		Table: "refund_jobs", Fixed: "note = 'x'",
-		IDs: []int64{1, 2, 3, 4}, Fences: []int64{2, 2, 2, 2},
-		// 1: the holder; 2: the current attempt with another token; 3: a
-		// grant without a token, written without one; 4: a token for a grant
-		// that has none.
-		Grants: []store.TokenHash{held, other, {}, other},
-		Vals:   [][]any{{}, {}, {}, {}},
+		IDs: []int64{1, 2, 3, 4, 5}, Fences: []int64{2, 2, 2, 2, 2},
+		// 1: the holder; 2: the current attempt with a guessed token; 3: a
+		// grant without a token, written without one; 4: a guessed token for
+		// a grant that has none; 5: job 1's token, on job 5.
+		Grants: []store.TokenHash{grants[1], guess(), {}, guess(), grants[1]},
+		Vals:   [][]any{{}, {}, {}, {}, {}},
 	}
 	query, args := u.SQL()
 	res, err := db.ExecContext(ctx, query, args...)
@@ -126,7 +128,7 @@ func testGrantFence(ctx context.Context, t *testing.T, db *sql.DB, create string
 	if n, _ := res.RowsAffected(); n != 2 {
 		t.Errorf("%d rows matched, want 2 (jobs 1 and 3)", n)
 	}
-	want := map[int64]string{1: "x", 2: "", 3: "x", 4: ""}
+	want := map[int64]string{1: "x", 2: "", 3: "x", 4: "", 5: ""}
 	for id, note := range want {
 		var got string
 		if err := db.QueryRowContext(ctx, `SELECT note FROM refund_jobs WHERE id = ?`, id).Scan(&got); err != nil {

@@ -10,11 +10,12 @@ import (
 	"github.com/jobfence/jobfence/store"
 )
 
-// ClaimSQL is a backend's SQL for a claim. Candidate queries take, in order,
+// Statements is a backend's SQL, the part of its dialect the shared code
+// runs (the rest is Dialect). Claim candidate queries take, in order, Candidate queries take, in order,
 // the cutoff, the filter's arguments and a limit; %[1]s is where the filter
 // goes and %[2]s the index they walk (ExpiredLeases: the lease index,
 // DueJobs: the due index; see filter).
-type ClaimSQL struct {
+type Statements struct {
 	// Now reads the database clock (R12); NowExpr is that clock as an
 	// expression inside a statement.
 	Now, NowExpr string
@@ -34,6 +35,9 @@ type ClaimSQL struct {
 	// index and %[3]s the due index; the arguments are the filter's and a
 	// limit, twice. Used when no budget is configured.
 	Candidates string
+	// ExpireLease ends a running job's lease (its one argument) a moment ago
+	// by the database clock (store.Store.ExpireLease).
+	ExpireLease string
 	// AnyWork reads whether there is a due job or an expired lease, without
 	// locking: %[1]s takes the filter (twice: its arguments come twice),
 	// %[2]s the lease index, %[3]s the due index.
@@ -51,11 +55,6 @@ type ClaimSQL struct {
 	// AllBudgets reads every budget without locking it; Budgets locks the
 	// budgets of the providers in %s in provider order.
 	AllBudgets, Budgets string
-	// At converts a time to the backend's column value.
-	At func(time.Time) any
-	// ScanJob and ScanObservation read rows.
-	ScanJob         func(Scanner) (store.Job, error)
-	ScanObservation func(Scanner) (store.Observation, error)
 }
 
 const (
@@ -88,19 +87,19 @@ type candidate struct {
 // leases then due jobs, cap each provider at what its budget allows and take
 // the tokens, then grant the rest. When due work waits only on empty budgets
 // it returns *store.BudgetExhaustedError, having written nothing.
-func claimBudgetedTx(ctx context.Context, tx Tx, q ClaimSQL, p store.ClaimParams) ([]store.ClaimedJob, error) {
+func (b *Backend) claimBudgetedTx(ctx context.Context, tx Tx, p store.ClaimParams) ([]store.ClaimedJob, error) {
 	f := providerFilter(p.Provider)
 	var now time.Time
-	if err := tx.QueryRowContext(ctx, q.Now).Scan(Time{&now}); err != nil {
+	if err := tx.QueryRowContext(ctx, b.SQL.Now).Scan(Time{&now}); err != nil {
 		return nil, err
 	}
-	budgets, err := readBudgets(ctx, tx, q, nil)
+	budgets, err := b.readBudgets(ctx, tx, nil)
 	if err != nil {
 		return nil, err
 	}
 	var exhausted []string
-	for name, b := range budgets {
-		if b.Available(now) < 1 && (p.Provider == "" || p.Provider == name) {
+	for name, budget := range budgets {
+		if budget.Available(now) < 1 && (p.Provider == "" || p.Provider == name) {
 			exhausted = append(exhausted, name)
 		}
 	}
@@ -109,17 +108,17 @@ func claimBudgetedTx(ctx context.Context, tx Tx, q ClaimSQL, p store.ClaimParams
 		f.where += " AND provider NOT IN (" + Placeholders(len(exhausted)) + ")"
 		f.args = append(f.args, strArgs(exhausted)...)
 	}
-	locked, err := lockSeparately(ctx, tx, q, now, f, p.MaxJobs)
+	locked, err := b.lockSeparately(ctx, tx, now, f, p.MaxJobs)
 	if err != nil {
 		return nil, err
 	}
-	if locked, err = spendBudgets(ctx, tx, q, locked, now); err != nil {
+	if locked, err = b.spendBudgets(ctx, tx, locked, now); err != nil {
 		return nil, err
 	}
 	if len(locked) == 0 {
-		return nil, budgetWait(ctx, tx, q, budgets, exhausted, now)
+		return nil, b.budgetWait(ctx, tx, budgets, exhausted, now)
 	}
-	claimed, err := grant(ctx, tx, q, now, []store.ClaimParams{p}, [][]candidate{locked})
+	claimed, err := b.grant(ctx, tx, now, []store.ClaimParams{p}, [][]candidate{locked})
 	if err != nil {
 		return nil, err
 	}
@@ -130,7 +129,7 @@ func claimBudgetedTx(ctx context.Context, tx Tx, q ClaimSQL, p store.ClaimParams
 // of the candidates for all of them: each takes, in order, up to its MaxJobs
 // of them (R23: takeovers first, oldest first), and one grant bumps them all.
 // No budget is configured.
-func claimGroupTx(ctx context.Context, tx Tx, q ClaimSQL, ps []store.ClaimParams) ([][]store.ClaimedJob, error) {
+func (b *Backend) claimGroupTx(ctx context.Context, tx Tx, ps []store.ClaimParams) ([][]store.ClaimedJob, error) {
 	f := providerFilter(ps[0].Provider)
 	total := 0
 	for _, p := range ps {
@@ -139,11 +138,11 @@ func claimGroupTx(ctx context.Context, tx Tx, q ClaimSQL, ps []store.ClaimParams
 	var now time.Time
 	var locked []candidate
 	var err error
-	if q.Candidates != "" {
-		now, locked, err = lockCandidates(ctx, tx, q, f, total)
+	if b.SQL.Candidates != "" {
+		now, locked, err = b.lockCandidates(ctx, tx, f, total)
 	} else {
-		if err = tx.QueryRowContext(ctx, q.Now).Scan(Time{&now}); err == nil {
-			locked, err = lockSeparately(ctx, tx, q, now, f, total)
+		if err = tx.QueryRowContext(ctx, b.SQL.Now).Scan(Time{&now}); err == nil {
+			locked, err = b.lockSeparately(ctx, tx, now, f, total)
 		}
 	}
 	if err != nil {
@@ -154,7 +153,7 @@ func claimGroupTx(ctx context.Context, tx Tx, q ClaimSQL, ps []store.ClaimParams
 		n := min(p.MaxJobs, len(locked))
 		shares[i], locked = locked[:n], locked[n:]
 	}
-	return grant(ctx, tx, q, now, ps, shares)
+	return b.grant(ctx, tx, now, ps, shares)
 }
 
 // filter is a claim's provider filter and the indexes its candidate queries
@@ -178,20 +177,20 @@ func providerFilter(provider string) filter {
 
 // lockSeparately locks up to limit candidates with the two candidate
 // queries: expired leases first, then due jobs (R23).
-func lockSeparately(ctx context.Context, tx Tx, q ClaimSQL, now time.Time, f filter, limit int) ([]candidate, error) {
+func (b *Backend) lockSeparately(ctx context.Context, tx Tx, now time.Time, f filter, limit int) ([]candidate, error) {
 	lock := func(query, index string, limit int, takeover bool) ([]candidate, error) {
-		args := append(append([]any{q.At(now)}, f.args...), limit)
-		return QueryAll(ctx, tx, scanCandidate(q, takeover), fmt.Sprintf(query, f.where, index), args...)
+		args := append(append([]any{b.At(now)}, f.args...), limit)
+		return QueryAll(ctx, tx, scanCandidate(takeover), fmt.Sprintf(query, f.where, index), args...)
 	}
-	locked, err := lock(q.ExpiredLeases, f.lease, limit, true)
+	locked, err := lock(b.SQL.ExpiredLeases, f.lease, limit, true)
 	if err == nil {
-		locked, err = lockTakeovers(ctx, tx, q, now, locked)
+		locked, err = b.lockTakeovers(ctx, tx, now, locked)
 	}
 	if err != nil {
 		return nil, err
 	}
 	if rest := limit - len(locked); rest > 0 {
-		due, err := lock(q.DueJobs, f.due, rest, false)
+		due, err := lock(b.SQL.DueJobs, f.due, rest, false)
 		if err != nil {
 			return nil, err
 		}
@@ -203,7 +202,7 @@ func lockSeparately(ctx context.Context, tx Tx, q ClaimSQL, now time.Time, f fil
 // grant bumps shares[i] for ps[i] in one statement (R5, R6), records the
 // history and attaches the receipts on file (R15, read before COMMIT so that
 // a failure grants nothing rather than jobs the caller never hears of).
-func grant(ctx context.Context, tx Tx, q ClaimSQL, now time.Time, ps []store.ClaimParams,
+func (b *Backend) grant(ctx context.Context, tx Tx, now time.Time, ps []store.ClaimParams,
 	shares [][]candidate) ([][]store.ClaimedJob, error) {
 	out := make([][]store.ClaimedJob, len(ps))
 	// R5, R6: bump each job to the values of store.ClaimParams.Grant, which
@@ -211,12 +210,12 @@ func grant(ctx context.Context, tx Tx, q ClaimSQL, now time.Time, ps []store.Cla
 	// token (R25), only where the attempt is still the one read and the
 	// claim's conditions still hold: a row that moved is not granted.
 	u := RowUpdate{
-		Table:     q.UpdateTable,
+		Table:     b.SQL.UpdateTable,
 		Fixed:     "state = 'running', attempt = attempt + 1, updated_at = ?",
-		FixedArgs: []any{q.At(now)},
+		FixedArgs: []any{b.At(now)},
 		Cols:      []string{"first_sent_at", "next_action", "lease_until", "worker_id", "lease_token_hash"},
 		Where:     "(state = 'ready' AND next_attempt_at <= ?) OR (state = 'running' AND lease_until <= ?)",
-		WhereArgs: []any{q.At(now), q.At(now)},
+		WhereArgs: []any{b.At(now), b.At(now)},
 	}
 	var events []store.Event
 	type ref struct{ share, i int }
@@ -229,11 +228,11 @@ func grant(ctx context.Context, tx Tx, q ClaimSQL, now time.Time, ps []store.Cla
 			events = append(events, e)
 			var firstSent any
 			if !c.Job.FirstSentAt.IsZero() {
-				firstSent = q.At(c.Job.FirstSentAt)
+				firstSent = b.At(c.Job.FirstSentAt)
 			}
 			u.IDs = append(u.IDs, c.Job.ID)
 			u.Fences = append(u.Fences, cur.Attempt)
-			u.Vals = append(u.Vals, []any{firstSent, c.Job.NextAction, q.At(c.Job.LeaseUntil), c.Job.WorkerID, c.Job.Grant})
+			u.Vals = append(u.Vals, []any{firstSent, c.Job.NextAction, b.At(c.Job.LeaseUntil), c.Job.WorkerID, c.Job.Grant})
 			if cur.hasObs {
 				withObs = append(withObs, ref{s, i})
 			}
@@ -246,7 +245,7 @@ func grant(ctx context.Context, tx Tx, q ClaimSQL, now time.Time, ps []store.Cla
 	if err := u.ExecAll(ctx, tx, "claim"); err != nil {
 		return nil, err
 	}
-	if err := InsertHistory(ctx, tx, events, q.At); err != nil {
+	if err := InsertHistory(ctx, tx, events, b.At); err != nil {
 		return nil, err
 	}
 	for s := range ps {
@@ -256,7 +255,7 @@ func grant(ctx context.Context, tx Tx, q ClaimSQL, now time.Time, ps []store.Cla
 				idx = append(idx, r.i)
 			}
 		}
-		if err := attachObservations(ctx, tx, out[s], idx, q.ScanObservation); err != nil {
+		if err := attachObservations(ctx, tx, out[s], idx); err != nil {
 			return nil, err
 		}
 	}
@@ -266,7 +265,7 @@ func grant(ctx context.Context, tx Tx, q ClaimSQL, now time.Time, ps []store.Cla
 // spendBudgets locks the budgets of the candidates' providers, keeps of each
 // provider's candidates (in claim order) only as many as its tokens allow,
 // and takes those tokens (R19). Candidates left out stay untouched.
-func spendBudgets(ctx context.Context, tx Tx, q ClaimSQL, locked []candidate, now time.Time) ([]candidate, error) {
+func (b *Backend) spendBudgets(ctx context.Context, tx Tx, locked []candidate, now time.Time) ([]candidate, error) {
 	var providers []string
 	for _, j := range locked {
 		if !slices.Contains(providers, j.Provider) {
@@ -277,13 +276,13 @@ func spendBudgets(ctx context.Context, tx Tx, q ClaimSQL, locked []candidate, no
 		return locked, nil
 	}
 	slices.Sort(providers)
-	budgets, err := readBudgets(ctx, tx, q, providers)
+	budgets, err := b.readBudgets(ctx, tx, providers)
 	if err != nil {
 		return nil, err
 	}
 	left := make(map[string]int, len(budgets))
-	for name, b := range budgets {
-		left[name] = int(b.Available(now))
+	for name, budget := range budgets {
+		left[name] = int(budget.Available(now))
 	}
 	kept := locked[:0:0]
 	for _, j := range locked {
@@ -296,15 +295,15 @@ func spendBudgets(ctx context.Context, tx Tx, q ClaimSQL, locked []candidate, no
 		kept = append(kept, j)
 	}
 	for _, name := range providers {
-		b, ok := budgets[name]
+		budget, ok := budgets[name]
 		if !ok {
 			continue
 		}
-		spent := int(b.Available(now)) - left[name]
+		spent := int(budget.Available(now)) - left[name]
 		if spent == 0 {
 			continue
 		}
-		if _, err := tx.ExecContext(ctx, saveBudget, b.Available(now)-float64(spent), q.At(now), name); err != nil {
+		if _, err := tx.ExecContext(ctx, saveBudget, budget.Available(now)-float64(spent), b.At(now), name); err != nil {
 			return nil, err
 		}
 	}
@@ -313,12 +312,12 @@ func spendBudgets(ctx context.Context, tx Tx, q ClaimSQL, locked []candidate, no
 
 // budgetWait explains an empty claim: if due work of an exhausted provider is
 // waiting, a *store.BudgetExhaustedError with the shortest wait; else nil.
-func budgetWait(ctx context.Context, tx Tx, q ClaimSQL, budgets map[string]store.Budget, exhausted []string,
+func (b *Backend) budgetWait(ctx context.Context, tx Tx, budgets map[string]store.Budget, exhausted []string,
 	now time.Time) error {
 	if len(exhausted) == 0 {
 		return nil
 	}
-	args := append(append(append([]any{q.At(now)}, strArgs(exhausted)...), q.At(now)), strArgs(exhausted)...)
+	args := append(append(append([]any{b.At(now)}, strArgs(exhausted)...), b.At(now)), strArgs(exhausted)...)
 	var one int
 	err := tx.QueryRowContext(ctx, fmt.Sprintf(anyDue, Placeholders(len(exhausted))), args...).Scan(&one)
 	if err == sql.ErrNoRows {
@@ -339,16 +338,16 @@ func budgetWait(ctx context.Context, tx Tx, q ClaimSQL, budgets map[string]store
 // lockCandidates runs the one-statement candidate query: the database clock,
 // then expired leases before due jobs, at most limit in all (R23). Due jobs
 // locked beyond that stay untouched and are released at COMMIT.
-func lockCandidates(ctx context.Context, tx Tx, q ClaimSQL, f filter, limit int) (time.Time, []candidate, error) {
+func (b *Backend) lockCandidates(ctx context.Context, tx Tx, f filter, limit int) (time.Time, []candidate, error) {
 	args := append(append([]any(nil), f.args...), limit)
 	args = append(append(args, f.args...), limit)
 	var now time.Time
 	rows, err := QueryAll(ctx, tx, func(row Scanner) (candidate, error) {
 		var c candidate
 		var err error
-		c.Job, err = q.ScanJob(Prefixed{Row: row, First: []any{Time{&now}, &c.takeover, &c.hasObs}})
+		c.Job, err = ScanJob(Prefixed{Row: row, First: []any{Time{&now}, &c.takeover, &c.hasObs}})
 		return c, err
-	}, fmt.Sprintf(q.Candidates, f.where, f.lease, f.due), args...)
+	}, fmt.Sprintf(b.SQL.Candidates, f.where, f.lease, f.due), args...)
 	if err != nil {
 		return now, nil, err
 	}
@@ -360,43 +359,43 @@ func lockCandidates(ctx context.Context, tx Tx, q ClaimSQL, f filter, limit int)
 			due = append(due, c)
 		}
 	}
-	if takeovers, err = lockTakeovers(ctx, tx, q, now, takeovers); err != nil {
+	if takeovers, err = b.lockTakeovers(ctx, tx, now, takeovers); err != nil {
 		return now, nil, err
 	}
 	return now, append(takeovers, due[:min(len(due), max(0, limit-len(takeovers)))]...), nil
 }
 
 // lockTakeovers locks the expired leases read, when the backend reads them
-// without locking (ClaimSQL.LockTakeovers), and returns them as locked: those
+// without locking (Statements.LockTakeovers), and returns them as locked: those
 // taken over, finished or held by another claim since the read are gone.
-func lockTakeovers(ctx context.Context, tx Tx, q ClaimSQL, now time.Time, read []candidate) ([]candidate, error) {
-	if q.LockTakeovers == "" || len(read) == 0 {
+func (b *Backend) lockTakeovers(ctx context.Context, tx Tx, now time.Time, read []candidate) ([]candidate, error) {
+	if b.SQL.LockTakeovers == "" || len(read) == 0 {
 		return read, nil
 	}
 	ids := make([]int64, len(read))
 	for i, c := range read {
 		ids[i] = c.ID
 	}
-	return QueryAll(ctx, tx, scanCandidate(q, true), fmt.Sprintf(q.LockTakeovers, Placeholders(len(ids))),
-		append(Int64Args(ids), q.At(now))...)
+	return QueryAll(ctx, tx, scanCandidate(true), fmt.Sprintf(b.SQL.LockTakeovers, Placeholders(len(ids))),
+		append(Int64Args(ids), b.At(now))...)
 }
 
 // scanCandidate reads a row of ExpiredLeases, DueJobs or LockTakeovers.
-func scanCandidate(q ClaimSQL, takeover bool) func(Scanner) (candidate, error) {
+func scanCandidate(takeover bool) func(Scanner) (candidate, error) {
 	return func(row Scanner) (candidate, error) {
 		c := candidate{takeover: takeover}
 		var err error
-		c.Job, err = q.ScanJob(Prefixed{Row: row, First: []any{&c.hasObs}})
+		c.Job, err = ScanJob(Prefixed{Row: row, First: []any{&c.hasObs}})
 		return c, err
 	}
 }
 
 // readBudgets reads the budgets of providers (every budget when nil); the
 // backend's query locks them when it is a locking read.
-func readBudgets(ctx context.Context, tx Tx, q ClaimSQL, providers []string) (map[string]store.Budget, error) {
-	query, args := q.AllBudgets, []any(nil)
+func (b *Backend) readBudgets(ctx context.Context, tx Tx, providers []string) (map[string]store.Budget, error) {
+	query, args := b.SQL.AllBudgets, []any(nil)
 	if providers != nil {
-		query, args = fmt.Sprintf(q.Budgets, Placeholders(len(providers))), strArgs(providers)
+		query, args = fmt.Sprintf(b.SQL.Budgets, Placeholders(len(providers))), strArgs(providers)
 	}
 	list, err := QueryAll(ctx, tx, func(row Scanner) (store.Budget, error) {
 		var b store.Budget
@@ -445,7 +444,6 @@ func (t Time) Scan(src any) error {
 // burst, providers not in cfg lose their budget. Every coordinator on the
 // database should be started with the same budgets.
 func (b *Backend) ConfigureBudgets(ctx context.Context, cfg map[string]store.BudgetConfig) error {
-	q := b.Claims
 	for name, c := range cfg {
 		if err := c.Validate(); err != nil {
 			return fmt.Errorf("provider %s: %w", name, err)
@@ -453,10 +451,10 @@ func (b *Backend) ConfigureBudgets(ctx context.Context, cfg map[string]store.Bud
 	}
 	err := b.InTx(ctx, func(tx Tx) error {
 		var now time.Time
-		if err := tx.QueryRowContext(ctx, q.Now).Scan(Time{&now}); err != nil {
+		if err := tx.QueryRowContext(ctx, b.SQL.Now).Scan(Time{&now}); err != nil {
 			return err
 		}
-		stored, err := readBudgets(ctx, tx, q, nil)
+		stored, err := b.readBudgets(ctx, tx, nil)
 		if err != nil {
 			return err
 		}
@@ -471,7 +469,7 @@ func (b *Backend) ConfigureBudgets(ctx context.Context, cfg map[string]store.Bud
 			if old, ok := stored[name]; ok {
 				_, err = tx.ExecContext(ctx, updateBudget, c.Rate, c.Burst, min(old.Tokens, c.Burst), name)
 			} else {
-				_, err = tx.ExecContext(ctx, insertBudget, name, c.Burst, c.Rate, c.Burst, q.At(now))
+				_, err = tx.ExecContext(ctx, insertBudget, name, c.Burst, c.Rate, c.Burst, b.At(now))
 			}
 			if err != nil {
 				return err
@@ -490,7 +488,7 @@ func (b *Backend) ConfigureBudgets(ctx context.Context, cfg map[string]store.Bud
 func (b *Backend) HasWork(ctx context.Context, provider string) (bool, error) {
 	f := providerFilter(provider)
 	var work bool
-	err := b.DB.QueryRowContext(ctx, fmt.Sprintf(b.Claims.AnyWork, f.where, f.lease, f.due),
+	err := b.DB.QueryRowContext(ctx, fmt.Sprintf(b.SQL.AnyWork, f.where, f.lease, f.due),
 		append(append([]any(nil), f.args...), f.args...)...).Scan(&work)
 	return work, b.Unavailable(err)
 }

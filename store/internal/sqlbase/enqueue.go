@@ -130,7 +130,7 @@ func (b *Backend) enqueueTx(ctx context.Context, tx Tx, ps []store.EnqueueParams
 			events = append(events, store.Event{JobID: j.ID, Attempt: 0, Kind: store.EventEnqueued, ToState: j.State,
 				NextAction: j.NextAction, CreatedAt: j.CreatedAt})
 		}
-		if err := InsertHistory(ctx, tx, events, b.Claims.At); err != nil {
+		if err := InsertHistory(ctx, tx, events, b.At); err != nil {
 			return err
 		}
 	}
@@ -154,7 +154,7 @@ func (b *Backend) jobsByKey(ctx context.Context, tx Tx, ps []store.EnqueueParams
 	for n, i := range idx {
 		keys[n] = ps[i].OperationKey
 	}
-	jobs, err := QueryAll(ctx, tx, b.Claims.ScanJob, fmt.Sprintf(selectJobsByKeys, Placeholders(len(keys))), keys...)
+	jobs, err := QueryAll(ctx, tx, ScanJob, fmt.Sprintf(selectJobsByKeys, Placeholders(len(keys))), keys...)
 	if err != nil {
 		return nil, err
 	}
@@ -174,10 +174,10 @@ func (b *Backend) insertJobs(ctx context.Context, tx Tx, ps []store.EnqueueParam
 	args := make([]any, 0, len(idx)*7)
 	for n, i := range idx {
 		p := ps[i]
-		rows[n] = fmt.Sprintf(insertJobRow, b.Claims.NowExpr)
+		rows[n] = fmt.Sprintf(insertJobRow, b.SQL.NowExpr)
 		var notBefore any
 		if !p.NotBefore.IsZero() {
-			notBefore = b.Claims.At(p.NotBefore.UTC())
+			notBefore = b.At(p.NotBefore.UTC())
 		}
 		args = append(args, p.OperationKey, p.OrderID, p.PaymentID, p.AmountMinor, p.Currency, p.Provider, notBefore)
 	}

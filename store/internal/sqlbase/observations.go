@@ -30,13 +30,13 @@ const (
 
 // ObservationPage reads the page of job jobID's receipts that p names, with
 // their count and the token of the next page (empty on the last).
-func ObservationPage(ctx context.Context, tx Tx, scan func(Scanner) (store.Observation, error), jobID int64,
-	p store.GetParams) (obs []store.Observation, total int64, next string, err error) {
+func ObservationPage(ctx context.Context, tx Tx, jobID int64, p store.GetParams) (obs []store.Observation, total int64,
+	next string, err error) {
 	after, err := p.ObservationsAfter(jobID)
 	if err != nil {
 		return nil, 0, "", err
 	}
-	obs, err = QueryAll(ctx, tx, scan, selectObservationPage, jobID, after, p.Limit()+1)
+	obs, err = QueryAll(ctx, tx, ScanObservation, selectObservationPage, jobID, after, p.Limit()+1)
 	if err != nil {
 		return nil, 0, "", err
 	}
@@ -53,8 +53,7 @@ func ObservationPage(ctx context.Context, tx Tx, scan func(Scanner) (store.Obser
 // attachObservations attaches to claimed[i], i in idx, the newest receipts
 // on file (R15) and their count, read before COMMIT so that a failure grants
 // nothing rather than jobs the caller never hears of.
-func attachObservations(ctx context.Context, q Querier, claimed []store.ClaimedJob, idx []int,
-	scan func(Scanner) (store.Observation, error)) error {
+func attachObservations(ctx context.Context, q Querier, claimed []store.ClaimedJob, idx []int) error {
 	if len(idx) == 0 {
 		return nil
 	}
@@ -71,7 +70,7 @@ func attachObservations(ctx context.Context, q Querier, claimed []store.ClaimedJ
 	obs, err := QueryAll(ctx, q, func(row Scanner) (counted, error) {
 		var c counted
 		var err error
-		c.Observation, err = scan(Prefixed{Row: row, Last: []any{&c.total}})
+		c.Observation, err = ScanObservation(Prefixed{Row: row, Last: []any{&c.total}})
 		return c, err
 	}, fmt.Sprintf(selectNewestObservations, Placeholders(len(ids))), append(Int64Args(ids), store.MaxClaimObservations)...)
 	if err != nil {
@@ -90,22 +89,20 @@ const selectObservationByDedupe = `SELECT ` + ObservationColumns + ` FROM refund
 
 // ObservationByDedupe reads the receipt on file under key (sql.ErrNoRows
 // when there is none).
-func ObservationByDedupe(ctx context.Context, tx Tx, scan func(Scanner) (store.Observation, error),
-	key string) (store.Observation, error) {
-	return scan(tx.QueryRowContext(ctx, selectObservationByDedupe, key))
+func ObservationByDedupe(ctx context.Context, tx Tx, key string) (store.Observation, error) {
+	return ScanObservation(tx.QueryRowContext(ctx, selectObservationByDedupe, key))
 }
 
 // ObservationFull reports whether job jobID may gather no more receipts
 // (store.MaxObservationsPerJob), and then answers the one under key: the
 // receipt on file when it is a repeat (a duplicate), else
 // ErrObservationLimit. When full is false the caller files the receipt.
-func ObservationFull(ctx context.Context, tx Tx, scan func(Scanner) (store.Observation, error), jobID int64,
-	key string) (obs store.Observation, full bool, err error) {
+func ObservationFull(ctx context.Context, tx Tx, jobID int64, key string) (obs store.Observation, full bool, err error) {
 	var n int64
 	if err := tx.QueryRowContext(ctx, countObservations, jobID).Scan(&n); err != nil || n < store.MaxObservationsPerJob {
 		return store.Observation{}, false, err
 	}
-	obs, err = ObservationByDedupe(ctx, tx, scan, key)
+	obs, err = ObservationByDedupe(ctx, tx, key)
 	if errors.Is(err, sql.ErrNoRows) {
 		return store.Observation{}, true, fmt.Errorf("%w: job %d has %d receipts on file", store.ErrObservationLimit,
 			jobID, n)

@@ -18,44 +18,44 @@ import (
 	"github.com/jobfence/jobfence/store"
 )
 
-// The tables' column lists, in the order the backends' scan functions read.
-const (
-	JobColumns = `id, operation_key, order_id, payment_id, amount_minor, currency, provider,
-  state, attempt, next_action, next_attempt_at, lease_until, provider_refund_id,
-  worker_id, last_reason, first_sent_at, created_at, updated_at, lease_token_hash`
-	EventColumns = `id, job_id, attempt, kind, worker_id, from_state, to_state, next_action,
-  provider_refund_id, reason, created_at, lease_token_hash`
-	ObservationColumns = `id, job_id, operation_key, reported_attempt, job_attempt, source, outcome,
-  provider_refund_id, provider_event_id, detail, created_at, attempt_verified`
-)
-
 // Tries bounds the retries of a transaction the database rolled back as a
 // whole (deadlock, lock-wait timeout, busy lock): retrying those is safe (R20).
 const Tries = 4
 
-// Backend is a database handle with the backend's reading of its errors.
-type Backend struct {
-	DB *sql.DB
-	// Retryable reports an error after which the database had rolled the whole
-	// transaction back, so running it again is safe (R20).
-	Retryable func(error) bool
+// Dialect is a backend's reading of its driver: its errors and its time
+// columns. mysql and sqlite each implement it with one type of their own.
+type Dialect interface {
+	// Retryable reports an error after which the database had rolled the
+	// whole transaction back, so running it again is safe (R20).
+	Retryable(err error) bool
 	// CommitRefused reports a failed COMMIT that certainly did not commit.
 	// Any other COMMIT failure leaves the outcome unknown.
-	CommitRefused func(error) bool
-	// Unavailable maps errors of the connection or the database's state to
-	// store.ErrUnavailable and returns others unchanged.
-	Unavailable func(error) error
+	CommitRefused(err error) bool
+	// Unavailable classifies the errors a caller may repeat after (nothing
+	// was changed) as store.ErrUnavailable and returns others unchanged.
+	Unavailable(err error) error
 	// Duplicate reports a unique-key violation.
-	Duplicate func(error) bool
+	Duplicate(err error) bool
+	// At converts a time to the value of a time column.
+	At(t time.Time) any
+}
+
+// Backend is a database handle with its backend's Dialect and Statements.
+// It implements every method of store.Store but Close.
+type Backend struct {
+	DB *sql.DB
+	Dialect
+	// SQL is the backend's SQL.
+	SQL Statements
 	// Begin, when set, is the statement that begins a transaction, run on a
 	// connection taken from DB (see connTx); when empty, transactions are
 	// *sql.Tx.
 	Begin string
-	// Claims is the backend's claim and write-back SQL.
-	Claims ClaimSQL
 	// LockedRead re-reads the jobs in %s, waiting for any transaction
 	// holding them.
 	LockedRead string
+	// ReadTx are the options of a read that must show one moment (Get).
+	ReadTx *sql.TxOptions
 
 	budgeted atomic.Bool   // any provider budget configured (R19)
 	retries  atomic.Uint64 // transactions run again after a rollback (Stats.TxRetries)
@@ -258,7 +258,7 @@ func (b *Backend) claimTx(ctx context.Context, tx Tx, ps []store.ClaimParams, va
 			for n, i := range valid[start:end] {
 				run[n] = ps[i]
 			}
-			claimed, err := claimGroupTx(ctx, tx, b.Claims, run)
+			claimed, err := b.claimGroupTx(ctx, tx, run)
 			if err != nil {
 				return err
 			}
@@ -270,7 +270,7 @@ func (b *Backend) claimTx(ctx context.Context, tx Tx, ps []store.ClaimParams, va
 		return nil
 	}
 	for _, i := range valid {
-		jobs, err := claimBudgetedTx(ctx, tx, b.Claims, ps[i])
+		jobs, err := b.claimBudgetedTx(ctx, tx, ps[i])
 		var budget *store.BudgetExhaustedError
 		switch {
 		case errors.As(err, &budget):
@@ -282,69 +282,6 @@ func (b *Backend) claimTx(ctx context.Context, tx Tx, ps []store.ClaimParams, va
 		}
 	}
 	return nil
-}
-
-// Write implements store.Store.
-func (b *Backend) Write(ctx context.Context, w store.Writeback) (store.WriteResult, error) {
-	out := b.WriteMany(ctx, []store.Writeback{w})
-	return out[0].Result, out[0].Err
-}
-
-// WriteMany implements store.Store through store.WriteBatch: writeTx runs
-// each batch in a transaction; LockedRead re-reads rows after a lost COMMIT
-// reply (R20).
-func (b *Backend) WriteMany(ctx context.Context, ws []store.Writeback) []store.WriteOutcome {
-	return store.WriteBatch(ctx, ws, store.BatchBackend{
-		Tx: func(ctx context.Context, idx []int) (store.BatchPlan, error) {
-			var plan store.BatchPlan
-			err := b.InTx(ctx, func(tx Tx) error {
-				var err error
-				plan, err = b.writeTx(ctx, tx, ws, idx)
-				return err
-			})
-			return plan, err
-		},
-		CommitUnknown: IsCommitUnknown,
-		ReadLocked: func(ctx context.Context, ids []int64) (map[int64]store.Job, error) {
-			var jobs []store.Job
-			err := b.InTx(ctx, func(tx Tx) error {
-				var err error
-				jobs, err = QueryAll(ctx, tx, b.Claims.ScanJob, fmt.Sprintf(b.LockedRead, Placeholders(len(ids))), Int64Args(ids)...)
-				return err
-			})
-			if err != nil {
-				return nil, b.Unavailable(err)
-			}
-			out := make(map[int64]store.Job, len(jobs))
-			for _, j := range jobs {
-				out[j.ID] = j
-			}
-			return out, nil
-		},
-		Unavailable: b.Unavailable,
-		Tries:       Tries,
-	})
-}
-
-// PlanWrites reads the rows of the jobs of ws[i], i in idx, with query (its
-// %s takes the id placeholders, its first column is the database clock) and
-// plans the batch against them (store.PlanBatch). It returns the plan and the
-// clock.
-func PlanWrites(ctx context.Context, tx Tx, query string, scan func(Scanner) (store.Job, error),
-	ws []store.Writeback, idx []int) (store.BatchPlan, time.Time, error) {
-	ids := store.JobIDs(ws, idx)
-	var now time.Time
-	jobs, err := QueryAll(ctx, tx, func(row Scanner) (store.Job, error) {
-		return scan(Prefixed{Row: row, First: []any{Time{&now}}})
-	}, fmt.Sprintf(query, Placeholders(len(ids))), Int64Args(ids)...)
-	if err != nil {
-		return store.BatchPlan{}, now, err
-	}
-	current := make(map[int64]store.Job, len(jobs))
-	for _, j := range jobs {
-		current[j.ID] = j
-	}
-	return store.PlanBatch(ws, idx, current, now), now, nil
 }
 
 // selectGrantOf reads the lease token hash of the claim or takeover that
@@ -492,8 +429,8 @@ func (b *Backend) List(ctx context.Context, p store.ListParams) (store.JobPage, 
 	if err := p.Validate(); err != nil {
 		return store.JobPage{}, err
 	}
-	query, args := ListQuery(p, b.Claims.At)
-	jobs, err := QueryAll(ctx, b.DB, b.Claims.ScanJob, query, args...)
+	query, args := ListQuery(p, b.At)
+	jobs, err := QueryAll(ctx, b.DB, ScanJob, query, args...)
 	if err != nil {
 		return store.JobPage{}, b.Unavailable(err)
 	}

@@ -18,7 +18,7 @@ const selectStats = `SELECT state, COUNT(*),
 // the oldest unfinished job (M1).
 func (b *Backend) Stats(ctx context.Context) (store.Stats, error) {
 	st := store.Stats{Jobs: map[store.State]int64{}, TxRetries: b.retries.Load()}
-	if err := b.DB.QueryRowContext(ctx, b.Claims.Now).Scan(Time{&st.Now}); err != nil {
+	if err := b.DB.QueryRowContext(ctx, b.SQL.Now).Scan(Time{&st.Now}); err != nil {
 		return st, b.Unavailable(err)
 	}
 	rows, err := b.DB.QueryContext(ctx, selectStats)

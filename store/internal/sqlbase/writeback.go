@@ -22,6 +22,109 @@ const insertLedger = `INSERT INTO refund_ledger
 SELECT id, operation_key, provider, provider_refund_id, amount_minor, currency, attempt, updated_at
   FROM refund_jobs WHERE id IN (%s)`
 
+// Write implements store.Store.
+func (b *Backend) Write(ctx context.Context, w store.Writeback) (store.WriteResult, error) {
+	out := b.WriteMany(ctx, []store.Writeback{w})
+	return out[0].Result, out[0].Err
+}
+
+// WriteMany implements store.Store: it validates ws and applies them in one
+// transaction (writeTx), answering each write on its own (R9, R10, R21). If
+// the COMMIT's outcome is unknown the rows are re-read (settleUnknown): a
+// write that shows is done; one whose job still runs under its grant did not
+// land and is written again, at most Tries times; the rest are settled
+// against their rows (R20).
+func (b *Backend) WriteMany(ctx context.Context, ws []store.Writeback) []store.WriteOutcome {
+	out := make([]store.WriteOutcome, len(ws))
+	pending := store.Valid(ws, func(i int, err error) { out[i].Err = err })
+	for try := 1; len(pending) > 0; try++ {
+		var plan store.BatchPlan
+		err := b.InTx(ctx, func(tx Tx) error {
+			var err error
+			plan, err = b.writeTx(ctx, tx, ws, pending)
+			return err
+		})
+		switch {
+		case err == nil:
+			for _, i := range pending {
+				out[i] = plan.Outcome(i)
+			}
+			return out
+		case IsCommitUnknown(err):
+			pending = b.settleUnknown(ctx, ws, pending, out, err, try < Tries)
+		default:
+			for _, i := range pending {
+				out[i].Err = b.Unavailable(err)
+			}
+			return out
+		}
+	}
+	return out
+}
+
+// settleUnknown answers the writes ws[i], i in idx, of a transaction whose
+// COMMIT outcome is unknown (cause), from their rows re-read once any
+// transaction holding them has ended (LockedRead). It returns the writes to
+// run again: those whose job still runs under their grant, when again.
+func (b *Backend) settleUnknown(ctx context.Context, ws []store.Writeback, idx []int, out []store.WriteOutcome,
+	cause error, again bool) []int {
+	ids := store.JobIDs(ws, idx)
+	var jobs []store.Job
+	err := b.InTx(ctx, func(tx Tx) error {
+		var err error
+		jobs, err = QueryAll(ctx, tx, ScanJob, fmt.Sprintf(b.LockedRead, Placeholders(len(ids))), Int64Args(ids)...)
+		return err
+	})
+	if err != nil {
+		for _, i := range idx {
+			out[i].Err = fmt.Errorf("%w: job %d attempt %d: %v (re-read: %v)",
+				store.ErrWriteOutcomeUnknown, ws[i].JobID, ws[i].Attempt, cause, b.Unavailable(err))
+		}
+		return nil
+	}
+	current := make(map[int64]store.Job, len(jobs))
+	for _, j := range jobs {
+		current[j.ID] = j
+	}
+	var retry []int
+	for _, i := range idx {
+		w := ws[i]
+		cur, ok := current[w.JobID]
+		switch {
+		case !ok:
+			out[i].Err = store.ErrNotFound
+		case w.AppliedTo(cur):
+			out[i] = store.WriteOutcome{Result: store.WriteResult{Job: cur}} // the lost COMMIT landed
+		case w.Fenced(cur) && again:
+			retry = append(retry, i)
+		default:
+			res, err := store.Settle(w, cur)
+			out[i] = store.WriteOutcome{Result: res, Err: err}
+		}
+	}
+	return retry
+}
+
+// PlanWrites reads the rows of the jobs of ws[i], i in idx, with query (its
+// %s takes the id placeholders, its first column is the database clock) and
+// plans the batch against them (store.PlanBatch). It returns the plan and the
+// clock.
+func PlanWrites(ctx context.Context, tx Tx, query string, ws []store.Writeback, idx []int) (store.BatchPlan, time.Time, error) {
+	ids := store.JobIDs(ws, idx)
+	var now time.Time
+	jobs, err := QueryAll(ctx, tx, func(row Scanner) (store.Job, error) {
+		return ScanJob(Prefixed{Row: row, First: []any{Time{&now}}})
+	}, fmt.Sprintf(query, Placeholders(len(ids))), Int64Args(ids)...)
+	if err != nil {
+		return store.BatchPlan{}, now, err
+	}
+	current := make(map[int64]store.Job, len(jobs))
+	for _, j := range jobs {
+		current[j.ID] = j
+	}
+	return store.PlanBatch(ws, idx, current, now), now, nil
+}
+
 // writeKind is one fenced UPDATE of a batch: the rows of every write of its
 // kind, each set to its own values.
 type writeKind struct {
@@ -75,17 +178,16 @@ func writeKinds(at func(time.Time) any) []writeKind {
 // appends the history (R3). Each UPDATE must match every row the plan let
 // through; anything else rolls the batch back.
 func (b *Backend) writeTx(ctx context.Context, tx Tx, ws []store.Writeback, idx []int) (store.BatchPlan, error) {
-	q := b.Claims
-	plan, now, err := PlanWrites(ctx, tx, q.LockForWrite, q.ScanJob, ws, idx)
+	plan, now, err := PlanWrites(ctx, tx, b.SQL.LockForWrite, ws, idx)
 	if err != nil || len(plan.Apply) == 0 {
 		return plan, err
 	}
-	for _, k := range writeKinds(q.At) {
+	for _, k := range writeKinds(b.At) {
 		applied := plan.Applied(k.match)
 		if len(applied) == 0 {
 			continue
 		}
-		u := RowUpdate{Table: q.UpdateTable, Fixed: k.set, FixedArgs: []any{q.At(now)},
+		u := RowUpdate{Table: b.SQL.UpdateTable, Fixed: k.set, FixedArgs: []any{b.At(now)},
 			Where: "state = ?", WhereArgs: []any{k.from}, Cols: k.cols}
 		for _, i := range applied {
 			u.IDs = append(u.IDs, ws[i].JobID)
@@ -104,5 +206,5 @@ func (b *Backend) writeTx(ctx context.Context, tx Tx, ws []store.Writeback, idx 
 			return plan, err
 		}
 	}
-	return plan, InsertHistory(ctx, tx, plan.Events, q.At)
+	return plan, InsertHistory(ctx, tx, plan.Events, b.At)
 }
