@@ -573,8 +573,12 @@ func (w *Worker) observe(ctx context.Context, log *slog.Logger, c ClaimedJob, re
 	if res.Reason != "" {
 		detail += "; provider: " + res.Reason
 	}
+	// By operation key, not id: a database that lost recent commits in a
+	// failover may give the lost job's id to another refund, while the key is
+	// this refund's own (R1, R26).
 	req := ObservationRequest{
-		JobID: c.Job.ID, Attempt: c.Attempt, LeaseToken: c.LeaseToken, Source: clip("worker:"+w.o.WorkerID, 128), Outcome: outcome,
+		OperationKey: c.Job.OperationKey, Attempt: c.Attempt, LeaseToken: c.LeaseToken,
+		Source: clip("worker:"+w.o.WorkerID, 128), Outcome: outcome,
 		ProviderRefundID: res.ProviderRefundID, ProviderEventID: res.ProviderEventID, Detail: clip(detail, 4096),
 	}
 	// The receipt may be the only trace of a refund the provider made: keep

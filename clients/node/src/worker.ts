@@ -460,8 +460,11 @@ export class Worker {
     }
     for (let retry = 0; ; retry++) {
       try {
+        // By operation key, not id: a database that lost recent commits in
+        // a failover may give the lost job's id to another refund, while the
+        // key is this refund's own (R1, R26).
         const resp = await this.client.reportObservation({
-          job: { case: "jobId", value: job.id },
+          job: { case: "operationKey", value: job.operationKey },
           attempt: claimed.attempt,
           leaseToken: claimed.leaseToken,
           source: clip(`worker:${this.opts.workerId}`, 128),
