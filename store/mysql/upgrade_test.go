@@ -23,23 +23,9 @@ VALUES
 
 // R25: an upgrade with running jobs loses nothing (storetest.UpgradeFromUntokened).
 func TestUpgradeWithRunningJobs_R25(t *testing.T) {
-	ctx := context.Background()
 	dsn := testdb.MySQL(t)
-	old, err := mysql.OpenMigratedTo(ctx, dsn, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = old.DB().ExecContext(ctx, fmt.Sprintf(legacyJobs, storetest.LegacyAttempt, storetest.LegacyWorker))
-	old.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := openMySQL(t, dsn, mysql.Options{})
-	var running, ready int64
-	if err := s.DB().QueryRowContext(ctx, `SELECT
-  (SELECT id FROM refund_jobs WHERE operation_key = 'legacy-running'),
-  (SELECT id FROM refund_jobs WHERE operation_key = 'legacy-ready')`).Scan(&running, &ready); err != nil {
-		t.Fatal(err)
-	}
-	storetest.UpgradeFromUntokened(t, s, running, ready)
+	storetest.UpgradeWithRunningJobs(t,
+		func() (storetest.DBStore, error) { return mysql.OpenMigratedTo(context.Background(), dsn, 3) },
+		fmt.Sprintf(legacyJobs, storetest.LegacyAttempt, storetest.LegacyWorker),
+		func() storetest.DBStore { return openMySQL(t, dsn, mysql.Options{}) })
 }

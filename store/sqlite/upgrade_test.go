@@ -23,25 +23,10 @@ VALUES
 
 // R25: an upgrade with running jobs loses nothing (storetest.UpgradeFromUntokened).
 func TestUpgradeWithRunningJobs_R25(t *testing.T) {
-	ctx := context.Background()
 	path := testdb.SQLitePath(t)
-	old, err := sqlite.OpenMigratedTo(ctx, path, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
 	now := `(CAST(unixepoch('now', 'subsec') * 1000 AS INTEGER) * 1000)`
-	_, err = old.DB().ExecContext(ctx, strings.ReplaceAll(
-		fmt.Sprintf(legacyJobs, storetest.LegacyAttempt, storetest.LegacyWorker), "NOW", now))
-	old.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := openAt(t, path)
-	var running, ready int64
-	if err := s.DB().QueryRowContext(ctx, `SELECT
-  (SELECT id FROM refund_jobs WHERE operation_key = 'legacy-running'),
-  (SELECT id FROM refund_jobs WHERE operation_key = 'legacy-ready')`).Scan(&running, &ready); err != nil {
-		t.Fatal(err)
-	}
-	storetest.UpgradeFromUntokened(t, s, running, ready)
+	storetest.UpgradeWithRunningJobs(t,
+		func() (storetest.DBStore, error) { return sqlite.OpenMigratedTo(context.Background(), path, 3) },
+		strings.ReplaceAll(fmt.Sprintf(legacyJobs, storetest.LegacyAttempt, storetest.LegacyWorker), "NOW", now),
+		func() storetest.DBStore { return openAt(t, path) })
 }

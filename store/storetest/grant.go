@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"database/sql"
 	"encoding/base64"
 	"errors"
 	"testing"
@@ -141,6 +142,39 @@ const (
 	LegacyAttempt = 3
 	LegacyWorker  = "old-worker"
 )
+
+// DBStore is a backend's store with its database handle.
+type DBStore interface {
+	store.Store
+	DB() *sql.DB
+}
+
+// UpgradeWithRunningJobs runs legacySQL on the store openOld opens at schema
+// version 3, as a coordinator from before lease tokens left it (its
+// statement inserts the job keyed legacy-running, granted under
+// LegacyAttempt to LegacyWorker with a live lease, and legacy-ready, never
+// claimed), opens the file or database again with openNew (every
+// migration) and checks it with UpgradeFromUntokened.
+func UpgradeWithRunningJobs(t *testing.T, openOld func() (DBStore, error), legacySQL string, openNew func() DBStore) {
+	t.Helper()
+	old, err := openOld()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = old.DB().ExecContext(ctxFor(t), legacySQL)
+	old.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := openNew()
+	var running, ready int64
+	if err := s.DB().QueryRowContext(ctxFor(t), `SELECT
+  (SELECT id FROM refund_jobs WHERE operation_key = 'legacy-running'),
+  (SELECT id FROM refund_jobs WHERE operation_key = 'legacy-ready')`).Scan(&running, &ready); err != nil {
+		t.Fatal(err)
+	}
+	UpgradeFromUntokened(t, s, running, ready)
+}
 
 // UpgradeFromUntokened checks a store opened on a database that a
 // coordinator from before lease tokens left behind (R25), with running a job
