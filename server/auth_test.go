@@ -46,7 +46,7 @@ func TestBearerTokensAndRoles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := start(t, testdb.Backends()[1], func(o *server.Options) { o.Auth = authn })
+	c := start(t, testdb.SQLiteBackend(), func(o *server.Options) { o.Auth = authn })
 	ctx := ctxFor(t)
 
 	_, err = c.client.EnqueueRefund(ctx, refundReq())

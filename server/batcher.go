@@ -19,8 +19,8 @@ import (
 // a slow or stalled transaction (a lock wait, a connection dying) does not
 // hold up every call behind it, while in the usual case batches stay large
 // and transactions do not compete for the database (on two cores, two
-// flushers per stage cost a third more database CPU per job and a quarter
-// more latency than one).
+// flushers taking calls alike cost more database CPU per job and more
+// latency than one: docs/BENCHMARKS.md).
 type batcher[In, Out any] struct {
 	run      func(context.Context, []In) []Out
 	queue    chan *batchCall[In, Out]
@@ -69,7 +69,8 @@ func newBatcher[In, Out any](run func(context.Context, []In) []Out, flushers, ma
 }
 
 // do queues in and waits for its outcome. If ctx ends first the call may still
-// be applied; the calls batched here are all safe to repeat (R1, R21).
+// be applied: enqueues and write-backs are safe to repeat (R1, R21); a claim
+// granted to a caller that left goes to abandoned, which hands it back.
 func (b *batcher[In, Out]) do(ctx context.Context, in In) (Out, error) {
 	c := &batchCall[In, Out]{in: in, done: make(chan struct{})}
 	var zero Out

@@ -56,7 +56,7 @@ func (b *syncBuffer) finishedCalls(t *testing.T) []map[string]any {
 // write is (the fence doing its job, R9), successful calls are not; at debug
 // both are, with the call's service, method, peer, code, error and duration.
 func TestFinishedCallsLoggedAtTheirCodesLevel(t *testing.T) {
-	b := testdb.Backends()[len(testdb.Backends())-1] // the embedded store: the log does not depend on it
+	b := testdb.SQLiteBackend() // the embedded store: the log does not depend on it
 	for _, level := range []slog.Level{slog.LevelInfo, slog.LevelDebug} {
 		t.Run(level.String(), func(t *testing.T) {
 			var sink syncBuffer

@@ -448,7 +448,7 @@ func TestBadInputOverGRPC(t *testing.T) {
 }
 
 func TestHealthServing(t *testing.T) {
-	c := start(t, testdb.Backends()[0])
+	c := start(t, testdb.MySQLBackend())
 	resp, err := healthpb.NewHealthClient(c.conn).Check(ctxFor(t), &healthpb.HealthCheckRequest{
 		Service: pb.Coordinator_ServiceDesc.ServiceName})
 	if err != nil || resp.Status != healthpb.HealthCheckResponse_SERVING {
@@ -566,7 +566,7 @@ func TestClaimLongPollWakesOnEnqueue(t *testing.T) {
 // TestDrainReleasesWaitingClaims: a graceful stop is not held up by idle
 // long polls.
 func TestDrainReleasesWaitingClaims(t *testing.T) {
-	c := start(t, testdb.Backends()[1])
+	c := start(t, testdb.SQLiteBackend())
 	done := make(chan error, 1)
 	go func() {
 		resp, err := c.client.Claim(ctxFor(t), &pb.ClaimRequest{WorkerId: "idle", MaxJobs: 1, Wait: durationpb.New(50 * time.Second)})
@@ -593,7 +593,7 @@ func TestDrainReleasesWaitingClaims(t *testing.T) {
 // a job.
 func TestMoreCallsThanStreamWorkers(t *testing.T) {
 	const n = 100
-	c := start(t, testdb.Backends()[1])
+	c := start(t, testdb.SQLiteBackend())
 	ctx := ctxFor(t)
 	got := make(chan int64, n)
 	for i := range n {

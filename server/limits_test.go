@@ -122,13 +122,7 @@ func (r *rawConn) call(size int) string {
 // advertises its bounds, refuses a header list beyond MaxHeaderBytes before
 // reading it, and still serves ordinary calls.
 func TestHeaderListBoundedBeforeAuthentication(t *testing.T) {
-	var sqliteBackend testdb.Backend
-	for _, b := range testdb.Backends() {
-		if b.Name == "sqlite" {
-			sqliteBackend = b
-		}
-	}
-	c := start(t, sqliteBackend)
+	c := start(t, testdb.SQLiteBackend())
 
 	settings := dialRaw(t, c.addr).serverSettings()
 	if got := settings[http2.SettingMaxHeaderListSize]; got != server.MaxHeaderBytes {
@@ -168,14 +162,8 @@ func (rawCodec) Name() string                       { return "proto" }
 // and code and logged (at most once a second), and the call log's own calls
 // are not counted twice.
 func TestUnparsedRequestsAreSeen(t *testing.T) {
-	var sqliteBackend testdb.Backend
-	for _, b := range testdb.Backends() {
-		if b.Name == "sqlite" {
-			sqliteBackend = b
-		}
-	}
 	var logged syncBuffer
-	c := start(t, sqliteBackend, func(o *server.Options) { o.Logger = slog.New(slog.NewJSONHandler(&logged, nil)) })
+	c := start(t, testdb.SQLiteBackend(), func(o *server.Options) { o.Logger = slog.New(slog.NewJSONHandler(&logged, nil)) })
 	// GetJobRequest{operation_key: "\xff\xfe"}: a string field that is not UTF-8.
 	bad := []byte{0x12, 0x02, 0xff, 0xfe}
 	var out []byte

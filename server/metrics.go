@@ -17,7 +17,7 @@ type Metrics struct {
 	takeovers    prometheus.Counter
 	stale        *prometheus.CounterVec
 	granted      *prometheus.CounterVec
-	claimBatch   prometheus.Histogram
+	jobsPerClaim prometheus.Histogram
 	writeBatch   prometheus.Histogram
 	enqueueBatch prometheus.Histogram
 	claimTxBatch prometheus.Histogram
@@ -42,7 +42,7 @@ func NewMetrics(reg prometheus.Registerer, st store.Store) *Metrics {
 			Name: "jobfence_granted_jobs_total",
 			Help: "Jobs granted by Claim, by next_action; the reconcile share is the share of provider calls that are reconciles.",
 		}, []string{"next_action"}),
-		claimBatch: prometheus.NewHistogram(prometheus.HistogramOpts{
+		jobsPerClaim: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "jobfence_claim_batch_size",
 			Help:    "Jobs granted per non-empty Claim.",
 			Buckets: []float64{1, 2, 5, 10, 20, 50, 100},
@@ -83,7 +83,7 @@ func NewMetrics(reg prometheus.Registerer, st store.Store) *Metrics {
 	for _, rpc := range []string{"Complete", "Reschedule", "Escalate"} {
 		m.stale.WithLabelValues(rpc)
 	}
-	reg.MustRegister(m.takeovers, m.stale, m.granted, m.claimBatch, m.writeBatch, m.enqueueBatch, m.claimTxBatch, m.handoffs, m.idleLooks, m.earlyRejects, m.grpc,
+	reg.MustRegister(m.takeovers, m.stale, m.granted, m.jobsPerClaim, m.writeBatch, m.enqueueBatch, m.claimTxBatch, m.handoffs, m.idleLooks, m.earlyRejects, m.grpc,
 		newStatsCollector(st))
 	return m
 }

@@ -55,8 +55,8 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// claimBatch bounds the claims sharing one transaction.
-const claimBatch = 16
+// claimsPerTx bounds the claims sharing one transaction.
+const claimsPerTx = 16
 
 // MaxClaimWait bounds ClaimRequest.wait.
 const MaxClaimWait = time.Minute
@@ -102,7 +102,7 @@ func New(st store.Store, opts Options) *Server {
 		writes: newBatcher(st.WriteMany, opts.WriteFlushers, opts.WriteBatch, time.Minute, opts.Metrics.writeBatch),
 		// Claims are short and lock rows: few at a time, so that concurrent
 		// claimers share a COMMIT instead of contending in the database.
-		claims: newBatcher(st.ClaimMany, opts.WriteFlushers, claimBatch, time.Minute, opts.Metrics.claimTxBatch)}
+		claims: newBatcher(st.ClaimMany, opts.WriteFlushers, claimsPerTx, time.Minute, opts.Metrics.claimTxBatch)}
 	srv.enqueues = newBatcher(srv.enqueueMany, opts.WriteFlushers, opts.WriteBatch, time.Minute, opts.Metrics.enqueueBatch)
 	srv.claims.abandoned = srv.release
 	return srv
@@ -190,7 +190,7 @@ func (s *Server) Claim(ctx context.Context, req *pb.ClaimRequest) (*pb.ClaimResp
 	}
 	resp := &pb.ClaimResponse{Jobs: make([]*pb.ClaimedJob, len(claimed))}
 	if len(claimed) > 0 {
-		s.metrics.claimBatch.Observe(float64(len(claimed)))
+		s.metrics.jobsPerClaim.Observe(float64(len(claimed)))
 	}
 	for i, c := range claimed {
 		s.metrics.granted.WithLabelValues(string(c.Job.NextAction)).Inc()
@@ -271,7 +271,7 @@ func (s *Server) claim(ctx context.Context, p store.ClaimParams, wait time.Durat
 
 // pollRound claims, in one transaction, for wt (which its caller has taken
 // out of the waiters) with p and for the other armed waiters, oldest first,
-// up to claimBatch in all, and hands each its outcome: idle long polls look
+// up to claimsPerTx in all, and hands each its outcome: idle long polls look
 // for work together, one transaction per poll instant however many wait.
 // The transaction outlives any one caller, like a batch. Its waiters are out
 // of the queue while it runs, so a wake then (an enqueue after its candidate
@@ -279,7 +279,7 @@ func (s *Server) claim(ctx context.Context, p store.ClaimParams, wait time.Durat
 // at once, as woken waiters do, instead of waiting for the next instant.
 func (s *Server) pollRound(wt *waiter, p store.ClaimParams) {
 	wakes := s.waiters.wakeCount()
-	peers := s.waiters.take(claimBatch-1, nil)
+	peers := s.waiters.take(claimsPerTx-1, nil)
 	claims := make([]store.ClaimParams, 0, len(peers)+1)
 	claims = append(claims, p)
 	for _, w := range peers {

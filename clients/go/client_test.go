@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	jobfence "github.com/jobfence/jobfence/clients/go"
+	"github.com/jobfence/jobfence/internal/testdb"
 	"github.com/jobfence/jobfence/store"
 )
 
@@ -283,7 +284,7 @@ func TestBearerTokenAndTLS(t *testing.T) {
 	token := jobfence.WithBearerToken(func(context.Context) (string, error) { return "s3cret", nil })
 
 	t.Run("plaintext refuses the token", func(t *testing.T) {
-		c := startCoordinatorOn(t, sqliteBackend(), []grpc.ServerOption{auth})
+		c := startCoordinatorOn(t, testdb.SQLiteBackend(), []grpc.ServerOption{auth})
 		cl, err := jobfence.Dial(c.addr, token)
 		if err != nil {
 			t.Fatal(err)
@@ -306,7 +307,7 @@ func TestBearerTokenAndTLS(t *testing.T) {
 	t.Run("tls", func(t *testing.T) {
 		cert, pool := selfSigned(t)
 		creds := grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}}))
-		c := startCoordinatorOn(t, sqliteBackend(), []grpc.ServerOption{auth, creds},
+		c := startCoordinatorOn(t, testdb.SQLiteBackend(), []grpc.ServerOption{auth, creds},
 			jobfence.WithTLS(&tls.Config{RootCAs: pool}), token)
 		if _, err := c.client.GetJob(ctxFor(t), 1); !errors.Is(err, jobfence.ErrNotFound) {
 			t.Fatalf("over TLS with a token: %v, want ErrNotFound (authorised)", err)
@@ -343,7 +344,7 @@ func selfSigned(t *testing.T) (tls.Certificate, *x509.CertPool) {
 // TestClaimReportsEmptyBudget_R19: due jobs held back by the provider's
 // budget come back as a BudgetExhaustedError saying when to return.
 func TestClaimReportsEmptyBudget_R19(t *testing.T) {
-	c := startCoordinatorOn(t, sqliteBackend(), nil)
+	c := startCoordinatorOn(t, testdb.SQLiteBackend(), nil)
 	ctx := context.Background()
 	if err := c.store.ConfigureBudgets(ctx, map[string]store.BudgetConfig{"acme": {Rate: 0.5, Burst: 1}}); err != nil {
 		t.Fatal(err)

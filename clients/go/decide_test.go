@@ -7,6 +7,7 @@ import (
 	"time"
 
 	jobfence "github.com/jobfence/jobfence/clients/go"
+	"github.com/jobfence/jobfence/internal/testdb"
 )
 
 func TestDecisionTable_R14_R16(t *testing.T) {
@@ -100,7 +101,7 @@ func TestResendAllowedNeedsMarginBeforeDeadline_R22(t *testing.T) {
 // TestCoordinatorNowFollowsTheClaimNotTheWallClock_R12: the estimate starts
 // at the database time of the claim and advances with the monotonic clock.
 func TestCoordinatorNowFollowsTheClaimNotTheWallClock_R12(t *testing.T) {
-	c := startCoordinatorOn(t, sqliteBackend(), nil)
+	c := startCoordinatorOn(t, testdb.SQLiteBackend(), nil)
 	job := c.enqueue(t, "acme")
 	claimed := c.claimOne(t, "w", job)
 	if claimed.ClaimedAt.IsZero() || !claimed.Job.FirstSentAt.Equal(claimed.ClaimedAt) || claimed.SendsAgain() {

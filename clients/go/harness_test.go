@@ -35,20 +35,10 @@ type coordinator struct {
 	calls map[string]int // full method → calls served
 }
 
-// sqliteBackend is the embedded store, for tests that are not about the database.
-func sqliteBackend() testdb.Backend {
-	for _, b := range testdb.Backends() {
-		if b.Name == "sqlite" {
-			return b
-		}
-	}
-	panic("no sqlite backend")
-}
-
 // startCoordinator starts a coordinator on MySQL.
 func startCoordinator(t *testing.T, opts ...jobfence.Option) *coordinator {
 	t.Helper()
-	return startCoordinatorOn(t, testdb.Backends()[0], nil, opts...) // MySQL: mandatory, never skipped
+	return startCoordinatorOn(t, testdb.MySQLBackend(), nil, opts...) // MySQL: mandatory, never skipped
 }
 
 // startCoordinatorOn starts a coordinator on backend b with extra server

@@ -12,6 +12,7 @@ import (
 
 	jobfence "github.com/jobfence/jobfence/clients/go"
 	"github.com/jobfence/jobfence/internal/proctest"
+	"github.com/jobfence/jobfence/internal/testdb"
 )
 
 // call is one handler invocation.
@@ -435,7 +436,7 @@ func TestWorkerHandlerPanicIsUnknownOutcome(t *testing.T) {
 }
 
 func TestNewWorkerRejectsBadOptions(t *testing.T) {
-	c := startCoordinatorOn(t, sqliteBackend(), nil)
+	c := startCoordinatorOn(t, testdb.SQLiteBackend(), nil)
 	for _, o := range []jobfence.WorkerOptions{
 		{},
 		{WorkerID: "w", Concurrency: 101},

@@ -37,3 +37,19 @@ func opened(t *testing.T, s store.Store, err error) store.Store {
 	t.Cleanup(func() { s.Close() })
 	return s
 }
+
+// MySQLBackend and SQLiteBackend are the backends by name, for tests that
+// need one of them.
+func MySQLBackend() Backend { return backendNamed("mysql") }
+
+// SQLiteBackend: see MySQLBackend.
+func SQLiteBackend() Backend { return backendNamed("sqlite") }
+
+func backendNamed(name string) Backend {
+	for _, b := range Backends() {
+		if b.Name == name {
+			return b
+		}
+	}
+	panic("testdb: no backend " + name)
+}

@@ -15,8 +15,7 @@ import (
 // It is a CASE on the primary key rather than a join to a derived table of
 // the values: MariaDB materialises such a derived table into a temporary
 // table for every statement, which costs the database more than the update
-// itself (measured: 110–130 µs against 70 µs of database CPU for one row,
-// 190–200 against 115–125 µs for eight).
+// itself (docs/BENCHMARKS.md has the measurement).
 type RowUpdate struct {
 	// Table is the UPDATE's target, with any index hint.
 	Table string
