@@ -164,7 +164,7 @@ func (a *Authenticator) authenticate(ctx context.Context) (context.Context, erro
 	allowed, known := methodRoles[method]
 	if !known || !slices.ContainsFunc(id.Roles, func(r Role) bool { return slices.Contains(allowed, r) }) {
 		return nil, withDetails(codes.PermissionDenied,
-			fmt.Sprintf("%s may not call %s (needs one of %v)", id.Name, method, allowed), info(ReasonPermissionDenied, nil))
+			fmt.Sprintf("%s may not call %s (needs one of %v)", id.Name, method, allowed), info(ReasonPermissionDenied, nil)).Err()
 	}
 	return context.WithValue(ctx, identityKey{}, id), nil
 }
@@ -173,12 +173,12 @@ func (a *Authenticator) identify(ctx context.Context) (Identity, error) {
 	if a.tokens != nil {
 		token, err := auth.AuthFromMD(ctx, "bearer")
 		if err != nil {
-			return Identity{}, withDetails(codes.Unauthenticated, "missing bearer token", info(ReasonUnauthenticated, nil))
+			return Identity{}, withDetails(codes.Unauthenticated, "missing bearer token", info(ReasonUnauthenticated, nil)).Err()
 		}
 		if id, ok := a.tokens[sha256.Sum256([]byte(token))]; ok {
 			return id, nil
 		}
-		return Identity{}, withDetails(codes.Unauthenticated, "unknown bearer token", info(ReasonUnauthenticated, nil))
+		return Identity{}, withDetails(codes.Unauthenticated, "unknown bearer token", info(ReasonUnauthenticated, nil)).Err()
 	}
 	if p, ok := peer.FromContext(ctx); ok {
 		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(ti.State.VerifiedChains) > 0 {
@@ -186,7 +186,8 @@ func (a *Authenticator) identify(ctx context.Context) (Identity, error) {
 			return Identity{Name: commonName(cert), Roles: []Role{RoleProducer, RoleWorker, RoleOperator, RoleReader}}, nil
 		}
 	}
-	return Identity{}, withDetails(codes.Unauthenticated, "a verified client certificate is required", info(ReasonUnauthenticated, nil))
+	return Identity{}, withDetails(codes.Unauthenticated, "a verified client certificate is required",
+		info(ReasonUnauthenticated, nil)).Err()
 }
 
 func commonName(c *x509.Certificate) string {

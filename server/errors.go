@@ -6,41 +6,69 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/protoadapt"
 
+	pb "github.com/jobfence/jobfence/gen/jobfence/v1"
 	"github.com/jobfence/jobfence/store"
 )
 
 // Domain is the ErrorInfo domain of every error this service returns (R24).
 const Domain = "jobfence"
 
-// The ErrorInfo reasons. They are API: clients branch on them, never on
-// messages (R24).
-const (
-	ReasonStaleAttempt        = "STALE_ATTEMPT"
-	ReasonJobNotRunning       = "JOB_NOT_RUNNING"
-	ReasonJobNotInReview      = "JOB_NOT_IN_REVIEW"
-	ReasonKeyConflict         = "OPERATION_KEY_CONFLICT"
-	ReasonClaimOutcomeUnknown = "CLAIM_OUTCOME_UNKNOWN"
-	ReasonWriteOutcomeUnknown = "WRITE_OUTCOME_UNKNOWN"
-	ReasonObservationLimit    = "OBSERVATION_LIMIT"
-	ReasonDatabaseUnavailable = "DATABASE_UNAVAILABLE"
-	ReasonDatabaseFull        = "DATABASE_FULL"
-	ReasonDatabaseDenied      = "DATABASE_ACCESS_DENIED"
-	ReasonNotFound            = "NOT_FOUND"
-	ReasonInvalidArgument     = "INVALID_ARGUMENT"
-	ReasonUnauthenticated     = "UNAUTHENTICATED"
-	ReasonPermissionDenied    = "PERMISSION_DENIED"
+// reason is the ErrorInfo reason of r: its name without the ERROR_REASON_
+// prefix. The proto's ErrorReason is the one list of reasons (R24).
+func reason(r pb.ErrorReason) string { return strings.TrimPrefix(r.String(), "ERROR_REASON_") }
+
+// The ErrorInfo reasons this service sends. They are API: clients branch on
+// them, never on messages (R24).
+var (
+	ReasonStaleAttempt        = reason(pb.ErrorReason_ERROR_REASON_STALE_ATTEMPT)
+	ReasonJobNotRunning       = reason(pb.ErrorReason_ERROR_REASON_JOB_NOT_RUNNING)
+	ReasonJobNotInReview      = reason(pb.ErrorReason_ERROR_REASON_JOB_NOT_IN_REVIEW)
+	ReasonKeyConflict         = reason(pb.ErrorReason_ERROR_REASON_OPERATION_KEY_CONFLICT)
+	ReasonClaimOutcomeUnknown = reason(pb.ErrorReason_ERROR_REASON_CLAIM_OUTCOME_UNKNOWN)
+	ReasonWriteOutcomeUnknown = reason(pb.ErrorReason_ERROR_REASON_WRITE_OUTCOME_UNKNOWN)
+	ReasonObservationLimit    = reason(pb.ErrorReason_ERROR_REASON_OBSERVATION_LIMIT)
+	ReasonDatabaseUnavailable = reason(pb.ErrorReason_ERROR_REASON_DATABASE_UNAVAILABLE)
+	ReasonDatabaseFull        = reason(pb.ErrorReason_ERROR_REASON_DATABASE_FULL)
+	ReasonDatabaseDenied      = reason(pb.ErrorReason_ERROR_REASON_DATABASE_ACCESS_DENIED)
+	ReasonNotFound            = reason(pb.ErrorReason_ERROR_REASON_NOT_FOUND)
+	ReasonInvalidArgument     = reason(pb.ErrorReason_ERROR_REASON_INVALID_ARGUMENT)
+	ReasonUnauthenticated     = reason(pb.ErrorReason_ERROR_REASON_UNAUTHENTICATED)
+	ReasonPermissionDenied    = reason(pb.ErrorReason_ERROR_REASON_PERMISSION_DENIED)
 )
 
-// toStatus turns a store error into the gRPC status the client sees. This is
-// the only place that does. Unexpected errors become Internal with a safe
-// message; the real error is logged with the job's identity.
+// toStatus turns a store error into the gRPC status the client sees (this is
+// the only place that does) and logs what statusOf says an operator should
+// see, with the job's identity.
 func (s *Server) toStatus(ctx context.Context, err error, job jobAttrs) error {
+	st, l := statusOf(err, job)
+	if l.msg != "" {
+		s.log.LogAttrs(ctx, l.level, l.msg, append(job.attrs(), l.attrs...)...)
+	}
+	return st.Err()
+}
+
+// logLine is what statusOf asks to be logged about an error; none when msg
+// is empty.
+type logLine struct {
+	level slog.Level
+	msg   string
+	attrs []slog.Attr
+}
+
+// statusOf maps an error to its status: one table, no side effects.
+// Unexpected errors become INTERNAL with a safe message; the real error goes
+// to the log line.
+func statusOf(err error, job jobAttrs) (*status.Status, logLine) {
+	cause := func(level slog.Level, msg string) logLine {
+		return logLine{level: level, msg: msg, attrs: []slog.Attr{slog.String("error", err.Error())}}
+	}
 	var ve *store.ValidationError
 	var fe *store.FenceError
 	switch {
@@ -50,85 +78,84 @@ func (s *Server) toStatus(ctx context.Context, err error, job jobAttrs) error {
 			br.FieldViolations = append(br.FieldViolations,
 				&errdetails.BadRequest_FieldViolation{Field: v.Field, Description: v.Description})
 		}
-		return withDetails(codes.InvalidArgument, ve.Error(), info(ReasonInvalidArgument, nil), br)
+		return withDetails(codes.InvalidArgument, ve.Error(), info(ReasonInvalidArgument, nil), br), logLine{}
 	case errors.As(err, &fe):
-		reason := ReasonStaleAttempt
-		msg := fmt.Sprintf("attempt %d with this lease token is not job %d's current grant (current attempt %d, state %s): "+
-			"it was taken over, or the token is not the one Claim returned; nothing was written",
-			fe.Attempt, fe.Current.ID, fe.Current.Attempt, stateToProto(fe.Current.State))
-		switch {
-		case errors.Is(err, store.ErrNotRunning):
-			reason = ReasonJobNotRunning
-			msg = fmt.Sprintf("job %d is no longer running under attempt %d (state %s): this attempt already wrote a different outcome",
-				fe.Current.ID, fe.Attempt, stateToProto(fe.Current.State))
-		case errors.Is(err, store.ErrNotInReview):
-			reason = ReasonJobNotInReview
-			msg = fmt.Sprintf("job %d is not in manual review under attempt %d (state %s)",
-				fe.Current.ID, fe.Attempt, stateToProto(fe.Current.State))
-		}
-		meta := map[string]string{
-			"job_id":          strconv.FormatInt(fe.Current.ID, 10),
-			"attempt":         strconv.FormatInt(fe.Attempt, 10),
-			"current_attempt": strconv.FormatInt(fe.Current.Attempt, 10),
-			"current_state":   stateToProto(fe.Current.State).String(),
-		}
-		s.log.LogAttrs(ctx, slog.LevelInfo, "fenced write rejected", append(job.attrs(), slog.String("reason", reason),
-			slog.Int64("current_attempt", fe.Current.Attempt), slog.String("current_state", string(fe.Current.State)))...)
-		return withDetails(codes.FailedPrecondition, msg, info(reason, meta), &errdetails.PreconditionFailure{
-			Violations: []*errdetails.PreconditionFailure_Violation{{
-				Type: reason, Subject: "jobs/" + meta["job_id"], Description: msg,
-			}},
-		})
+		return fenceStatus(err, fe)
 	case errors.Is(err, store.ErrObservationLimit):
-		s.log.LogAttrs(ctx, slog.LevelError, "observation refused: the job has as many as it may keep; "+
-			"someone is flooding it, look at its receipts", append(job.attrs(), slog.String("error", err.Error()))...)
 		return withDetails(codes.ResourceExhausted, fmt.Sprintf("the job has %d receipts on file, the most it keeps; "+
-			"this one was not filed", store.MaxObservationsPerJob), info(ReasonObservationLimit, nil))
+				"this one was not filed", store.MaxObservationsPerJob), info(ReasonObservationLimit, nil)),
+			cause(slog.LevelError, "observation refused: the job has as many as it may keep; someone is flooding it, "+
+				"look at its receipts")
 	case errors.Is(err, store.ErrNotFound):
-		return withDetails(codes.NotFound, "job not found", info(ReasonNotFound, nil))
+		return withDetails(codes.NotFound, "job not found", info(ReasonNotFound, nil)), logLine{}
 	case errors.Is(err, store.ErrKeyConflict):
 		return withDetails(codes.AlreadyExists,
 			"operation_key is already bound to a different refund (order, payment, amount, currency or provider differ)",
-			info(ReasonKeyConflict, map[string]string{"operation_key": job.key, "job_id": strconv.FormatInt(job.id, 10)}))
+			info(ReasonKeyConflict, map[string]string{"operation_key": job.key, "job_id": strconv.FormatInt(job.id, 10)})), logLine{}
 	case errors.Is(err, store.ErrClaimOutcomeUnknown):
-		s.log.LogAttrs(ctx, slog.LevelWarn, "claim outcome unknown; nothing granted", slog.String("error", err.Error()))
-		return withDetails(codes.Unavailable,
-			"the claim's commit outcome is unknown; no job was granted, claim again", info(ReasonClaimOutcomeUnknown, nil))
+		return withDetails(codes.Unavailable, "the claim's commit outcome is unknown; no job was granted, claim again",
+			info(ReasonClaimOutcomeUnknown, nil)), cause(slog.LevelWarn, "claim outcome unknown; nothing granted")
 	case errors.Is(err, store.ErrWriteOutcomeUnknown):
-		s.log.LogAttrs(ctx, slog.LevelWarn, "write outcome unknown", append(job.attrs(), slog.String("error", err.Error()))...)
-		return withDetails(codes.Unavailable,
-			"the write's commit outcome is unknown; repeat the same request, it is idempotent", info(ReasonWriteOutcomeUnknown, nil))
+		return withDetails(codes.Unavailable, "the write's commit outcome is unknown; repeat the same request, it is idempotent",
+			info(ReasonWriteOutcomeUnknown, nil)), cause(slog.LevelWarn, "write outcome unknown")
 	case errors.Is(err, store.ErrDatabaseFull):
-		s.log.LogAttrs(ctx, slog.LevelError, "database full: nothing was changed; free space in the database",
-			append(job.attrs(), slog.String("error", err.Error()))...)
 		return withDetails(codes.Unavailable, "the coordinator's database is full; nothing was changed, retry later",
-			info(ReasonDatabaseFull, nil))
+			info(ReasonDatabaseFull, nil)), cause(slog.LevelError, "database full: nothing was changed; free space in the database")
 	case errors.Is(err, store.ErrDatabaseAccessDenied):
-		s.log.LogAttrs(ctx, slog.LevelError, "database access denied: nothing was changed; grant the coordinator's "+
-			"database user what it needs (docs/DEPLOY.md)", append(job.attrs(), slog.String("error", err.Error()))...)
 		return withDetails(codes.Unavailable, "the coordinator's database refused its user; nothing was changed, retry later",
-			info(ReasonDatabaseDenied, nil))
+				info(ReasonDatabaseDenied, nil)),
+			cause(slog.LevelError, "database access denied: nothing was changed; grant the coordinator's database user "+
+				"what it needs (docs/DEPLOY.md)")
 	case errors.Is(err, store.ErrUnavailable):
-		s.log.LogAttrs(ctx, slog.LevelWarn, "database unavailable", append(job.attrs(), slog.String("error", err.Error()))...)
-		return withDetails(codes.Unavailable, "database unavailable; nothing was changed, retry", info(ReasonDatabaseUnavailable, nil))
+		return withDetails(codes.Unavailable, "database unavailable; nothing was changed, retry", info(ReasonDatabaseUnavailable, nil)),
+			cause(slog.LevelWarn, "database unavailable")
 	case errors.Is(err, context.Canceled):
-		return status.Error(codes.Canceled, "request canceled")
+		return status.New(codes.Canceled, "request canceled"), logLine{}
 	case errors.Is(err, context.DeadlineExceeded):
-		return status.Error(codes.DeadlineExceeded, "deadline exceeded")
+		return status.New(codes.DeadlineExceeded, "deadline exceeded"), logLine{}
 	default:
-		s.log.LogAttrs(ctx, slog.LevelError, "internal error", append(job.attrs(), slog.String("error", err.Error()))...)
-		return status.Error(codes.Internal, "internal error")
+		return status.New(codes.Internal, "internal error"), cause(slog.LevelError, "internal error")
 	}
+}
+
+// fenceStatus is the status of a write the fence refused (R9, R21, R25):
+// FAILED_PRECONDITION with the reason, the caller's and the current attempt
+// and state in the metadata, and a PreconditionFailure naming the job.
+func fenceStatus(err error, fe *store.FenceError) (*status.Status, logLine) {
+	r := ReasonStaleAttempt
+	msg := fmt.Sprintf("attempt %d with this lease token is not job %d's current grant (current attempt %d, state %s): "+
+		"it was taken over, or the token is not the one Claim returned; nothing was written",
+		fe.Attempt, fe.Current.ID, fe.Current.Attempt, stateToProto(fe.Current.State))
+	switch {
+	case errors.Is(err, store.ErrNotRunning):
+		r = ReasonJobNotRunning
+		msg = fmt.Sprintf("job %d is no longer running under attempt %d (state %s): this attempt already wrote a different outcome",
+			fe.Current.ID, fe.Attempt, stateToProto(fe.Current.State))
+	case errors.Is(err, store.ErrNotInReview):
+		r = ReasonJobNotInReview
+		msg = fmt.Sprintf("job %d is not in manual review under attempt %d (state %s)",
+			fe.Current.ID, fe.Attempt, stateToProto(fe.Current.State))
+	}
+	meta := map[string]string{
+		"job_id":          strconv.FormatInt(fe.Current.ID, 10),
+		"attempt":         strconv.FormatInt(fe.Attempt, 10),
+		"current_attempt": strconv.FormatInt(fe.Current.Attempt, 10),
+		"current_state":   stateToProto(fe.Current.State).String(),
+	}
+	return withDetails(codes.FailedPrecondition, msg, info(r, meta), &errdetails.PreconditionFailure{
+			Violations: []*errdetails.PreconditionFailure_Violation{{Type: r, Subject: "jobs/" + meta["job_id"], Description: msg}},
+		}), logLine{level: slog.LevelInfo, msg: "fenced write rejected", attrs: []slog.Attr{slog.String("reason", r),
+			slog.Int64("current_attempt", fe.Current.Attempt), slog.String("current_state", string(fe.Current.State))}}
 }
 
 func info(reason string, meta map[string]string) *errdetails.ErrorInfo {
 	return &errdetails.ErrorInfo{Reason: reason, Domain: Domain, Metadata: meta}
 }
 
-func withDetails(code codes.Code, msg string, details ...protoadapt.MessageV1) error {
+func withDetails(code codes.Code, msg string, details ...protoadapt.MessageV1) *status.Status {
 	st, err := status.New(code, msg).WithDetails(details...)
 	if err != nil {
-		return status.Error(code, msg)
+		return status.New(code, msg)
 	}
-	return st.Err()
+	return st
 }

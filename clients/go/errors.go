@@ -5,35 +5,42 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	pb "github.com/jobfence/jobfence/gen/jobfence/v1"
 )
 
 // ErrorDomain is the google.rpc.ErrorInfo domain of every error the
 // coordinator returns.
 const ErrorDomain = "jobfence"
 
-// The ErrorInfo reasons the coordinator sends. They are API (R24): this
-// package decodes them into the errors below, and callers branch with
-// errors.Is and errors.As, never on message text.
-const (
-	ReasonStaleAttempt        = "STALE_ATTEMPT"
-	ReasonJobNotRunning       = "JOB_NOT_RUNNING"
-	ReasonKeyConflict         = "OPERATION_KEY_CONFLICT"
-	ReasonClaimOutcomeUnknown = "CLAIM_OUTCOME_UNKNOWN"
-	ReasonWriteOutcomeUnknown = "WRITE_OUTCOME_UNKNOWN"
-	ReasonDatabaseUnavailable = "DATABASE_UNAVAILABLE"
-	ReasonDatabaseFull        = "DATABASE_FULL"
-	ReasonDatabaseDenied      = "DATABASE_ACCESS_DENIED"
-	ReasonJobNotInReview      = "JOB_NOT_IN_REVIEW"
-	ReasonNotFound            = "NOT_FOUND"
-	ReasonInvalidArgument     = "INVALID_ARGUMENT"
-	ReasonUnauthenticated     = "UNAUTHENTICATED"
-	ReasonPermissionDenied    = "PERMISSION_DENIED"
+// The ErrorInfo reasons the coordinator sends: the names of the proto's
+// ErrorReason values without their ERROR_REASON_ prefix, the one list of
+// them. They are API (R24): this package decodes them into the errors below,
+// and callers branch with errors.Is and errors.As, never on message text.
+var (
+	ReasonStaleAttempt        = reasonName(pb.ErrorReason_ERROR_REASON_STALE_ATTEMPT)
+	ReasonJobNotRunning       = reasonName(pb.ErrorReason_ERROR_REASON_JOB_NOT_RUNNING)
+	ReasonKeyConflict         = reasonName(pb.ErrorReason_ERROR_REASON_OPERATION_KEY_CONFLICT)
+	ReasonClaimOutcomeUnknown = reasonName(pb.ErrorReason_ERROR_REASON_CLAIM_OUTCOME_UNKNOWN)
+	ReasonWriteOutcomeUnknown = reasonName(pb.ErrorReason_ERROR_REASON_WRITE_OUTCOME_UNKNOWN)
+	ReasonDatabaseUnavailable = reasonName(pb.ErrorReason_ERROR_REASON_DATABASE_UNAVAILABLE)
+	ReasonDatabaseFull        = reasonName(pb.ErrorReason_ERROR_REASON_DATABASE_FULL)
+	ReasonDatabaseDenied      = reasonName(pb.ErrorReason_ERROR_REASON_DATABASE_ACCESS_DENIED)
+	ReasonObservationLimit    = reasonName(pb.ErrorReason_ERROR_REASON_OBSERVATION_LIMIT)
+	ReasonJobNotInReview      = reasonName(pb.ErrorReason_ERROR_REASON_JOB_NOT_IN_REVIEW)
+	ReasonNotFound            = reasonName(pb.ErrorReason_ERROR_REASON_NOT_FOUND)
+	ReasonInvalidArgument     = reasonName(pb.ErrorReason_ERROR_REASON_INVALID_ARGUMENT)
+	ReasonUnauthenticated     = reasonName(pb.ErrorReason_ERROR_REASON_UNAUTHENTICATED)
+	ReasonPermissionDenied    = reasonName(pb.ErrorReason_ERROR_REASON_PERMISSION_DENIED)
 )
+
+func reasonName(r pb.ErrorReason) string { return strings.TrimPrefix(r.String(), "ERROR_REASON_") }
 
 // Sentinel errors. Every error returned by a Client method matches at most
 // one reason sentinel (plus ErrFenced and ErrUnavailable where noted) with
@@ -83,6 +90,10 @@ var (
 	// ErrUnauthenticated: the call carried no valid credential (bearer token
 	// or client certificate).
 	ErrUnauthenticated = errors.New("jobfence: unauthenticated")
+	// ErrObservationLimit: the job has as many receipts as it keeps (1,000);
+	// this one was not filed. Someone is flooding the job: a person should
+	// look.
+	ErrObservationLimit = errors.New("jobfence: observation limit reached")
 	// ErrPermissionDenied: the credential's roles do not allow this call.
 	ErrPermissionDenied = errors.New("jobfence: permission denied")
 	// ErrUnavailable matches every error with gRPC code UNAVAILABLE: the
@@ -102,6 +113,7 @@ var reasonSentinels = map[string]error{
 	ReasonDatabaseUnavailable: ErrDatabaseUnavailable,
 	ReasonDatabaseFull:        ErrDatabaseFull,
 	ReasonDatabaseDenied:      ErrDatabaseAccessDenied,
+	ReasonObservationLimit:    ErrObservationLimit,
 	ReasonJobNotInReview:      ErrJobNotInReview,
 	ReasonNotFound:            ErrNotFound,
 	ReasonInvalidArgument:     ErrInvalidArgument,

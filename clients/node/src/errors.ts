@@ -9,24 +9,35 @@ import { Code, ConnectError, decodeBinaryHeader } from "@connectrpc/connect";
 
 import { BadRequestSchema, ErrorInfoSchema, type ErrorInfo } from "./gen/google/rpc/error_details_pb.js";
 import { StatusSchema } from "./gen/google/rpc/status_pb.js";
-import { JobState, JobStateSchema } from "./gen/jobfence/v1/coordinator_pb.js";
+import { ErrorReason, JobState, JobStateSchema } from "./gen/jobfence/v1/coordinator_pb.js";
 
 /** ErrorDomain is the ErrorInfo domain of every error the coordinator returns. */
 export const ErrorDomain = "jobfence";
 
-/** Reason lists the ErrorInfo reasons of the API (R24). */
+/** reasonName is the ErrorInfo reason of r: the proto value's name without its ERROR_REASON_ prefix. */
+function reasonName(r: ErrorReason): string {
+  return ErrorReason[r];
+}
+
+/**
+ * Reason lists the ErrorInfo reasons of the API (R24), taken from the
+ * proto's ErrorReason, the one list of them.
+ */
 export const Reason = {
-  StaleAttempt: "STALE_ATTEMPT",
-  JobNotRunning: "JOB_NOT_RUNNING",
-  JobNotInReview: "JOB_NOT_IN_REVIEW",
-  Unauthenticated: "UNAUTHENTICATED",
-  PermissionDenied: "PERMISSION_DENIED",
-  OperationKeyConflict: "OPERATION_KEY_CONFLICT",
-  ClaimOutcomeUnknown: "CLAIM_OUTCOME_UNKNOWN",
-  WriteOutcomeUnknown: "WRITE_OUTCOME_UNKNOWN",
-  DatabaseUnavailable: "DATABASE_UNAVAILABLE",
-  NotFound: "NOT_FOUND",
-  InvalidArgument: "INVALID_ARGUMENT",
+  StaleAttempt: reasonName(ErrorReason.STALE_ATTEMPT),
+  JobNotRunning: reasonName(ErrorReason.JOB_NOT_RUNNING),
+  JobNotInReview: reasonName(ErrorReason.JOB_NOT_IN_REVIEW),
+  Unauthenticated: reasonName(ErrorReason.UNAUTHENTICATED),
+  PermissionDenied: reasonName(ErrorReason.PERMISSION_DENIED),
+  OperationKeyConflict: reasonName(ErrorReason.OPERATION_KEY_CONFLICT),
+  ClaimOutcomeUnknown: reasonName(ErrorReason.CLAIM_OUTCOME_UNKNOWN),
+  WriteOutcomeUnknown: reasonName(ErrorReason.WRITE_OUTCOME_UNKNOWN),
+  DatabaseUnavailable: reasonName(ErrorReason.DATABASE_UNAVAILABLE),
+  DatabaseFull: reasonName(ErrorReason.DATABASE_FULL),
+  DatabaseAccessDenied: reasonName(ErrorReason.DATABASE_ACCESS_DENIED),
+  ObservationLimit: reasonName(ErrorReason.OBSERVATION_LIMIT),
+  NotFound: reasonName(ErrorReason.NOT_FOUND),
+  InvalidArgument: reasonName(ErrorReason.INVALID_ARGUMENT),
 } as const;
 
 /**

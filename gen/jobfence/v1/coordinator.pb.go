@@ -23,6 +23,123 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// ErrorReason lists the reasons of the google.rpc.ErrorInfo (domain
+// "jobfence") of every error the coordinator returns. The reason on the wire
+// is the value's name without its ERROR_REASON_ prefix:
+// ERROR_REASON_STALE_ATTEMPT is sent as "STALE_ATTEMPT". Each comment names
+// the gRPC code it comes with.
+type ErrorReason int32
+
+const (
+	ErrorReason_ERROR_REASON_UNSPECIFIED ErrorReason = 0
+	// FAILED_PRECONDITION: the write does not carry the job's current grant:
+	// taken over, another or no lease token, or an attempt this database never
+	// granted (lost in a failover, R26). Nothing was written; never repeat it,
+	// not even with the current attempt. Metadata "current_attempt",
+	// "current_state".
+	ErrorReason_ERROR_REASON_STALE_ATTEMPT ErrorReason = 1
+	// FAILED_PRECONDITION: this grant already wrote a different outcome;
+	// metadata as for STALE_ATTEMPT (R21).
+	ErrorReason_ERROR_REASON_JOB_NOT_RUNNING ErrorReason = 2
+	// FAILED_PRECONDITION: ResolveReview on a job no longer in manual review
+	// under that attempt.
+	ErrorReason_ERROR_REASON_JOB_NOT_IN_REVIEW ErrorReason = 3
+	// ALREADY_EXISTS: the operation_key is bound to a refund with other values
+	// (R1).
+	ErrorReason_ERROR_REASON_OPERATION_KEY_CONFLICT ErrorReason = 4
+	// UNAVAILABLE: the claim may or may not have committed; nothing was
+	// granted (R7).
+	ErrorReason_ERROR_REASON_CLAIM_OUTCOME_UNKNOWN ErrorReason = 5
+	// UNAVAILABLE: a write-back's commit was cut off and the row could not be
+	// re-read; repeat the same write, it is idempotent (R21).
+	ErrorReason_ERROR_REASON_WRITE_OUTCOME_UNKNOWN ErrorReason = 6
+	// UNAVAILABLE: the database could not be reached or refused writes for now
+	// (read-only during a failover, too many connections); nothing was changed.
+	ErrorReason_ERROR_REASON_DATABASE_UNAVAILABLE ErrorReason = 7
+	// UNAVAILABLE: the database is out of space; nothing was changed (an
+	// operator must act; repeat later).
+	ErrorReason_ERROR_REASON_DATABASE_FULL ErrorReason = 8
+	// UNAVAILABLE: the coordinator's database user lacks a privilege; nothing
+	// was changed (an operator must act; repeat later).
+	ErrorReason_ERROR_REASON_DATABASE_ACCESS_DENIED ErrorReason = 9
+	// RESOURCE_EXHAUSTED: the job has 1,000 receipts on file; this one was not
+	// filed.
+	ErrorReason_ERROR_REASON_OBSERVATION_LIMIT ErrorReason = 10
+	// NOT_FOUND: no such job.
+	ErrorReason_ERROR_REASON_NOT_FOUND ErrorReason = 11
+	// INVALID_ARGUMENT, with a google.rpc.BadRequest naming each bad field.
+	ErrorReason_ERROR_REASON_INVALID_ARGUMENT ErrorReason = 12
+	// UNAUTHENTICATED: no valid bearer token or client certificate.
+	ErrorReason_ERROR_REASON_UNAUTHENTICATED ErrorReason = 13
+	// PERMISSION_DENIED: the credential's roles do not allow the call.
+	ErrorReason_ERROR_REASON_PERMISSION_DENIED ErrorReason = 14
+)
+
+// Enum value maps for ErrorReason.
+var (
+	ErrorReason_name = map[int32]string{
+		0:  "ERROR_REASON_UNSPECIFIED",
+		1:  "ERROR_REASON_STALE_ATTEMPT",
+		2:  "ERROR_REASON_JOB_NOT_RUNNING",
+		3:  "ERROR_REASON_JOB_NOT_IN_REVIEW",
+		4:  "ERROR_REASON_OPERATION_KEY_CONFLICT",
+		5:  "ERROR_REASON_CLAIM_OUTCOME_UNKNOWN",
+		6:  "ERROR_REASON_WRITE_OUTCOME_UNKNOWN",
+		7:  "ERROR_REASON_DATABASE_UNAVAILABLE",
+		8:  "ERROR_REASON_DATABASE_FULL",
+		9:  "ERROR_REASON_DATABASE_ACCESS_DENIED",
+		10: "ERROR_REASON_OBSERVATION_LIMIT",
+		11: "ERROR_REASON_NOT_FOUND",
+		12: "ERROR_REASON_INVALID_ARGUMENT",
+		13: "ERROR_REASON_UNAUTHENTICATED",
+		14: "ERROR_REASON_PERMISSION_DENIED",
+	}
+	ErrorReason_value = map[string]int32{
+		"ERROR_REASON_UNSPECIFIED":            0,
+		"ERROR_REASON_STALE_ATTEMPT":          1,
+		"ERROR_REASON_JOB_NOT_RUNNING":        2,
+		"ERROR_REASON_JOB_NOT_IN_REVIEW":      3,
+		"ERROR_REASON_OPERATION_KEY_CONFLICT": 4,
+		"ERROR_REASON_CLAIM_OUTCOME_UNKNOWN":  5,
+		"ERROR_REASON_WRITE_OUTCOME_UNKNOWN":  6,
+		"ERROR_REASON_DATABASE_UNAVAILABLE":   7,
+		"ERROR_REASON_DATABASE_FULL":          8,
+		"ERROR_REASON_DATABASE_ACCESS_DENIED": 9,
+		"ERROR_REASON_OBSERVATION_LIMIT":      10,
+		"ERROR_REASON_NOT_FOUND":              11,
+		"ERROR_REASON_INVALID_ARGUMENT":       12,
+		"ERROR_REASON_UNAUTHENTICATED":        13,
+		"ERROR_REASON_PERMISSION_DENIED":      14,
+	}
+)
+
+func (x ErrorReason) Enum() *ErrorReason {
+	p := new(ErrorReason)
+	*p = x
+	return p
+}
+
+func (x ErrorReason) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ErrorReason) Descriptor() protoreflect.EnumDescriptor {
+	return file_jobfence_v1_coordinator_proto_enumTypes[0].Descriptor()
+}
+
+func (ErrorReason) Type() protoreflect.EnumType {
+	return &file_jobfence_v1_coordinator_proto_enumTypes[0]
+}
+
+func (x ErrorReason) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ErrorReason.Descriptor instead.
+func (ErrorReason) EnumDescriptor() ([]byte, []int) {
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{0}
+}
+
 // JobState is where a job stands.
 type JobState int32
 
@@ -67,11 +184,11 @@ func (x JobState) String() string {
 }
 
 func (JobState) Descriptor() protoreflect.EnumDescriptor {
-	return file_jobfence_v1_coordinator_proto_enumTypes[0].Descriptor()
+	return file_jobfence_v1_coordinator_proto_enumTypes[1].Descriptor()
 }
 
 func (JobState) Type() protoreflect.EnumType {
-	return &file_jobfence_v1_coordinator_proto_enumTypes[0]
+	return &file_jobfence_v1_coordinator_proto_enumTypes[1]
 }
 
 func (x JobState) Number() protoreflect.EnumNumber {
@@ -80,7 +197,7 @@ func (x JobState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use JobState.Descriptor instead.
 func (JobState) EnumDescriptor() ([]byte, []int) {
-	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{0}
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{1}
 }
 
 // NextAction tells the holder what to do first.
@@ -119,11 +236,11 @@ func (x NextAction) String() string {
 }
 
 func (NextAction) Descriptor() protoreflect.EnumDescriptor {
-	return file_jobfence_v1_coordinator_proto_enumTypes[1].Descriptor()
+	return file_jobfence_v1_coordinator_proto_enumTypes[2].Descriptor()
 }
 
 func (NextAction) Type() protoreflect.EnumType {
-	return &file_jobfence_v1_coordinator_proto_enumTypes[1]
+	return &file_jobfence_v1_coordinator_proto_enumTypes[2]
 }
 
 func (x NextAction) Number() protoreflect.EnumNumber {
@@ -132,7 +249,7 @@ func (x NextAction) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use NextAction.Descriptor instead.
 func (NextAction) EnumDescriptor() ([]byte, []int) {
-	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{1}
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{2}
 }
 
 // ReviewResolution is an operator's decision on a job in manual review.
@@ -171,11 +288,11 @@ func (x ReviewResolution) String() string {
 }
 
 func (ReviewResolution) Descriptor() protoreflect.EnumDescriptor {
-	return file_jobfence_v1_coordinator_proto_enumTypes[2].Descriptor()
+	return file_jobfence_v1_coordinator_proto_enumTypes[3].Descriptor()
 }
 
 func (ReviewResolution) Type() protoreflect.EnumType {
-	return &file_jobfence_v1_coordinator_proto_enumTypes[2]
+	return &file_jobfence_v1_coordinator_proto_enumTypes[3]
 }
 
 func (x ReviewResolution) Number() protoreflect.EnumNumber {
@@ -184,7 +301,7 @@ func (x ReviewResolution) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ReviewResolution.Descriptor instead.
 func (ReviewResolution) EnumDescriptor() ([]byte, []int) {
-	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{2}
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{3}
 }
 
 // ObservationOutcome is what the provider said about a refund.
@@ -231,11 +348,11 @@ func (x ObservationOutcome) String() string {
 }
 
 func (ObservationOutcome) Descriptor() protoreflect.EnumDescriptor {
-	return file_jobfence_v1_coordinator_proto_enumTypes[3].Descriptor()
+	return file_jobfence_v1_coordinator_proto_enumTypes[4].Descriptor()
 }
 
 func (ObservationOutcome) Type() protoreflect.EnumType {
-	return &file_jobfence_v1_coordinator_proto_enumTypes[3]
+	return &file_jobfence_v1_coordinator_proto_enumTypes[4]
 }
 
 func (x ObservationOutcome) Number() protoreflect.EnumNumber {
@@ -244,7 +361,7 @@ func (x ObservationOutcome) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ObservationOutcome.Descriptor instead.
 func (ObservationOutcome) EnumDescriptor() ([]byte, []int) {
-	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{3}
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{4}
 }
 
 // Job is one refund and its scheduling state. Times are the database's UTC
@@ -2388,7 +2505,24 @@ const file_jobfence_v1_coordinator_proto_rawDesc = "" +
 	"\x04note\x18\x05 \x01(\tR\x04note\"W\n" +
 	"\x15ResolveReviewResponse\x12\"\n" +
 	"\x03job\x18\x01 \x01(\v2\x10.jobfence.v1.JobR\x03job\x12\x1a\n" +
-	"\breplayed\x18\x02 \x01(\bR\breplayed*\x87\x01\n" +
+	"\breplayed\x18\x02 \x01(\bR\breplayed*\xa3\x04\n" +
+	"\vErrorReason\x12\x1c\n" +
+	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x1e\n" +
+	"\x1aERROR_REASON_STALE_ATTEMPT\x10\x01\x12 \n" +
+	"\x1cERROR_REASON_JOB_NOT_RUNNING\x10\x02\x12\"\n" +
+	"\x1eERROR_REASON_JOB_NOT_IN_REVIEW\x10\x03\x12'\n" +
+	"#ERROR_REASON_OPERATION_KEY_CONFLICT\x10\x04\x12&\n" +
+	"\"ERROR_REASON_CLAIM_OUTCOME_UNKNOWN\x10\x05\x12&\n" +
+	"\"ERROR_REASON_WRITE_OUTCOME_UNKNOWN\x10\x06\x12%\n" +
+	"!ERROR_REASON_DATABASE_UNAVAILABLE\x10\a\x12\x1e\n" +
+	"\x1aERROR_REASON_DATABASE_FULL\x10\b\x12'\n" +
+	"#ERROR_REASON_DATABASE_ACCESS_DENIED\x10\t\x12\"\n" +
+	"\x1eERROR_REASON_OBSERVATION_LIMIT\x10\n" +
+	"\x12\x1a\n" +
+	"\x16ERROR_REASON_NOT_FOUND\x10\v\x12!\n" +
+	"\x1dERROR_REASON_INVALID_ARGUMENT\x10\f\x12 \n" +
+	"\x1cERROR_REASON_UNAUTHENTICATED\x10\r\x12\"\n" +
+	"\x1eERROR_REASON_PERMISSION_DENIED\x10\x0e*\x87\x01\n" +
 	"\bJobState\x12\x19\n" +
 	"\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fJOB_STATE_READY\x10\x01\x12\x15\n" +
@@ -2435,97 +2569,98 @@ func file_jobfence_v1_coordinator_proto_rawDescGZIP() []byte {
 	return file_jobfence_v1_coordinator_proto_rawDescData
 }
 
-var file_jobfence_v1_coordinator_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_jobfence_v1_coordinator_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
 var file_jobfence_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_jobfence_v1_coordinator_proto_goTypes = []any{
-	(JobState)(0),                     // 0: jobfence.v1.JobState
-	(NextAction)(0),                   // 1: jobfence.v1.NextAction
-	(ReviewResolution)(0),             // 2: jobfence.v1.ReviewResolution
-	(ObservationOutcome)(0),           // 3: jobfence.v1.ObservationOutcome
-	(*Job)(nil),                       // 4: jobfence.v1.Job
-	(*ClaimedJob)(nil),                // 5: jobfence.v1.ClaimedJob
-	(*JobEvent)(nil),                  // 6: jobfence.v1.JobEvent
-	(*Observation)(nil),               // 7: jobfence.v1.Observation
-	(*EnqueueRefundRequest)(nil),      // 8: jobfence.v1.EnqueueRefundRequest
-	(*EnqueueRefundResponse)(nil),     // 9: jobfence.v1.EnqueueRefundResponse
-	(*ClaimRequest)(nil),              // 10: jobfence.v1.ClaimRequest
-	(*ClaimResponse)(nil),             // 11: jobfence.v1.ClaimResponse
-	(*CompleteRequest)(nil),           // 12: jobfence.v1.CompleteRequest
-	(*CompleteResponse)(nil),          // 13: jobfence.v1.CompleteResponse
-	(*RescheduleRequest)(nil),         // 14: jobfence.v1.RescheduleRequest
-	(*RescheduleResponse)(nil),        // 15: jobfence.v1.RescheduleResponse
-	(*EscalateRequest)(nil),           // 16: jobfence.v1.EscalateRequest
-	(*EscalateResponse)(nil),          // 17: jobfence.v1.EscalateResponse
-	(*ReportObservationRequest)(nil),  // 18: jobfence.v1.ReportObservationRequest
-	(*ReportObservationResponse)(nil), // 19: jobfence.v1.ReportObservationResponse
-	(*GetJobRequest)(nil),             // 20: jobfence.v1.GetJobRequest
-	(*GetJobResponse)(nil),            // 21: jobfence.v1.GetJobResponse
-	(*ListJobsRequest)(nil),           // 22: jobfence.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),          // 23: jobfence.v1.ListJobsResponse
-	(*ResolveReviewRequest)(nil),      // 24: jobfence.v1.ResolveReviewRequest
-	(*ResolveReviewResponse)(nil),     // 25: jobfence.v1.ResolveReviewResponse
-	(*timestamppb.Timestamp)(nil),     // 26: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),       // 27: google.protobuf.Duration
+	(ErrorReason)(0),                  // 0: jobfence.v1.ErrorReason
+	(JobState)(0),                     // 1: jobfence.v1.JobState
+	(NextAction)(0),                   // 2: jobfence.v1.NextAction
+	(ReviewResolution)(0),             // 3: jobfence.v1.ReviewResolution
+	(ObservationOutcome)(0),           // 4: jobfence.v1.ObservationOutcome
+	(*Job)(nil),                       // 5: jobfence.v1.Job
+	(*ClaimedJob)(nil),                // 6: jobfence.v1.ClaimedJob
+	(*JobEvent)(nil),                  // 7: jobfence.v1.JobEvent
+	(*Observation)(nil),               // 8: jobfence.v1.Observation
+	(*EnqueueRefundRequest)(nil),      // 9: jobfence.v1.EnqueueRefundRequest
+	(*EnqueueRefundResponse)(nil),     // 10: jobfence.v1.EnqueueRefundResponse
+	(*ClaimRequest)(nil),              // 11: jobfence.v1.ClaimRequest
+	(*ClaimResponse)(nil),             // 12: jobfence.v1.ClaimResponse
+	(*CompleteRequest)(nil),           // 13: jobfence.v1.CompleteRequest
+	(*CompleteResponse)(nil),          // 14: jobfence.v1.CompleteResponse
+	(*RescheduleRequest)(nil),         // 15: jobfence.v1.RescheduleRequest
+	(*RescheduleResponse)(nil),        // 16: jobfence.v1.RescheduleResponse
+	(*EscalateRequest)(nil),           // 17: jobfence.v1.EscalateRequest
+	(*EscalateResponse)(nil),          // 18: jobfence.v1.EscalateResponse
+	(*ReportObservationRequest)(nil),  // 19: jobfence.v1.ReportObservationRequest
+	(*ReportObservationResponse)(nil), // 20: jobfence.v1.ReportObservationResponse
+	(*GetJobRequest)(nil),             // 21: jobfence.v1.GetJobRequest
+	(*GetJobResponse)(nil),            // 22: jobfence.v1.GetJobResponse
+	(*ListJobsRequest)(nil),           // 23: jobfence.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),          // 24: jobfence.v1.ListJobsResponse
+	(*ResolveReviewRequest)(nil),      // 25: jobfence.v1.ResolveReviewRequest
+	(*ResolveReviewResponse)(nil),     // 26: jobfence.v1.ResolveReviewResponse
+	(*timestamppb.Timestamp)(nil),     // 27: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),       // 28: google.protobuf.Duration
 }
 var file_jobfence_v1_coordinator_proto_depIdxs = []int32{
-	0,  // 0: jobfence.v1.Job.state:type_name -> jobfence.v1.JobState
-	1,  // 1: jobfence.v1.Job.next_action:type_name -> jobfence.v1.NextAction
-	26, // 2: jobfence.v1.Job.next_attempt_at:type_name -> google.protobuf.Timestamp
-	26, // 3: jobfence.v1.Job.lease_until:type_name -> google.protobuf.Timestamp
-	26, // 4: jobfence.v1.Job.first_sent_at:type_name -> google.protobuf.Timestamp
-	26, // 5: jobfence.v1.Job.created_at:type_name -> google.protobuf.Timestamp
-	26, // 6: jobfence.v1.Job.updated_at:type_name -> google.protobuf.Timestamp
-	4,  // 7: jobfence.v1.ClaimedJob.job:type_name -> jobfence.v1.Job
-	26, // 8: jobfence.v1.ClaimedJob.lease_until:type_name -> google.protobuf.Timestamp
-	1,  // 9: jobfence.v1.ClaimedJob.next_action:type_name -> jobfence.v1.NextAction
-	7,  // 10: jobfence.v1.ClaimedJob.observations:type_name -> jobfence.v1.Observation
-	26, // 11: jobfence.v1.ClaimedJob.resend_deadline:type_name -> google.protobuf.Timestamp
-	26, // 12: jobfence.v1.ClaimedJob.claimed_at:type_name -> google.protobuf.Timestamp
-	0,  // 13: jobfence.v1.JobEvent.from_state:type_name -> jobfence.v1.JobState
-	0,  // 14: jobfence.v1.JobEvent.to_state:type_name -> jobfence.v1.JobState
-	1,  // 15: jobfence.v1.JobEvent.next_action:type_name -> jobfence.v1.NextAction
-	26, // 16: jobfence.v1.JobEvent.created_at:type_name -> google.protobuf.Timestamp
-	3,  // 17: jobfence.v1.Observation.outcome:type_name -> jobfence.v1.ObservationOutcome
-	26, // 18: jobfence.v1.Observation.created_at:type_name -> google.protobuf.Timestamp
-	26, // 19: jobfence.v1.EnqueueRefundRequest.not_before:type_name -> google.protobuf.Timestamp
-	4,  // 20: jobfence.v1.EnqueueRefundResponse.job:type_name -> jobfence.v1.Job
-	27, // 21: jobfence.v1.ClaimRequest.lease_duration:type_name -> google.protobuf.Duration
-	27, // 22: jobfence.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
-	5,  // 23: jobfence.v1.ClaimResponse.jobs:type_name -> jobfence.v1.ClaimedJob
-	27, // 24: jobfence.v1.ClaimResponse.retry_after:type_name -> google.protobuf.Duration
-	4,  // 25: jobfence.v1.CompleteResponse.job:type_name -> jobfence.v1.Job
-	1,  // 26: jobfence.v1.RescheduleRequest.next_action:type_name -> jobfence.v1.NextAction
-	27, // 27: jobfence.v1.RescheduleRequest.delay:type_name -> google.protobuf.Duration
-	26, // 28: jobfence.v1.RescheduleRequest.next_attempt_at:type_name -> google.protobuf.Timestamp
-	4,  // 29: jobfence.v1.RescheduleResponse.job:type_name -> jobfence.v1.Job
-	4,  // 30: jobfence.v1.EscalateResponse.job:type_name -> jobfence.v1.Job
-	3,  // 31: jobfence.v1.ReportObservationRequest.outcome:type_name -> jobfence.v1.ObservationOutcome
-	7,  // 32: jobfence.v1.ReportObservationResponse.observation:type_name -> jobfence.v1.Observation
-	4,  // 33: jobfence.v1.GetJobResponse.job:type_name -> jobfence.v1.Job
-	6,  // 34: jobfence.v1.GetJobResponse.events:type_name -> jobfence.v1.JobEvent
-	7,  // 35: jobfence.v1.GetJobResponse.observations:type_name -> jobfence.v1.Observation
-	0,  // 36: jobfence.v1.ListJobsRequest.state:type_name -> jobfence.v1.JobState
-	4,  // 37: jobfence.v1.ListJobsResponse.jobs:type_name -> jobfence.v1.Job
-	2,  // 38: jobfence.v1.ResolveReviewRequest.resolution:type_name -> jobfence.v1.ReviewResolution
-	4,  // 39: jobfence.v1.ResolveReviewResponse.job:type_name -> jobfence.v1.Job
-	8,  // 40: jobfence.v1.Coordinator.EnqueueRefund:input_type -> jobfence.v1.EnqueueRefundRequest
-	10, // 41: jobfence.v1.Coordinator.Claim:input_type -> jobfence.v1.ClaimRequest
-	12, // 42: jobfence.v1.Coordinator.Complete:input_type -> jobfence.v1.CompleteRequest
-	14, // 43: jobfence.v1.Coordinator.Reschedule:input_type -> jobfence.v1.RescheduleRequest
-	16, // 44: jobfence.v1.Coordinator.Escalate:input_type -> jobfence.v1.EscalateRequest
-	18, // 45: jobfence.v1.Coordinator.ReportObservation:input_type -> jobfence.v1.ReportObservationRequest
-	20, // 46: jobfence.v1.Coordinator.GetJob:input_type -> jobfence.v1.GetJobRequest
-	22, // 47: jobfence.v1.Coordinator.ListJobs:input_type -> jobfence.v1.ListJobsRequest
-	24, // 48: jobfence.v1.Coordinator.ResolveReview:input_type -> jobfence.v1.ResolveReviewRequest
-	9,  // 49: jobfence.v1.Coordinator.EnqueueRefund:output_type -> jobfence.v1.EnqueueRefundResponse
-	11, // 50: jobfence.v1.Coordinator.Claim:output_type -> jobfence.v1.ClaimResponse
-	13, // 51: jobfence.v1.Coordinator.Complete:output_type -> jobfence.v1.CompleteResponse
-	15, // 52: jobfence.v1.Coordinator.Reschedule:output_type -> jobfence.v1.RescheduleResponse
-	17, // 53: jobfence.v1.Coordinator.Escalate:output_type -> jobfence.v1.EscalateResponse
-	19, // 54: jobfence.v1.Coordinator.ReportObservation:output_type -> jobfence.v1.ReportObservationResponse
-	21, // 55: jobfence.v1.Coordinator.GetJob:output_type -> jobfence.v1.GetJobResponse
-	23, // 56: jobfence.v1.Coordinator.ListJobs:output_type -> jobfence.v1.ListJobsResponse
-	25, // 57: jobfence.v1.Coordinator.ResolveReview:output_type -> jobfence.v1.ResolveReviewResponse
+	1,  // 0: jobfence.v1.Job.state:type_name -> jobfence.v1.JobState
+	2,  // 1: jobfence.v1.Job.next_action:type_name -> jobfence.v1.NextAction
+	27, // 2: jobfence.v1.Job.next_attempt_at:type_name -> google.protobuf.Timestamp
+	27, // 3: jobfence.v1.Job.lease_until:type_name -> google.protobuf.Timestamp
+	27, // 4: jobfence.v1.Job.first_sent_at:type_name -> google.protobuf.Timestamp
+	27, // 5: jobfence.v1.Job.created_at:type_name -> google.protobuf.Timestamp
+	27, // 6: jobfence.v1.Job.updated_at:type_name -> google.protobuf.Timestamp
+	5,  // 7: jobfence.v1.ClaimedJob.job:type_name -> jobfence.v1.Job
+	27, // 8: jobfence.v1.ClaimedJob.lease_until:type_name -> google.protobuf.Timestamp
+	2,  // 9: jobfence.v1.ClaimedJob.next_action:type_name -> jobfence.v1.NextAction
+	8,  // 10: jobfence.v1.ClaimedJob.observations:type_name -> jobfence.v1.Observation
+	27, // 11: jobfence.v1.ClaimedJob.resend_deadline:type_name -> google.protobuf.Timestamp
+	27, // 12: jobfence.v1.ClaimedJob.claimed_at:type_name -> google.protobuf.Timestamp
+	1,  // 13: jobfence.v1.JobEvent.from_state:type_name -> jobfence.v1.JobState
+	1,  // 14: jobfence.v1.JobEvent.to_state:type_name -> jobfence.v1.JobState
+	2,  // 15: jobfence.v1.JobEvent.next_action:type_name -> jobfence.v1.NextAction
+	27, // 16: jobfence.v1.JobEvent.created_at:type_name -> google.protobuf.Timestamp
+	4,  // 17: jobfence.v1.Observation.outcome:type_name -> jobfence.v1.ObservationOutcome
+	27, // 18: jobfence.v1.Observation.created_at:type_name -> google.protobuf.Timestamp
+	27, // 19: jobfence.v1.EnqueueRefundRequest.not_before:type_name -> google.protobuf.Timestamp
+	5,  // 20: jobfence.v1.EnqueueRefundResponse.job:type_name -> jobfence.v1.Job
+	28, // 21: jobfence.v1.ClaimRequest.lease_duration:type_name -> google.protobuf.Duration
+	28, // 22: jobfence.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
+	6,  // 23: jobfence.v1.ClaimResponse.jobs:type_name -> jobfence.v1.ClaimedJob
+	28, // 24: jobfence.v1.ClaimResponse.retry_after:type_name -> google.protobuf.Duration
+	5,  // 25: jobfence.v1.CompleteResponse.job:type_name -> jobfence.v1.Job
+	2,  // 26: jobfence.v1.RescheduleRequest.next_action:type_name -> jobfence.v1.NextAction
+	28, // 27: jobfence.v1.RescheduleRequest.delay:type_name -> google.protobuf.Duration
+	27, // 28: jobfence.v1.RescheduleRequest.next_attempt_at:type_name -> google.protobuf.Timestamp
+	5,  // 29: jobfence.v1.RescheduleResponse.job:type_name -> jobfence.v1.Job
+	5,  // 30: jobfence.v1.EscalateResponse.job:type_name -> jobfence.v1.Job
+	4,  // 31: jobfence.v1.ReportObservationRequest.outcome:type_name -> jobfence.v1.ObservationOutcome
+	8,  // 32: jobfence.v1.ReportObservationResponse.observation:type_name -> jobfence.v1.Observation
+	5,  // 33: jobfence.v1.GetJobResponse.job:type_name -> jobfence.v1.Job
+	7,  // 34: jobfence.v1.GetJobResponse.events:type_name -> jobfence.v1.JobEvent
+	8,  // 35: jobfence.v1.GetJobResponse.observations:type_name -> jobfence.v1.Observation
+	1,  // 36: jobfence.v1.ListJobsRequest.state:type_name -> jobfence.v1.JobState
+	5,  // 37: jobfence.v1.ListJobsResponse.jobs:type_name -> jobfence.v1.Job
+	3,  // 38: jobfence.v1.ResolveReviewRequest.resolution:type_name -> jobfence.v1.ReviewResolution
+	5,  // 39: jobfence.v1.ResolveReviewResponse.job:type_name -> jobfence.v1.Job
+	9,  // 40: jobfence.v1.Coordinator.EnqueueRefund:input_type -> jobfence.v1.EnqueueRefundRequest
+	11, // 41: jobfence.v1.Coordinator.Claim:input_type -> jobfence.v1.ClaimRequest
+	13, // 42: jobfence.v1.Coordinator.Complete:input_type -> jobfence.v1.CompleteRequest
+	15, // 43: jobfence.v1.Coordinator.Reschedule:input_type -> jobfence.v1.RescheduleRequest
+	17, // 44: jobfence.v1.Coordinator.Escalate:input_type -> jobfence.v1.EscalateRequest
+	19, // 45: jobfence.v1.Coordinator.ReportObservation:input_type -> jobfence.v1.ReportObservationRequest
+	21, // 46: jobfence.v1.Coordinator.GetJob:input_type -> jobfence.v1.GetJobRequest
+	23, // 47: jobfence.v1.Coordinator.ListJobs:input_type -> jobfence.v1.ListJobsRequest
+	25, // 48: jobfence.v1.Coordinator.ResolveReview:input_type -> jobfence.v1.ResolveReviewRequest
+	10, // 49: jobfence.v1.Coordinator.EnqueueRefund:output_type -> jobfence.v1.EnqueueRefundResponse
+	12, // 50: jobfence.v1.Coordinator.Claim:output_type -> jobfence.v1.ClaimResponse
+	14, // 51: jobfence.v1.Coordinator.Complete:output_type -> jobfence.v1.CompleteResponse
+	16, // 52: jobfence.v1.Coordinator.Reschedule:output_type -> jobfence.v1.RescheduleResponse
+	18, // 53: jobfence.v1.Coordinator.Escalate:output_type -> jobfence.v1.EscalateResponse
+	20, // 54: jobfence.v1.Coordinator.ReportObservation:output_type -> jobfence.v1.ReportObservationResponse
+	22, // 55: jobfence.v1.Coordinator.GetJob:output_type -> jobfence.v1.GetJobResponse
+	24, // 56: jobfence.v1.Coordinator.ListJobs:output_type -> jobfence.v1.ListJobsResponse
+	26, // 57: jobfence.v1.Coordinator.ResolveReview:output_type -> jobfence.v1.ResolveReviewResponse
 	49, // [49:58] is the sub-list for method output_type
 	40, // [40:49] is the sub-list for method input_type
 	40, // [40:40] is the sub-list for extension type_name
@@ -2555,7 +2690,7 @@ func file_jobfence_v1_coordinator_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_jobfence_v1_coordinator_proto_rawDesc), len(file_jobfence_v1_coordinator_proto_rawDesc)),
-			NumEnums:      4,
+			NumEnums:      5,
 			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,

@@ -39,38 +39,8 @@ const (
 // carrying the grant they were given: its attempt (the fencing generation)
 // and its lease token (the secret that proves they hold it, R25).
 //
-// Errors carry a google.rpc.ErrorInfo with domain "jobfence" and one of the
-// reasons below; clients branch on the reason, never on the message (R24).
-//
-//	STALE_ATTEMPT           FAILED_PRECONDITION  the write does not carry the job's current
-//	                                             grant: taken over, another or no lease
-//	                                             token, or an attempt this database never
-//	                                             granted (lost in a failover, R26); metadata
-//	                                             "current_attempt", "current_state"
-//	JOB_NOT_RUNNING         FAILED_PRECONDITION  this attempt already wrote a different
-//	                                             outcome; metadata as above
-//	OPERATION_KEY_CONFLICT  ALREADY_EXISTS       the key is bound to different values
-//	CLAIM_OUTCOME_UNKNOWN   UNAVAILABLE          the claim may or may not have committed;
-//	                                             nothing was granted (R7)
-//	WRITE_OUTCOME_UNKNOWN   UNAVAILABLE          a write-back's commit was cut off and the
-//	                                             row could not be re-read; repeat the same
-//	                                             write, it is idempotent (R21)
-//	JOB_NOT_IN_REVIEW       FAILED_PRECONDITION  ResolveReview on a job no longer in manual
-//	                                             review under that attempt
-//	DATABASE_UNAVAILABLE    UNAVAILABLE          the database could not be reached or refused
-//	                                             writes for now (read-only during a failover,
-//	                                             too many connections); nothing was changed
-//	DATABASE_FULL           UNAVAILABLE          the database is out of space; nothing was
-//	                                             changed (an operator must act; retry later)
-//	DATABASE_ACCESS_DENIED  UNAVAILABLE          the coordinator's database user lacks a
-//	                                             privilege; nothing was changed (as above)
-//	OBSERVATION_LIMIT       RESOURCE_EXHAUSTED   the job has 1,000 receipts on file; this one
-//	                                             was not filed
-//	NOT_FOUND               NOT_FOUND            no such job
-//	INVALID_ARGUMENT        INVALID_ARGUMENT     with google.rpc.BadRequest field violations
-//	UNAUTHENTICATED         UNAUTHENTICATED      no valid bearer token or client certificate
-//	PERMISSION_DENIED       PERMISSION_DENIED    the credential's roles do not allow the call
-//
+// Errors carry a google.rpc.ErrorInfo with domain "jobfence" and a reason
+// from ErrorReason; clients branch on the reason, never on the message (R24).
 // Every UNAVAILABLE is safe to repeat for write-backs, observations, enqueues
 // and reads (R21, R1); a Claim answered UNAVAILABLE granted nothing (R7).
 type CoordinatorClient interface {
@@ -222,38 +192,8 @@ func (c *coordinatorClient) ResolveReview(ctx context.Context, in *ResolveReview
 // carrying the grant they were given: its attempt (the fencing generation)
 // and its lease token (the secret that proves they hold it, R25).
 //
-// Errors carry a google.rpc.ErrorInfo with domain "jobfence" and one of the
-// reasons below; clients branch on the reason, never on the message (R24).
-//
-//	STALE_ATTEMPT           FAILED_PRECONDITION  the write does not carry the job's current
-//	                                             grant: taken over, another or no lease
-//	                                             token, or an attempt this database never
-//	                                             granted (lost in a failover, R26); metadata
-//	                                             "current_attempt", "current_state"
-//	JOB_NOT_RUNNING         FAILED_PRECONDITION  this attempt already wrote a different
-//	                                             outcome; metadata as above
-//	OPERATION_KEY_CONFLICT  ALREADY_EXISTS       the key is bound to different values
-//	CLAIM_OUTCOME_UNKNOWN   UNAVAILABLE          the claim may or may not have committed;
-//	                                             nothing was granted (R7)
-//	WRITE_OUTCOME_UNKNOWN   UNAVAILABLE          a write-back's commit was cut off and the
-//	                                             row could not be re-read; repeat the same
-//	                                             write, it is idempotent (R21)
-//	JOB_NOT_IN_REVIEW       FAILED_PRECONDITION  ResolveReview on a job no longer in manual
-//	                                             review under that attempt
-//	DATABASE_UNAVAILABLE    UNAVAILABLE          the database could not be reached or refused
-//	                                             writes for now (read-only during a failover,
-//	                                             too many connections); nothing was changed
-//	DATABASE_FULL           UNAVAILABLE          the database is out of space; nothing was
-//	                                             changed (an operator must act; retry later)
-//	DATABASE_ACCESS_DENIED  UNAVAILABLE          the coordinator's database user lacks a
-//	                                             privilege; nothing was changed (as above)
-//	OBSERVATION_LIMIT       RESOURCE_EXHAUSTED   the job has 1,000 receipts on file; this one
-//	                                             was not filed
-//	NOT_FOUND               NOT_FOUND            no such job
-//	INVALID_ARGUMENT        INVALID_ARGUMENT     with google.rpc.BadRequest field violations
-//	UNAUTHENTICATED         UNAUTHENTICATED      no valid bearer token or client certificate
-//	PERMISSION_DENIED       PERMISSION_DENIED    the credential's roles do not allow the call
-//
+// Errors carry a google.rpc.ErrorInfo with domain "jobfence" and a reason
+// from ErrorReason; clients branch on the reason, never on the message (R24).
 // Every UNAVAILABLE is safe to repeat for write-backs, observations, enqueues
 // and reads (R21, R1); a Claim answered UNAVAILABLE granted nothing (R7).
 type CoordinatorServer interface {

@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file jobfence/v1/coordinator.proto.
  */
 export const file_jobfence_v1_coordinator: GenFile = /*@__PURE__*/
-  fileDesc("Ch1qb2JmZW5jZS92MS9jb29yZGluYXRvci5wcm90bxILam9iZmVuY2UudjEiqgQKA0pvYhIKCgJpZBgBIAEoAxIVCg1vcGVyYXRpb25fa2V5GAIgASgJEhAKCG9yZGVyX2lkGAMgASgJEhIKCnBheW1lbnRfaWQYBCABKAkSFAoMYW1vdW50X21pbm9yGAUgASgDEhAKCGN1cnJlbmN5GAYgASgJEhAKCHByb3ZpZGVyGAcgASgJEiQKBXN0YXRlGAggASgOMhUuam9iZmVuY2UudjEuSm9iU3RhdGUSDwoHYXR0ZW1wdBgJIAEoAxIsCgtuZXh0X2FjdGlvbhgKIAEoDjIXLmpvYmZlbmNlLnYxLk5leHRBY3Rpb24SMwoPbmV4dF9hdHRlbXB0X2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgtsZWFzZV91bnRpbBgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGgoScHJvdmlkZXJfcmVmdW5kX2lkGA0gASgJEhEKCXdvcmtlcl9pZBgOIAEoCRITCgtsYXN0X3JlYXNvbhgPIAEoCRIxCg1maXJzdF9zZW50X2F0GBAgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpjcmVhdGVkX2F0GBEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GBIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCLyAgoKQ2xhaW1lZEpvYhIdCgNqb2IYASABKAsyEC5qb2JmZW5jZS52MS5Kb2ISDwoHYXR0ZW1wdBgCIAEoAxIvCgtsZWFzZV91bnRpbBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLAoLbmV4dF9hY3Rpb24YBCABKA4yFy5qb2JmZW5jZS52MS5OZXh0QWN0aW9uEhAKCHRha2VvdmVyGAUgASgIEi4KDG9ic2VydmF0aW9ucxgGIAMoCzIYLmpvYmZlbmNlLnYxLk9ic2VydmF0aW9uEjMKD3Jlc2VuZF9kZWFkbGluZRgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKY2xhaW1lZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEwoLbGVhc2VfdG9rZW4YCSABKAkSGQoRb2JzZXJ2YXRpb25fY291bnQYCiABKAMitgIKCEpvYkV2ZW50EgoKAmlkGAEgASgDEg4KBmpvYl9pZBgCIAEoAxIPCgdhdHRlbXB0GAMgASgDEgwKBGtpbmQYBCABKAkSEQoJd29ya2VyX2lkGAUgASgJEikKCmZyb21fc3RhdGUYBiABKA4yFS5qb2JmZW5jZS52MS5Kb2JTdGF0ZRInCgh0b19zdGF0ZRgHIAEoDjIVLmpvYmZlbmNlLnYxLkpvYlN0YXRlEiwKC25leHRfYWN0aW9uGAggASgOMhcuam9iZmVuY2UudjEuTmV4dEFjdGlvbhIaChJwcm92aWRlcl9yZWZ1bmRfaWQYCSABKAkSDgoGcmVhc29uGAogASgJEi4KCmNyZWF0ZWRfYXQYCyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIsICCgtPYnNlcnZhdGlvbhIKCgJpZBgBIAEoAxIOCgZqb2JfaWQYAiABKAMSFQoNb3BlcmF0aW9uX2tleRgDIAEoCRIYChByZXBvcnRlZF9hdHRlbXB0GAQgASgDEhMKC2pvYl9hdHRlbXB0GAUgASgDEg4KBnNvdXJjZRgGIAEoCRIwCgdvdXRjb21lGAcgASgOMh8uam9iZmVuY2UudjEuT2JzZXJ2YXRpb25PdXRjb21lEhoKEnByb3ZpZGVyX3JlZnVuZF9pZBgIIAEoCRIZChFwcm92aWRlcl9ldmVudF9pZBgJIAEoCRIOCgZkZXRhaWwYCiABKAkSLgoKY3JlYXRlZF9hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGAoQYXR0ZW1wdF92ZXJpZmllZBgMIAEoCCK9AQoURW5xdWV1ZVJlZnVuZFJlcXVlc3QSFQoNb3BlcmF0aW9uX2tleRgBIAEoCRIQCghvcmRlcl9pZBgCIAEoCRISCgpwYXltZW50X2lkGAMgASgJEhQKDGFtb3VudF9taW5vchgEIAEoAxIQCghjdXJyZW5jeRgFIAEoCRIQCghwcm92aWRlchgGIAEoCRIuCgpub3RfYmVmb3JlGAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJHChVFbnF1ZXVlUmVmdW5kUmVzcG9uc2USHQoDam9iGAEgASgLMhAuam9iZmVuY2UudjEuSm9iEg8KB2NyZWF0ZWQYAiABKAgioQEKDENsYWltUmVxdWVzdBIRCgl3b3JrZXJfaWQYASABKAkSEAoIbWF4X2pvYnMYAiABKAUSMQoObGVhc2VfZHVyYXRpb24YAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEAoIcHJvdmlkZXIYBCABKAkSJwoEd2FpdBgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJmCg1DbGFpbVJlc3BvbnNlEiUKBGpvYnMYASADKAsyFy5qb2JmZW5jZS52MS5DbGFpbWVkSm9iEi4KC3JldHJ5X2FmdGVyGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uImMKD0NvbXBsZXRlUmVxdWVzdBIOCgZqb2JfaWQYASABKAMSDwoHYXR0ZW1wdBgCIAEoAxIaChJwcm92aWRlcl9yZWZ1bmRfaWQYAyABKAkSEwoLbGVhc2VfdG9rZW4YBCABKAkiQwoQQ29tcGxldGVSZXNwb25zZRIdCgNqb2IYASABKAsyEC5qb2JmZW5jZS52MS5Kb2ISEAoIcmVwbGF5ZWQYAiABKAgi8gEKEVJlc2NoZWR1bGVSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoAxIPCgdhdHRlbXB0GAIgASgDEiwKC25leHRfYWN0aW9uGAMgASgOMhcuam9iZmVuY2UudjEuTmV4dEFjdGlvbhIqCgVkZWxheRgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbkgAEjUKD25leHRfYXR0ZW1wdF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBIABIOCgZyZWFzb24YBiABKAkSEwoLbGVhc2VfdG9rZW4YByABKAlCBgoEd2hlbiJFChJSZXNjaGVkdWxlUmVzcG9uc2USHQoDam9iGAEgASgLMhAuam9iZmVuY2UudjEuSm9iEhAKCHJlcGxheWVkGAIgASgIIlcKD0VzY2FsYXRlUmVxdWVzdBIOCgZqb2JfaWQYASABKAMSDwoHYXR0ZW1wdBgCIAEoAxIOCgZyZWFzb24YAyABKAkSEwoLbGVhc2VfdG9rZW4YBCABKAkiQwoQRXNjYWxhdGVSZXNwb25zZRIdCgNqb2IYASABKAsyEC5qb2JmZW5jZS52MS5Kb2ISEAoIcmVwbGF5ZWQYAiABKAgi+wEKGFJlcG9ydE9ic2VydmF0aW9uUmVxdWVzdBIQCgZqb2JfaWQYASABKANIABIXCg1vcGVyYXRpb25fa2V5GAIgASgJSAASDwoHYXR0ZW1wdBgDIAEoAxIOCgZzb3VyY2UYBCABKAkSMAoHb3V0Y29tZRgFIAEoDjIfLmpvYmZlbmNlLnYxLk9ic2VydmF0aW9uT3V0Y29tZRIaChJwcm92aWRlcl9yZWZ1bmRfaWQYBiABKAkSGQoRcHJvdmlkZXJfZXZlbnRfaWQYByABKAkSDgoGZGV0YWlsGAggASgJEhMKC2xlYXNlX3Rva2VuGAkgASgJQgUKA2pvYiJdChlSZXBvcnRPYnNlcnZhdGlvblJlc3BvbnNlEi0KC29ic2VydmF0aW9uGAEgASgLMhguam9iZmVuY2UudjEuT2JzZXJ2YXRpb24SEQoJZHVwbGljYXRlGAIgASgIIoIBCg1HZXRKb2JSZXF1ZXN0EhAKBmpvYl9pZBgBIAEoA0gAEhcKDW9wZXJhdGlvbl9rZXkYAiABKAlIABIeChZvYnNlcnZhdGlvbnNfcGFnZV9zaXplGAMgASgFEh8KF29ic2VydmF0aW9uc19wYWdlX3Rva2VuGAQgASgJQgUKA2pvYiLHAQoOR2V0Sm9iUmVzcG9uc2USHQoDam9iGAEgASgLMhAuam9iZmVuY2UudjEuSm9iEiUKBmV2ZW50cxgCIAMoCzIVLmpvYmZlbmNlLnYxLkpvYkV2ZW50Ei4KDG9ic2VydmF0aW9ucxgDIAMoCzIYLmpvYmZlbmNlLnYxLk9ic2VydmF0aW9uEhkKEW9ic2VydmF0aW9uX2NvdW50GAQgASgDEiQKHG5leHRfb2JzZXJ2YXRpb25zX3BhZ2VfdG9rZW4YBSABKAkiggEKD0xpc3RKb2JzUmVxdWVzdBIkCgVzdGF0ZRgBIAEoDjIVLmpvYmZlbmNlLnYxLkpvYlN0YXRlEhAKCHByb3ZpZGVyGAIgASgJEhAKCG9yZGVyX2lkGAMgASgJEhEKCXBhZ2Vfc2l6ZRgEIAEoBRISCgpwYWdlX3Rva2VuGAUgASgJIksKEExpc3RKb2JzUmVzcG9uc2USHgoEam9icxgBIAMoCzIQLmpvYmZlbmNlLnYxLkpvYhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkilAEKFFJlc29sdmVSZXZpZXdSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoAxIPCgdhdHRlbXB0GAIgASgDEjEKCnJlc29sdXRpb24YAyABKA4yHS5qb2JmZW5jZS52MS5SZXZpZXdSZXNvbHV0aW9uEhoKEnByb3ZpZGVyX3JlZnVuZF9pZBgEIAEoCRIMCgRub3RlGAUgASgJIkgKFVJlc29sdmVSZXZpZXdSZXNwb25zZRIdCgNqb2IYASABKAsyEC5qb2JmZW5jZS52MS5Kb2ISEAoIcmVwbGF5ZWQYAiABKAgqhwEKCEpvYlN0YXRlEhkKFUpPQl9TVEFURV9VTlNQRUNJRklFRBAAEhMKD0pPQl9TVEFURV9SRUFEWRABEhUKEUpPQl9TVEFURV9SVU5OSU5HEAISFwoTSk9CX1NUQVRFX1NVQ0NFRURFRBADEhsKF0pPQl9TVEFURV9NQU5VQUxfUkVWSUVXEAQqXAoKTmV4dEFjdGlvbhIbChdORVhUX0FDVElPTl9VTlNQRUNJRklFRBAAEhYKEk5FWFRfQUNUSU9OX1JFRlVORBABEhkKFU5FWFRfQUNUSU9OX1JFQ09OQ0lMRRACKnYKEFJldmlld1Jlc29sdXRpb24SIQodUkVWSUVXX1JFU09MVVRJT05fVU5TUEVDSUZJRUQQABIeChpSRVZJRVdfUkVTT0xVVElPTl9SRUZVTkRFRBABEh8KG1JFVklFV19SRVNPTFVUSU9OX1JFQ09OQ0lMRRACKsABChJPYnNlcnZhdGlvbk91dGNvbWUSIwofT0JTRVJWQVRJT05fT1VUQ09NRV9VTlNQRUNJRklFRBAAEiEKHU9CU0VSVkFUSU9OX09VVENPTUVfU1VDQ0VFREVEEAESHwobT0JTRVJWQVRJT05fT1VUQ09NRV9QRU5ESU5HEAISHgoaT0JTRVJWQVRJT05fT1VUQ09NRV9GQUlMRUQQAxIhCh1PQlNFUlZBVElPTl9PVVRDT01FX05PVF9GT1VORBAEMs4FCgtDb29yZGluYXRvchJWCg1FbnF1ZXVlUmVmdW5kEiEuam9iZmVuY2UudjEuRW5xdWV1ZVJlZnVuZFJlcXVlc3QaIi5qb2JmZW5jZS52MS5FbnF1ZXVlUmVmdW5kUmVzcG9uc2USPgoFQ2xhaW0SGS5qb2JmZW5jZS52MS5DbGFpbVJlcXVlc3QaGi5qb2JmZW5jZS52MS5DbGFpbVJlc3BvbnNlEkcKCENvbXBsZXRlEhwuam9iZmVuY2UudjEuQ29tcGxldGVSZXF1ZXN0Gh0uam9iZmVuY2UudjEuQ29tcGxldGVSZXNwb25zZRJNCgpSZXNjaGVkdWxlEh4uam9iZmVuY2UudjEuUmVzY2hlZHVsZVJlcXVlc3QaHy5qb2JmZW5jZS52MS5SZXNjaGVkdWxlUmVzcG9uc2USRwoIRXNjYWxhdGUSHC5qb2JmZW5jZS52MS5Fc2NhbGF0ZVJlcXVlc3QaHS5qb2JmZW5jZS52MS5Fc2NhbGF0ZVJlc3BvbnNlEmIKEVJlcG9ydE9ic2VydmF0aW9uEiUuam9iZmVuY2UudjEuUmVwb3J0T2JzZXJ2YXRpb25SZXF1ZXN0GiYuam9iZmVuY2UudjEuUmVwb3J0T2JzZXJ2YXRpb25SZXNwb25zZRJBCgZHZXRKb2ISGi5qb2JmZW5jZS52MS5HZXRKb2JSZXF1ZXN0Ghsuam9iZmVuY2UudjEuR2V0Sm9iUmVzcG9uc2USRwoITGlzdEpvYnMSHC5qb2JmZW5jZS52MS5MaXN0Sm9ic1JlcXVlc3QaHS5qb2JmZW5jZS52MS5MaXN0Sm9ic1Jlc3BvbnNlElYKDVJlc29sdmVSZXZpZXcSIS5qb2JmZW5jZS52MS5SZXNvbHZlUmV2aWV3UmVxdWVzdBoiLmpvYmZlbmNlLnYxLlJlc29sdmVSZXZpZXdSZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("Ch1qb2JmZW5jZS92MS9jb29yZGluYXRvci5wcm90bxILam9iZmVuY2UudjEiqgQKA0pvYhIKCgJpZBgBIAEoAxIVCg1vcGVyYXRpb25fa2V5GAIgASgJEhAKCG9yZGVyX2lkGAMgASgJEhIKCnBheW1lbnRfaWQYBCABKAkSFAoMYW1vdW50X21pbm9yGAUgASgDEhAKCGN1cnJlbmN5GAYgASgJEhAKCHByb3ZpZGVyGAcgASgJEiQKBXN0YXRlGAggASgOMhUuam9iZmVuY2UudjEuSm9iU3RhdGUSDwoHYXR0ZW1wdBgJIAEoAxIsCgtuZXh0X2FjdGlvbhgKIAEoDjIXLmpvYmZlbmNlLnYxLk5leHRBY3Rpb24SMwoPbmV4dF9hdHRlbXB0X2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgtsZWFzZV91bnRpbBgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGgoScHJvdmlkZXJfcmVmdW5kX2lkGA0gASgJEhEKCXdvcmtlcl9pZBgOIAEoCRITCgtsYXN0X3JlYXNvbhgPIAEoCRIxCg1maXJzdF9zZW50X2F0GBAgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpjcmVhdGVkX2F0GBEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GBIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCLyAgoKQ2xhaW1lZEpvYhIdCgNqb2IYASABKAsyEC5qb2JmZW5jZS52MS5Kb2ISDwoHYXR0ZW1wdBgCIAEoAxIvCgtsZWFzZV91bnRpbBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLAoLbmV4dF9hY3Rpb24YBCABKA4yFy5qb2JmZW5jZS52MS5OZXh0QWN0aW9uEhAKCHRha2VvdmVyGAUgASgIEi4KDG9ic2VydmF0aW9ucxgGIAMoCzIYLmpvYmZlbmNlLnYxLk9ic2VydmF0aW9uEjMKD3Jlc2VuZF9kZWFkbGluZRgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKY2xhaW1lZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEwoLbGVhc2VfdG9rZW4YCSABKAkSGQoRb2JzZXJ2YXRpb25fY291bnQYCiABKAMitgIKCEpvYkV2ZW50EgoKAmlkGAEgASgDEg4KBmpvYl9pZBgCIAEoAxIPCgdhdHRlbXB0GAMgASgDEgwKBGtpbmQYBCABKAkSEQoJd29ya2VyX2lkGAUgASgJEikKCmZyb21fc3RhdGUYBiABKA4yFS5qb2JmZW5jZS52MS5Kb2JTdGF0ZRInCgh0b19zdGF0ZRgHIAEoDjIVLmpvYmZlbmNlLnYxLkpvYlN0YXRlEiwKC25leHRfYWN0aW9uGAggASgOMhcuam9iZmVuY2UudjEuTmV4dEFjdGlvbhIaChJwcm92aWRlcl9yZWZ1bmRfaWQYCSABKAkSDgoGcmVhc29uGAogASgJEi4KCmNyZWF0ZWRfYXQYCyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIsICCgtPYnNlcnZhdGlvbhIKCgJpZBgBIAEoAxIOCgZqb2JfaWQYAiABKAMSFQoNb3BlcmF0aW9uX2tleRgDIAEoCRIYChByZXBvcnRlZF9hdHRlbXB0GAQgASgDEhMKC2pvYl9hdHRlbXB0GAUgASgDEg4KBnNvdXJjZRgGIAEoCRIwCgdvdXRjb21lGAcgASgOMh8uam9iZmVuY2UudjEuT2JzZXJ2YXRpb25PdXRjb21lEhoKEnByb3ZpZGVyX3JlZnVuZF9pZBgIIAEoCRIZChFwcm92aWRlcl9ldmVudF9pZBgJIAEoCRIOCgZkZXRhaWwYCiABKAkSLgoKY3JlYXRlZF9hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGAoQYXR0ZW1wdF92ZXJpZmllZBgMIAEoCCK9AQoURW5xdWV1ZVJlZnVuZFJlcXVlc3QSFQoNb3BlcmF0aW9uX2tleRgBIAEoCRIQCghvcmRlcl9pZBgCIAEoCRISCgpwYXltZW50X2lkGAMgASgJEhQKDGFtb3VudF9taW5vchgEIAEoAxIQCghjdXJyZW5jeRgFIAEoCRIQCghwcm92aWRlchgGIAEoCRIuCgpub3RfYmVmb3JlGAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJHChVFbnF1ZXVlUmVmdW5kUmVzcG9uc2USHQoDam9iGAEgASgLMhAuam9iZmVuY2UudjEuSm9iEg8KB2NyZWF0ZWQYAiABKAgioQEKDENsYWltUmVxdWVzdBIRCgl3b3JrZXJfaWQYASABKAkSEAoIbWF4X2pvYnMYAiABKAUSMQoObGVhc2VfZHVyYXRpb24YAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEAoIcHJvdmlkZXIYBCABKAkSJwoEd2FpdBgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJmCg1DbGFpbVJlc3BvbnNlEiUKBGpvYnMYASADKAsyFy5qb2JmZW5jZS52MS5DbGFpbWVkSm9iEi4KC3JldHJ5X2FmdGVyGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uImMKD0NvbXBsZXRlUmVxdWVzdBIOCgZqb2JfaWQYASABKAMSDwoHYXR0ZW1wdBgCIAEoAxIaChJwcm92aWRlcl9yZWZ1bmRfaWQYAyABKAkSEwoLbGVhc2VfdG9rZW4YBCABKAkiQwoQQ29tcGxldGVSZXNwb25zZRIdCgNqb2IYASABKAsyEC5qb2JmZW5jZS52MS5Kb2ISEAoIcmVwbGF5ZWQYAiABKAgi8gEKEVJlc2NoZWR1bGVSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoAxIPCgdhdHRlbXB0GAIgASgDEiwKC25leHRfYWN0aW9uGAMgASgOMhcuam9iZmVuY2UudjEuTmV4dEFjdGlvbhIqCgVkZWxheRgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbkgAEjUKD25leHRfYXR0ZW1wdF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBIABIOCgZyZWFzb24YBiABKAkSEwoLbGVhc2VfdG9rZW4YByABKAlCBgoEd2hlbiJFChJSZXNjaGVkdWxlUmVzcG9uc2USHQoDam9iGAEgASgLMhAuam9iZmVuY2UudjEuSm9iEhAKCHJlcGxheWVkGAIgASgIIlcKD0VzY2FsYXRlUmVxdWVzdBIOCgZqb2JfaWQYASABKAMSDwoHYXR0ZW1wdBgCIAEoAxIOCgZyZWFzb24YAyABKAkSEwoLbGVhc2VfdG9rZW4YBCABKAkiQwoQRXNjYWxhdGVSZXNwb25zZRIdCgNqb2IYASABKAsyEC5qb2JmZW5jZS52MS5Kb2ISEAoIcmVwbGF5ZWQYAiABKAgi+wEKGFJlcG9ydE9ic2VydmF0aW9uUmVxdWVzdBIQCgZqb2JfaWQYASABKANIABIXCg1vcGVyYXRpb25fa2V5GAIgASgJSAASDwoHYXR0ZW1wdBgDIAEoAxIOCgZzb3VyY2UYBCABKAkSMAoHb3V0Y29tZRgFIAEoDjIfLmpvYmZlbmNlLnYxLk9ic2VydmF0aW9uT3V0Y29tZRIaChJwcm92aWRlcl9yZWZ1bmRfaWQYBiABKAkSGQoRcHJvdmlkZXJfZXZlbnRfaWQYByABKAkSDgoGZGV0YWlsGAggASgJEhMKC2xlYXNlX3Rva2VuGAkgASgJQgUKA2pvYiJdChlSZXBvcnRPYnNlcnZhdGlvblJlc3BvbnNlEi0KC29ic2VydmF0aW9uGAEgASgLMhguam9iZmVuY2UudjEuT2JzZXJ2YXRpb24SEQoJZHVwbGljYXRlGAIgASgIIoIBCg1HZXRKb2JSZXF1ZXN0EhAKBmpvYl9pZBgBIAEoA0gAEhcKDW9wZXJhdGlvbl9rZXkYAiABKAlIABIeChZvYnNlcnZhdGlvbnNfcGFnZV9zaXplGAMgASgFEh8KF29ic2VydmF0aW9uc19wYWdlX3Rva2VuGAQgASgJQgUKA2pvYiLHAQoOR2V0Sm9iUmVzcG9uc2USHQoDam9iGAEgASgLMhAuam9iZmVuY2UudjEuSm9iEiUKBmV2ZW50cxgCIAMoCzIVLmpvYmZlbmNlLnYxLkpvYkV2ZW50Ei4KDG9ic2VydmF0aW9ucxgDIAMoCzIYLmpvYmZlbmNlLnYxLk9ic2VydmF0aW9uEhkKEW9ic2VydmF0aW9uX2NvdW50GAQgASgDEiQKHG5leHRfb2JzZXJ2YXRpb25zX3BhZ2VfdG9rZW4YBSABKAkiggEKD0xpc3RKb2JzUmVxdWVzdBIkCgVzdGF0ZRgBIAEoDjIVLmpvYmZlbmNlLnYxLkpvYlN0YXRlEhAKCHByb3ZpZGVyGAIgASgJEhAKCG9yZGVyX2lkGAMgASgJEhEKCXBhZ2Vfc2l6ZRgEIAEoBRISCgpwYWdlX3Rva2VuGAUgASgJIksKEExpc3RKb2JzUmVzcG9uc2USHgoEam9icxgBIAMoCzIQLmpvYmZlbmNlLnYxLkpvYhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkilAEKFFJlc29sdmVSZXZpZXdSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoAxIPCgdhdHRlbXB0GAIgASgDEjEKCnJlc29sdXRpb24YAyABKA4yHS5qb2JmZW5jZS52MS5SZXZpZXdSZXNvbHV0aW9uEhoKEnByb3ZpZGVyX3JlZnVuZF9pZBgEIAEoCRIMCgRub3RlGAUgASgJIkgKFVJlc29sdmVSZXZpZXdSZXNwb25zZRIdCgNqb2IYASABKAsyEC5qb2JmZW5jZS52MS5Kb2ISEAoIcmVwbGF5ZWQYAiABKAgqowQKC0Vycm9yUmVhc29uEhwKGEVSUk9SX1JFQVNPTl9VTlNQRUNJRklFRBAAEh4KGkVSUk9SX1JFQVNPTl9TVEFMRV9BVFRFTVBUEAESIAocRVJST1JfUkVBU09OX0pPQl9OT1RfUlVOTklORxACEiIKHkVSUk9SX1JFQVNPTl9KT0JfTk9UX0lOX1JFVklFVxADEicKI0VSUk9SX1JFQVNPTl9PUEVSQVRJT05fS0VZX0NPTkZMSUNUEAQSJgoiRVJST1JfUkVBU09OX0NMQUlNX09VVENPTUVfVU5LTk9XThAFEiYKIkVSUk9SX1JFQVNPTl9XUklURV9PVVRDT01FX1VOS05PV04QBhIlCiFFUlJPUl9SRUFTT05fREFUQUJBU0VfVU5BVkFJTEFCTEUQBxIeChpFUlJPUl9SRUFTT05fREFUQUJBU0VfRlVMTBAIEicKI0VSUk9SX1JFQVNPTl9EQVRBQkFTRV9BQ0NFU1NfREVOSUVEEAkSIgoeRVJST1JfUkVBU09OX09CU0VSVkFUSU9OX0xJTUlUEAoSGgoWRVJST1JfUkVBU09OX05PVF9GT1VORBALEiEKHUVSUk9SX1JFQVNPTl9JTlZBTElEX0FSR1VNRU5UEAwSIAocRVJST1JfUkVBU09OX1VOQVVUSEVOVElDQVRFRBANEiIKHkVSUk9SX1JFQVNPTl9QRVJNSVNTSU9OX0RFTklFRBAOKocBCghKb2JTdGF0ZRIZChVKT0JfU1RBVEVfVU5TUEVDSUZJRUQQABITCg9KT0JfU1RBVEVfUkVBRFkQARIVChFKT0JfU1RBVEVfUlVOTklORxACEhcKE0pPQl9TVEFURV9TVUNDRUVERUQQAxIbChdKT0JfU1RBVEVfTUFOVUFMX1JFVklFVxAEKlwKCk5leHRBY3Rpb24SGwoXTkVYVF9BQ1RJT05fVU5TUEVDSUZJRUQQABIWChJORVhUX0FDVElPTl9SRUZVTkQQARIZChVORVhUX0FDVElPTl9SRUNPTkNJTEUQAip2ChBSZXZpZXdSZXNvbHV0aW9uEiEKHVJFVklFV19SRVNPTFVUSU9OX1VOU1BFQ0lGSUVEEAASHgoaUkVWSUVXX1JFU09MVVRJT05fUkVGVU5ERUQQARIfChtSRVZJRVdfUkVTT0xVVElPTl9SRUNPTkNJTEUQAirAAQoST2JzZXJ2YXRpb25PdXRjb21lEiMKH09CU0VSVkFUSU9OX09VVENPTUVfVU5TUEVDSUZJRUQQABIhCh1PQlNFUlZBVElPTl9PVVRDT01FX1NVQ0NFRURFRBABEh8KG09CU0VSVkFUSU9OX09VVENPTUVfUEVORElORxACEh4KGk9CU0VSVkFUSU9OX09VVENPTUVfRkFJTEVEEAMSIQodT0JTRVJWQVRJT05fT1VUQ09NRV9OT1RfRk9VTkQQBDLOBQoLQ29vcmRpbmF0b3ISVgoNRW5xdWV1ZVJlZnVuZBIhLmpvYmZlbmNlLnYxLkVucXVldWVSZWZ1bmRSZXF1ZXN0GiIuam9iZmVuY2UudjEuRW5xdWV1ZVJlZnVuZFJlc3BvbnNlEj4KBUNsYWltEhkuam9iZmVuY2UudjEuQ2xhaW1SZXF1ZXN0Ghouam9iZmVuY2UudjEuQ2xhaW1SZXNwb25zZRJHCghDb21wbGV0ZRIcLmpvYmZlbmNlLnYxLkNvbXBsZXRlUmVxdWVzdBodLmpvYmZlbmNlLnYxLkNvbXBsZXRlUmVzcG9uc2USTQoKUmVzY2hlZHVsZRIeLmpvYmZlbmNlLnYxLlJlc2NoZWR1bGVSZXF1ZXN0Gh8uam9iZmVuY2UudjEuUmVzY2hlZHVsZVJlc3BvbnNlEkcKCEVzY2FsYXRlEhwuam9iZmVuY2UudjEuRXNjYWxhdGVSZXF1ZXN0Gh0uam9iZmVuY2UudjEuRXNjYWxhdGVSZXNwb25zZRJiChFSZXBvcnRPYnNlcnZhdGlvbhIlLmpvYmZlbmNlLnYxLlJlcG9ydE9ic2VydmF0aW9uUmVxdWVzdBomLmpvYmZlbmNlLnYxLlJlcG9ydE9ic2VydmF0aW9uUmVzcG9uc2USQQoGR2V0Sm9iEhouam9iZmVuY2UudjEuR2V0Sm9iUmVxdWVzdBobLmpvYmZlbmNlLnYxLkdldEpvYlJlc3BvbnNlEkcKCExpc3RKb2JzEhwuam9iZmVuY2UudjEuTGlzdEpvYnNSZXF1ZXN0Gh0uam9iZmVuY2UudjEuTGlzdEpvYnNSZXNwb25zZRJWCg1SZXNvbHZlUmV2aWV3EiEuam9iZmVuY2UudjEuUmVzb2x2ZVJldmlld1JlcXVlc3QaIi5qb2JmZW5jZS52MS5SZXNvbHZlUmV2aWV3UmVzcG9uc2ViBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * Job is one refund and its scheduling state. Times are the database's UTC
@@ -1083,6 +1083,139 @@ export const ResolveReviewResponseSchema: GenMessage<ResolveReviewResponse> = /*
   messageDesc(file_jobfence_v1_coordinator, 21);
 
 /**
+ * ErrorReason lists the reasons of the google.rpc.ErrorInfo (domain
+ * "jobfence") of every error the coordinator returns. The reason on the wire
+ * is the value's name without its ERROR_REASON_ prefix:
+ * ERROR_REASON_STALE_ATTEMPT is sent as "STALE_ATTEMPT". Each comment names
+ * the gRPC code it comes with.
+ *
+ * @generated from enum jobfence.v1.ErrorReason
+ */
+export enum ErrorReason {
+  /**
+   * @generated from enum value: ERROR_REASON_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * FAILED_PRECONDITION: the write does not carry the job's current grant:
+   * taken over, another or no lease token, or an attempt this database never
+   * granted (lost in a failover, R26). Nothing was written; never repeat it,
+   * not even with the current attempt. Metadata "current_attempt",
+   * "current_state".
+   *
+   * @generated from enum value: ERROR_REASON_STALE_ATTEMPT = 1;
+   */
+  STALE_ATTEMPT = 1,
+
+  /**
+   * FAILED_PRECONDITION: this grant already wrote a different outcome;
+   * metadata as for STALE_ATTEMPT (R21).
+   *
+   * @generated from enum value: ERROR_REASON_JOB_NOT_RUNNING = 2;
+   */
+  JOB_NOT_RUNNING = 2,
+
+  /**
+   * FAILED_PRECONDITION: ResolveReview on a job no longer in manual review
+   * under that attempt.
+   *
+   * @generated from enum value: ERROR_REASON_JOB_NOT_IN_REVIEW = 3;
+   */
+  JOB_NOT_IN_REVIEW = 3,
+
+  /**
+   * ALREADY_EXISTS: the operation_key is bound to a refund with other values
+   * (R1).
+   *
+   * @generated from enum value: ERROR_REASON_OPERATION_KEY_CONFLICT = 4;
+   */
+  OPERATION_KEY_CONFLICT = 4,
+
+  /**
+   * UNAVAILABLE: the claim may or may not have committed; nothing was
+   * granted (R7).
+   *
+   * @generated from enum value: ERROR_REASON_CLAIM_OUTCOME_UNKNOWN = 5;
+   */
+  CLAIM_OUTCOME_UNKNOWN = 5,
+
+  /**
+   * UNAVAILABLE: a write-back's commit was cut off and the row could not be
+   * re-read; repeat the same write, it is idempotent (R21).
+   *
+   * @generated from enum value: ERROR_REASON_WRITE_OUTCOME_UNKNOWN = 6;
+   */
+  WRITE_OUTCOME_UNKNOWN = 6,
+
+  /**
+   * UNAVAILABLE: the database could not be reached or refused writes for now
+   * (read-only during a failover, too many connections); nothing was changed.
+   *
+   * @generated from enum value: ERROR_REASON_DATABASE_UNAVAILABLE = 7;
+   */
+  DATABASE_UNAVAILABLE = 7,
+
+  /**
+   * UNAVAILABLE: the database is out of space; nothing was changed (an
+   * operator must act; repeat later).
+   *
+   * @generated from enum value: ERROR_REASON_DATABASE_FULL = 8;
+   */
+  DATABASE_FULL = 8,
+
+  /**
+   * UNAVAILABLE: the coordinator's database user lacks a privilege; nothing
+   * was changed (an operator must act; repeat later).
+   *
+   * @generated from enum value: ERROR_REASON_DATABASE_ACCESS_DENIED = 9;
+   */
+  DATABASE_ACCESS_DENIED = 9,
+
+  /**
+   * RESOURCE_EXHAUSTED: the job has 1,000 receipts on file; this one was not
+   * filed.
+   *
+   * @generated from enum value: ERROR_REASON_OBSERVATION_LIMIT = 10;
+   */
+  OBSERVATION_LIMIT = 10,
+
+  /**
+   * NOT_FOUND: no such job.
+   *
+   * @generated from enum value: ERROR_REASON_NOT_FOUND = 11;
+   */
+  NOT_FOUND = 11,
+
+  /**
+   * INVALID_ARGUMENT, with a google.rpc.BadRequest naming each bad field.
+   *
+   * @generated from enum value: ERROR_REASON_INVALID_ARGUMENT = 12;
+   */
+  INVALID_ARGUMENT = 12,
+
+  /**
+   * UNAUTHENTICATED: no valid bearer token or client certificate.
+   *
+   * @generated from enum value: ERROR_REASON_UNAUTHENTICATED = 13;
+   */
+  UNAUTHENTICATED = 13,
+
+  /**
+   * PERMISSION_DENIED: the credential's roles do not allow the call.
+   *
+   * @generated from enum value: ERROR_REASON_PERMISSION_DENIED = 14;
+   */
+  PERMISSION_DENIED = 14,
+}
+
+/**
+ * Describes the enum jobfence.v1.ErrorReason.
+ */
+export const ErrorReasonSchema: GenEnum<ErrorReason> = /*@__PURE__*/
+  enumDesc(file_jobfence_v1_coordinator, 0);
+
+/**
  * JobState is where a job stands.
  *
  * @generated from enum jobfence.v1.JobState
@@ -1126,7 +1259,7 @@ export enum JobState {
  * Describes the enum jobfence.v1.JobState.
  */
 export const JobStateSchema: GenEnum<JobState> = /*@__PURE__*/
-  enumDesc(file_jobfence_v1_coordinator, 0);
+  enumDesc(file_jobfence_v1_coordinator, 1);
 
 /**
  * NextAction tells the holder what to do first.
@@ -1158,7 +1291,7 @@ export enum NextAction {
  * Describes the enum jobfence.v1.NextAction.
  */
 export const NextActionSchema: GenEnum<NextAction> = /*@__PURE__*/
-  enumDesc(file_jobfence_v1_coordinator, 1);
+  enumDesc(file_jobfence_v1_coordinator, 2);
 
 /**
  * ReviewResolution is an operator's decision on a job in manual review.
@@ -1190,7 +1323,7 @@ export enum ReviewResolution {
  * Describes the enum jobfence.v1.ReviewResolution.
  */
 export const ReviewResolutionSchema: GenEnum<ReviewResolution> = /*@__PURE__*/
-  enumDesc(file_jobfence_v1_coordinator, 2);
+  enumDesc(file_jobfence_v1_coordinator, 3);
 
 /**
  * ObservationOutcome is what the provider said about a refund.
@@ -1236,7 +1369,7 @@ export enum ObservationOutcome {
  * Describes the enum jobfence.v1.ObservationOutcome.
  */
 export const ObservationOutcomeSchema: GenEnum<ObservationOutcome> = /*@__PURE__*/
-  enumDesc(file_jobfence_v1_coordinator, 3);
+  enumDesc(file_jobfence_v1_coordinator, 4);
 
 /**
  * Coordinator owns the refund_jobs table. Workers never touch the database:
@@ -1244,38 +1377,8 @@ export const ObservationOutcomeSchema: GenEnum<ObservationOutcome> = /*@__PURE__
  * carrying the grant they were given: its attempt (the fencing generation)
  * and its lease token (the secret that proves they hold it, R25).
  *
- * Errors carry a google.rpc.ErrorInfo with domain "jobfence" and one of the
- * reasons below; clients branch on the reason, never on the message (R24).
- *
- *   STALE_ATTEMPT           FAILED_PRECONDITION  the write does not carry the job's current
- *                                                grant: taken over, another or no lease
- *                                                token, or an attempt this database never
- *                                                granted (lost in a failover, R26); metadata
- *                                                "current_attempt", "current_state"
- *   JOB_NOT_RUNNING         FAILED_PRECONDITION  this attempt already wrote a different
- *                                                outcome; metadata as above
- *   OPERATION_KEY_CONFLICT  ALREADY_EXISTS       the key is bound to different values
- *   CLAIM_OUTCOME_UNKNOWN   UNAVAILABLE          the claim may or may not have committed;
- *                                                nothing was granted (R7)
- *   WRITE_OUTCOME_UNKNOWN   UNAVAILABLE          a write-back's commit was cut off and the
- *                                                row could not be re-read; repeat the same
- *                                                write, it is idempotent (R21)
- *   JOB_NOT_IN_REVIEW       FAILED_PRECONDITION  ResolveReview on a job no longer in manual
- *                                                review under that attempt
- *   DATABASE_UNAVAILABLE    UNAVAILABLE          the database could not be reached or refused
- *                                                writes for now (read-only during a failover,
- *                                                too many connections); nothing was changed
- *   DATABASE_FULL           UNAVAILABLE          the database is out of space; nothing was
- *                                                changed (an operator must act; retry later)
- *   DATABASE_ACCESS_DENIED  UNAVAILABLE          the coordinator's database user lacks a
- *                                                privilege; nothing was changed (as above)
- *   OBSERVATION_LIMIT       RESOURCE_EXHAUSTED   the job has 1,000 receipts on file; this one
- *                                                was not filed
- *   NOT_FOUND               NOT_FOUND            no such job
- *   INVALID_ARGUMENT        INVALID_ARGUMENT     with google.rpc.BadRequest field violations
- *   UNAUTHENTICATED         UNAUTHENTICATED      no valid bearer token or client certificate
- *   PERMISSION_DENIED       PERMISSION_DENIED    the credential's roles do not allow the call
- *
+ * Errors carry a google.rpc.ErrorInfo with domain "jobfence" and a reason
+ * from ErrorReason; clients branch on the reason, never on the message (R24).
  * Every UNAVAILABLE is safe to repeat for write-backs, observations, enqueues
  * and reads (R21, R1); a Claim answered UNAVAILABLE granted nothing (R7).
  *
