@@ -1,7 +1,8 @@
-package server
+package dispatch
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -34,6 +35,10 @@ type batcher[In, Out any] struct {
 	// abandoned, when set, receives the outcome of a call whose caller gave up
 	// before it was answered.
 	abandoned func(In, Out)
+	// done is closed by close: the flushers stop, and calls waiting or made
+	// later answer ErrClosed.
+	done      chan struct{}
+	closeOnce sync.Once
 }
 
 // The states of a call: waiting for its batch, answered, or given up.
@@ -60,7 +65,7 @@ const overflowAfter = 20 * time.Millisecond
 func newBatcher[In, Out any](run func(context.Context, []In) []Out, flushers, maxBatch int, timeout time.Duration,
 	sizes prometheus.Observer) *batcher[In, Out] {
 	b := &batcher[In, Out]{run: run, queue: make(chan *batchCall[In, Out], flushers*maxBatch), maxBatch: maxBatch,
-		timeout: timeout, sizes: sizes, started: make(chan struct{}, flushers)}
+		timeout: timeout, sizes: sizes, started: make(chan struct{}, flushers), done: make(chan struct{})}
 	go b.flush()
 	for i := 1; i < flushers; i++ {
 		go b.overflow()
@@ -78,6 +83,8 @@ func (b *batcher[In, Out]) do(ctx context.Context, in In) (Out, error) {
 	case b.queue <- c:
 	case <-ctx.Done():
 		return zero, ctx.Err()
+	case <-b.done:
+		return zero, ErrClosed
 	}
 	select {
 	case <-c.done:
@@ -88,13 +95,29 @@ func (b *batcher[In, Out]) do(ctx context.Context, in In) (Out, error) {
 		}
 		<-c.done // answered meanwhile: the caller gets it after all
 		return c.out, nil
+	case <-b.done:
+		if c.state.CompareAndSwap(callWaiting, callAbandoned) {
+			return zero, ErrClosed
+		}
+		<-c.done
+		return c.out, nil
 	}
 }
+
+// close stops the flushers once their batches in flight are answered.
+func (b *batcher[In, Out]) close() { b.closeOnce.Do(func() { close(b.done) }) }
 
 // flush is the first flusher: it runs every call as it comes, with those
 // queued behind it.
 func (b *batcher[In, Out]) flush() {
-	for first := range b.queue {
+	for {
+		var first *batchCall[In, Out]
+		select {
+		case first = <-b.queue:
+		case <-b.done:
+			close(b.started) // the overflow flushers stop too
+			return
+		}
 		b.busy.Store(time.Now().UnixNano())
 		for range cap(b.started) {
 			select {

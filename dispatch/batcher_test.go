@@ -1,4 +1,4 @@
-package server
+package dispatch
 
 import (
 	"context"
@@ -75,5 +75,30 @@ func TestBatcherOverflowsAStalledBatch(t *testing.T) {
 			t.Errorf("two flushers: the call behind a stalled batch = %d, %v; want it run by the overflow", got, err)
 		}
 		close(stall)
+	}
+}
+
+// TestBatcherClosed: after close the flushers stop, and a call answers
+// ErrClosed instead of waiting for a batch that will never run.
+func TestBatcherClosed(t *testing.T) {
+	b := newBatcher(func(_ context.Context, ins []int) []int { return ins }, 2, 8, time.Minute,
+		prometheus.NewHistogram(prometheus.HistogramOpts{Name: "x"}))
+	if out, err := b.do(context.Background(), 7); err != nil || out != 7 {
+		t.Fatalf("do before close = %d, %v", out, err)
+	}
+	b.close()
+	b.close() // twice is fine
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.do(context.Background(), 8)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrClosed) {
+			t.Fatalf("do after close: %v, want ErrClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("do after close still waits")
 	}
 }

@@ -1,4 +1,4 @@
-package server
+package dispatch
 
 import (
 	"context"
@@ -7,8 +7,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/jobfence/jobfence/internal/testdb"
 	"github.com/jobfence/jobfence/store"
@@ -63,8 +61,8 @@ func TestPollRoundMissesNoWake(t *testing.T) {
 		t.Run(b.Name, func(t *testing.T) {
 			const interval = 2 * time.Second
 			h := &holdingStore{Store: b.Open(t)}
-			s := New(h, Options{ClaimPollInterval: interval, Metrics: NewMetrics(prometheus.NewRegistry(), h),
-				Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			s := New(h, Options{PollInterval: interval, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			defer s.Close()
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			type result struct {
@@ -75,7 +73,7 @@ func TestPollRoundMissesNoWake(t *testing.T) {
 			got := make(chan result, 1)
 			p := store.ClaimParams{WorkerID: "idle", MaxJobs: 1, Lease: time.Minute}
 			go func() {
-				jobs, err := s.claim(ctx, p, 3*interval)
+				jobs, err := s.Claim(ctx, p, 3*interval)
 				got <- result{jobs, err, time.Now()}
 			}()
 			armed := func() bool {
@@ -94,7 +92,7 @@ func TestPollRoundMissesNoWake(t *testing.T) {
 			case <-time.After(2 * interval):
 				t.Fatal("no idle look")
 			}
-			out, err := s.enqueues.do(ctx, store.EnqueueParams{OperationKey: "during-the-round", OrderID: "o",
+			out, err := s.Enqueue(ctx, store.EnqueueParams{OperationKey: "during-the-round", OrderID: "o",
 				PaymentID: "p", AmountMinor: 100, Currency: "EUR", Provider: "acme"})
 			if err == nil {
 				err = out.Err

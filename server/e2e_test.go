@@ -67,6 +67,7 @@ func start(t *testing.T, b testdb.Backend, configure ...func(*server.Options)) *
 		return resp, err
 	}
 	c.server = srv
+	t.Cleanup(srv.Close) // after the server stops: cleanups run last first
 	gs, _ := srv.NewGRPCServer(grpc.ChainUnaryInterceptor(lossy))
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

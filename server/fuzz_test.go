@@ -76,6 +76,7 @@ func startFuzz(f *testing.F) *fuzzCoordinator {
 		ClaimPollInterval: time.Millisecond,
 		Logger:            slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
+	f.Cleanup(srv.Close) // after the server stops: cleanups run last first
 	gs, _ := srv.NewGRPCServer()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

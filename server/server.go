@@ -9,13 +9,13 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/jobfence/jobfence/dispatch"
 	pb "github.com/jobfence/jobfence/gen/jobfence/v1"
 	"github.com/jobfence/jobfence/store"
 )
@@ -55,23 +55,18 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// claimsPerTx bounds the claims sharing one transaction.
-const claimsPerTx = 16
-
 // MaxClaimWait bounds ClaimRequest.wait.
 const MaxClaimWait = time.Minute
 
-// Server implements jobfence.v1.Coordinator on a store.Store.
+// Server implements jobfence.v1.Coordinator on a store.Store: it translates
+// messages and statuses; the Dispatcher coalesces the calls into
+// transactions and parks idle long polls.
 type Server struct {
 	pb.UnimplementedCoordinatorServer
 	store    store.Store
+	dispatch *dispatch.Dispatcher
 	opts     Options
 	log      *slog.Logger
-	waiters  waiters
-	idle     idleLooks
-	writes   *batcher[store.Writeback, store.WriteOutcome]
-	enqueues *batcher[store.EnqueueParams, store.EnqueueOutcome]
-	claims   *batcher[store.ClaimParams, store.ClaimOutcome]
 	metrics  *Metrics
 }
 
@@ -98,54 +93,21 @@ func New(st store.Store, opts Options) *Server {
 	if opts.Metrics == nil {
 		opts.Metrics = NewMetrics(prometheus.NewRegistry(), st)
 	}
-	srv := &Server{store: st, opts: opts, log: opts.Logger, metrics: opts.Metrics,
-		writes: newBatcher(st.WriteMany, opts.WriteFlushers, opts.WriteBatch, time.Minute, opts.Metrics.writeBatch),
-		// Claims are short and lock rows: few at a time, so that concurrent
-		// claimers share a COMMIT instead of contending in the database.
-		claims: newBatcher(st.ClaimMany, opts.WriteFlushers, claimsPerTx, time.Minute, opts.Metrics.claimTxBatch)}
-	srv.enqueues = newBatcher(srv.enqueueMany, opts.WriteFlushers, opts.WriteBatch, time.Minute, opts.Metrics.enqueueBatch)
-	srv.claims.abandoned = srv.release
-	return srv
-}
-
-// enqueueMany runs a batch of enqueues and, in the same transaction, the
-// claims of idle long-polling workers that could take the new jobs
-// (store.EnqueueAndClaim): a job enqueued while a worker waits reaches it
-// with the enqueue's own COMMIT. Each taken claim takes what it would take
-// one call later, oldest due work first (Q1). A new job no claim took wakes
-// one more waiter, as before.
-func (s *Server) enqueueMany(ctx context.Context, ps []store.EnqueueParams) []store.EnqueueOutcome {
-	providers := make(map[string]bool, len(ps))
-	for _, p := range ps {
-		providers[p.Provider] = true
-	}
-	taken := s.waiters.take(len(ps), providers)
-	claims := make([]store.ClaimParams, len(taken))
-	for i, wt := range taken {
-		claims[i] = *wt.claim
-	}
-	out, claimed := s.store.EnqueueAndClaim(ctx, ps, claims)
-	granted := map[int64]bool{}
-	for i, wt := range taken {
-		for _, c := range claimed[i].Jobs {
-			granted[c.Job.ID] = true
-		}
-		if len(claimed[i].Jobs) > 0 {
-			s.metrics.handoffs.Inc()
-		}
-		s.waiters.hand(wt, claimed[i])
-	}
-	for _, o := range out {
-		if o.Err == nil && o.Created && !granted[o.Job.ID] {
-			s.waiters.wake(o.Job.Provider)
-		}
-	}
-	return out
+	m := opts.Metrics
+	return &Server{store: st, opts: opts, log: opts.Logger, metrics: m,
+		dispatch: dispatch.New(st, dispatch.Options{PollInterval: opts.ClaimPollInterval,
+			Flushers: opts.WriteFlushers, MaxBatch: opts.WriteBatch, Logger: opts.Logger,
+			Metrics: dispatch.Metrics{ClaimTx: m.claimTxBatch, WriteBatch: m.writeBatch, EnqueueBatch: m.enqueueBatch,
+				Handoffs: m.handoffs, IdleLooks: m.idleLooks}})}
 }
 
 // Drain makes waiting and future long-poll Claims return at once, so that a
 // graceful stop is not held up by idle workers. Call it before GracefulStop.
-func (s *Server) Drain() { s.waiters.stop() }
+func (s *Server) Drain() { s.dispatch.Drain() }
+
+// Close stops the dispatcher's flushers; call it once the gRPC server has
+// stopped.
+func (s *Server) Close() { s.dispatch.Close() }
 
 // Register adds the Coordinator service to r.
 func (s *Server) Register(r grpc.ServiceRegistrar) { pb.RegisterCoordinatorServer(r, s) }
@@ -156,7 +118,7 @@ func (s *Server) EnqueueRefund(ctx context.Context, req *pb.EnqueueRefundRequest
 	if err != nil {
 		return nil, s.toStatus(ctx, err, jobAttrs{key: req.GetOperationKey()})
 	}
-	out, err := s.enqueues.do(ctx, p)
+	out, err := s.dispatch.Enqueue(ctx, p)
 	if err == nil {
 		err = out.Err
 	}
@@ -179,7 +141,7 @@ func (s *Server) Claim(ctx context.Context, req *pb.ClaimRequest) (*pb.ClaimResp
 	if id, ok := IdentityFrom(ctx); ok {
 		p.WorkerID = id.Name // the history names the credential, not a request field
 	}
-	claimed, err := s.claim(ctx, p, wait)
+	claimed, err := s.dispatch.Claim(ctx, p, wait)
 	var budget *store.BudgetExhaustedError
 	if errors.As(err, &budget) {
 		// R19: due work waits on the provider's budget, not on a fault.
@@ -207,159 +169,6 @@ func (s *Server) Claim(ctx context.Context, req *pb.ClaimRequest) (*pb.ClaimResp
 		}
 	}
 	return resp, nil
-}
-
-// claim claims, and when nothing is granted waits up to wait for a wake, a
-// hand-off from an enqueue (enqueueMany) or the next poll instant, and claims
-// again. At a poll instant the first waiter to wake claims for every armed
-// waiter in one transaction (pollRound); a waiter that round found nothing
-// for waits on without a claim of its own. Waiting is not a lease decision:
-// time.Now here only bounds the call (R12 concerns leases).
-func (s *Server) claim(ctx context.Context, p store.ClaimParams, wait time.Duration) ([]store.ClaimedJob, error) {
-	deadline := time.Now().Add(wait)
-	looked := false // a poll round has just claimed for this caller and found nothing
-	for {
-		wt := s.waiters.add(p.Provider)
-		if !looked {
-			out, err := s.claims.do(ctx, p)
-			if err == nil {
-				err = out.Err
-			}
-			if err != nil || len(out.Jobs) > 0 {
-				s.waiters.remove(wt) // not armed: it can only have been woken
-				return out.Jobs, err
-			}
-		}
-		left := time.Until(deadline)
-		if left <= 0 {
-			s.waiters.remove(wt) // not armed: it can only have been woken
-			return nil, nil
-		}
-		s.waiters.arm(wt, p)
-		next := untilNextPoll(time.Now(), s.opts.ClaimPollInterval)
-		timer := time.NewTimer(min(left, next))
-		ticked := false // a poll instant came, not the deadline
-		select {
-		case <-wt.ch:
-		case <-timer.C:
-			ticked = next <= left
-		case <-ctx.Done():
-		}
-		timer.Stop()
-		if !s.waiters.remove(wt) {
-			<-wt.ch // woken, or taken by an enqueue or a poll round: its outcome comes with its COMMIT
-		} else if ticked && ctx.Err() == nil {
-			if s.idle.nothingFor(s, p.Provider) {
-				wt.handed, wt.looked = true, true // looked at this instant: wait for the next
-			} else {
-				s.pollRound(wt, p)
-			}
-		}
-		if wt.handed && (wt.out.Err != nil || len(wt.out.Jobs) > 0) {
-			if ctx.Err() != nil {
-				s.release(p, wt.out) // granted to a caller that left
-				return nil, nil
-			}
-			return wt.out.Jobs, wt.out.Err
-		}
-		looked = wt.handed && wt.looked
-		if ctx.Err() != nil || s.waiters.isStopped() {
-			return nil, nil
-		}
-	}
-}
-
-// pollRound claims, in one transaction, for wt (which its caller has taken
-// out of the waiters) with p and for the other armed waiters, oldest first,
-// up to claimsPerTx in all, and hands each its outcome: idle long polls look
-// for work together, one transaction per poll instant however many wait.
-// The transaction outlives any one caller, like a batch. Its waiters are out
-// of the queue while it runs, so a wake then (an enqueue after its candidate
-// walk) may have found none of them: if there was one, they all claim again
-// at once, as woken waiters do, instead of waiting for the next instant.
-func (s *Server) pollRound(wt *waiter, p store.ClaimParams) {
-	wakes := s.waiters.wakeCount()
-	peers := s.waiters.take(claimsPerTx-1, nil)
-	claims := make([]store.ClaimParams, 0, len(peers)+1)
-	claims = append(claims, p)
-	for _, w := range peers {
-		claims = append(claims, *w.claim)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	outs := s.store.ClaimMany(ctx, claims)
-	cancel()
-	s.metrics.claimTxBatch.Observe(float64(len(claims)))
-	looked := s.waiters.wakeCount() == wakes
-	wt.out, wt.handed, wt.looked = outs[0], true, looked
-	for i, w := range peers {
-		w.looked = looked
-		s.waiters.hand(w, outs[i+1])
-	}
-}
-
-// idleLooks is the one look idle long polls share at each poll instant
-// (store.Store.HasWork): a read without locks or a transaction, per provider
-// filter, so that two thousand idle workers cost the database a few reads
-// per instant rather than a claim transaction per sixteen of them. A poll
-// round runs only for the filters the look found work for.
-type idleLooks struct {
-	mu      sync.Mutex
-	instant time.Time       // the poll instant the looks are of
-	wakes   uint64          // waiters.wakeCount() when they were taken
-	nothing map[string]bool // provider filter → no work was found
-}
-
-// nothingFor reports whether this poll instant's look found no work for the
-// filter provider, looking once per instant and filter. A wake since the look
-// (an enqueue or reschedule this replica saw) voids it, and an error is
-// taken for work: the poll round then looks for itself.
-func (l *idleLooks) nothingFor(s *Server, provider string) bool {
-	instant := time.Now().Truncate(s.opts.ClaimPollInterval)
-	wakes := s.waiters.wakeCount()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if !l.instant.Equal(instant) || l.wakes != wakes {
-		l.instant, l.wakes, l.nothing = instant, wakes, map[string]bool{}
-	}
-	if nothing, looked := l.nothing[provider]; looked {
-		return nothing
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.opts.ClaimPollInterval)
-	work, err := s.store.HasWork(ctx, provider)
-	cancel()
-	nothing := err == nil && !work
-	if s.waiters.wakeCount() != wakes {
-		return false // woken meanwhile: claim to be sure
-	}
-	l.nothing[provider] = nothing
-	s.metrics.idleLooks.Inc()
-	return nothing
-}
-
-// untilNextPoll is the time from now to the next multiple of interval on the
-// clock: the instants at which idle long polls look again, together.
-func untilNextPoll(now time.Time, interval time.Duration) time.Duration {
-	return now.Truncate(interval).Add(interval).Sub(now)
-}
-
-// release hands back the jobs of a claim whose caller left before it was
-// answered (a cancelled long poll, a worker stopping): a fenced Reschedule
-// under the granted attempt, due now, so they need not wait for their leases
-// to expire. A takeover keeps its RECONCILE; a first claim sent nothing.
-func (s *Server) release(p store.ClaimParams, out store.ClaimOutcome) {
-	for _, c := range out.Jobs {
-		w := store.Writeback{Kind: store.EventRescheduled, JobID: c.Job.ID, Attempt: c.Job.Attempt,
-			LeaseToken: c.LeaseToken, NextAction: c.Job.NextAction,
-			Reason: "claim abandoned by its caller before the answer"}
-		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			if _, err := s.write(ctx, w); err != nil {
-				s.log.LogAttrs(ctx, slog.LevelWarn, "abandoned claim not released; its lease will expire",
-					append(attrsOf(c.Job).attrs(), slog.String("error", err.Error()))...)
-			}
-		}()
-	}
 }
 
 // Complete implements jobfence.v1.Coordinator.
@@ -397,7 +206,7 @@ func (s *Server) write(ctx context.Context, w store.Writeback) (store.WriteResul
 	if id, ok := IdentityFrom(ctx); ok && w.Actor == "" {
 		w.Actor = id.Name // the history names the writer's credential
 	}
-	out, err := s.writes.do(ctx, w)
+	out, err := s.dispatch.Write(ctx, w)
 	if err == nil {
 		err = out.Err
 	}
@@ -407,9 +216,6 @@ func (s *Server) write(ctx context.Context, w store.Writeback) (store.WriteResul
 	}
 	if err != nil {
 		return res, s.toStatus(ctx, err, jobAttrs{id: w.JobID, attempt: w.Attempt})
-	}
-	if w.Kind == store.EventRescheduled && !res.Replayed {
-		s.waiters.wake(res.Job.Provider) // it may be due now
 	}
 	level := slog.LevelDebug
 	switch w.Kind {
@@ -490,9 +296,6 @@ func (s *Server) ResolveReview(ctx context.Context, req *pb.ResolveReviewRequest
 	res, err := s.write(ctx, resolveFromProto(req, actor))
 	if err != nil {
 		return nil, err
-	}
-	if res.Job.State == store.StateReady && !res.Replayed {
-		s.waiters.wake(res.Job.Provider)
 	}
 	return &pb.ResolveReviewResponse{Job: jobToProto(res.Job), Replayed: res.Replayed}, nil
 }

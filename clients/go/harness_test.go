@@ -51,6 +51,7 @@ func startCoordinatorOn(t *testing.T, b testdb.Backend, extra []grpc.ServerOptio
 		ProviderKeyRetention: map[string]time.Duration{"shortwindow": 2 * time.Second},
 		Logger:               slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
+	t.Cleanup(srv.Close) // after the server stops: cleanups run last first
 	gs, _ := srv.NewGRPCServer(append([]grpc.ServerOption{grpc.ChainUnaryInterceptor(c.lossy)}, extra...)...)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

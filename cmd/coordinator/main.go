@@ -371,6 +371,7 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 		log.Warn("shutdown timeout: cutting remaining calls")
 		gs.Stop()
 	}
+	srv.Close()
 	return nil
 }
 

@@ -1,0 +1,339 @@
+// Package dispatch stands between the gRPC handlers and the store: it
+// coalesces concurrent enqueues, claims and write-backs into shared
+// transactions (one COMMIT for many calls), parks idle long-polling claims
+// until work may be there, and hands new jobs to them in the enqueue's own
+// transaction. It keeps no job state of its own: every decision about a job
+// is made by the store under the database's row locks and clock.
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/jobfence/jobfence/store"
+)
+
+// ClaimsPerTx bounds the claims sharing one transaction: claims are short
+// and lock rows, so few at a time, and concurrent claimers share a COMMIT
+// instead of contending in the database.
+const ClaimsPerTx = 16
+
+// batchTimeout bounds one shared transaction: it outlives any one caller.
+const batchTimeout = time.Minute
+
+// ErrClosed is what calls made after Close answer.
+var ErrClosed = errors.New("dispatch: closed")
+
+// Options configure a Dispatcher; zero values take the defaults of New.
+type Options struct {
+	// PollInterval is how often idle long polls look again for work they
+	// were not woken for (another replica's enqueues, delays that ran out,
+	// expired leases), together, at the multiples of it on the clock.
+	PollInterval time.Duration
+	// Flushers is how many enqueue, write-back and claim transactions
+	// (each) may run at once; MaxBatch the most enqueues or write-backs one
+	// carries (claims: ClaimsPerTx).
+	Flushers, MaxBatch int
+	// Metrics receive what the dispatcher does; nil ones are not observed.
+	Metrics Metrics
+	// Logger is slog.Default() when nil.
+	Logger *slog.Logger
+}
+
+// Metrics are the observers a Dispatcher reports to.
+type Metrics struct {
+	// Batch sizes: claims, write-backs and enqueues per transaction.
+	ClaimTx, WriteBatch, EnqueueBatch prometheus.Observer
+	// Handoffs counts long polls answered in an enqueue's transaction;
+	// IdleLooks the looks idle long polls share (one per poll instant and
+	// provider filter).
+	Handoffs, IdleLooks prometheus.Counter
+}
+
+// Dispatcher owns the coalescing of calls into transactions and the idle
+// long polls of one coordinator. Its methods may be called from many
+// goroutines.
+type Dispatcher struct {
+	store    store.Store
+	opts     Options
+	log      *slog.Logger
+	waiters  waiters
+	idle     idleLooks
+	writes   *batcher[store.Writeback, store.WriteOutcome]
+	enqueues *batcher[store.EnqueueParams, store.EnqueueOutcome]
+	claims   *batcher[store.ClaimParams, store.ClaimOutcome]
+}
+
+// New returns a Dispatcher on st, with its flushers running until Close.
+// Defaults: PollInterval 200ms, Flushers 2, MaxBatch 128.
+func New(st store.Store, o Options) *Dispatcher {
+	if o.PollInterval == 0 {
+		o.PollInterval = 200 * time.Millisecond
+	}
+	if o.Flushers == 0 {
+		o.Flushers = 2
+	}
+	if o.MaxBatch == 0 {
+		o.MaxBatch = 128
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	o.Metrics = o.Metrics.withDefaults()
+	d := &Dispatcher{store: st, opts: o, log: o.Logger}
+	d.writes = newBatcher(st.WriteMany, o.Flushers, o.MaxBatch, batchTimeout, o.Metrics.WriteBatch)
+	d.claims = newBatcher(st.ClaimMany, o.Flushers, ClaimsPerTx, batchTimeout, o.Metrics.ClaimTx)
+	d.claims.abandoned = d.release
+	d.enqueues = newBatcher(d.enqueueMany, o.Flushers, o.MaxBatch, batchTimeout, o.Metrics.EnqueueBatch)
+	return d
+}
+
+// withDefaults fills the observers left nil with ones nobody reads.
+func (m Metrics) withDefaults() Metrics {
+	h := func(o prometheus.Observer) prometheus.Observer {
+		if o == nil {
+			return prometheus.NewHistogram(prometheus.HistogramOpts{Name: "unobserved"})
+		}
+		return o
+	}
+	c := func(o prometheus.Counter) prometheus.Counter {
+		if o == nil {
+			return prometheus.NewCounter(prometheus.CounterOpts{Name: "unobserved"})
+		}
+		return o
+	}
+	return Metrics{ClaimTx: h(m.ClaimTx), WriteBatch: h(m.WriteBatch), EnqueueBatch: h(m.EnqueueBatch),
+		Handoffs: c(m.Handoffs), IdleLooks: c(m.IdleLooks)}
+}
+
+// Enqueue enqueues p in a shared transaction. An error is the caller's
+// context ending (the enqueue may still land: repeating it is safe, R1) or
+// ErrClosed; the store's answer is in the outcome.
+func (d *Dispatcher) Enqueue(ctx context.Context, p store.EnqueueParams) (store.EnqueueOutcome, error) {
+	return d.enqueues.do(ctx, p)
+}
+
+// Write applies w in a shared transaction, and wakes a waiting claimer when
+// it made a job ready (a reschedule, a resolution back to reconcile). Errors
+// as Enqueue (a repeat of the same write is safe, R21).
+func (d *Dispatcher) Write(ctx context.Context, w store.Writeback) (store.WriteOutcome, error) {
+	out, err := d.writes.do(ctx, w)
+	if err == nil && out.Err == nil && !out.Result.Replayed && out.Result.Job.State == store.StateReady {
+		d.waiters.wake(out.Result.Job.Provider) // it may be due now
+	}
+	return out, err
+}
+
+// Drain makes waiting and future long-poll claims return at once, so that a
+// graceful stop is not held up by idle workers.
+func (d *Dispatcher) Drain() { d.waiters.stop() }
+
+// Close drains and stops the flushers: calls still queued or made later
+// answer ErrClosed. Call it once the gRPC server has stopped.
+func (d *Dispatcher) Close() {
+	d.Drain()
+	d.writes.close()
+	d.enqueues.close()
+	d.claims.close()
+}
+
+// enqueueMany runs a batch of enqueues and, in the same transaction, the
+// claims of idle long-polling workers that could take the new jobs
+// (store.EnqueueAndClaim): a job enqueued while a worker waits reaches it
+// with the enqueue's own COMMIT. Each taken claim takes what it would take
+// one call later, oldest due work first (Q1). A new job no claim took wakes
+// one more waiter.
+func (d *Dispatcher) enqueueMany(ctx context.Context, ps []store.EnqueueParams) []store.EnqueueOutcome {
+	providers := make(map[string]bool, len(ps))
+	for _, p := range ps {
+		providers[p.Provider] = true
+	}
+	taken := d.waiters.take(len(ps), providers)
+	claims := make([]store.ClaimParams, len(taken))
+	for i, wt := range taken {
+		claims[i] = *wt.claim
+	}
+	out, claimed := d.store.EnqueueAndClaim(ctx, ps, claims)
+	granted := map[int64]bool{}
+	for i, wt := range taken {
+		for _, c := range claimed[i].Jobs {
+			granted[c.Job.ID] = true
+		}
+		if len(claimed[i].Jobs) > 0 {
+			d.opts.Metrics.Handoffs.Inc()
+		}
+		d.waiters.hand(wt, claimed[i])
+	}
+	for _, o := range out {
+		if o.Err == nil && o.Created && !granted[o.Job.ID] {
+			d.waiters.wake(o.Job.Provider)
+		}
+	}
+	return out
+}
+
+// Claim claims p, and when nothing is granted waits up to wait for a wake, a
+// hand-off from an enqueue (enqueueMany) or the next poll instant, and claims
+// again. At a poll instant the waiters share one look for work per provider
+// filter (idleLooks); where it found some, the first waiter to wake claims
+// for every armed waiter in one transaction (pollRound), and a waiter that
+// round found nothing for waits on without a claim of its own. Waiting is
+// not a lease decision: time.Now here only bounds the call (R12 concerns
+// leases). Errors: the store's (*store.BudgetExhaustedError among them),
+// the caller's context, ErrClosed.
+func (d *Dispatcher) Claim(ctx context.Context, p store.ClaimParams, wait time.Duration) ([]store.ClaimedJob, error) {
+	deadline := time.Now().Add(wait)
+	looked := false // a look or a poll round has just found nothing for this caller
+	for {
+		wt := d.waiters.add(p.Provider)
+		if !looked {
+			out, err := d.claims.do(ctx, p)
+			if err == nil {
+				err = out.Err
+			}
+			if err != nil || len(out.Jobs) > 0 {
+				d.waiters.remove(wt) // not armed: it can only have been woken
+				return out.Jobs, err
+			}
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			d.waiters.remove(wt) // not armed: it can only have been woken
+			return nil, nil
+		}
+		d.waiters.arm(wt, p)
+		next := untilNextPoll(time.Now(), d.opts.PollInterval)
+		timer := time.NewTimer(min(left, next))
+		ticked := false // a poll instant came, not the deadline
+		select {
+		case <-wt.ch:
+		case <-timer.C:
+			ticked = next <= left
+		case <-ctx.Done():
+		}
+		timer.Stop()
+		if !d.waiters.remove(wt) {
+			<-wt.ch // woken, or taken by an enqueue or a poll round: its outcome comes with its COMMIT
+		} else if ticked && ctx.Err() == nil {
+			if d.idle.nothingFor(d, p.Provider) {
+				wt.handed, wt.looked = true, true // looked at this instant: wait for the next
+			} else {
+				d.pollRound(wt, p)
+			}
+		}
+		if wt.handed && (wt.out.Err != nil || len(wt.out.Jobs) > 0) {
+			if ctx.Err() != nil {
+				d.release(p, wt.out) // granted to a caller that left
+				return nil, nil
+			}
+			return wt.out.Jobs, wt.out.Err
+		}
+		looked = wt.handed && wt.looked
+		if ctx.Err() != nil || d.waiters.isStopped() {
+			return nil, nil
+		}
+	}
+}
+
+// pollRound claims, in one transaction, for wt (which its caller has taken
+// out of the waiters) with p and for the other armed waiters, oldest first,
+// up to ClaimsPerTx in all, and hands each its outcome. The transaction
+// outlives any one caller, like a batch. Its waiters are out of the queue
+// while it runs, so a wake then (an enqueue after its candidate walk) may
+// have found none of them: if there was one, they all claim again at once,
+// as woken waiters do, instead of waiting for the next instant.
+func (d *Dispatcher) pollRound(wt *waiter, p store.ClaimParams) {
+	wakes := d.waiters.wakeCount()
+	peers := d.waiters.take(ClaimsPerTx-1, nil)
+	claims := make([]store.ClaimParams, 0, len(peers)+1)
+	claims = append(claims, p)
+	for _, w := range peers {
+		claims = append(claims, *w.claim)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
+	outs := d.store.ClaimMany(ctx, claims)
+	cancel()
+	d.opts.Metrics.ClaimTx.Observe(float64(len(claims)))
+	looked := d.waiters.wakeCount() == wakes
+	wt.out, wt.handed, wt.looked = outs[0], true, looked
+	for i, w := range peers {
+		w.looked = looked
+		d.waiters.hand(w, outs[i+1])
+	}
+}
+
+// idleLooks is the one look idle long polls share at each poll instant
+// (store.Store.HasWork): a read without locks or a transaction, per provider
+// filter, so that two thousand idle workers cost the database a few reads
+// per instant rather than a claim transaction per sixteen of them. A poll
+// round runs only for the filters the look found work for.
+type idleLooks struct {
+	mu      sync.Mutex
+	instant time.Time       // the poll instant the looks are of
+	wakes   uint64          // waiters.wakeCount() when they were taken
+	nothing map[string]bool // provider filter → no work was found
+}
+
+// nothingFor reports whether this poll instant's look found no work for the
+// filter provider, looking once per instant and filter. A wake since the look
+// (an enqueue or reschedule this replica saw) voids it, and an error is
+// taken for work: the poll round then looks for itself.
+func (l *idleLooks) nothingFor(d *Dispatcher, provider string) bool {
+	instant := time.Now().Truncate(d.opts.PollInterval)
+	wakes := d.waiters.wakeCount()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.instant.Equal(instant) || l.wakes != wakes {
+		l.instant, l.wakes, l.nothing = instant, wakes, map[string]bool{}
+	}
+	if nothing, looked := l.nothing[provider]; looked {
+		return nothing
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), d.opts.PollInterval)
+	work, err := d.store.HasWork(ctx, provider)
+	cancel()
+	nothing := err == nil && !work
+	if d.waiters.wakeCount() != wakes {
+		return false // woken meanwhile: claim to be sure
+	}
+	l.nothing[provider] = nothing
+	d.opts.Metrics.IdleLooks.Inc()
+	return nothing
+}
+
+// untilNextPoll is the time from now to the next multiple of interval on the
+// clock: the instants at which idle long polls look again, together.
+func untilNextPoll(now time.Time, interval time.Duration) time.Duration {
+	return now.Truncate(interval).Add(interval).Sub(now)
+}
+
+// release hands back the jobs of a claim whose caller left before it was
+// answered (a cancelled long poll, a worker stopping): a fenced Reschedule
+// under the granted attempt and token, due now, so they need not wait for
+// their leases to expire. A takeover keeps its RECONCILE; a first claim sent
+// nothing.
+func (d *Dispatcher) release(_ store.ClaimParams, out store.ClaimOutcome) {
+	for _, c := range out.Jobs {
+		w := store.Writeback{Kind: store.EventRescheduled, JobID: c.Job.ID, Attempt: c.Job.Attempt,
+			LeaseToken: c.LeaseToken, NextAction: c.Job.NextAction,
+			Reason: "claim abandoned by its caller before the answer"}
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
+			defer cancel()
+			out, err := d.Write(ctx, w)
+			if err == nil {
+				err = out.Err
+			}
+			if err != nil {
+				d.log.LogAttrs(ctx, slog.LevelWarn, "abandoned claim not released; its lease will expire",
+					slog.String("operation_key", c.Job.OperationKey), slog.Int64("job_id", c.Job.ID),
+					slog.Int64("attempt", c.Job.Attempt), slog.String("error", err.Error()))
+			}
+		}()
+	}
+}
