@@ -21,26 +21,25 @@ import (
 )
 
 // Options configure a Server.
-type Options struct {
-	// Lease is used when a Claim names no lease_duration (R17). Default 30s.
+type Options struct { // zero fields take Defaults
+	// Lease is used when a Claim names no lease_duration (R17).
 	Lease time.Duration
 	// KeyRetention is how long a provider keeps an idempotency key, unless
 	// ProviderKeyRetention names the provider. Same-key resends are safe only
-	// inside it (R14, R22). Default 24h.
+	// inside it (R14, R22).
 	KeyRetention         time.Duration
 	ProviderKeyRetention map[string]time.Duration
 	// ClaimPollInterval is how often a long-polling Claim looks again for work
 	// it was not woken for: jobs enqueued through other replicas, delays that
 	// ran out, leases that expired. Waiting Claims look together, at the
-	// multiples of it on the clock, in one transaction (pollRound). Default
-	// 200ms.
+	// multiples of it on the clock (dispatch.Dispatcher.Claim).
 	ClaimPollInterval time.Duration
 	// WriteFlushers is how many enqueue, how many write-back and how many
 	// claim transactions may run at once: one runs calls as they come, and
 	// calls arriving meanwhile share its next transaction of up to
 	// WriteBatch enqueues or write-backs (claims: up to 16); the others only
 	// take queued calls while that transaction has run for 20ms (a slow or
-	// stalled one). Defaults 2 and 128.
+	// stalled one).
 	WriteFlushers int
 	WriteBatch    int
 	// Auth authenticates and authorises every call but health checks and
@@ -70,22 +69,31 @@ type Server struct {
 	metrics  *Metrics
 }
 
-// New returns a Server on st. Zero options take their defaults.
+// Defaults are the options a zero field of Options takes, and the defaults
+// of the coordinator's flags: one place for both.
+var Defaults = Options{
+	Lease:             30 * time.Second,
+	KeyRetention:      24 * time.Hour,
+	ClaimPollInterval: 200 * time.Millisecond,
+	WriteFlushers:     2,
+	WriteBatch:        128,
+}
+
+// New returns a Server on st. Zero options take Defaults.
 func New(st store.Store, opts Options) *Server {
-	if opts.Lease == 0 {
-		opts.Lease = 30 * time.Second
+	setDefault := func(v *time.Duration, d time.Duration) {
+		if *v == 0 {
+			*v = d
+		}
 	}
-	if opts.KeyRetention == 0 {
-		opts.KeyRetention = 24 * time.Hour
-	}
-	if opts.ClaimPollInterval == 0 {
-		opts.ClaimPollInterval = 200 * time.Millisecond
-	}
+	setDefault(&opts.Lease, Defaults.Lease)
+	setDefault(&opts.KeyRetention, Defaults.KeyRetention)
+	setDefault(&opts.ClaimPollInterval, Defaults.ClaimPollInterval)
 	if opts.WriteFlushers == 0 {
-		opts.WriteFlushers = 2
+		opts.WriteFlushers = Defaults.WriteFlushers
 	}
 	if opts.WriteBatch == 0 {
-		opts.WriteBatch = 128
+		opts.WriteBatch = Defaults.WriteBatch
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()

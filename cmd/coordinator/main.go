@@ -118,21 +118,21 @@ func parseFlags(args []string, stderr *os.File) (config, error) {
 	fs.IntVar(&c.mysqlMaxConns, "mysql-max-conns", 32, "MySQL connection pool size")
 	fs.StringVar(&c.sqlitePath, "sqlite", "data/jobfence.db",
 		"embedded store file, created with its folder if absent; ignored when --mysql-dsn is set")
-	fs.DurationVar(&c.lease, "lease", 30*time.Second,
+	fs.DurationVar(&c.lease, "lease", server.Defaults.Lease,
 		"lease granted when a Claim names none (1s..15m); choose it from the provider call's p99 and deploy hand-over time")
-	fs.DurationVar(&c.keyRetention, "key-retention", 24*time.Hour,
+	fs.DurationVar(&c.keyRetention, "key-retention", server.Defaults.KeyRetention,
 		"how long providers keep an idempotency key; same-key resends are safe only inside it")
 	fs.StringVar(&c.providerKeys, "provider-key-retention", "",
 		"per-provider key retention overriding --key-retention, e.g. acme=24h,globex=168h")
 	fs.StringVar(&c.budgets, "provider-budget", "",
 		"per-provider outbound budget shared by all replicas through the database, as rate per second and burst, "+
 			"e.g. acme=50:100,globex=5:5; refunds and reconciles draw from it alike; start every replica with the same value")
-	fs.DurationVar(&c.claimPoll, "claim-poll-interval", 200*time.Millisecond,
+	fs.DurationVar(&c.claimPoll, "claim-poll-interval", server.Defaults.ClaimPollInterval,
 		"how often a long-polling Claim looks again for work it was not woken for (other replicas' enqueues, delays, expired leases); "+
 			"waiting Claims look together, in one transaction")
-	fs.IntVar(&c.writeFlushers, "write-flushers", 2,
+	fs.IntVar(&c.writeFlushers, "write-flushers", server.Defaults.WriteFlushers,
 		"how many enqueue, write-back and claim transactions (each) may run at once: one takes calls as they come, calls arriving meanwhile share its next transaction, the others step in only while a transaction has run for 20ms")
-	fs.IntVar(&c.writeBatch, "write-batch", 128, "most enqueues or write-backs coalesced into one transaction")
+	fs.IntVar(&c.writeBatch, "write-batch", server.Defaults.WriteBatch, "most enqueues or write-backs coalesced into one transaction")
 	fs.StringVar(&c.tokensFile, "tokens-file", "",
 		"bearer tokens, one per line: <name> <role,…> sha256:<hex of the token's SHA-256> (roles: producer, worker, operator, reader); "+
 			"required to listen beyond loopback unless --tls-client-ca is set")
