@@ -29,6 +29,7 @@ import (
 	"github.com/jobfence/jobfence/internal/testdb"
 	"github.com/jobfence/jobfence/server"
 	"github.com/jobfence/jobfence/store"
+	"github.com/jobfence/jobfence/store/storetest"
 )
 
 // coordinator is a real gRPC server on a loopback socket over a real store.
@@ -131,7 +132,7 @@ func (c *coordinator) claimOne(t *testing.T, worker string, id int64) *pb.Claime
 
 func (c *coordinator) expire(t *testing.T, id int64) {
 	t.Helper()
-	if err := c.store.ExpireLease(ctxFor(t), id); err != nil {
+	if err := storetest.Expire(ctxFor(t), c.store, id); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -654,7 +655,7 @@ func TestConcurrentWritesCoalescedStayFenced(t *testing.T) {
 							if zombie {
 								// Lose the lease and let someone take over before writing.
 								zombies.Add(1)
-								c.store.ExpireLease(ctx, j.Job.Id) //nolint:errcheck
+								storetest.Expire(ctx, c.store, j.Job.Id) //nolint:errcheck
 								time.Sleep(20 * time.Millisecond)
 							}
 							res, err := c.client.Complete(ctx, &pb.CompleteRequest{JobId: j.Job.Id, Attempt: j.Attempt, LeaseToken: j.LeaseToken,

@@ -319,11 +319,6 @@ type Store interface {
 	// Errors: *ValidationError, ErrNotFound.
 	Get(ctx context.Context, p GetParams) (JobDetail, error)
 
-	// ExpireLease ends a running job's lease now, by the database clock. It only
-	// opens the job to takeover (R8): the holder may still write until someone
-	// commits a takeover. Errors: ErrNotFound, ErrNotRunning.
-	ExpireLease(ctx context.Context, jobID int64) error
-
 	// ConfigureBudgets sets the providers' outbound budgets (R19), shared
 	// through the database; Claim then grants no more of a provider's jobs
 	// than its budget allows and returns *BudgetExhaustedError when due jobs

@@ -20,6 +20,7 @@ import (
 	"github.com/jobfence/jobfence/internal/testdb"
 	"github.com/jobfence/jobfence/server"
 	"github.com/jobfence/jobfence/store"
+	"github.com/jobfence/jobfence/store/storetest"
 )
 
 // coordinator is a real coordinator server on a loopback socket over a fresh
@@ -104,7 +105,7 @@ func (c *coordinator) callCount(method string) int {
 
 func (c *coordinator) expire(t *testing.T, jobID int64) {
 	t.Helper()
-	if err := c.store.ExpireLease(ctxFor(t), jobID); err != nil {
+	if err := storetest.Expire(ctxFor(t), c.store, jobID); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -149,10 +149,10 @@ func testTakeoversFirst(t *testing.T, s store.Store) {
 
 func testExpireLease(t *testing.T, s store.Store) {
 	job := enqueue(t, s, refund(t))
-	if err := s.ExpireLease(ctxFor(t), job.ID); err == nil {
+	if err := Expire(ctxFor(t), s, job.ID); err == nil {
 		t.Fatal("ExpireLease on a ready job succeeded")
 	}
-	if err := s.ExpireLease(ctxFor(t), job.ID+1000); err == nil {
+	if err := Expire(ctxFor(t), s, job.ID+1000); err == nil {
 		t.Fatal("ExpireLease on a missing job succeeded")
 	}
 	claimOne(t, s, "A", job.ID)

@@ -77,7 +77,7 @@ func testConcurrentClaimers(t *testing.T, s store.Store) {
 				for _, c := range got {
 					switch r := rng.IntN(100); {
 					case r < 8: // a zombie: lose the lease, then write anyway
-						_ = s.ExpireLease(ctx, c.Job.ID)
+						_ = Expire(ctx, s, c.Job.ID)
 						time.Sleep(time.Duration(rng.IntN(20)) * time.Millisecond)
 					case r < 10: // a pause past the lease
 						time.Sleep(1100 * time.Millisecond)

@@ -36,7 +36,7 @@ type Statements struct {
 	// limit, twice. Used when no budget is configured.
 	Candidates string
 	// ExpireLease ends a running job's lease (its one argument) a moment ago
-	// by the database clock (store.Store.ExpireLease).
+	// by the database clock (Backend.ExpireLease, a seam for tests).
 	ExpireLease string
 	// AnyWork reads whether there is a due job or an expired lease, without
 	// locking: %[1]s takes the filter (twice: its arguments come twice),

@@ -126,7 +126,10 @@ func (b *Backend) observeTx(ctx context.Context, tx Tx, p store.ObservationParam
 	return obs, false, err
 }
 
-// ExpireLease implements store.Store.
+// ExpireLease ends a running job's lease now, by the database clock: a
+// seam for tests (storetest.LeaseExpirer), never called by the coordinator.
+// It only opens the job to takeover (R8): the holder may still write until
+// someone commits a takeover. Errors: store.ErrNotFound, store.ErrNotRunning.
 func (b *Backend) ExpireLease(ctx context.Context, jobID int64) error {
 	var n int64
 	err := b.InTx(ctx, func(tx Tx) error {
