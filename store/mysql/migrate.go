@@ -63,25 +63,19 @@ func (s *Store) migrate(ctx context.Context, upTo int) error {
 	if err != nil {
 		return err
 	}
-	for _, m := range migrations {
-		if applied[m.Version] || m.Version > upTo {
-			continue
-		}
-		for _, stmt := range m.Statements {
-			if _, err := conn.ExecContext(ctx, stmt); err != nil && !alreadyApplied(err) {
-				if errors.Is(unavailable(err), store.ErrDatabaseAccessDenied) {
-					return fmt.Errorf("migrate %s: the database user may not change the schema (%v): apply the "+
-						"migrations once with a user that may create and alter tables and indexes in this database "+
-						"(coordinator --migrate-only), then start with this one", m.Name, err)
-				}
+	return sqlbase.ApplyMigrations(ctx, conn, migrations, applied, upTo, insertAppliedVersion,
+		func(m store.Migration, err error) error {
+			switch {
+			case alreadyApplied(err):
+				return nil
+			case errors.Is(unavailable(err), store.ErrDatabaseAccessDenied):
+				return fmt.Errorf("migrate %s: the database user may not change the schema (%v): apply the "+
+					"migrations once with a user that may create and alter tables and indexes in this database "+
+					"(coordinator --migrate-only), then start with this one", m.Name, err)
+			default:
 				return fmt.Errorf("migrate %s: %w", m.Name, err)
 			}
-		}
-		if _, err := conn.ExecContext(ctx, insertAppliedVersion, m.Version, m.Name); err != nil {
-			return fmt.Errorf("migrate %s: %w", m.Name, err)
-		}
-	}
-	return nil
+		})
 }
 
 // appliedVersions reads the versions already applied, creating the table

@@ -40,28 +40,16 @@ func (s *Store) migrate(ctx context.Context, upTo int) error {
 		if _, err := tx.ExecContext(ctx, createMigrationsTable); err != nil {
 			return err
 		}
-		applied, err := sqlbase.QueryAll(ctx, tx, scanID, selectAppliedVersions)
+		versions, err := sqlbase.QueryAll(ctx, tx, scanID, selectAppliedVersions)
 		if err != nil {
 			return err
 		}
-		done := make(map[int64]bool, len(applied))
-		for _, v := range applied {
-			done[v] = true
+		applied := make(map[int]bool, len(versions))
+		for _, v := range versions {
+			applied[int(v)] = true
 		}
-		for _, m := range migrations {
-			if done[int64(m.Version)] || m.Version > upTo {
-				continue
-			}
-			for _, stmt := range m.Statements {
-				if _, err := tx.ExecContext(ctx, stmt); err != nil {
-					return fmt.Errorf("%s: %w", m.Name, err)
-				}
-			}
-			if _, err := tx.ExecContext(ctx, insertAppliedVersion, m.Version, m.Name); err != nil {
-				return fmt.Errorf("%s: %w", m.Name, err)
-			}
-		}
-		return nil
+		return sqlbase.ApplyMigrations(ctx, tx, migrations, applied, upTo, insertAppliedVersion,
+			func(m store.Migration, err error) error { return fmt.Errorf("%s: %w", m.Name, err) })
 	})
 	if err != nil {
 		return fmt.Errorf("migrate: %w", unavailable(err))

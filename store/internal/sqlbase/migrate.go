@@ -1,0 +1,34 @@
+package sqlbase
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jobfence/jobfence/store"
+)
+
+// ApplyMigrations runs in tx, in version order, the migrations that are not
+// in applied and not above upTo: each one's statements, then its row in
+// jobfence_schema_migrations (insertVersion, taking version and name). A
+// statement's error goes through failed, which returns nil to go on (a
+// statement an interrupted earlier run had applied) or the error to stop
+// with. Each backend holds its own lock around it.
+func ApplyMigrations(ctx context.Context, tx Tx, migrations []store.Migration, applied map[int]bool, upTo int,
+	insertVersion string, failed func(m store.Migration, err error) error) error {
+	for _, m := range migrations {
+		if applied[m.Version] || m.Version > upTo {
+			continue
+		}
+		for _, stmt := range m.Statements {
+			if _, err := tx.ExecContext(ctx, stmt); err != nil {
+				if err := failed(m, err); err != nil {
+					return err
+				}
+			}
+		}
+		if _, err := tx.ExecContext(ctx, insertVersion, m.Version, m.Name); err != nil {
+			return fmt.Errorf("migrate %s: %w", m.Name, err)
+		}
+	}
+	return nil
+}
