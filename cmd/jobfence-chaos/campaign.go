@@ -187,12 +187,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	frozen := map[string][]span{}
 	for _, w := range s.workers {
 		for _, wp := range w.procs {
-			recs := wp.p.allRecords()
-			rs, stale := receiptsOf(wp.id, wp.node, recs, killedBySIGKILL(wp.p))
-			in.Receipts = append(in.Receipts, rs...)
-			in.StaleRejections += stale
-			in.Acks = append(in.Acks, acksOf(wp.id, recs)...)
-			in.Grants = append(in.Grants, grantsOf(wp.id, recs)...)
+			in.addWorkerLog(workerLog{Worker: wp.id, Node: wp.node, Killed: killedBySIGKILL(wp.p),
+				Lines: parseWorkerLines(wp.p.allRecords())})
 			frozen[wp.id] = wp.p.frozenSpans()
 		}
 	}
@@ -245,13 +241,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "PROBLEM: %s\n", p)
 	}
 	v.print(stdout)
-	summary := fmt.Sprintf("seed=%d jobs=%d faults=%d double_refunds=%d lost=%d stale_writes_accepted=%d unobserved_late_success=%d",
-		c.seed, len(prod.acked), applied, v.DoubleRefunds, v.Lost, v.StaleWritesAccepted, v.UnobservedLateSuccess)
-	if c.failover != "" {
-		summary += fmt.Sprintf(" failover=%s grants_lost_in_failover=%d writes_lost_in_failover=%d enqueues_lost_in_failover=%d",
-			c.failover, v.GrantsLost, v.WritesLost, len(prod.lostInFailover))
-	}
-	fmt.Fprintln(stdout, summary)
+	fmt.Fprintln(stdout, v.summaryLine(c.seed, len(prod.acked), applied, c.failover, len(prod.lostInFailover)))
 	if v.Failed() || len(problems) > 0 {
 		keepLogs = true
 		return errCampaignFailed

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"database/sql"
 	"fmt"
 	"io"
@@ -11,296 +10,6 @@ import (
 
 	"github.com/jobfence/jobfence/fakeprovider"
 )
-
-// The rows the checks read, straight from MariaDB.
-type (
-	jobRow struct {
-		ID               int64
-		Key              string
-		State            string
-		Attempt          int64
-		NextAction       string
-		NextAttemptAt    time.Time
-		LeaseUntil       sql.NullTime
-		ProviderRefundID string
-		LastReason       string
-	}
-	eventRow struct {
-		ID               int64
-		JobID            int64
-		Attempt          int64
-		Kind             string
-		WorkerID         string
-		FromState        string
-		ToState          string
-		NextAction       string
-		ProviderRefundID string
-		// Grant is the fingerprint of the event's lease_token_hash (R25):
-		// lowercase hex of its first 6 bytes, as workers log it; "" for none.
-		// On claimed and taken_over the new grant, on a holder's write-back
-		// the grant the writer carried.
-		Grant string
-	}
-	observationRow struct {
-		ID               int64
-		JobID            int64
-		Key              string
-		ReportedAttempt  int64
-		JobAttempt       int64
-		Source           string
-		Outcome          string
-		ProviderRefundID string
-	}
-	ledgerRow struct {
-		JobID            int64
-		Key              string
-		ProviderRefundID string
-		Attempt          int64
-	}
-)
-
-// dbState is everything the checks read from the database, in one
-// read-only snapshot.
-type dbState struct {
-	Now          time.Time
-	Jobs         []jobRow
-	Events       []eventRow
-	Observations []observationRow
-	Ledger       []ledgerRow
-}
-
-// readDB reads the campaign's tables in one read-only, repeatable-read
-// transaction. Errors: the database's.
-func readDB(ctx context.Context, db *sql.DB) (dbState, error) {
-	var st dbState
-	tx, err := db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true, Isolation: sql.LevelRepeatableRead})
-	if err != nil {
-		return st, err
-	}
-	defer tx.Rollback() //nolint:errcheck // read-only
-	if err := tx.QueryRowContext(ctx, `SELECT UTC_TIMESTAMP(6)`).Scan(&st.Now); err != nil {
-		return st, err
-	}
-	err = scanRows(ctx, tx, `SELECT id, operation_key, state, attempt, next_action, next_attempt_at, lease_until,
-  COALESCE(provider_refund_id, ''), last_reason FROM refund_jobs ORDER BY id`, func(r *sql.Rows) error {
-		var j jobRow
-		err := r.Scan(&j.ID, &j.Key, &j.State, &j.Attempt, &j.NextAction, &j.NextAttemptAt, &j.LeaseUntil,
-			&j.ProviderRefundID, &j.LastReason)
-		st.Jobs = append(st.Jobs, j)
-		return err
-	})
-	if err != nil {
-		return st, err
-	}
-	// A database from before R25 has no lease_token_hash: its grants have no
-	// fingerprint.
-	var tokenCols int
-	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE()
-  AND TABLE_NAME = 'refund_job_events' AND COLUMN_NAME = 'lease_token_hash'`).Scan(&tokenCols); err != nil {
-		return st, err
-	}
-	grant := "''"
-	if tokenCols > 0 {
-		grant = "LOWER(HEX(LEFT(lease_token_hash, 6)))"
-	}
-	err = scanRows(ctx, tx, `SELECT id, job_id, attempt, kind, worker_id, from_state, to_state, next_action,
-  provider_refund_id, `+grant+` FROM refund_job_events ORDER BY id`, func(r *sql.Rows) error {
-		var e eventRow
-		err := r.Scan(&e.ID, &e.JobID, &e.Attempt, &e.Kind, &e.WorkerID, &e.FromState, &e.ToState, &e.NextAction,
-			&e.ProviderRefundID, &e.Grant)
-		st.Events = append(st.Events, e)
-		return err
-	})
-	if err != nil {
-		return st, err
-	}
-	err = scanRows(ctx, tx, `SELECT id, job_id, operation_key, reported_attempt, job_attempt, source, outcome,
-  provider_refund_id FROM refund_observations ORDER BY id`, func(r *sql.Rows) error {
-		var o observationRow
-		err := r.Scan(&o.ID, &o.JobID, &o.Key, &o.ReportedAttempt, &o.JobAttempt, &o.Source, &o.Outcome, &o.ProviderRefundID)
-		st.Observations = append(st.Observations, o)
-		return err
-	})
-	if err != nil {
-		return st, err
-	}
-	err = scanRows(ctx, tx, `SELECT job_id, operation_key, provider_refund_id, attempt FROM refund_ledger ORDER BY job_id`,
-		func(r *sql.Rows) error {
-			var l ledgerRow
-			err := r.Scan(&l.JobID, &l.Key, &l.ProviderRefundID, &l.Attempt)
-			st.Ledger = append(st.Ledger, l)
-			return err
-		})
-	return st, err
-}
-
-func scanRows(ctx context.Context, tx *sql.Tx, query string, scan func(*sql.Rows) error) error {
-	rows, err := tx.QueryContext(ctx, query)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		if err := scan(rows); err != nil {
-			return err
-		}
-	}
-	return rows.Err()
-}
-
-// receipt is a provider success a worker saw but could not write back: its
-// write-back was rejected by the fence (a stale worker, R9), failed, or its
-// answer came after the provider-call deadline. R15 wants each in the
-// observation log.
-type receipt struct {
-	Worker   string
-	Key      string // the job's operation key, when the line names it
-	JobID    int64
-	Attempt  int64
-	Why      string // "stale", "write_failed" or "late"
-	RefundID string
-	Filed    string // "filed", "not filed: <error>", or "" when the worker logged neither
-	FiledAt  time.Time
-	Killed   bool // the worker was SIGKILLed by the campaign before it logged the filing
-}
-
-// receiptsOf reads a worker's receipts from its JSON log records: the Go
-// SDK's messages (clients/go Worker, as cmd/refundworker logs them) or, with
-// node, those of the Node.js example worker. The Node worker's lines say
-// neither what the rejected write-back carried nor the outcome of the
-// observation it filed, so its receipts are of unknown outcome (Why ends in
-// "_node").
-func receiptsOf(worker string, node bool, recs []map[string]any, killed bool) (out []receipt, staleRejections int) {
-	type key struct{ job, attempt int64 }
-	open := map[key]int{} // receipt index waiting for its filing line
-	late := map[key]bool{}
-	suffix := ""
-	if node {
-		suffix = "_node"
-	}
-	keys := map[key]string{}
-	add := func(k key, why string) {
-		open[k] = len(out)
-		out = append(out, receipt{Worker: worker, Key: keys[k], JobID: k.job, Attempt: k.attempt, Why: why + suffix})
-	}
-	for _, r := range recs {
-		k := key{num(r["job_id"]), num(r["attempt"])}
-		if opKey, _ := r["operation_key"].(string); opKey != "" {
-			keys[k] = opKey
-		}
-		msg, _ := r["msg"].(string)
-		success := node || r["outcome"] == "succeeded"
-		switch msg {
-		case "write-back rejected by the fence; filing the answer as an observation":
-			staleRejections++
-			if node || r["decision"] == "complete" {
-				add(k, "stale")
-			}
-		case "write-back failed; the lease will expire and a takeover reconciles",
-			"write-back failed; the lease will lapse and a takeover reconciles":
-			if node || r["decision"] == "complete" {
-				add(k, "write_failed")
-			}
-		case "handler outlived the provider-call deadline; outcome unknown",
-			"provider call outlived its deadline; outcome unknown":
-			late[k] = true
-		case "observation filed", "observation not filed", "filing an observation failed",
-			"observation not filed: the provider's answer is only in this log":
-			if !success {
-				continue
-			}
-			i, ok := open[k]
-			if !ok && late[k] {
-				delete(late, k)
-				add(k, "late")
-				i, ok = open[k], true
-			}
-			if !ok {
-				continue
-			}
-			delete(open, k)
-			out[i].FiledAt = seenAt(r)
-			out[i].RefundID, _ = r["provider_refund_id"].(string)
-			if msg == "observation filed" {
-				out[i].Filed = "filed"
-			} else {
-				e, _ := r["error"].(string)
-				out[i].Filed = "not filed: " + e
-			}
-		}
-	}
-	for _, i := range open {
-		out[i].Killed = killed
-	}
-	return out, staleRejections
-}
-
-// ack is a write-back a worker was told had succeeded (replayed or not).
-type ack struct {
-	Worker   string
-	Key      string // the job's operation key ("" when the line lacks it)
-	JobID    int64
-	Attempt  int64
-	Kind     string // the history's event kind: completed, rescheduled or escalated
-	Replayed bool
-	Grant    string    // the fingerprint of the grant the write carried; "" when the line lacks it
-	Seen     time.Time // when the campaign read the line
-}
-
-// acksOf reads the write-backs the coordinator accepted from a worker's JSON
-// log records: refundworker's "job written" (decision complete, reschedule or
-// escalate) and the Node.js worker's "job completed", "job rescheduled" and
-// "job escalated to manual review".
-func acksOf(worker string, recs []map[string]any) []ack {
-	kinds := map[string]string{
-		"complete": "completed", "reschedule": "rescheduled", "escalate": "escalated",
-		"job completed": "completed", "job rescheduled": "rescheduled", "job escalated to manual review": "escalated",
-	}
-	var out []ack
-	for _, r := range recs {
-		msg, _ := r["msg"].(string)
-		kind := kinds[msg]
-		if msg == "job written" {
-			d, _ := r["decision"].(string)
-			kind = kinds[d]
-		}
-		if kind == "" {
-			continue
-		}
-		replayed, _ := r["replayed"].(bool)
-		key, _ := r["operation_key"].(string)
-		grant, _ := r["grant"].(string)
-		out = append(out, ack{Worker: worker, Key: key, JobID: num(r["job_id"]), Attempt: num(r["attempt"]), Kind: kind,
-			Replayed: replayed, Grant: grant, Seen: seenAt(r)})
-	}
-	return out
-}
-
-// grantLog is a grant a worker logged: its line of a claim or takeover.
-type grantLog struct {
-	Worker  string
-	Key     string
-	JobID   int64
-	Attempt int64
-	Grant   string // fingerprint; "" when the line lacks it
-	Seen    time.Time
-}
-
-// grantsOf reads the grants a worker logged: refundworker's and the Node.js
-// worker's "job claimed", the Node.js worker's "job taken over".
-func grantsOf(worker string, recs []map[string]any) []grantLog {
-	var out []grantLog
-	for _, r := range recs {
-		if r["msg"] != "job claimed" && r["msg"] != "job taken over" {
-			continue
-		}
-		key, _ := r["operation_key"].(string)
-		grant, _ := r["grant"].(string)
-		out = append(out, grantLog{Worker: worker, Key: key, JobID: num(r["job_id"]), Attempt: num(r["attempt"]),
-			Grant: grant, Seen: seenAt(r)})
-	}
-	return out
-}
 
 // failoverInput is what the checks need to know of a database failover.
 type failoverInput struct {
@@ -341,17 +50,9 @@ func (f *failoverInput) mayPredateKill(worker string, seen time.Time) bool {
 	return false
 }
 
-func num(v any) int64 {
-	switch n := v.(type) {
-	case float64:
-		return int64(n)
-	case string:
-		var x int64
-		fmt.Sscan(n, &x) //nolint:errcheck // zero when not a number
-		return x
-	}
-	return 0
-}
+// lossless reports whether the failover was one that must lose nothing
+// (semi-sync); false without a failover.
+func (f *failoverInput) lossless() bool { return f != nil && f.Mode == failoverSemiSync }
 
 // checkInput is everything the invariants are checked against.
 type checkInput struct {
@@ -414,94 +115,220 @@ func (i *invariant) note(format string, args ...any) {
 	i.Details = append(i.Details, fmt.Sprintf(format, args...))
 }
 
-// check evaluates the seven invariants.
+// check evaluates the seven invariants (docs/CHAOS.md, "The invariants") in
+// order, on what the input was indexed into once: the jobs and their
+// histories (checkFacts) and where each acknowledged write-back is in the
+// surviving history (placeAcks).
 func check(in checkInput) verdict {
-	var v verdict
-	inv := func(n int, name string) *invariant {
-		i := &invariant{N: n, Name: name}
-		v.Invariants = append(v.Invariants, i)
-		return i
-	}
-	i1 := inv(1, "every refund happened at most once per operation key (R1, R14, T3)")
-	i2 := inv(2, "every enqueued job is present and final (succeeded or manual_review)")
-	i3 := inv(3, "attempts only increased, claims and takeovers by exactly one, the row agrees with its history (R2, R3, R5, R6)")
-	i4 := inv(4, "no write with a stale attempt changed a job (R8, R9, R10, R21, T1, T4)")
-	i5 := inv(5, "every late success a stale worker saw is in the observation log (R15)")
-	i6 := inv(6, "the ledger agrees with refund_jobs and with the provider (R4, R10)")
-	i7 := inv(7, "no write accepted from a grant the surviving database never saw (R25, R26)")
-	fo := in.Failover
-	lossless := fo != nil && fo.Mode == failoverSemiSync
+	x := newCheckFacts(in.Specs, in.DB)
+	writes := placeAcks(in.Acks, in.Failover, x)
+	writesLost, completionsLost := lostInFailover(writes)
 
-	specByKey := map[string]refundSpec{}
-	for _, s := range in.Specs {
-		specByKey[s.Key] = s
+	i1, doubleRefunds := checkOncePerKey(in.Oracle, x)
+	i2, jobs := checkPresentAndFinal(in.Acked, in.DB, in.Oracle, in.Failover, in.EnqueuesLost, x)
+	i3 := checkAttemptsIncreased(in.DB, x)
+	i4, staleAttempts := checkNoStaleWrite(in.Acks, in.StaleRejections, in.Failover, x)
+	i5, receipts := checkLateSuccessesObserved(in.Receipts, in.DB.Observations, in.Failover, x)
+	i6 := checkLedger(in.DB, in.Oracle, in.Failover, completionsLost, x)
+	i7, grants := checkGrants(in.Grants, writes, in.DB, in.Failover, x)
+
+	return verdict{
+		Invariants:            []*invariant{i1, i2, i3, i4, i5, i6, i7},
+		DoubleRefunds:         doubleRefunds,
+		Lost:                  jobs.Lost,
+		StaleWritesAccepted:   staleAttempts + grants.StaleWrites,
+		UnobservedLateSuccess: receipts.Unobserved,
+		Succeeded:             jobs.Succeeded,
+		Review:                jobs.Review,
+		Pending:               jobs.Pending,
+		GrantsLost:            grants.GrantsLost,
+		WritesLost:            writesLost,
+		EnqueuesLost:          jobs.EnqueuesLost,
+		ObservationsLost:      receipts.Lost,
+		lostCompletions:       completionsLost,
 	}
-	jobByKey := map[string]jobRow{}
-	jobByID := map[int64]jobRow{}
-	for _, j := range in.DB.Jobs {
-		jobByKey[j.Key] = j
-		jobByID[j.ID] = j
+}
+
+// summaryLine is the campaign's last line: its size and the verdict's
+// numbers, with the failover's losses when it ran one.
+func (v verdict) summaryLine(seed uint64, jobs, faults int, failover string, enqueuesLost int) string {
+	s := fmt.Sprintf("seed=%d jobs=%d faults=%d double_refunds=%d lost=%d stale_writes_accepted=%d unobserved_late_success=%d",
+		seed, jobs, faults, v.DoubleRefunds, v.Lost, v.StaleWritesAccepted, v.UnobservedLateSuccess)
+	if failover != "" {
+		s += fmt.Sprintf(" failover=%s grants_lost_in_failover=%d writes_lost_in_failover=%d enqueues_lost_in_failover=%d",
+			failover, v.GrantsLost, v.WritesLost, enqueuesLost)
 	}
-	events := map[int64][]eventRow{}
-	for _, e := range in.DB.Events {
-		events[e.JobID] = append(events[e.JobID], e)
+	return s
+}
+
+// checkFacts is what the invariants share, indexed once: the campaign's
+// refunds by key, the jobs by key and by id, each job's history, and what
+// walkHistory found in it.
+type checkFacts struct {
+	specByKey map[string]refundSpec
+	jobByKey  map[string]jobRow
+	jobByID   map[int64]jobRow
+	events    map[int64][]eventRow // by job id, each in id order
+	walked    []walkedJob          // every job of refund_jobs, in id order
+}
+
+// walkedJob is a job with what walkHistory found in its history.
+type walkedJob struct {
+	job jobRow
+	h   history
+}
+
+func newCheckFacts(specs []refundSpec, db dbState) *checkFacts {
+	x := &checkFacts{specByKey: map[string]refundSpec{}, jobByKey: map[string]jobRow{}, jobByID: map[int64]jobRow{},
+		events: map[int64][]eventRow{}}
+	for _, s := range specs {
+		x.specByKey[s.Key] = s
 	}
-	// jobOf is the job a worker's line is about: by its operation key when
-	// the line names it (after a failover the survivor may have given the
-	// job another id, and the id to another job), else by id.
-	jobOf := func(key string, id int64) jobRow {
-		if key != "" {
-			return jobByKey[key]
+	for _, j := range db.Jobs {
+		x.jobByKey[j.Key] = j
+		x.jobByID[j.ID] = j
+	}
+	for _, e := range db.Events {
+		x.events[e.JobID] = append(x.events[e.JobID], e)
+	}
+	for _, j := range db.Jobs {
+		x.walked = append(x.walked, walkedJob{job: j, h: walkHistory(j, x.events[j.ID])})
+	}
+	return x
+}
+
+// jobOf is the job a worker's line is about: by its operation key when the
+// line names it (after a failover the survivor may have given the job
+// another id, and the id to another job), else by id. The zero jobRow when
+// there is none.
+func (x *checkFacts) jobOf(key string, id int64) jobRow {
+	if key != "" {
+		return x.jobByKey[key]
+	}
+	return x.jobByID[id]
+}
+
+// historyOf formats a job's row and history for a failure's details.
+func (x *checkFacts) historyOf(j jobRow) string { return historyOf(j, x.events) }
+
+// liveRefunds are the provider's refunds of an operation key that did not
+// fail (pending or succeeded).
+func liveRefunds(o fakeprovider.OracleReport, key string) []fakeprovider.Refund {
+	op, _ := o.Operation(key)
+	var out []fakeprovider.Refund
+	for _, r := range o.Refunds {
+		if slices.Contains(op.RefundIDs, r.ID) && r.Status != fakeprovider.StatusFailed {
+			out = append(out, r)
 		}
-		return jobByID[id]
 	}
+	return out
+}
 
-	// 1. The provider's own records.
-	live := func(op fakeprovider.OperationTruth) []fakeprovider.Refund {
-		var out []fakeprovider.Refund
-		for _, r := range in.Oracle.Refunds {
-			if slices.Contains(op.RefundIDs, r.ID) && r.Status != fakeprovider.StatusFailed {
-				out = append(out, r)
+// ackedWrite is a write-back a worker was told succeeded, placed in the
+// surviving history.
+type ackedWrite struct {
+	ack
+	job jobRow // the job its line names (jobOf); zero when the database has none
+	// inHistory: the job's history has a write of that kind under that
+	// attempt and, when the line carries one, that grant.
+	inHistory bool
+	// lost: not inHistory, after a failover, and the line may tell of a
+	// write the old primary accepted before it was killed (mayPredateKill):
+	// lost with it.
+	lost bool
+}
+
+// placeAcks looks up each acknowledged write-back in the surviving history.
+func placeAcks(acks []ack, fo *failoverInput, x *checkFacts) []ackedWrite {
+	out := make([]ackedWrite, 0, len(acks))
+	for _, a := range acks {
+		w := ackedWrite{ack: a, job: x.jobOf(a.Key, a.JobID)}
+		w.inHistory = slices.ContainsFunc(x.events[w.job.ID], func(e eventRow) bool {
+			return e.Kind == a.Kind && e.Attempt == a.Attempt && (a.Grant == "" || e.Grant == a.Grant)
+		})
+		w.lost = !w.inHistory && fo != nil && fo.mayPredateKill(a.Worker, a.Seen)
+		out = append(out, w)
+	}
+	return out
+}
+
+// lostInFailover counts the acknowledged write-backs lost with the old
+// primary, and the completions among them.
+func lostInFailover(writes []ackedWrite) (lost, completions int) {
+	for _, w := range writes {
+		if w.lost {
+			lost++
+			if w.Kind == "completed" {
+				completions++
 			}
 		}
-		return out
 	}
+	return lost, completions
+}
+
+// checkOncePerKey is invariant 1, the promise itself (R1, R14, R16, T3), on
+// the provider's own records: no operation with more than one live refund,
+// more than one reference or more than one key, no payment refunded beyond
+// its amount, no refund for a key the campaign never enqueued, and the
+// oracle's double_refunds 0. doubleRefunds is the larger of the oracle's
+// count and the operations found doubled.
+func checkOncePerKey(o fakeprovider.OracleReport, x *checkFacts) (i1 *invariant, doubleRefunds int) {
+	i1 = &invariant{N: 1, Name: "every refund happened at most once per operation key (R1, R14, T3)"}
 	dups := 0
-	for _, op := range in.Oracle.Operations {
-		if _, ours := specByKey[op.MerchantReference]; !ours {
+	for _, op := range o.Operations {
+		if _, ours := x.specByKey[op.MerchantReference]; !ours {
 			i1.fail("operation %q at the provider is not one of the campaign's refunds", op.MerchantReference)
 		}
 		if op.Refunds > 1 || len(op.MerchantReferences) > 1 || len(op.IdempotencyKeys) > 1 {
 			dups++
 			i1.fail("operation %s: %d live refunds %v (references %v, keys %v)%s", op.MerchantReference, op.Refunds,
-				op.RefundIDs, op.MerchantReferences, op.IdempotencyKeys, historyOf(jobByKey[op.MerchantReference], events))
+				op.RefundIDs, op.MerchantReferences, op.IdempotencyKeys, x.historyOf(x.jobByKey[op.MerchantReference]))
 		}
 	}
-	for _, p := range in.Oracle.Payments {
+	for _, p := range o.Payments {
 		if p.OverRefunded {
 			i1.fail("payment %s over-refunded: %d of %d minor units in %v", p.PaymentID, p.RefundedMinor, p.AmountMinor, p.RefundIDs)
 		}
 	}
-	v.DoubleRefunds = max(in.Oracle.DoubleRefunds, dups)
-	if in.Oracle.DoubleRefunds > 0 {
+	if o.DoubleRefunds > 0 {
 		i1.Failed = true
 	}
 	i1.Summary = fmt.Sprintf("%d refunds at the provider for %d operations; oracle double_refunds=%d",
-		len(in.Oracle.Refunds), len(in.Oracle.Operations), in.Oracle.DoubleRefunds)
+		len(o.Refunds), len(o.Operations), o.DoubleRefunds)
+	return i1, max(o.DoubleRefunds, dups)
+}
 
-	// 2. Presence and final states.
+// jobTally is how the jobs ended, for the verdict.
+type jobTally struct {
+	Succeeded, Review int
+	Pending           int // unfinished, but the provider still says pending (R4)
+	Lost              int // acknowledged and missing, or unfinished without a pending refund
+	EnqueuesLost      int // acknowledged enqueues the failover lost (re-driven)
+}
+
+// checkPresentAndFinal is invariant 2, the other half of the promise:
+// nothing dropped, nothing stuck. Every acknowledged enqueue has its row
+// under its acknowledged id, every row is a refund the campaign enqueued,
+// and every row is final (succeeded or manual_review) or legitimately
+// pending: the provider still reports its refund pending (R4), counted and
+// listed apart. After a failover the acknowledged enqueues it lost are
+// counted (re-driven by the producer, so they are among the acknowledged
+// above); a lossless (semi-sync) failover must lose none.
+func checkPresentAndFinal(acked map[string]int64, db dbState, o fakeprovider.OracleReport, fo *failoverInput,
+	enqueuesLost []string, x *checkFacts) (i2 *invariant, t jobTally) {
+	i2 = &invariant{N: 2, Name: "every enqueued job is present and final (succeeded or manual_review)"}
 	unacked := 0
-	for _, j := range in.DB.Jobs {
-		if _, ours := specByKey[j.Key]; !ours {
+	for _, j := range db.Jobs {
+		if _, ours := x.specByKey[j.Key]; !ours {
 			i2.fail("job %d has operation key %q, which the campaign never enqueued", j.ID, j.Key)
 		}
-		if _, ok := in.Acked[j.Key]; !ok {
+		if _, ok := acked[j.Key]; !ok {
 			unacked++
 		}
 	}
 	missing := 0
-	for key, id := range in.Acked {
-		j, ok := jobByKey[key]
+	for key, id := range acked {
+		j, ok := x.jobByKey[key]
 		switch {
 		case !ok:
 			missing++
@@ -511,103 +338,142 @@ func check(in checkInput) verdict {
 		}
 	}
 	unfinished := 0
-	for _, j := range in.DB.Jobs {
+	for _, j := range db.Jobs {
 		switch j.State {
 		case "succeeded":
-			v.Succeeded++
+			t.Succeeded++
 			continue
 		case "manual_review":
-			v.Review++
+			t.Review++
 			continue
 		}
 		unfinished++
-		op, _ := in.Oracle.Operation(j.Key)
-		refunds := live(op)
+		refunds := liveRefunds(o, j.Key)
 		pendingAtProvider := slices.ContainsFunc(refunds, func(r fakeprovider.Refund) bool { return r.Status == fakeprovider.StatusPending })
 		desc := fmt.Sprintf("job %d (%s) is %s, next_action %s at %s, lease_until %s, last reason %q; provider: %s%s",
 			j.ID, j.Key, j.State, j.NextAction, j.NextAttemptAt.Format("15:04:05.000"), nullTime(j.LeaseUntil),
-			j.LastReason, describeRefunds(refunds), historyOf(j, events))
+			j.LastReason, describeRefunds(refunds), x.historyOf(j))
 		if pendingAtProvider {
-			v.Pending++
+			t.Pending++
 			i2.note("pending (R4, the provider still says pending): %s", desc)
 		} else {
 			i2.fail("NOT FINAL: %s", desc)
 		}
 	}
-	v.Lost = missing + unfinished - v.Pending
+	t.Lost = missing + unfinished - t.Pending
 	i2.Summary = fmt.Sprintf("%d acknowledged, %d rows (%d enqueued without acknowledgement); %d succeeded, "+
 		"%d manual_review, %d legitimately pending, %d missing, %d not final",
-		len(in.Acked), len(in.DB.Jobs), unacked, v.Succeeded, v.Review, v.Pending, missing, unfinished-v.Pending)
+		len(acked), len(db.Jobs), unacked, t.Succeeded, t.Review, t.Pending, missing, unfinished-t.Pending)
 	if fo != nil {
 		// Acknowledged enqueues the old primary committed last are gone with
 		// it; the producer enqueued every acknowledged one again (R1), so
 		// they are above among the acknowledged, present and final.
-		v.EnqueuesLost = len(in.EnqueuesLost)
-		i2.Summary += fmt.Sprintf("; %d acknowledged enqueues lost in the failover and re-driven", v.EnqueuesLost)
-		for _, k := range in.EnqueuesLost {
-			if lossless {
+		t.EnqueuesLost = len(enqueuesLost)
+		i2.Summary += fmt.Sprintf("; %d acknowledged enqueues lost in the failover and re-driven", t.EnqueuesLost)
+		for _, k := range enqueuesLost {
+			if fo.lossless() {
 				i2.fail("LOST IN A LOSSLESS FAILOVER: the acknowledged enqueue of %s was not on the new primary", k)
 			} else {
 				i2.note("enqueue of %s lost in the failover (acknowledged by the old primary), re-driven", k)
 			}
 		}
 	}
+	return i2, t
+}
 
-	// 3 and 4. The history of each job.
-	claims, takeovers, writes := 0, 0, 0
-	for _, j := range in.DB.Jobs {
-		h := walkHistory(j, events[j.ID])
-		claims += h.claims
-		takeovers += h.takeovers
-		writes += h.writes
-		for _, p := range h.attemptProblems {
-			i3.fail("job %d (%s): %s%s", j.ID, j.Key, p, historyOf(j, events))
-		}
-		for _, p := range h.staleWrites {
-			v.StaleWritesAccepted++
-			i4.fail("job %d (%s): %s%s", j.ID, j.Key, p, historyOf(j, events))
-		}
-		for _, p := range h.grantProblems {
-			v.StaleWritesAccepted++
-			i7.fail("job %d (%s): %s%s", j.ID, j.Key, p, historyOf(j, events))
+// checkAttemptsIncreased is invariant 3 (R2, R3, R5, R6), on each job's
+// history as walkHistory replayed it: the attempt starts at 0, never goes
+// down, and every claim or takeover steps it by exactly one from the state
+// it claims from (a takeover with next action reconcile); the row agrees
+// with where its history ends; and no history belongs to a job that is not
+// in refund_jobs.
+func checkAttemptsIncreased(db dbState, x *checkFacts) *invariant {
+	i3 := &invariant{N: 3, Name: "attempts only increased, claims and takeovers by exactly one, the row agrees with its history (R2, R3, R5, R6)"}
+	claims, takeovers := 0, 0
+	for _, w := range x.walked {
+		claims += w.h.claims
+		takeovers += w.h.takeovers
+		for _, p := range w.h.attemptProblems {
+			i3.fail("job %d (%s): %s%s", w.job.ID, w.job.Key, p, x.historyOf(w.job))
 		}
 	}
-	for id := range events {
-		if _, ok := jobByID[id]; !ok {
+	for id := range x.events {
+		if _, ok := x.jobByID[id]; !ok {
 			i3.fail("history of job %d, which is not in refund_jobs", id)
 		}
 	}
-	// A history entry records the row's attempt and holder, which the fence
-	// makes the writer's own; the workers' side shows a write that slipped
-	// through anyway: accepted under an attempt with no such write in the
-	// history (R9), or a "replayed" answer with no first write (R21).
-	for _, a := range in.Acks {
-		j := jobOf(a.Key, a.JobID)
-		if slices.ContainsFunc(events[j.ID], func(e eventRow) bool { return e.Kind == a.Kind && e.Attempt == a.Attempt }) {
+	i3.Summary = fmt.Sprintf("%d events: %d claims, %d takeovers", len(db.Events), claims, takeovers)
+	return i3
+}
+
+// checkNoStaleWrite is invariant 4 (R8, R9, R10, R21, T1, T4). In each
+// history (walkHistory) every write-back carries the attempt of the latest
+// claim or takeover while the job was running, there is at most one
+// completion and nothing after it, and the row's refund id is its
+// completion's. A history entry records the row's attempt and holder, which
+// the fence makes the writer's own; the workers' side shows a write that
+// slipped through anyway: every write-back a worker was told succeeded
+// (replayed or not) must be in the job's history as that kind of write
+// under that attempt (R9; a "replayed" one with no first write, R21). After
+// a failover such a write may have been lost with the old primary:
+// checkGrants tells. stale counts the violations (stale_writes_accepted).
+func checkNoStaleWrite(acks []ack, staleRejections int, fo *failoverInput, x *checkFacts) (i4 *invariant, stale int) {
+	i4 = &invariant{N: 4, Name: "no write with a stale attempt changed a job (R8, R9, R10, R21, T1, T4)"}
+	writes := 0
+	for _, w := range x.walked {
+		writes += w.h.writes
+		for _, p := range w.h.staleWrites {
+			stale++
+			i4.fail("job %d (%s): %s%s", w.job.ID, w.job.Key, p, x.historyOf(w.job))
+		}
+	}
+	replayed := 0
+	for _, a := range acks {
+		if a.Replayed {
+			replayed++
+		}
+		j := x.jobOf(a.Key, a.JobID)
+		if slices.ContainsFunc(x.events[j.ID], func(e eventRow) bool { return e.Kind == a.Kind && e.Attempt == a.Attempt }) {
 			continue
 		}
 		if fo != nil {
 			continue // lost in the failover, or not: invariant 7 tells
 		}
-		v.StaleWritesAccepted++
+		stale++
 		i4.fail("job %d: %s was told its %s write-back under attempt %d succeeded (replayed=%v), but the history has no "+
-			"such write under that attempt%s", a.JobID, a.Worker, a.Kind, a.Attempt, a.Replayed, historyOf(j, events))
-	}
-	i3.Summary = fmt.Sprintf("%d events: %d claims, %d takeovers", len(in.DB.Events), claims, takeovers)
-	replayed := 0
-	for _, a := range in.Acks {
-		if a.Replayed {
-			replayed++
-		}
+			"such write under that attempt%s", a.JobID, a.Worker, a.Kind, a.Attempt, a.Replayed, x.historyOf(j))
 	}
 	i4.Summary = fmt.Sprintf("%d write-backs in the histories, each under the attempt current then; workers' logs: "+
 		"%d write-backs accepted (%d of them replayed, R21) and checked against the history, %d rejected by the fence",
-		writes, len(in.Acks), replayed, in.StaleRejections)
+		writes, len(acks), replayed, staleRejections)
+	return i4, stale
+}
 
-	// 5. Receipts of stale workers.
+// receiptTally is what invariant 5 counts for the verdict.
+type receiptTally struct {
+	Unobserved int // receipts of a success with no observation on file (unobserved_late_success)
+	Lost       int // observations filed on the old primary and lost in the failover
+}
+
+// checkLateSuccessesObserved is invariant 5 (R15): every provider success a
+// worker saw but could not write back (a write-back rejected by the fence,
+// failed, or answered after the provider-call deadline) has a
+// refund_observations row with that job and reported_attempt. Listed, not
+// counted: receipts that died with a SIGKILLed worker, receipts of a failed
+// write-back whose filing failed too (closed by a takeover's reconcile), and
+// after a failover observations filed on the old primary before the kill
+// (counted as lost; a lossless failover must lose none). For the Node.js
+// worker the check is weaker (its receipts' Why ends in "_node"): any
+// observation on file for the attempt will do, a rejection with no filing
+// line had no provider answer to keep, and one whose filing failed is an
+// answer of unknown outcome; but every observation it says it filed must be
+// on file.
+func checkLateSuccessesObserved(receipts []receipt, observations []observationRow, fo *failoverInput,
+	x *checkFacts) (i5 *invariant, t receiptTally) {
+	i5 = &invariant{N: 5, Name: "every late success a stale worker saw is in the observation log (R15)"}
 	observed := map[[2]int64]bool{}    // a success on file for (job, attempt)
 	observedAny := map[[2]int64]bool{} // any outcome on file
-	for _, o := range in.DB.Observations {
+	for _, o := range observations {
 		k := [2]int64{o.JobID, o.ReportedAttempt}
 		observedAny[k] = true
 		if o.Outcome == "succeeded" {
@@ -615,12 +481,12 @@ func check(in checkInput) verdict {
 		}
 	}
 	obsKey := map[[2]int64]string{} // the operation key the observation of (job, attempt) was filed under
-	for _, o := range in.DB.Observations {
+	for _, o := range observations {
 		obsKey[[2]int64{o.JobID, o.ReportedAttempt}] = o.Key
 	}
 	counts := map[string]int{}
 	died, unfiled, unverifiable, noAnswer, misfiled := 0, 0, 0, 0, 0
-	for _, r := range in.Receipts {
+	for _, r := range receipts {
 		counts[r.Why]++
 		k := [2]int64{r.JobID, r.Attempt}
 		node := strings.HasSuffix(r.Why, "_node")
@@ -636,8 +502,8 @@ func check(in checkInput) verdict {
 			}
 			continue
 		case fo != nil && r.Filed == "filed" && fo.mayPredateKill(r.Worker, r.FiledAt):
-			v.ObservationsLost++
-			if lossless {
+			t.Lost++
+			if fo.lossless() {
 				i5.fail("LOST IN A LOSSLESS FAILOVER: job %d attempt %d: %s filed the provider's success %s before the kill; "+
 					"it is not on file", r.JobID, r.Attempt, r.Worker, r.RefundID)
 			} else {
@@ -645,7 +511,7 @@ func check(in checkInput) verdict {
 					r.JobID, r.Attempt, r.Worker, r.RefundID, r.Why)
 			}
 			continue
-		case strings.HasPrefix(r.Why, "write_failed") && completedUnder(events[r.JobID], r.Attempt):
+		case strings.HasPrefix(r.Why, "write_failed") && completedUnder(x.events[r.JobID], r.Attempt):
 			continue // the write-back had landed after all: the job holds the receipt
 		case node && r.Filed == "":
 			// The Node worker logs every observation it tries to file, and
@@ -677,53 +543,62 @@ func check(in checkInput) verdict {
 				r.JobID, r.Attempt, r.Worker, r.RefundID, r.Filed)
 			continue
 		}
-		v.UnobservedLateSuccess++
+		t.Unobserved++
 		i5.fail("job %d attempt %d: %s saw the provider's success %s (%s) but no observation has it: %s%s",
-			r.JobID, r.Attempt, r.Worker, r.RefundID, r.Why, or(r.Filed, "no filing logged"), historyOf(jobByID[r.JobID], events))
+			r.JobID, r.Attempt, r.Worker, r.RefundID, r.Why, or(r.Filed, "no filing logged"), x.historyOf(x.jobByID[r.JobID]))
 	}
 	i5.Summary = fmt.Sprintf("%d provider successes not written back (%d rejected as stale, %d write-backs failed, "+
 		"%d late answers); %d observations on file, %d of them successes; %d died with a killed worker, "+
 		"%d unfiled after a failed write-back", counts["stale"]+counts["write_failed"]+counts["late"], counts["stale"],
-		counts["write_failed"], counts["late"], len(in.DB.Observations), len(observed), died, unfiled)
+		counts["write_failed"], counts["late"], len(observations), len(observed), died, unfiled)
 	if fo != nil {
 		i5.Summary += fmt.Sprintf("; %d filed on the old primary and lost in the failover, %d filed under a job id the "+
-			"new primary gave another refund", v.ObservationsLost, misfiled)
+			"new primary gave another refund", t.Lost, misfiled)
 	}
 	if n := counts["stale_node"] + counts["write_failed_node"] + counts["late_node"]; n > 0 {
 		i5.Summary += fmt.Sprintf("; Node.js workers: %d write-backs rejected as stale, failed or late (%d with no provider "+
 			"answer to keep, %d with one of unknown outcome left unfiled; their logs do not say the outcome)", n, noAnswer, unverifiable)
 	}
+	return i5, t
+}
 
-	// 6. Ledger, jobs and provider.
+// checkLedger is invariant 6 (R4, R10): exactly one refund_ledger row per
+// succeeded job, with its refund id, attempt and key, none for other jobs
+// and none for a job not in refund_jobs; the refund id is the provider's one
+// live refund for the key, and that refund is succeeded, not pending.
+// completionsLost, after a failover, are the completions the old primary
+// accepted and lost with their ledger rows (placeAcks), for the summary.
+func checkLedger(db dbState, o fakeprovider.OracleReport, fo *failoverInput, completionsLost int, x *checkFacts) *invariant {
+	i6 := &invariant{N: 6, Name: "the ledger agrees with refund_jobs and with the provider (R4, R10)"}
 	ledger := map[int64]ledgerRow{}
-	for _, l := range in.DB.Ledger {
+	for _, l := range db.Ledger {
 		ledger[l.JobID] = l
-		if _, ok := jobByID[l.JobID]; !ok {
+		if _, ok := x.jobByID[l.JobID]; !ok {
 			i6.fail("ledger row for job %d, which is not in refund_jobs", l.JobID)
 		}
 	}
-	reviewWithRefund := 0
-	for _, j := range in.DB.Jobs {
+	succeeded, reviewWithRefund := 0, 0
+	for _, j := range db.Jobs {
 		l, inLedger := ledger[j.ID]
-		op, _ := in.Oracle.Operation(j.Key)
-		refunds := live(op)
+		refunds := liveRefunds(o, j.Key)
 		if j.State != "succeeded" {
 			if inLedger {
 				i6.fail("job %d (%s) is %s but has a ledger row (%s, attempt %d)%s", j.ID, j.Key, j.State,
-					l.ProviderRefundID, l.Attempt, historyOf(j, events))
+					l.ProviderRefundID, l.Attempt, x.historyOf(j))
 			}
 			if j.State == "manual_review" && len(refunds) > 0 {
 				reviewWithRefund++
 			}
 			continue
 		}
+		succeeded++
 		switch {
 		case !inLedger:
-			i6.fail("job %d (%s) succeeded without a ledger row%s", j.ID, j.Key, historyOf(j, events))
+			i6.fail("job %d (%s) succeeded without a ledger row%s", j.ID, j.Key, x.historyOf(j))
 			continue
 		case l.ProviderRefundID != j.ProviderRefundID || l.Attempt != j.Attempt || l.Key != j.Key:
 			i6.fail("job %d (%s): ledger says %s attempt %d key %s, the job %s attempt %d%s", j.ID, j.Key,
-				l.ProviderRefundID, l.Attempt, l.Key, j.ProviderRefundID, j.Attempt, historyOf(j, events))
+				l.ProviderRefundID, l.Attempt, l.Key, j.ProviderRefundID, j.Attempt, x.historyOf(j))
 		}
 		switch {
 		case len(refunds) != 1:
@@ -736,31 +611,45 @@ func check(in checkInput) verdict {
 		}
 	}
 	i6.Summary = fmt.Sprintf("%d ledger rows for %d succeeded jobs; %d manual_review jobs have a live refund at the "+
-		"provider (a person resolves them)", len(in.DB.Ledger), v.Succeeded, reviewWithRefund)
-
-	checkGrants(in, &v, i7, events, jobOf)
+		"provider (a person resolves them)", len(db.Ledger), succeeded, reviewWithRefund)
 	if fo != nil {
 		i6.Summary += fmt.Sprintf("; %d completions accepted by the old primary were lost in the failover with their "+
-			"ledger rows (each job completed again on the new primary, checked above)", v.lostCompletions)
+			"ledger rows (each job completed again on the new primary, checked above)", completionsLost)
 	}
-	return v
+	return i6
 }
 
-// checkGrants is invariant 7, from the workers' side: every grant a worker
-// logged is in the history (or was lost in a failover), and every write-back
-// it was told succeeded is in the history under the very grant it carried,
-// which is the grant the history shows for its attempt — or was accepted by
-// the old primary before a failover and lost with it. A write under the
-// right attempt and the wrong grant is the ABA that tokens prevent (R25,
-// R26). Lines without a grant fingerprint (a Node.js worker that does not
-// log it) are checked by attempt alone.
-func checkGrants(in checkInput, v *verdict, i7 *invariant, events map[int64][]eventRow, jobOf func(string, int64) jobRow) {
-	fo := in.Failover
-	lossless := fo != nil && fo.Mode == failoverSemiSync
+// grantTally is what invariant 7 counts for the verdict.
+type grantTally struct {
+	StaleWrites int // writes under a grant that was not the attempt's (counted in stale_writes_accepted)
+	GrantsLost  int // grants the workers logged that the failover lost
+}
+
+// checkGrants is invariant 7 (R25, R26): no write accepted from a grant the
+// (surviving) database never saw. In each history (walkHistory) every
+// write-back carries the grant of the claim or takeover before it. From the
+// workers' side, every grant a worker logged is in the job's history as the
+// claim or takeover of that attempt (or, after a failover, was lost with
+// the old primary: counted; a lossless failover must lose none), and every
+// write-back it was told succeeded is in the history under the very grant
+// it carried, which is the grant the history shows for its attempt — or was
+// accepted by the old primary and lost with it (placeAcks). A write under
+// the right attempt and another grant is the ABA that tokens prevent; it
+// counts in stale_writes_accepted. Lines without a grant fingerprint (a
+// worker that does not log it) are checked by attempt alone, counted apart.
+func checkGrants(grants []grantLog, writes []ackedWrite, db dbState, fo *failoverInput, x *checkFacts) (i7 *invariant, t grantTally) {
+	i7 = &invariant{N: 7, Name: "no write accepted from a grant the surviving database never saw (R25, R26)"}
+	for _, w := range x.walked {
+		for _, p := range w.h.grantProblems {
+			t.StaleWrites++
+			i7.fail("job %d (%s): %s%s", w.job.ID, w.job.Key, p, x.historyOf(w.job))
+		}
+	}
+
 	// grantOf[job][attempt] is the fingerprint of the claim or takeover
 	// that granted it (invariant 3 says there is one per attempt).
 	grantOf := map[int64]map[int64]string{}
-	for _, e := range in.DB.Events {
+	for _, e := range db.Events {
 		if e.Kind == "claimed" || e.Kind == "taken_over" {
 			if grantOf[e.JobID] == nil {
 				grantOf[e.JobID] = map[int64]string{}
@@ -769,8 +658,8 @@ func checkGrants(in checkInput, v *verdict, i7 *invariant, events map[int64][]ev
 		}
 	}
 	weakGrants, lostListed := 0, 0
-	for _, g := range in.Grants {
-		j := jobOf(g.Key, g.JobID)
+	for _, g := range grants {
+		j := x.jobOf(g.Key, g.JobID)
 		fp, had := grantOf[j.ID][g.Attempt]
 		if g.Grant == "" {
 			weakGrants++
@@ -781,9 +670,9 @@ func checkGrants(in checkInput, v *verdict, i7 *invariant, events map[int64][]ev
 		what := fmt.Sprintf("%s's grant %s of job %d (%s) attempt %d", g.Worker, or(g.Grant, "(no fingerprint)"), g.JobID,
 			g.Key, g.Attempt)
 		if fo != nil && fo.mayPredateKill(g.Worker, g.Seen) {
-			v.GrantsLost++
-			if lossless {
-				i7.fail("LOST IN A LOSSLESS FAILOVER: %s is not in the new primary's history%s", what, historyOf(j, events))
+			t.GrantsLost++
+			if fo.lossless() {
+				i7.fail("LOST IN A LOSSLESS FAILOVER: %s is not in the new primary's history%s", what, x.historyOf(j))
 			} else if lostListed < 10 {
 				lostListed++
 				i7.note("grant lost in the failover: %s (the new primary's history has %s)", what, describeGrant(fp, had))
@@ -791,69 +680,58 @@ func checkGrants(in checkInput, v *verdict, i7 *invariant, events map[int64][]ev
 			continue
 		}
 		i7.fail("%s is not in the history (it has %s): the grant was not made by the database that survived%s", what,
-			describeGrant(fp, had), historyOf(j, events))
+			describeGrant(fp, had), x.historyOf(j))
 	}
-	if !lossless && v.GrantsLost > lostListed {
-		i7.note("… and %d more grants lost in the failover", v.GrantsLost-lostListed)
+	if !fo.lossless() && t.GrantsLost > lostListed {
+		i7.note("… and %d more grants lost in the failover", t.GrantsLost-lostListed)
 	}
 
-	weakAcks, byGrant, writesListed := 0, 0, 0
-	for _, a := range in.Acks {
-		j := jobOf(a.Key, a.JobID)
-		var write *eventRow
-		for n, e := range events[j.ID] {
-			if e.Kind == a.Kind && e.Attempt == a.Attempt && (a.Grant == "" || e.Grant == a.Grant) {
-				write = &events[j.ID][n]
-				break
-			}
-		}
-		what := fmt.Sprintf("%s's %s write-back of job %d (%s) under attempt %d, grant %s (replayed=%v)", a.Worker, a.Kind,
-			a.JobID, a.Key, a.Attempt, or(a.Grant, "(no fingerprint)"), a.Replayed)
+	weakAcks, byGrant, writesLost, writesListed := 0, 0, 0, 0
+	for _, w := range writes {
+		j := w.job
+		what := fmt.Sprintf("%s's %s write-back of job %d (%s) under attempt %d, grant %s (replayed=%v)", w.Worker, w.Kind,
+			w.JobID, w.Key, w.Attempt, or(w.Grant, "(no fingerprint)"), w.Replayed)
 		switch {
-		case write != nil && a.Grant == "":
+		case w.inHistory && w.Grant == "":
 			weakAcks++
-			continue
-		case write != nil:
+		case w.inHistory:
 			byGrant++
-			if fp := grantOf[j.ID][a.Attempt]; fp != a.Grant {
-				v.StaleWritesAccepted++
+			if fp := grantOf[j.ID][w.Attempt]; fp != w.Grant {
+				t.StaleWrites++
 				i7.fail("ABA: %s was accepted, but the history's grant of attempt %d is %s: a writer that knew the "+
-					"attempt without holding the grant%s", what, a.Attempt, or(fp, "(none)"), historyOf(j, events))
+					"attempt without holding the grant%s", what, w.Attempt, or(fp, "(none)"), x.historyOf(j))
 			}
-			continue
 		case fo == nil:
-			continue // invariant 4 reports it
-		case fo.mayPredateKill(a.Worker, a.Seen):
-			v.WritesLost++
-			if a.Kind == "completed" {
-				v.lostCompletions++
-			}
-			if lossless {
+			// invariant 4 reports it
+		case w.lost:
+			writesLost++
+			if fo.lossless() {
 				i7.fail("LOST IN A LOSSLESS FAILOVER: %s, accepted before the kill, is not in the new primary's history%s",
-					what, historyOf(j, events))
+					what, x.historyOf(j))
 			} else if writesListed < 10 {
 				writesListed++
 				i7.note("write lost in the failover: %s, accepted by the old primary", what)
 			}
 		default:
-			v.StaleWritesAccepted++
+			t.StaleWrites++
 			i7.fail("%s was accepted after the failover, but the new primary's history has no such write under that "+
-				"grant%s", what, historyOf(j, events))
+				"grant%s", what, x.historyOf(j))
 		}
 	}
-	if !lossless && v.WritesLost > writesListed {
-		i7.note("… and %d more write-backs lost in the failover", v.WritesLost-writesListed)
+	if !fo.lossless() && writesLost > writesListed {
+		i7.note("… and %d more write-backs lost in the failover", writesLost-writesListed)
 	}
 	i7.Summary = fmt.Sprintf("%d grants logged by the workers, each in the history under its fingerprint; %d write-backs "+
-		"accepted, %d of them matched to the history by grant", len(in.Grants)-v.GrantsLost, len(in.Acks)-v.WritesLost, byGrant)
+		"accepted, %d of them matched to the history by grant", len(grants)-t.GrantsLost, len(writes)-writesLost, byGrant)
 	if weakGrants+weakAcks > 0 {
 		i7.Summary += fmt.Sprintf("; %d grants and %d write-backs by attempt alone (their log lines carry no grant)",
 			weakGrants, weakAcks)
 	}
 	if fo != nil {
 		i7.Summary += fmt.Sprintf("; failover (%s): %d grants and %d accepted write-backs lost with the old primary",
-			fo.Mode, v.GrantsLost, v.WritesLost)
+			fo.Mode, t.GrantsLost, writesLost)
 	}
+	return i7, t
 }
 
 // describeGrant names what a history has for an attempt's grant.
@@ -865,132 +743,6 @@ func describeGrant(fp string, had bool) string {
 		return "that attempt's grant without a fingerprint"
 	}
 	return "that attempt under grant " + fp
-}
-
-// history is what walkHistory found in one job's events.
-type history struct {
-	claims, takeovers, writes int
-	attemptProblems           []string // invariant 3
-	staleWrites               []string // invariant 4
-	grantProblems             []string // invariant 7
-}
-
-// walkHistory replays one job's events in id order: the attempt must start at
-// 0, step by exactly one on each claim or takeover and never go down; a
-// takeover sets next action reconcile (R6); each write-back must be made
-// under the attempt of the latest claim or takeover while the job was
-// running (the fence, R9); there is at most one completion and nothing
-// follows it; the row agrees with the end of its history (state, attempt,
-// next action, refund id) — a row changed without a history entry shows
-// there.
-func walkHistory(j jobRow, evs []eventRow) history {
-	var h history
-	cur, maxAttempt := int64(0), int64(0)
-	curGrant := ""
-	state := ""
-	completed := false
-	for n, e := range evs {
-		if n > 0 && e.Attempt < evs[n-1].Attempt {
-			h.attemptProblems = append(h.attemptProblems,
-				fmt.Sprintf("attempt went down from %d to %d at event %d", evs[n-1].Attempt, e.Attempt, e.ID))
-		}
-		maxAttempt = max(maxAttempt, e.Attempt)
-		if n > 0 && e.FromState != state {
-			h.attemptProblems = append(h.attemptProblems,
-				fmt.Sprintf("event %d (%s) starts from %s but the history left the job %s", e.ID, e.Kind, e.FromState, state))
-		}
-		if completed {
-			h.staleWrites = append(h.staleWrites, fmt.Sprintf("event %d (%s, attempt %d) after the completion", e.ID, e.Kind, e.Attempt))
-		}
-		switch e.Kind {
-		case "enqueued":
-			if n != 0 || e.Attempt != 0 {
-				h.attemptProblems = append(h.attemptProblems, fmt.Sprintf("enqueued event %d at position %d, attempt %d", e.ID, n, e.Attempt))
-			}
-		case "claimed", "taken_over":
-			if e.Kind == "claimed" {
-				h.claims++
-			} else {
-				h.takeovers++
-			}
-			if e.Attempt != cur+1 {
-				h.attemptProblems = append(h.attemptProblems,
-					fmt.Sprintf("%s event %d stepped the attempt from %d to %d", e.Kind, e.ID, cur, e.Attempt))
-			}
-			want := "ready"
-			if e.Kind == "taken_over" {
-				want = "running"
-			}
-			if state != want {
-				h.attemptProblems = append(h.attemptProblems, fmt.Sprintf("%s event %d while the job was %s", e.Kind, e.ID, state))
-			}
-			if e.Kind == "taken_over" && e.NextAction != "reconcile" {
-				h.attemptProblems = append(h.attemptProblems, fmt.Sprintf("takeover %d with next action %q, not reconcile (R6)",
-					e.ID, e.NextAction))
-			}
-			cur, curGrant = e.Attempt, e.Grant
-		case "completed", "rescheduled", "escalated":
-			h.writes++
-			if e.Attempt != cur || state != "running" {
-				h.staleWrites = append(h.staleWrites, fmt.Sprintf("%s event %d under attempt %d while the current attempt was %d "+
-					"and the job %s", e.Kind, e.ID, e.Attempt, cur, state))
-			} else if e.Grant != curGrant {
-				// R25: the history keeps the grant the writer carried.
-				h.grantProblems = append(h.grantProblems, fmt.Sprintf("%s event %d under attempt %d carried grant %s, but "+
-					"the attempt's grant is %s", e.Kind, e.ID, e.Attempt, or(e.Grant, "(none)"), or(curGrant, "(none)")))
-			}
-			completed = completed || e.Kind == "completed"
-		case "resolved":
-			if e.Attempt != cur || state != "manual_review" {
-				h.staleWrites = append(h.staleWrites, fmt.Sprintf("resolved event %d under attempt %d while the current attempt was %d "+
-					"and the job %s", e.ID, e.Attempt, cur, state))
-			}
-			completed = completed || e.ToState == "succeeded"
-		default:
-			h.attemptProblems = append(h.attemptProblems, fmt.Sprintf("event %d of unknown kind %q", e.ID, e.Kind))
-		}
-		state = e.ToState
-	}
-	switch {
-	case len(evs) == 0:
-		h.attemptProblems = append(h.attemptProblems, "no history at all")
-	case j.Attempt != maxAttempt:
-		h.attemptProblems = append(h.attemptProblems, fmt.Sprintf("row attempt %d, history's highest %d", j.Attempt, maxAttempt))
-	case j.State != state:
-		h.attemptProblems = append(h.attemptProblems, fmt.Sprintf("row state %s, history ends in %s", j.State, state))
-	case j.NextAction != evs[len(evs)-1].NextAction:
-		h.attemptProblems = append(h.attemptProblems, fmt.Sprintf("row next action %s, history ends in %s", j.NextAction,
-			evs[len(evs)-1].NextAction))
-	case j.State == "succeeded" && j.ProviderRefundID != evs[len(evs)-1].ProviderRefundID:
-		h.staleWrites = append(h.staleWrites, fmt.Sprintf("row refund %q, its completion recorded %q", j.ProviderRefundID,
-			evs[len(evs)-1].ProviderRefundID))
-	}
-	return h
-}
-
-// completedUnder reports whether the history holds a completion under attempt.
-func completedUnder(evs []eventRow, attempt int64) bool {
-	return slices.ContainsFunc(evs, func(e eventRow) bool { return e.Kind == "completed" && e.Attempt == attempt })
-}
-
-// historyOf formats a job's history for a failure's details.
-func historyOf(j jobRow, events map[int64][]eventRow) string {
-	if j.ID == 0 {
-		return ""
-	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "\n        row: state=%s attempt=%d next_action=%s provider_refund_id=%q", j.State, j.Attempt,
-		j.NextAction, j.ProviderRefundID)
-	for _, e := range events[j.ID] {
-		fmt.Fprintf(&b, "\n        event %d: %-11s attempt=%d %s→%s worker=%s", e.ID, e.Kind, e.Attempt, e.FromState, e.ToState, e.WorkerID)
-		if e.Grant != "" {
-			fmt.Fprintf(&b, " grant=%s", e.Grant)
-		}
-		if e.ProviderRefundID != "" {
-			fmt.Fprintf(&b, " refund=%s", e.ProviderRefundID)
-		}
-	}
-	return b.String()
 }
 
 func describeRefunds(rs []fakeprovider.Refund) string {

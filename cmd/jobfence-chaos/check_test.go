@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -181,20 +182,25 @@ func TestCheckFindsARowChangedBehindTheHistory(t *testing.T) {
 	}
 }
 
+// logOf types a worker's JSON log records as the campaign does.
+func logOf(worker string, node, killed bool, recs []map[string]any) workerLog {
+	return workerLog{Worker: worker, Node: node, Killed: killed, Lines: parseWorkerLines(recs)}
+}
+
 // A write the fence should have refused leaves a history entry under the
 // row's attempt, not the writer's; the writer's own log gives it away.
 func TestCheckFindsAStaleWriteBehindACleanHistory_T1(t *testing.T) {
 	in := campaign()
-	in.Acks = acksOf("w1", []map[string]any{
+	in.Acks = acksOf(logOf("w1", false, false, []map[string]any{
 		{"msg": "job written", "job_id": 1.0, "attempt": 1.0, "decision": "complete", "replayed": false},
 		{"msg": "job completed", "job_id": "2", "attempt": "1", "replayed": true},
-	})
+	}))
 	if v := check(in); v.Failed() || len(in.Acks) != 2 {
 		t.Fatalf("acknowledged writes that are in the history: failed %v, acks %+v", failedInvariants(v), in.Acks)
 	}
-	in.Acks = append(in.Acks, acksOf("zombie", []map[string]any{
+	in.Acks = append(in.Acks, acksOf(logOf("zombie", false, false, []map[string]any{
 		{"msg": "job written", "job_id": 2.0, "attempt": 0.0, "decision": "reschedule", "replayed": false},
-	})...)
+	}))...)
 	if v := check(in); v.StaleWritesAccepted != 1 || !v.Invariants[3].Failed {
 		t.Fatalf("a zombie's accepted write: stale_writes_accepted=%d", v.StaleWritesAccepted)
 	}
@@ -237,7 +243,7 @@ func goWorkerLog(filed bool) []map[string]any {
 
 func TestCheckFindsAnUnobservedLateSuccess_R15(t *testing.T) {
 	in := campaign()
-	in.Receipts, in.StaleRejections = receiptsOf("w1", false, goWorkerLog(true), false)
+	in.Receipts, in.StaleRejections = receiptsOf(logOf("w1", false, false, goWorkerLog(true)))
 	if in.StaleRejections != 2 || len(in.Receipts) != 1 || in.Receipts[0].Filed != "filed" {
 		t.Fatalf("receipts %+v, stale %d", in.Receipts, in.StaleRejections)
 	}
@@ -251,7 +257,7 @@ func TestCheckFindsAnUnobservedLateSuccess_R15(t *testing.T) {
 
 	// Killed before it could file: noted, not held against the system.
 	in = campaign()
-	in.Receipts, _ = receiptsOf("w1", false, goWorkerLog(false), true)
+	in.Receipts, _ = receiptsOf(logOf("w1", false, true, goWorkerLog(false)))
 	if v := check(in); v.UnobservedLateSuccess != 0 || len(in.Receipts) != 1 || !in.Receipts[0].Killed {
 		t.Fatalf("receipt of a killed worker: %+v, unobserved=%d", in.Receipts, v.UnobservedLateSuccess)
 	}
@@ -262,7 +268,7 @@ func TestReceiptsOfANodeWorkerHaveUnknownOutcome(t *testing.T) {
 		{"msg": "write-back rejected by the fence; filing the answer as an observation", "job_id": "2", "attempt": "1"},
 		{"msg": "observation filed", "job_id": "2", "attempt": "1", "duplicate": false},
 	}
-	rs, stale := receiptsOf("n1", true, recs, false)
+	rs, stale := receiptsOf(logOf("n1", true, false, recs))
 	if stale != 1 || len(rs) != 1 || rs[0].Why != "stale_node" || rs[0].JobID != 2 || rs[0].Filed != "filed" {
 		t.Fatalf("node receipts %+v, stale %d", rs, stale)
 	}
@@ -277,7 +283,7 @@ func TestReceiptsOfANodeWorkerHaveUnknownOutcome(t *testing.T) {
 	}
 	// No filing line: the Node worker had no provider answer to keep.
 	in = campaign()
-	in.Receipts, _ = receiptsOf("n1", true, recs[:1], false)
+	in.Receipts, _ = receiptsOf(logOf("n1", true, false, recs[:1]))
 	if v := check(in); v.Failed() {
 		t.Fatalf("a stale write-back without a provider answer: failed %v", failedInvariants(v))
 	}
@@ -491,15 +497,74 @@ func TestGrantsAndAcksOfWorkerLogs(t *testing.T) {
 		{"msg": "job written", "job_id": 7.0, "operation_key": "k7", "attempt": 2.0, "grant": "0123456789ab",
 			"decision": "reschedule", "replayed": true, seenKey: seen},
 	}
-	gs := grantsOf("w", recs)
+	gs := grantsOf(logOf("w", false, false, recs))
 	if len(gs) != 2 || gs[0] != (grantLog{Worker: "w", Key: "k7", JobID: 7, Attempt: 2, Grant: "0123456789ab", Seen: seen}) ||
 		gs[1].JobID != 8 || gs[1].Attempt != 3 || gs[1].Grant != "" {
 		t.Fatalf("grants %+v", gs)
 	}
-	as := acksOf("w", recs)
+	as := acksOf(logOf("w", false, false, recs))
 	if len(as) != 1 || as[0] != (ack{Worker: "w", Key: "k7", JobID: 7, Attempt: 2, Kind: "rescheduled", Replayed: true,
 		Grant: "0123456789ab", Seen: seen}) {
 		t.Fatalf("acks %+v", as)
+	}
+}
+
+// Both workers' lines are typed alike: the Go worker's (numbers, "job
+// written" with its decision) and the Node.js worker's (int64s as strings,
+// a message per kind of write).
+func TestParseWorkerLinesOfBothWorkers(t *testing.T) {
+	seen := time.Now()
+	goRecs := []map[string]any{
+		{"msg": "refundworker started"},
+		{"msg": "job claimed", "job_id": 7.0, "operation_key": "k7", "attempt": 2.0, "grant": "0123456789ab", seenKey: seen},
+		{"msg": "calling the provider", "job_id": 7.0, "operation_key": "k7", "attempt": 2.0},
+		{"msg": "job written", "job_id": 7.0, "operation_key": "k7", "attempt": 2.0, "grant": "0123456789ab",
+			"decision": "escalate", "replayed": false, seenKey: seen},
+		{"msg": "job written", "job_id": 7.0, "attempt": 2.0, "decision": "DecisionKind(9)"},
+		{"msg": "write-back rejected by the fence; filing the answer as an observation", "job_id": 7.0, "attempt": 2.0,
+			"decision": "complete"},
+		{"msg": "write-back failed; the lease will expire and a takeover reconciles", "job_id": 7.0, "attempt": 2.0,
+			"decision": "reschedule"},
+		{"msg": "handler outlived the provider-call deadline; outcome unknown", "job_id": 7.0, "attempt": 2.0},
+		{"msg": "observation not filed: the provider's answer is only in this log", "job_id": 7.0, "attempt": 2.0,
+			"outcome": "succeeded", "provider_refund_id": "re_7", "error": "unavailable", seenKey: seen},
+	}
+	ref := jobRef{Key: "k7", JobID: 7, Attempt: 2}
+	want := []workerLine{
+		grantLine{jobRef: ref, Grant: "0123456789ab", Seen: seen},
+		keyLine{ref},
+		writtenLine{jobRef: ref, Kind: "escalated", Grant: "0123456789ab", Seen: seen},
+		rejectedLine{jobRef: jobRef{JobID: 7, Attempt: 2}, Decision: "complete"},
+		writeFailedLine{jobRef: jobRef{JobID: 7, Attempt: 2}, Decision: "reschedule"},
+		lateLine{jobRef{JobID: 7, Attempt: 2}},
+		observationLine{jobRef: jobRef{JobID: 7, Attempt: 2}, Outcome: "succeeded", RefundID: "re_7", Error: "unavailable",
+			Seen: seen},
+	}
+	if got := parseWorkerLines(goRecs); !slices.Equal(got, want) {
+		t.Errorf("Go worker's lines:\n got %+v\nwant %+v", got, want)
+	}
+	nodeRecs := []map[string]any{
+		{"msg": "job taken over", "job_id": "8", "operation_key": "k8", "attempt": "3", "grant": "ba9876543210"},
+		{"msg": "job completed", "job_id": "8", "operation_key": "k8", "attempt": "3", "grant": "ba9876543210", "replayed": true},
+		{"msg": "job rescheduled", "job_id": "8", "operation_key": "k8", "attempt": "3"},
+		{"msg": "write-back failed; the lease will lapse and a takeover reconciles", "job_id": "8", "attempt": "3"},
+		{"msg": "provider call outlived its deadline; outcome unknown", "job_id": "8", "attempt": "3"},
+		{"msg": "filing an observation failed", "job_id": "8", "attempt": "3", "error": "deadline"},
+		{"msg": "observation filed", "job_id": "8", "attempt": "3", "duplicate": false},
+	}
+	ref = jobRef{Key: "k8", JobID: 8, Attempt: 3}
+	bare := jobRef{JobID: 8, Attempt: 3}
+	want = []workerLine{
+		grantLine{jobRef: ref, Grant: "ba9876543210"},
+		writtenLine{jobRef: ref, Kind: "completed", Replayed: true, Grant: "ba9876543210"},
+		writtenLine{jobRef: ref, Kind: "rescheduled"},
+		writeFailedLine{jobRef: bare},
+		lateLine{bare},
+		observationLine{jobRef: bare, Error: "deadline"},
+		observationLine{jobRef: bare, Filed: true},
+	}
+	if got := parseWorkerLines(nodeRecs); !slices.Equal(got, want) {
+		t.Errorf("Node.js worker's lines:\n got %+v\nwant %+v", got, want)
 	}
 }
 

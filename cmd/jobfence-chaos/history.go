@@ -1,0 +1,133 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// history is what walkHistory found in one job's events.
+type history struct {
+	claims, takeovers, writes int
+	attemptProblems           []string // invariant 3
+	staleWrites               []string // invariant 4
+	grantProblems             []string // invariant 7
+}
+
+// walkHistory replays one job's events in id order: the attempt must start at
+// 0, step by exactly one on each claim or takeover and never go down; a
+// takeover sets next action reconcile (R6); each write-back must be made
+// under the attempt of the latest claim or takeover while the job was
+// running (the fence, R9); there is at most one completion and nothing
+// follows it; the row agrees with the end of its history (state, attempt,
+// next action, refund id) — a row changed without a history entry shows
+// there.
+func walkHistory(j jobRow, evs []eventRow) history {
+	var h history
+	cur, maxAttempt := int64(0), int64(0)
+	curGrant := ""
+	state := ""
+	completed := false
+	for n, e := range evs {
+		if n > 0 && e.Attempt < evs[n-1].Attempt {
+			h.attemptProblems = append(h.attemptProblems,
+				fmt.Sprintf("attempt went down from %d to %d at event %d", evs[n-1].Attempt, e.Attempt, e.ID))
+		}
+		maxAttempt = max(maxAttempt, e.Attempt)
+		if n > 0 && e.FromState != state {
+			h.attemptProblems = append(h.attemptProblems,
+				fmt.Sprintf("event %d (%s) starts from %s but the history left the job %s", e.ID, e.Kind, e.FromState, state))
+		}
+		if completed {
+			h.staleWrites = append(h.staleWrites, fmt.Sprintf("event %d (%s, attempt %d) after the completion", e.ID, e.Kind, e.Attempt))
+		}
+		switch e.Kind {
+		case "enqueued":
+			if n != 0 || e.Attempt != 0 {
+				h.attemptProblems = append(h.attemptProblems, fmt.Sprintf("enqueued event %d at position %d, attempt %d", e.ID, n, e.Attempt))
+			}
+		case "claimed", "taken_over":
+			if e.Kind == "claimed" {
+				h.claims++
+			} else {
+				h.takeovers++
+			}
+			if e.Attempt != cur+1 {
+				h.attemptProblems = append(h.attemptProblems,
+					fmt.Sprintf("%s event %d stepped the attempt from %d to %d", e.Kind, e.ID, cur, e.Attempt))
+			}
+			want := "ready"
+			if e.Kind == "taken_over" {
+				want = "running"
+			}
+			if state != want {
+				h.attemptProblems = append(h.attemptProblems, fmt.Sprintf("%s event %d while the job was %s", e.Kind, e.ID, state))
+			}
+			if e.Kind == "taken_over" && e.NextAction != "reconcile" {
+				h.attemptProblems = append(h.attemptProblems, fmt.Sprintf("takeover %d with next action %q, not reconcile (R6)",
+					e.ID, e.NextAction))
+			}
+			cur, curGrant = e.Attempt, e.Grant
+		case "completed", "rescheduled", "escalated":
+			h.writes++
+			if e.Attempt != cur || state != "running" {
+				h.staleWrites = append(h.staleWrites, fmt.Sprintf("%s event %d under attempt %d while the current attempt was %d "+
+					"and the job %s", e.Kind, e.ID, e.Attempt, cur, state))
+			} else if e.Grant != curGrant {
+				// R25: the history keeps the grant the writer carried.
+				h.grantProblems = append(h.grantProblems, fmt.Sprintf("%s event %d under attempt %d carried grant %s, but "+
+					"the attempt's grant is %s", e.Kind, e.ID, e.Attempt, or(e.Grant, "(none)"), or(curGrant, "(none)")))
+			}
+			completed = completed || e.Kind == "completed"
+		case "resolved":
+			if e.Attempt != cur || state != "manual_review" {
+				h.staleWrites = append(h.staleWrites, fmt.Sprintf("resolved event %d under attempt %d while the current attempt was %d "+
+					"and the job %s", e.ID, e.Attempt, cur, state))
+			}
+			completed = completed || e.ToState == "succeeded"
+		default:
+			h.attemptProblems = append(h.attemptProblems, fmt.Sprintf("event %d of unknown kind %q", e.ID, e.Kind))
+		}
+		state = e.ToState
+	}
+	switch {
+	case len(evs) == 0:
+		h.attemptProblems = append(h.attemptProblems, "no history at all")
+	case j.Attempt != maxAttempt:
+		h.attemptProblems = append(h.attemptProblems, fmt.Sprintf("row attempt %d, history's highest %d", j.Attempt, maxAttempt))
+	case j.State != state:
+		h.attemptProblems = append(h.attemptProblems, fmt.Sprintf("row state %s, history ends in %s", j.State, state))
+	case j.NextAction != evs[len(evs)-1].NextAction:
+		h.attemptProblems = append(h.attemptProblems, fmt.Sprintf("row next action %s, history ends in %s", j.NextAction,
+			evs[len(evs)-1].NextAction))
+	case j.State == "succeeded" && j.ProviderRefundID != evs[len(evs)-1].ProviderRefundID:
+		h.staleWrites = append(h.staleWrites, fmt.Sprintf("row refund %q, its completion recorded %q", j.ProviderRefundID,
+			evs[len(evs)-1].ProviderRefundID))
+	}
+	return h
+}
+
+// completedUnder reports whether the history holds a completion under attempt.
+func completedUnder(evs []eventRow, attempt int64) bool {
+	return slices.ContainsFunc(evs, func(e eventRow) bool { return e.Kind == "completed" && e.Attempt == attempt })
+}
+
+// historyOf formats a job's history for a failure's details.
+func historyOf(j jobRow, events map[int64][]eventRow) string {
+	if j.ID == 0 {
+		return ""
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n        row: state=%s attempt=%d next_action=%s provider_refund_id=%q", j.State, j.Attempt,
+		j.NextAction, j.ProviderRefundID)
+	for _, e := range events[j.ID] {
+		fmt.Fprintf(&b, "\n        event %d: %-11s attempt=%d %s→%s worker=%s", e.ID, e.Kind, e.Attempt, e.FromState, e.ToState, e.WorkerID)
+		if e.Grant != "" {
+			fmt.Fprintf(&b, " grant=%s", e.Grant)
+		}
+		if e.ProviderRefundID != "" {
+			fmt.Fprintf(&b, " refund=%s", e.ProviderRefundID)
+		}
+	}
+	return b.String()
+}
