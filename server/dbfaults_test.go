@@ -23,27 +23,27 @@ import (
 // and kills touch nobody else) with the coordinator's schema in database jf,
 // and a root handle on it.
 type privateServer struct {
-	pair *mariadbpair.Pair
-	root *sql.DB
+	server *mariadbpair.Single
+	root   *sql.DB
 }
 
 func startPrivate(t *testing.T) *privateServer {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	pair, err := mariadbpair.Start(ctx, mariadbpair.Options{Logf: t.Logf})
+	one, err := mariadbpair.StartSingle(ctx, mariadbpair.Options{Logf: t.Logf})
 	if err != nil {
 		t.Fatalf("a private MariaDB: %v", err)
 	}
-	t.Cleanup(func() { pair.Close() })
-	root, err := sql.Open("mysql", pair.DSN(pair.PrimaryAddr(), ""))
+	t.Cleanup(func() { one.Close() })
+	root, err := sql.Open("mysql", one.DSN(""))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { root.Close() })
-	p := &privateServer{pair: pair, root: root}
+	p := &privateServer{server: one, root: root}
 	p.exec(t, "CREATE DATABASE jf")
-	schema, err := mysql.Open(ctx, pair.DSN(pair.PrimaryAddr(), "jf"), mysql.Options{})
+	schema, err := mysql.Open(ctx, one.DSN("jf"), mysql.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +71,7 @@ func (p *privateServer) leastPrivileged(t *testing.T) testdb.Backend {
 		"provider_budgets", "jobfence_schema_migrations"} {
 		p.exec(t, "GRANT SELECT, INSERT, UPDATE, DELETE ON jf."+table+" TO coord@'127.0.0.1'")
 	}
-	dsn := "coord:secret@tcp(" + p.pair.PrimaryAddr() + ")/jf"
+	dsn := "coord:secret@tcp(" + p.server.Addr() + ")/jf"
 	return testdb.Backend{Name: "private", Open: func(t *testing.T) store.Store {
 		s, err := mysql.Open(context.Background(), dsn, mysql.Options{})
 		if err != nil {
@@ -154,7 +154,7 @@ func TestDatabaseRefusalsAreRetryable_R20(t *testing.T) {
 		if s := status(); s != healthpb.HealthCheckResponse_SERVING {
 			t.Fatalf("health = %s with the database up, want SERVING", s)
 		}
-		if err := p.pair.KillPrimary(); err != nil {
+		if err := p.server.Close(); err != nil { // kills the server
 			t.Fatal(err)
 		}
 		deadline := time.Now().Add(10 * time.Second)
