@@ -364,6 +364,66 @@ func (ObservationOutcome) EnumDescriptor() ([]byte, []int) {
 	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{4}
 }
 
+// Role is what a credential may do (the roles of the tokens file).
+type Role int32
+
+const (
+	Role_ROLE_UNSPECIFIED Role = 0
+	// EnqueueRefund.
+	Role_ROLE_PRODUCER Role = 1
+	// Claim, Complete, Reschedule, Escalate, ReportObservation.
+	Role_ROLE_WORKER Role = 2
+	// GetJob, ListJobs, GetOverview and ResolveReview.
+	Role_ROLE_OPERATOR Role = 3
+	// GetJob, ListJobs and GetOverview: sees, never acts (R29).
+	Role_ROLE_READER Role = 4
+)
+
+// Enum value maps for Role.
+var (
+	Role_name = map[int32]string{
+		0: "ROLE_UNSPECIFIED",
+		1: "ROLE_PRODUCER",
+		2: "ROLE_WORKER",
+		3: "ROLE_OPERATOR",
+		4: "ROLE_READER",
+	}
+	Role_value = map[string]int32{
+		"ROLE_UNSPECIFIED": 0,
+		"ROLE_PRODUCER":    1,
+		"ROLE_WORKER":      2,
+		"ROLE_OPERATOR":    3,
+		"ROLE_READER":      4,
+	}
+)
+
+func (x Role) Enum() *Role {
+	p := new(Role)
+	*p = x
+	return p
+}
+
+func (x Role) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Role) Descriptor() protoreflect.EnumDescriptor {
+	return file_jobfence_v1_coordinator_proto_enumTypes[5].Descriptor()
+}
+
+func (Role) Type() protoreflect.EnumType {
+	return &file_jobfence_v1_coordinator_proto_enumTypes[5]
+}
+
+func (x Role) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Role.Descriptor instead.
+func (Role) EnumDescriptor() ([]byte, []int) {
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{5}
+}
+
 // Job is one refund and its scheduling state. Times are the database's UTC
 // clock (R12).
 type Job struct {
@@ -1986,8 +2046,16 @@ type GetJobResponse struct {
 	// Pass it back as observations_page_token for the next page; empty on the
 	// last.
 	NextObservationsPageToken string `protobuf:"bytes,5,opt,name=next_observations_page_token,json=nextObservationsPageToken,proto3" json:"next_observations_page_token,omitempty"`
-	unknownFields             protoimpl.UnknownFields
-	sizeCache                 protoimpl.SizeCache
+	// Until when a same-key resend is inside the provider's idempotency-key
+	// retention window, counted from job.first_sent_at (R22); unset when
+	// nothing was sent yet. Compare it with now, the database's clock.
+	ResendDeadline *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=resend_deadline,json=resendDeadline,proto3" json:"resend_deadline,omitempty"`
+	// Our own record of the refund (R10); unset until the job succeeded.
+	Ledger *LedgerEntry `protobuf:"bytes,7,opt,name=ledger,proto3" json:"ledger,omitempty"`
+	// The database's time when the job was read (R12).
+	Now           *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=now,proto3" json:"now,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetJobResponse) Reset() {
@@ -2055,25 +2123,139 @@ func (x *GetJobResponse) GetNextObservationsPageToken() string {
 	return ""
 }
 
+func (x *GetJobResponse) GetResendDeadline() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ResendDeadline
+	}
+	return nil
+}
+
+func (x *GetJobResponse) GetLedger() *LedgerEntry {
+	if x != nil {
+		return x.Ledger
+	}
+	return nil
+}
+
+func (x *GetJobResponse) GetNow() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Now
+	}
+	return nil
+}
+
+// LedgerEntry is the ledger row written in the completion's transaction (R10).
+type LedgerEntry struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	ProviderRefundId string                 `protobuf:"bytes,1,opt,name=provider_refund_id,json=providerRefundId,proto3" json:"provider_refund_id,omitempty"`
+	AmountMinor      int64                  `protobuf:"varint,2,opt,name=amount_minor,json=amountMinor,proto3" json:"amount_minor,omitempty"`
+	Currency         string                 `protobuf:"bytes,3,opt,name=currency,proto3" json:"currency,omitempty"`
+	// The attempt whose completion (or the operator's resolution) recorded it.
+	Attempt       int64                  `protobuf:"varint,4,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	RecordedAt    *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=recorded_at,json=recordedAt,proto3" json:"recorded_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LedgerEntry) Reset() {
+	*x = LedgerEntry{}
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LedgerEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LedgerEntry) ProtoMessage() {}
+
+func (x *LedgerEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LedgerEntry.ProtoReflect.Descriptor instead.
+func (*LedgerEntry) Descriptor() ([]byte, []int) {
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *LedgerEntry) GetProviderRefundId() string {
+	if x != nil {
+		return x.ProviderRefundId
+	}
+	return ""
+}
+
+func (x *LedgerEntry) GetAmountMinor() int64 {
+	if x != nil {
+		return x.AmountMinor
+	}
+	return 0
+}
+
+func (x *LedgerEntry) GetCurrency() string {
+	if x != nil {
+		return x.Currency
+	}
+	return ""
+}
+
+func (x *LedgerEntry) GetAttempt() int64 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *LedgerEntry) GetRecordedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RecordedAt
+	}
+	return nil
+}
+
 type ListJobsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Filters, all optional, combined with AND.
+	// Filters, all optional, combined with AND. At most one of order_id,
+	// payment_id and provider_refund_id: each is a lookup on its own index.
 	State JobState `protobuf:"varint,1,opt,name=state,proto3,enum=jobfence.v1.JobState" json:"state,omitempty"`
 	// 1..64 characters of [a-z0-9_-].
 	Provider string `protobuf:"bytes,2,opt,name=provider,proto3" json:"provider,omitempty"`
-	// All refunds of one order, newest first (Q7).
+	// All refunds of one order, newest first (Q7). 1..128 characters.
 	OrderId string `protobuf:"bytes,3,opt,name=order_id,json=orderId,proto3" json:"order_id,omitempty"`
 	// 1..500; 50 when unset.
 	PageSize int32 `protobuf:"varint,4,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// next_page_token of the previous page; it is bound to the same filters.
-	PageToken     string `protobuf:"bytes,5,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageToken string `protobuf:"bytes,5,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// All refunds of one payment, newest first. 1..128 characters.
+	PaymentId string `protobuf:"bytes,6,opt,name=payment_id,json=paymentId,proto3" json:"payment_id,omitempty"`
+	// The jobs whose refund has this provider id, or that have a receipt
+	// naming it; newest first. 1..255 characters.
+	ProviderRefundId string `protobuf:"bytes,7,opt,name=provider_refund_id,json=providerRefundId,proto3" json:"provider_refund_id,omitempty"`
+	// Only jobs whose last_reason starts with this, byte for byte. Up to 1024
+	// characters. A filter on the walk of the other filters' index: its cost
+	// is bounded by the rows those select (with state MANUAL_REVIEW, by the
+	// jobs in review), never by the history.
+	ReasonPrefix string `protobuf:"bytes,8,opt,name=reason_prefix,json=reasonPrefix,proto3" json:"reason_prefix,omitempty"`
+	// Only jobs created at or after created_after and before created_before;
+	// filters on the walk like reason_prefix.
+	CreatedAfter  *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=created_after,json=createdAfter,proto3" json:"created_after,omitempty"`
+	CreatedBefore *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=created_before,json=createdBefore,proto3" json:"created_before,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListJobsRequest) Reset() {
 	*x = ListJobsRequest{}
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[18]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2085,7 +2267,7 @@ func (x *ListJobsRequest) String() string {
 func (*ListJobsRequest) ProtoMessage() {}
 
 func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[18]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2098,7 +2280,7 @@ func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobsRequest) Descriptor() ([]byte, []int) {
-	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{18}
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListJobsRequest) GetState() JobState {
@@ -2136,20 +2318,58 @@ func (x *ListJobsRequest) GetPageToken() string {
 	return ""
 }
 
+func (x *ListJobsRequest) GetPaymentId() string {
+	if x != nil {
+		return x.PaymentId
+	}
+	return ""
+}
+
+func (x *ListJobsRequest) GetProviderRefundId() string {
+	if x != nil {
+		return x.ProviderRefundId
+	}
+	return ""
+}
+
+func (x *ListJobsRequest) GetReasonPrefix() string {
+	if x != nil {
+		return x.ReasonPrefix
+	}
+	return ""
+}
+
+func (x *ListJobsRequest) GetCreatedAfter() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAfter
+	}
+	return nil
+}
+
+func (x *ListJobsRequest) GetCreatedBefore() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedBefore
+	}
+	return nil
+}
+
 type ListJobsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// With order_id: newest first. Else with state: oldest due first. Else:
-	// newest first.
+	// With order_id or payment_id: newest first. With provider_refund_id: newest
+	// first. Else with state: oldest due first (for MANUAL_REVIEW, next_attempt_at
+	// is when the job entered review: longest waiting first). Else: newest first.
 	Jobs []*Job `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`
 	// Empty on the last page.
 	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// How many receipts are on file, per job id of this page (absent: none).
+	ObservationCounts map[int64]int64 `protobuf:"bytes,3,rep,name=observation_counts,json=observationCounts,proto3" json:"observation_counts,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *ListJobsResponse) Reset() {
 	*x = ListJobsResponse{}
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[19]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2161,7 +2381,7 @@ func (x *ListJobsResponse) String() string {
 func (*ListJobsResponse) ProtoMessage() {}
 
 func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[19]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2174,7 +2394,7 @@ func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobsResponse) Descriptor() ([]byte, []int) {
-	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{19}
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListJobsResponse) GetJobs() []*Job {
@@ -2189,6 +2409,13 @@ func (x *ListJobsResponse) GetNextPageToken() string {
 		return x.NextPageToken
 	}
 	return ""
+}
+
+func (x *ListJobsResponse) GetObservationCounts() map[int64]int64 {
+	if x != nil {
+		return x.ObservationCounts
+	}
+	return nil
 }
 
 type ResolveReviewRequest struct {
@@ -2207,7 +2434,7 @@ type ResolveReviewRequest struct {
 
 func (x *ResolveReviewRequest) Reset() {
 	*x = ResolveReviewRequest{}
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[20]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2219,7 +2446,7 @@ func (x *ResolveReviewRequest) String() string {
 func (*ResolveReviewRequest) ProtoMessage() {}
 
 func (x *ResolveReviewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[20]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2232,7 +2459,7 @@ func (x *ResolveReviewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveReviewRequest.ProtoReflect.Descriptor instead.
 func (*ResolveReviewRequest) Descriptor() ([]byte, []int) {
-	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{20}
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ResolveReviewRequest) GetJobId() int64 {
@@ -2281,7 +2508,7 @@ type ResolveReviewResponse struct {
 
 func (x *ResolveReviewResponse) Reset() {
 	*x = ResolveReviewResponse{}
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[21]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2293,7 +2520,7 @@ func (x *ResolveReviewResponse) String() string {
 func (*ResolveReviewResponse) ProtoMessage() {}
 
 func (x *ResolveReviewResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[21]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2306,7 +2533,7 @@ func (x *ResolveReviewResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveReviewResponse.ProtoReflect.Descriptor instead.
 func (*ResolveReviewResponse) Descriptor() ([]byte, []int) {
-	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{21}
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ResolveReviewResponse) GetJob() *Job {
@@ -2321,6 +2548,454 @@ func (x *ResolveReviewResponse) GetReplayed() bool {
 		return x.Replayed
 	}
 	return false
+}
+
+type WhoAmIRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WhoAmIRequest) Reset() {
+	*x = WhoAmIRequest{}
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WhoAmIRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WhoAmIRequest) ProtoMessage() {}
+
+func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WhoAmIRequest.ProtoReflect.Descriptor instead.
+func (*WhoAmIRequest) Descriptor() ([]byte, []int) {
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{23}
+}
+
+type WhoAmIResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The credential's name, as histories record the caller. Empty when the
+	// coordinator runs open (loopback, no credentials).
+	Name  string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Roles []Role `protobuf:"varint,2,rep,packed,name=roles,proto3,enum=jobfence.v1.Role" json:"roles,omitempty"`
+	// False when the coordinator runs open: every call is allowed and
+	// resolutions are recorded as "operator".
+	Authenticated bool `protobuf:"varint,3,opt,name=authenticated,proto3" json:"authenticated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WhoAmIResponse) Reset() {
+	*x = WhoAmIResponse{}
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WhoAmIResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WhoAmIResponse) ProtoMessage() {}
+
+func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WhoAmIResponse.ProtoReflect.Descriptor instead.
+func (*WhoAmIResponse) Descriptor() ([]byte, []int) {
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *WhoAmIResponse) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *WhoAmIResponse) GetRoles() []Role {
+	if x != nil {
+		return x.Roles
+	}
+	return nil
+}
+
+func (x *WhoAmIResponse) GetAuthenticated() bool {
+	if x != nil {
+		return x.Authenticated
+	}
+	return false
+}
+
+type GetOverviewRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How many reviews, takeovers and stale rejections to list: 1..100; 10
+	// when unset.
+	Limit         int32 `protobuf:"varint,1,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetOverviewRequest) Reset() {
+	*x = GetOverviewRequest{}
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetOverviewRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetOverviewRequest) ProtoMessage() {}
+
+func (x *GetOverviewRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetOverviewRequest.ProtoReflect.Descriptor instead.
+func (*GetOverviewRequest) Descriptor() ([]byte, []int) {
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *GetOverviewRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type GetOverviewResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The database's time of the answer (R12).
+	Now *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=now,proto3" json:"now,omitempty"`
+	// Jobs in each unfinished state (succeeded jobs are history and are not
+	// counted: their number grows without bound).
+	ReadyJobs        int64 `protobuf:"varint,2,opt,name=ready_jobs,json=readyJobs,proto3" json:"ready_jobs,omitempty"`
+	RunningJobs      int64 `protobuf:"varint,3,opt,name=running_jobs,json=runningJobs,proto3" json:"running_jobs,omitempty"`
+	ManualReviewJobs int64 `protobuf:"varint,4,opt,name=manual_review_jobs,json=manualReviewJobs,proto3" json:"manual_review_jobs,omitempty"`
+	// When the oldest ready or running job was enqueued; unset when none (M1).
+	OldestUnfinishedCreatedAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=oldest_unfinished_created_at,json=oldestUnfinishedCreatedAt,proto3" json:"oldest_unfinished_created_at,omitempty"`
+	// The jobs waiting longest in manual review, longest first.
+	OldestReviews []*Job `protobuf:"bytes,6,rep,name=oldest_reviews,json=oldestReviews,proto3" json:"oldest_reviews,omitempty"`
+	// Takeovers among the newest takeovers_window transitions of the history,
+	// newest first (M1: frequent ones point at pauses or short leases).
+	RecentTakeovers []*JobEvent `protobuf:"bytes,7,rep,name=recent_takeovers,json=recentTakeovers,proto3" json:"recent_takeovers,omitempty"`
+	TakeoversWindow int64       `protobuf:"varint,8,opt,name=takeovers_window,json=takeoversWindow,proto3" json:"takeovers_window,omitempty"`
+	// Write-backs this coordinator refused as STALE_ATTEMPT since it started,
+	// newest first; each replica keeps its own (a refused write leaves nothing
+	// in the database).
+	RecentStaleRejections     []*StaleRejection      `protobuf:"bytes,9,rep,name=recent_stale_rejections,json=recentStaleRejections,proto3" json:"recent_stale_rejections,omitempty"`
+	StaleRejectionsSinceStart int64                  `protobuf:"varint,10,opt,name=stale_rejections_since_start,json=staleRejectionsSinceStart,proto3" json:"stale_rejections_since_start,omitempty"`
+	CoordinatorStartedAt      *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=coordinator_started_at,json=coordinatorStartedAt,proto3" json:"coordinator_started_at,omitempty"`
+	// Each provider's outbound budget (R19), as the database holds it now.
+	Budgets       []*ProviderBudget `protobuf:"bytes,12,rep,name=budgets,proto3" json:"budgets,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetOverviewResponse) Reset() {
+	*x = GetOverviewResponse{}
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetOverviewResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetOverviewResponse) ProtoMessage() {}
+
+func (x *GetOverviewResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetOverviewResponse.ProtoReflect.Descriptor instead.
+func (*GetOverviewResponse) Descriptor() ([]byte, []int) {
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *GetOverviewResponse) GetNow() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Now
+	}
+	return nil
+}
+
+func (x *GetOverviewResponse) GetReadyJobs() int64 {
+	if x != nil {
+		return x.ReadyJobs
+	}
+	return 0
+}
+
+func (x *GetOverviewResponse) GetRunningJobs() int64 {
+	if x != nil {
+		return x.RunningJobs
+	}
+	return 0
+}
+
+func (x *GetOverviewResponse) GetManualReviewJobs() int64 {
+	if x != nil {
+		return x.ManualReviewJobs
+	}
+	return 0
+}
+
+func (x *GetOverviewResponse) GetOldestUnfinishedCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.OldestUnfinishedCreatedAt
+	}
+	return nil
+}
+
+func (x *GetOverviewResponse) GetOldestReviews() []*Job {
+	if x != nil {
+		return x.OldestReviews
+	}
+	return nil
+}
+
+func (x *GetOverviewResponse) GetRecentTakeovers() []*JobEvent {
+	if x != nil {
+		return x.RecentTakeovers
+	}
+	return nil
+}
+
+func (x *GetOverviewResponse) GetTakeoversWindow() int64 {
+	if x != nil {
+		return x.TakeoversWindow
+	}
+	return 0
+}
+
+func (x *GetOverviewResponse) GetRecentStaleRejections() []*StaleRejection {
+	if x != nil {
+		return x.RecentStaleRejections
+	}
+	return nil
+}
+
+func (x *GetOverviewResponse) GetStaleRejectionsSinceStart() int64 {
+	if x != nil {
+		return x.StaleRejectionsSinceStart
+	}
+	return 0
+}
+
+func (x *GetOverviewResponse) GetCoordinatorStartedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CoordinatorStartedAt
+	}
+	return nil
+}
+
+func (x *GetOverviewResponse) GetBudgets() []*ProviderBudget {
+	if x != nil {
+		return x.Budgets
+	}
+	return nil
+}
+
+// StaleRejection is one write-back refused as STALE_ATTEMPT (R9, R25).
+type StaleRejection struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	At    *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=at,proto3" json:"at,omitempty"`
+	JobId int64                  `protobuf:"varint,2,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	// The attempt the writer carried, and the job's when it was refused.
+	Attempt        int64 `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	CurrentAttempt int64 `protobuf:"varint,4,opt,name=current_attempt,json=currentAttempt,proto3" json:"current_attempt,omitempty"`
+	// Complete, Reschedule, Escalate or ResolveReview.
+	Rpc string `protobuf:"bytes,5,opt,name=rpc,proto3" json:"rpc,omitempty"`
+	// The writer's credential name (empty on an open coordinator).
+	Caller        string `protobuf:"bytes,6,opt,name=caller,proto3" json:"caller,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StaleRejection) Reset() {
+	*x = StaleRejection{}
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StaleRejection) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StaleRejection) ProtoMessage() {}
+
+func (x *StaleRejection) ProtoReflect() protoreflect.Message {
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StaleRejection.ProtoReflect.Descriptor instead.
+func (*StaleRejection) Descriptor() ([]byte, []int) {
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *StaleRejection) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
+func (x *StaleRejection) GetJobId() int64 {
+	if x != nil {
+		return x.JobId
+	}
+	return 0
+}
+
+func (x *StaleRejection) GetAttempt() int64 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *StaleRejection) GetCurrentAttempt() int64 {
+	if x != nil {
+		return x.CurrentAttempt
+	}
+	return 0
+}
+
+func (x *StaleRejection) GetRpc() string {
+	if x != nil {
+		return x.Rpc
+	}
+	return ""
+}
+
+func (x *StaleRejection) GetCaller() string {
+	if x != nil {
+		return x.Caller
+	}
+	return ""
+}
+
+// ProviderBudget is one provider's token bucket (R19).
+type ProviderBudget struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Provider string                 `protobuf:"bytes,1,opt,name=provider,proto3" json:"provider,omitempty"`
+	// Provider calls per second, and how many may go at once.
+	RatePerSecond float64 `protobuf:"fixed64,2,opt,name=rate_per_second,json=ratePerSecond,proto3" json:"rate_per_second,omitempty"`
+	Burst         float64 `protobuf:"fixed64,3,opt,name=burst,proto3" json:"burst,omitempty"`
+	// Calls available now, refilled to now.
+	Available     float64 `protobuf:"fixed64,4,opt,name=available,proto3" json:"available,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProviderBudget) Reset() {
+	*x = ProviderBudget{}
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProviderBudget) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProviderBudget) ProtoMessage() {}
+
+func (x *ProviderBudget) ProtoReflect() protoreflect.Message {
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProviderBudget.ProtoReflect.Descriptor instead.
+func (*ProviderBudget) Descriptor() ([]byte, []int) {
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *ProviderBudget) GetProvider() string {
+	if x != nil {
+		return x.Provider
+	}
+	return ""
+}
+
+func (x *ProviderBudget) GetRatePerSecond() float64 {
+	if x != nil {
+		return x.RatePerSecond
+	}
+	return 0
+}
+
+func (x *ProviderBudget) GetBurst() float64 {
+	if x != nil {
+		return x.Burst
+	}
+	return 0
+}
+
+func (x *ProviderBudget) GetAvailable() float64 {
+	if x != nil {
+		return x.Available
+	}
+	return 0
 }
 
 var File_jobfence_v1_coordinator_proto protoreflect.FileDescriptor
@@ -2478,23 +3153,44 @@ const file_jobfence_v1_coordinator_proto_rawDesc = "" +
 	"\roperation_key\x18\x02 \x01(\tH\x00R\foperationKey\x124\n" +
 	"\x16observations_page_size\x18\x03 \x01(\x05R\x14observationsPageSize\x126\n" +
 	"\x17observations_page_token\x18\x04 \x01(\tR\x15observationsPageTokenB\x05\n" +
-	"\x03job\"\x8f\x02\n" +
+	"\x03job\"\xb4\x03\n" +
 	"\x0eGetJobResponse\x12\"\n" +
 	"\x03job\x18\x01 \x01(\v2\x10.jobfence.v1.JobR\x03job\x12-\n" +
 	"\x06events\x18\x02 \x03(\v2\x15.jobfence.v1.JobEventR\x06events\x12<\n" +
 	"\fobservations\x18\x03 \x03(\v2\x18.jobfence.v1.ObservationR\fobservations\x12+\n" +
 	"\x11observation_count\x18\x04 \x01(\x03R\x10observationCount\x12?\n" +
-	"\x1cnext_observations_page_token\x18\x05 \x01(\tR\x19nextObservationsPageToken\"\xb1\x01\n" +
+	"\x1cnext_observations_page_token\x18\x05 \x01(\tR\x19nextObservationsPageToken\x12C\n" +
+	"\x0fresend_deadline\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x0eresendDeadline\x120\n" +
+	"\x06ledger\x18\a \x01(\v2\x18.jobfence.v1.LedgerEntryR\x06ledger\x12,\n" +
+	"\x03now\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\x03now\"\xd1\x01\n" +
+	"\vLedgerEntry\x12,\n" +
+	"\x12provider_refund_id\x18\x01 \x01(\tR\x10providerRefundId\x12!\n" +
+	"\famount_minor\x18\x02 \x01(\x03R\vamountMinor\x12\x1a\n" +
+	"\bcurrency\x18\x03 \x01(\tR\bcurrency\x12\x18\n" +
+	"\aattempt\x18\x04 \x01(\x03R\aattempt\x12;\n" +
+	"\vrecorded_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"recordedAt\"\xa7\x03\n" +
 	"\x0fListJobsRequest\x12+\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x15.jobfence.v1.JobStateR\x05state\x12\x1a\n" +
 	"\bprovider\x18\x02 \x01(\tR\bprovider\x12\x19\n" +
 	"\border_id\x18\x03 \x01(\tR\aorderId\x12\x1b\n" +
 	"\tpage_size\x18\x04 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x05 \x01(\tR\tpageToken\"`\n" +
+	"page_token\x18\x05 \x01(\tR\tpageToken\x12\x1d\n" +
+	"\n" +
+	"payment_id\x18\x06 \x01(\tR\tpaymentId\x12,\n" +
+	"\x12provider_refund_id\x18\a \x01(\tR\x10providerRefundId\x12#\n" +
+	"\rreason_prefix\x18\b \x01(\tR\freasonPrefix\x12?\n" +
+	"\rcreated_after\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\fcreatedAfter\x12A\n" +
+	"\x0ecreated_before\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\rcreatedBefore\"\x8b\x02\n" +
 	"\x10ListJobsResponse\x12$\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x10.jobfence.v1.JobR\x04jobs\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xc8\x01\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12c\n" +
+	"\x12observation_counts\x18\x03 \x03(\v24.jobfence.v1.ListJobsResponse.ObservationCountsEntryR\x11observationCounts\x1aD\n" +
+	"\x16ObservationCountsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\x03R\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xc8\x01\n" +
 	"\x14ResolveReviewRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\x03R\x05jobId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x03R\aattempt\x12=\n" +
@@ -2505,7 +3201,41 @@ const file_jobfence_v1_coordinator_proto_rawDesc = "" +
 	"\x04note\x18\x05 \x01(\tR\x04note\"W\n" +
 	"\x15ResolveReviewResponse\x12\"\n" +
 	"\x03job\x18\x01 \x01(\v2\x10.jobfence.v1.JobR\x03job\x12\x1a\n" +
-	"\breplayed\x18\x02 \x01(\bR\breplayed*\xa3\x04\n" +
+	"\breplayed\x18\x02 \x01(\bR\breplayed\"\x0f\n" +
+	"\rWhoAmIRequest\"s\n" +
+	"\x0eWhoAmIResponse\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12'\n" +
+	"\x05roles\x18\x02 \x03(\x0e2\x11.jobfence.v1.RoleR\x05roles\x12$\n" +
+	"\rauthenticated\x18\x03 \x01(\bR\rauthenticated\"*\n" +
+	"\x12GetOverviewRequest\x12\x14\n" +
+	"\x05limit\x18\x01 \x01(\x05R\x05limit\"\xd5\x05\n" +
+	"\x13GetOverviewResponse\x12,\n" +
+	"\x03now\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x03now\x12\x1d\n" +
+	"\n" +
+	"ready_jobs\x18\x02 \x01(\x03R\treadyJobs\x12!\n" +
+	"\frunning_jobs\x18\x03 \x01(\x03R\vrunningJobs\x12,\n" +
+	"\x12manual_review_jobs\x18\x04 \x01(\x03R\x10manualReviewJobs\x12[\n" +
+	"\x1coldest_unfinished_created_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x19oldestUnfinishedCreatedAt\x127\n" +
+	"\x0eoldest_reviews\x18\x06 \x03(\v2\x10.jobfence.v1.JobR\roldestReviews\x12@\n" +
+	"\x10recent_takeovers\x18\a \x03(\v2\x15.jobfence.v1.JobEventR\x0frecentTakeovers\x12)\n" +
+	"\x10takeovers_window\x18\b \x01(\x03R\x0ftakeoversWindow\x12S\n" +
+	"\x17recent_stale_rejections\x18\t \x03(\v2\x1b.jobfence.v1.StaleRejectionR\x15recentStaleRejections\x12?\n" +
+	"\x1cstale_rejections_since_start\x18\n" +
+	" \x01(\x03R\x19staleRejectionsSinceStart\x12P\n" +
+	"\x16coordinator_started_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\x14coordinatorStartedAt\x125\n" +
+	"\abudgets\x18\f \x03(\v2\x1b.jobfence.v1.ProviderBudgetR\abudgets\"\xc0\x01\n" +
+	"\x0eStaleRejection\x12*\n" +
+	"\x02at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x15\n" +
+	"\x06job_id\x18\x02 \x01(\x03R\x05jobId\x12\x18\n" +
+	"\aattempt\x18\x03 \x01(\x03R\aattempt\x12'\n" +
+	"\x0fcurrent_attempt\x18\x04 \x01(\x03R\x0ecurrentAttempt\x12\x10\n" +
+	"\x03rpc\x18\x05 \x01(\tR\x03rpc\x12\x16\n" +
+	"\x06caller\x18\x06 \x01(\tR\x06caller\"\x88\x01\n" +
+	"\x0eProviderBudget\x12\x1a\n" +
+	"\bprovider\x18\x01 \x01(\tR\bprovider\x12&\n" +
+	"\x0frate_per_second\x18\x02 \x01(\x01R\rratePerSecond\x12\x14\n" +
+	"\x05burst\x18\x03 \x01(\x01R\x05burst\x12\x1c\n" +
+	"\tavailable\x18\x04 \x01(\x01R\tavailable*\xa3\x04\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aERROR_REASON_STALE_ATTEMPT\x10\x01\x12 \n" +
@@ -2543,7 +3273,13 @@ const file_jobfence_v1_coordinator_proto_rawDesc = "" +
 	"\x1dOBSERVATION_OUTCOME_SUCCEEDED\x10\x01\x12\x1f\n" +
 	"\x1bOBSERVATION_OUTCOME_PENDING\x10\x02\x12\x1e\n" +
 	"\x1aOBSERVATION_OUTCOME_FAILED\x10\x03\x12!\n" +
-	"\x1dOBSERVATION_OUTCOME_NOT_FOUND\x10\x042\xce\x05\n" +
+	"\x1dOBSERVATION_OUTCOME_NOT_FOUND\x10\x04*d\n" +
+	"\x04Role\x12\x14\n" +
+	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x11\n" +
+	"\rROLE_PRODUCER\x10\x01\x12\x0f\n" +
+	"\vROLE_WORKER\x10\x02\x12\x11\n" +
+	"\rROLE_OPERATOR\x10\x03\x12\x0f\n" +
+	"\vROLE_READER\x10\x042\xe3\x06\n" +
 	"\vCoordinator\x12V\n" +
 	"\rEnqueueRefund\x12!.jobfence.v1.EnqueueRefundRequest\x1a\".jobfence.v1.EnqueueRefundResponse\x12>\n" +
 	"\x05Claim\x12\x19.jobfence.v1.ClaimRequest\x1a\x1a.jobfence.v1.ClaimResponse\x12G\n" +
@@ -2554,7 +3290,9 @@ const file_jobfence_v1_coordinator_proto_rawDesc = "" +
 	"\x11ReportObservation\x12%.jobfence.v1.ReportObservationRequest\x1a&.jobfence.v1.ReportObservationResponse\x12A\n" +
 	"\x06GetJob\x12\x1a.jobfence.v1.GetJobRequest\x1a\x1b.jobfence.v1.GetJobResponse\x12G\n" +
 	"\bListJobs\x12\x1c.jobfence.v1.ListJobsRequest\x1a\x1d.jobfence.v1.ListJobsResponse\x12V\n" +
-	"\rResolveReview\x12!.jobfence.v1.ResolveReviewRequest\x1a\".jobfence.v1.ResolveReviewResponseB\xa9\x01\n" +
+	"\rResolveReview\x12!.jobfence.v1.ResolveReviewRequest\x1a\".jobfence.v1.ResolveReviewResponse\x12A\n" +
+	"\x06WhoAmI\x12\x1a.jobfence.v1.WhoAmIRequest\x1a\x1b.jobfence.v1.WhoAmIResponse\x12P\n" +
+	"\vGetOverview\x12\x1f.jobfence.v1.GetOverviewRequest\x1a .jobfence.v1.GetOverviewResponseB\xa9\x01\n" +
 	"\x0fcom.jobfence.v1B\x10CoordinatorProtoP\x01Z7github.com/jobfence/jobfence/gen/jobfence/v1;jobfencev1\xa2\x02\x03JXX\xaa\x02\vJobfence.V1\xca\x02\vJobfence\\V1\xe2\x02\x17Jobfence\\V1\\GPBMetadata\xea\x02\fJobfence::V1b\x06proto3"
 
 var (
@@ -2569,103 +3307,132 @@ func file_jobfence_v1_coordinator_proto_rawDescGZIP() []byte {
 	return file_jobfence_v1_coordinator_proto_rawDescData
 }
 
-var file_jobfence_v1_coordinator_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_jobfence_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_jobfence_v1_coordinator_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
+var file_jobfence_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_jobfence_v1_coordinator_proto_goTypes = []any{
 	(ErrorReason)(0),                  // 0: jobfence.v1.ErrorReason
 	(JobState)(0),                     // 1: jobfence.v1.JobState
 	(NextAction)(0),                   // 2: jobfence.v1.NextAction
 	(ReviewResolution)(0),             // 3: jobfence.v1.ReviewResolution
 	(ObservationOutcome)(0),           // 4: jobfence.v1.ObservationOutcome
-	(*Job)(nil),                       // 5: jobfence.v1.Job
-	(*ClaimedJob)(nil),                // 6: jobfence.v1.ClaimedJob
-	(*JobEvent)(nil),                  // 7: jobfence.v1.JobEvent
-	(*Observation)(nil),               // 8: jobfence.v1.Observation
-	(*EnqueueRefundRequest)(nil),      // 9: jobfence.v1.EnqueueRefundRequest
-	(*EnqueueRefundResponse)(nil),     // 10: jobfence.v1.EnqueueRefundResponse
-	(*ClaimRequest)(nil),              // 11: jobfence.v1.ClaimRequest
-	(*ClaimResponse)(nil),             // 12: jobfence.v1.ClaimResponse
-	(*CompleteRequest)(nil),           // 13: jobfence.v1.CompleteRequest
-	(*CompleteResponse)(nil),          // 14: jobfence.v1.CompleteResponse
-	(*RescheduleRequest)(nil),         // 15: jobfence.v1.RescheduleRequest
-	(*RescheduleResponse)(nil),        // 16: jobfence.v1.RescheduleResponse
-	(*EscalateRequest)(nil),           // 17: jobfence.v1.EscalateRequest
-	(*EscalateResponse)(nil),          // 18: jobfence.v1.EscalateResponse
-	(*ReportObservationRequest)(nil),  // 19: jobfence.v1.ReportObservationRequest
-	(*ReportObservationResponse)(nil), // 20: jobfence.v1.ReportObservationResponse
-	(*GetJobRequest)(nil),             // 21: jobfence.v1.GetJobRequest
-	(*GetJobResponse)(nil),            // 22: jobfence.v1.GetJobResponse
-	(*ListJobsRequest)(nil),           // 23: jobfence.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),          // 24: jobfence.v1.ListJobsResponse
-	(*ResolveReviewRequest)(nil),      // 25: jobfence.v1.ResolveReviewRequest
-	(*ResolveReviewResponse)(nil),     // 26: jobfence.v1.ResolveReviewResponse
-	(*timestamppb.Timestamp)(nil),     // 27: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),       // 28: google.protobuf.Duration
+	(Role)(0),                         // 5: jobfence.v1.Role
+	(*Job)(nil),                       // 6: jobfence.v1.Job
+	(*ClaimedJob)(nil),                // 7: jobfence.v1.ClaimedJob
+	(*JobEvent)(nil),                  // 8: jobfence.v1.JobEvent
+	(*Observation)(nil),               // 9: jobfence.v1.Observation
+	(*EnqueueRefundRequest)(nil),      // 10: jobfence.v1.EnqueueRefundRequest
+	(*EnqueueRefundResponse)(nil),     // 11: jobfence.v1.EnqueueRefundResponse
+	(*ClaimRequest)(nil),              // 12: jobfence.v1.ClaimRequest
+	(*ClaimResponse)(nil),             // 13: jobfence.v1.ClaimResponse
+	(*CompleteRequest)(nil),           // 14: jobfence.v1.CompleteRequest
+	(*CompleteResponse)(nil),          // 15: jobfence.v1.CompleteResponse
+	(*RescheduleRequest)(nil),         // 16: jobfence.v1.RescheduleRequest
+	(*RescheduleResponse)(nil),        // 17: jobfence.v1.RescheduleResponse
+	(*EscalateRequest)(nil),           // 18: jobfence.v1.EscalateRequest
+	(*EscalateResponse)(nil),          // 19: jobfence.v1.EscalateResponse
+	(*ReportObservationRequest)(nil),  // 20: jobfence.v1.ReportObservationRequest
+	(*ReportObservationResponse)(nil), // 21: jobfence.v1.ReportObservationResponse
+	(*GetJobRequest)(nil),             // 22: jobfence.v1.GetJobRequest
+	(*GetJobResponse)(nil),            // 23: jobfence.v1.GetJobResponse
+	(*LedgerEntry)(nil),               // 24: jobfence.v1.LedgerEntry
+	(*ListJobsRequest)(nil),           // 25: jobfence.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),          // 26: jobfence.v1.ListJobsResponse
+	(*ResolveReviewRequest)(nil),      // 27: jobfence.v1.ResolveReviewRequest
+	(*ResolveReviewResponse)(nil),     // 28: jobfence.v1.ResolveReviewResponse
+	(*WhoAmIRequest)(nil),             // 29: jobfence.v1.WhoAmIRequest
+	(*WhoAmIResponse)(nil),            // 30: jobfence.v1.WhoAmIResponse
+	(*GetOverviewRequest)(nil),        // 31: jobfence.v1.GetOverviewRequest
+	(*GetOverviewResponse)(nil),       // 32: jobfence.v1.GetOverviewResponse
+	(*StaleRejection)(nil),            // 33: jobfence.v1.StaleRejection
+	(*ProviderBudget)(nil),            // 34: jobfence.v1.ProviderBudget
+	nil,                               // 35: jobfence.v1.ListJobsResponse.ObservationCountsEntry
+	(*timestamppb.Timestamp)(nil),     // 36: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),       // 37: google.protobuf.Duration
 }
 var file_jobfence_v1_coordinator_proto_depIdxs = []int32{
 	1,  // 0: jobfence.v1.Job.state:type_name -> jobfence.v1.JobState
 	2,  // 1: jobfence.v1.Job.next_action:type_name -> jobfence.v1.NextAction
-	27, // 2: jobfence.v1.Job.next_attempt_at:type_name -> google.protobuf.Timestamp
-	27, // 3: jobfence.v1.Job.lease_until:type_name -> google.protobuf.Timestamp
-	27, // 4: jobfence.v1.Job.first_sent_at:type_name -> google.protobuf.Timestamp
-	27, // 5: jobfence.v1.Job.created_at:type_name -> google.protobuf.Timestamp
-	27, // 6: jobfence.v1.Job.updated_at:type_name -> google.protobuf.Timestamp
-	5,  // 7: jobfence.v1.ClaimedJob.job:type_name -> jobfence.v1.Job
-	27, // 8: jobfence.v1.ClaimedJob.lease_until:type_name -> google.protobuf.Timestamp
+	36, // 2: jobfence.v1.Job.next_attempt_at:type_name -> google.protobuf.Timestamp
+	36, // 3: jobfence.v1.Job.lease_until:type_name -> google.protobuf.Timestamp
+	36, // 4: jobfence.v1.Job.first_sent_at:type_name -> google.protobuf.Timestamp
+	36, // 5: jobfence.v1.Job.created_at:type_name -> google.protobuf.Timestamp
+	36, // 6: jobfence.v1.Job.updated_at:type_name -> google.protobuf.Timestamp
+	6,  // 7: jobfence.v1.ClaimedJob.job:type_name -> jobfence.v1.Job
+	36, // 8: jobfence.v1.ClaimedJob.lease_until:type_name -> google.protobuf.Timestamp
 	2,  // 9: jobfence.v1.ClaimedJob.next_action:type_name -> jobfence.v1.NextAction
-	8,  // 10: jobfence.v1.ClaimedJob.observations:type_name -> jobfence.v1.Observation
-	27, // 11: jobfence.v1.ClaimedJob.resend_deadline:type_name -> google.protobuf.Timestamp
-	27, // 12: jobfence.v1.ClaimedJob.claimed_at:type_name -> google.protobuf.Timestamp
+	9,  // 10: jobfence.v1.ClaimedJob.observations:type_name -> jobfence.v1.Observation
+	36, // 11: jobfence.v1.ClaimedJob.resend_deadline:type_name -> google.protobuf.Timestamp
+	36, // 12: jobfence.v1.ClaimedJob.claimed_at:type_name -> google.protobuf.Timestamp
 	1,  // 13: jobfence.v1.JobEvent.from_state:type_name -> jobfence.v1.JobState
 	1,  // 14: jobfence.v1.JobEvent.to_state:type_name -> jobfence.v1.JobState
 	2,  // 15: jobfence.v1.JobEvent.next_action:type_name -> jobfence.v1.NextAction
-	27, // 16: jobfence.v1.JobEvent.created_at:type_name -> google.protobuf.Timestamp
+	36, // 16: jobfence.v1.JobEvent.created_at:type_name -> google.protobuf.Timestamp
 	4,  // 17: jobfence.v1.Observation.outcome:type_name -> jobfence.v1.ObservationOutcome
-	27, // 18: jobfence.v1.Observation.created_at:type_name -> google.protobuf.Timestamp
-	27, // 19: jobfence.v1.EnqueueRefundRequest.not_before:type_name -> google.protobuf.Timestamp
-	5,  // 20: jobfence.v1.EnqueueRefundResponse.job:type_name -> jobfence.v1.Job
-	28, // 21: jobfence.v1.ClaimRequest.lease_duration:type_name -> google.protobuf.Duration
-	28, // 22: jobfence.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
-	6,  // 23: jobfence.v1.ClaimResponse.jobs:type_name -> jobfence.v1.ClaimedJob
-	28, // 24: jobfence.v1.ClaimResponse.retry_after:type_name -> google.protobuf.Duration
-	5,  // 25: jobfence.v1.CompleteResponse.job:type_name -> jobfence.v1.Job
+	36, // 18: jobfence.v1.Observation.created_at:type_name -> google.protobuf.Timestamp
+	36, // 19: jobfence.v1.EnqueueRefundRequest.not_before:type_name -> google.protobuf.Timestamp
+	6,  // 20: jobfence.v1.EnqueueRefundResponse.job:type_name -> jobfence.v1.Job
+	37, // 21: jobfence.v1.ClaimRequest.lease_duration:type_name -> google.protobuf.Duration
+	37, // 22: jobfence.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
+	7,  // 23: jobfence.v1.ClaimResponse.jobs:type_name -> jobfence.v1.ClaimedJob
+	37, // 24: jobfence.v1.ClaimResponse.retry_after:type_name -> google.protobuf.Duration
+	6,  // 25: jobfence.v1.CompleteResponse.job:type_name -> jobfence.v1.Job
 	2,  // 26: jobfence.v1.RescheduleRequest.next_action:type_name -> jobfence.v1.NextAction
-	28, // 27: jobfence.v1.RescheduleRequest.delay:type_name -> google.protobuf.Duration
-	27, // 28: jobfence.v1.RescheduleRequest.next_attempt_at:type_name -> google.protobuf.Timestamp
-	5,  // 29: jobfence.v1.RescheduleResponse.job:type_name -> jobfence.v1.Job
-	5,  // 30: jobfence.v1.EscalateResponse.job:type_name -> jobfence.v1.Job
+	37, // 27: jobfence.v1.RescheduleRequest.delay:type_name -> google.protobuf.Duration
+	36, // 28: jobfence.v1.RescheduleRequest.next_attempt_at:type_name -> google.protobuf.Timestamp
+	6,  // 29: jobfence.v1.RescheduleResponse.job:type_name -> jobfence.v1.Job
+	6,  // 30: jobfence.v1.EscalateResponse.job:type_name -> jobfence.v1.Job
 	4,  // 31: jobfence.v1.ReportObservationRequest.outcome:type_name -> jobfence.v1.ObservationOutcome
-	8,  // 32: jobfence.v1.ReportObservationResponse.observation:type_name -> jobfence.v1.Observation
-	5,  // 33: jobfence.v1.GetJobResponse.job:type_name -> jobfence.v1.Job
-	7,  // 34: jobfence.v1.GetJobResponse.events:type_name -> jobfence.v1.JobEvent
-	8,  // 35: jobfence.v1.GetJobResponse.observations:type_name -> jobfence.v1.Observation
-	1,  // 36: jobfence.v1.ListJobsRequest.state:type_name -> jobfence.v1.JobState
-	5,  // 37: jobfence.v1.ListJobsResponse.jobs:type_name -> jobfence.v1.Job
-	3,  // 38: jobfence.v1.ResolveReviewRequest.resolution:type_name -> jobfence.v1.ReviewResolution
-	5,  // 39: jobfence.v1.ResolveReviewResponse.job:type_name -> jobfence.v1.Job
-	9,  // 40: jobfence.v1.Coordinator.EnqueueRefund:input_type -> jobfence.v1.EnqueueRefundRequest
-	11, // 41: jobfence.v1.Coordinator.Claim:input_type -> jobfence.v1.ClaimRequest
-	13, // 42: jobfence.v1.Coordinator.Complete:input_type -> jobfence.v1.CompleteRequest
-	15, // 43: jobfence.v1.Coordinator.Reschedule:input_type -> jobfence.v1.RescheduleRequest
-	17, // 44: jobfence.v1.Coordinator.Escalate:input_type -> jobfence.v1.EscalateRequest
-	19, // 45: jobfence.v1.Coordinator.ReportObservation:input_type -> jobfence.v1.ReportObservationRequest
-	21, // 46: jobfence.v1.Coordinator.GetJob:input_type -> jobfence.v1.GetJobRequest
-	23, // 47: jobfence.v1.Coordinator.ListJobs:input_type -> jobfence.v1.ListJobsRequest
-	25, // 48: jobfence.v1.Coordinator.ResolveReview:input_type -> jobfence.v1.ResolveReviewRequest
-	10, // 49: jobfence.v1.Coordinator.EnqueueRefund:output_type -> jobfence.v1.EnqueueRefundResponse
-	12, // 50: jobfence.v1.Coordinator.Claim:output_type -> jobfence.v1.ClaimResponse
-	14, // 51: jobfence.v1.Coordinator.Complete:output_type -> jobfence.v1.CompleteResponse
-	16, // 52: jobfence.v1.Coordinator.Reschedule:output_type -> jobfence.v1.RescheduleResponse
-	18, // 53: jobfence.v1.Coordinator.Escalate:output_type -> jobfence.v1.EscalateResponse
-	20, // 54: jobfence.v1.Coordinator.ReportObservation:output_type -> jobfence.v1.ReportObservationResponse
-	22, // 55: jobfence.v1.Coordinator.GetJob:output_type -> jobfence.v1.GetJobResponse
-	24, // 56: jobfence.v1.Coordinator.ListJobs:output_type -> jobfence.v1.ListJobsResponse
-	26, // 57: jobfence.v1.Coordinator.ResolveReview:output_type -> jobfence.v1.ResolveReviewResponse
-	49, // [49:58] is the sub-list for method output_type
-	40, // [40:49] is the sub-list for method input_type
-	40, // [40:40] is the sub-list for extension type_name
-	40, // [40:40] is the sub-list for extension extendee
-	0,  // [0:40] is the sub-list for field type_name
+	9,  // 32: jobfence.v1.ReportObservationResponse.observation:type_name -> jobfence.v1.Observation
+	6,  // 33: jobfence.v1.GetJobResponse.job:type_name -> jobfence.v1.Job
+	8,  // 34: jobfence.v1.GetJobResponse.events:type_name -> jobfence.v1.JobEvent
+	9,  // 35: jobfence.v1.GetJobResponse.observations:type_name -> jobfence.v1.Observation
+	36, // 36: jobfence.v1.GetJobResponse.resend_deadline:type_name -> google.protobuf.Timestamp
+	24, // 37: jobfence.v1.GetJobResponse.ledger:type_name -> jobfence.v1.LedgerEntry
+	36, // 38: jobfence.v1.GetJobResponse.now:type_name -> google.protobuf.Timestamp
+	36, // 39: jobfence.v1.LedgerEntry.recorded_at:type_name -> google.protobuf.Timestamp
+	1,  // 40: jobfence.v1.ListJobsRequest.state:type_name -> jobfence.v1.JobState
+	36, // 41: jobfence.v1.ListJobsRequest.created_after:type_name -> google.protobuf.Timestamp
+	36, // 42: jobfence.v1.ListJobsRequest.created_before:type_name -> google.protobuf.Timestamp
+	6,  // 43: jobfence.v1.ListJobsResponse.jobs:type_name -> jobfence.v1.Job
+	35, // 44: jobfence.v1.ListJobsResponse.observation_counts:type_name -> jobfence.v1.ListJobsResponse.ObservationCountsEntry
+	3,  // 45: jobfence.v1.ResolveReviewRequest.resolution:type_name -> jobfence.v1.ReviewResolution
+	6,  // 46: jobfence.v1.ResolveReviewResponse.job:type_name -> jobfence.v1.Job
+	5,  // 47: jobfence.v1.WhoAmIResponse.roles:type_name -> jobfence.v1.Role
+	36, // 48: jobfence.v1.GetOverviewResponse.now:type_name -> google.protobuf.Timestamp
+	36, // 49: jobfence.v1.GetOverviewResponse.oldest_unfinished_created_at:type_name -> google.protobuf.Timestamp
+	6,  // 50: jobfence.v1.GetOverviewResponse.oldest_reviews:type_name -> jobfence.v1.Job
+	8,  // 51: jobfence.v1.GetOverviewResponse.recent_takeovers:type_name -> jobfence.v1.JobEvent
+	33, // 52: jobfence.v1.GetOverviewResponse.recent_stale_rejections:type_name -> jobfence.v1.StaleRejection
+	36, // 53: jobfence.v1.GetOverviewResponse.coordinator_started_at:type_name -> google.protobuf.Timestamp
+	34, // 54: jobfence.v1.GetOverviewResponse.budgets:type_name -> jobfence.v1.ProviderBudget
+	36, // 55: jobfence.v1.StaleRejection.at:type_name -> google.protobuf.Timestamp
+	10, // 56: jobfence.v1.Coordinator.EnqueueRefund:input_type -> jobfence.v1.EnqueueRefundRequest
+	12, // 57: jobfence.v1.Coordinator.Claim:input_type -> jobfence.v1.ClaimRequest
+	14, // 58: jobfence.v1.Coordinator.Complete:input_type -> jobfence.v1.CompleteRequest
+	16, // 59: jobfence.v1.Coordinator.Reschedule:input_type -> jobfence.v1.RescheduleRequest
+	18, // 60: jobfence.v1.Coordinator.Escalate:input_type -> jobfence.v1.EscalateRequest
+	20, // 61: jobfence.v1.Coordinator.ReportObservation:input_type -> jobfence.v1.ReportObservationRequest
+	22, // 62: jobfence.v1.Coordinator.GetJob:input_type -> jobfence.v1.GetJobRequest
+	25, // 63: jobfence.v1.Coordinator.ListJobs:input_type -> jobfence.v1.ListJobsRequest
+	27, // 64: jobfence.v1.Coordinator.ResolveReview:input_type -> jobfence.v1.ResolveReviewRequest
+	29, // 65: jobfence.v1.Coordinator.WhoAmI:input_type -> jobfence.v1.WhoAmIRequest
+	31, // 66: jobfence.v1.Coordinator.GetOverview:input_type -> jobfence.v1.GetOverviewRequest
+	11, // 67: jobfence.v1.Coordinator.EnqueueRefund:output_type -> jobfence.v1.EnqueueRefundResponse
+	13, // 68: jobfence.v1.Coordinator.Claim:output_type -> jobfence.v1.ClaimResponse
+	15, // 69: jobfence.v1.Coordinator.Complete:output_type -> jobfence.v1.CompleteResponse
+	17, // 70: jobfence.v1.Coordinator.Reschedule:output_type -> jobfence.v1.RescheduleResponse
+	19, // 71: jobfence.v1.Coordinator.Escalate:output_type -> jobfence.v1.EscalateResponse
+	21, // 72: jobfence.v1.Coordinator.ReportObservation:output_type -> jobfence.v1.ReportObservationResponse
+	23, // 73: jobfence.v1.Coordinator.GetJob:output_type -> jobfence.v1.GetJobResponse
+	26, // 74: jobfence.v1.Coordinator.ListJobs:output_type -> jobfence.v1.ListJobsResponse
+	28, // 75: jobfence.v1.Coordinator.ResolveReview:output_type -> jobfence.v1.ResolveReviewResponse
+	30, // 76: jobfence.v1.Coordinator.WhoAmI:output_type -> jobfence.v1.WhoAmIResponse
+	32, // 77: jobfence.v1.Coordinator.GetOverview:output_type -> jobfence.v1.GetOverviewResponse
+	67, // [67:78] is the sub-list for method output_type
+	56, // [56:67] is the sub-list for method input_type
+	56, // [56:56] is the sub-list for extension type_name
+	56, // [56:56] is the sub-list for extension extendee
+	0,  // [0:56] is the sub-list for field type_name
 }
 
 func init() { file_jobfence_v1_coordinator_proto_init() }
@@ -2690,8 +3457,8 @@ func file_jobfence_v1_coordinator_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_jobfence_v1_coordinator_proto_rawDesc), len(file_jobfence_v1_coordinator_proto_rawDesc)),
-			NumEnums:      5,
-			NumMessages:   22,
+			NumEnums:      6,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

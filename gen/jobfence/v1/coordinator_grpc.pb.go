@@ -28,6 +28,8 @@ const (
 	Coordinator_GetJob_FullMethodName            = "/jobfence.v1.Coordinator/GetJob"
 	Coordinator_ListJobs_FullMethodName          = "/jobfence.v1.Coordinator/ListJobs"
 	Coordinator_ResolveReview_FullMethodName     = "/jobfence.v1.Coordinator/ResolveReview"
+	Coordinator_WhoAmI_FullMethodName            = "/jobfence.v1.Coordinator/WhoAmI"
+	Coordinator_GetOverview_FullMethodName       = "/jobfence.v1.Coordinator/GetOverview"
 )
 
 // CoordinatorClient is the client API for Coordinator service.
@@ -83,6 +85,15 @@ type CoordinatorClient interface {
 	// on; JOB_NOT_IN_REVIEW when it is not in review), and recorded in the
 	// history under the operator's identity.
 	ResolveReview(ctx context.Context, in *ResolveReviewRequest, opts ...grpc.CallOption) (*ResolveReviewResponse, error)
+	// WhoAmI names the caller's credential and its roles. Any credential may
+	// ask; the operator console signs people in with it (R29).
+	WhoAmI(ctx context.Context, in *WhoAmIRequest, opts ...grpc.CallOption) (*WhoAmIResponse, error)
+	// GetOverview is what operators watch (M1), in one answer: jobs by
+	// unfinished state, the oldest unfinished job, the reviews waiting longest,
+	// recent takeovers, this coordinator's recent stale rejections and each
+	// provider's budget. Every part is read from an index or a bounded window,
+	// never by walking the history (Q3).
+	GetOverview(ctx context.Context, in *GetOverviewRequest, opts ...grpc.CallOption) (*GetOverviewResponse, error)
 }
 
 type coordinatorClient struct {
@@ -183,6 +194,26 @@ func (c *coordinatorClient) ResolveReview(ctx context.Context, in *ResolveReview
 	return out, nil
 }
 
+func (c *coordinatorClient) WhoAmI(ctx context.Context, in *WhoAmIRequest, opts ...grpc.CallOption) (*WhoAmIResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(WhoAmIResponse)
+	err := c.cc.Invoke(ctx, Coordinator_WhoAmI_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *coordinatorClient) GetOverview(ctx context.Context, in *GetOverviewRequest, opts ...grpc.CallOption) (*GetOverviewResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetOverviewResponse)
+	err := c.cc.Invoke(ctx, Coordinator_GetOverview_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // CoordinatorServer is the server API for Coordinator service.
 // All implementations must embed UnimplementedCoordinatorServer
 // for forward compatibility.
@@ -236,6 +267,15 @@ type CoordinatorServer interface {
 	// on; JOB_NOT_IN_REVIEW when it is not in review), and recorded in the
 	// history under the operator's identity.
 	ResolveReview(context.Context, *ResolveReviewRequest) (*ResolveReviewResponse, error)
+	// WhoAmI names the caller's credential and its roles. Any credential may
+	// ask; the operator console signs people in with it (R29).
+	WhoAmI(context.Context, *WhoAmIRequest) (*WhoAmIResponse, error)
+	// GetOverview is what operators watch (M1), in one answer: jobs by
+	// unfinished state, the oldest unfinished job, the reviews waiting longest,
+	// recent takeovers, this coordinator's recent stale rejections and each
+	// provider's budget. Every part is read from an index or a bounded window,
+	// never by walking the history (Q3).
+	GetOverview(context.Context, *GetOverviewRequest) (*GetOverviewResponse, error)
 	mustEmbedUnimplementedCoordinatorServer()
 }
 
@@ -272,6 +312,12 @@ func (UnimplementedCoordinatorServer) ListJobs(context.Context, *ListJobsRequest
 }
 func (UnimplementedCoordinatorServer) ResolveReview(context.Context, *ResolveReviewRequest) (*ResolveReviewResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ResolveReview not implemented")
+}
+func (UnimplementedCoordinatorServer) WhoAmI(context.Context, *WhoAmIRequest) (*WhoAmIResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method WhoAmI not implemented")
+}
+func (UnimplementedCoordinatorServer) GetOverview(context.Context, *GetOverviewRequest) (*GetOverviewResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetOverview not implemented")
 }
 func (UnimplementedCoordinatorServer) mustEmbedUnimplementedCoordinatorServer() {}
 func (UnimplementedCoordinatorServer) testEmbeddedByValue()                     {}
@@ -456,6 +502,42 @@ func _Coordinator_ResolveReview_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Coordinator_WhoAmI_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(WhoAmIRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).WhoAmI(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_WhoAmI_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).WhoAmI(ctx, req.(*WhoAmIRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Coordinator_GetOverview_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetOverviewRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).GetOverview(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_GetOverview_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).GetOverview(ctx, req.(*GetOverviewRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Coordinator_ServiceDesc is the grpc.ServiceDesc for Coordinator service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -498,6 +580,14 @@ var Coordinator_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ResolveReview",
 			Handler:    _Coordinator_ResolveReview_Handler,
+		},
+		{
+			MethodName: "WhoAmI",
+			Handler:    _Coordinator_WhoAmI_Handler,
+		},
+		{
+			MethodName: "GetOverview",
+			Handler:    _Coordinator_GetOverview_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

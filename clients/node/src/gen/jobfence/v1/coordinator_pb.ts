@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file jobfence/v1/coordinator.proto.
  */
 export const file_jobfence_v1_coordinator: GenFile = /*@__PURE__*/
-  fileDesc("Ch1qb2JmZW5jZS92MS9jb29yZGluYXRvci5wcm90bxILam9iZmVuY2UudjEiqgQKA0pvYhIKCgJpZBgBIAEoAxIVCg1vcGVyYXRpb25fa2V5GAIgASgJEhAKCG9yZGVyX2lkGAMgASgJEhIKCnBheW1lbnRfaWQYBCABKAkSFAoMYW1vdW50X21pbm9yGAUgASgDEhAKCGN1cnJlbmN5GAYgASgJEhAKCHByb3ZpZGVyGAcgASgJEiQKBXN0YXRlGAggASgOMhUuam9iZmVuY2UudjEuSm9iU3RhdGUSDwoHYXR0ZW1wdBgJIAEoAxIsCgtuZXh0X2FjdGlvbhgKIAEoDjIXLmpvYmZlbmNlLnYxLk5leHRBY3Rpb24SMwoPbmV4dF9hdHRlbXB0X2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgtsZWFzZV91bnRpbBgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGgoScHJvdmlkZXJfcmVmdW5kX2lkGA0gASgJEhEKCXdvcmtlcl9pZBgOIAEoCRITCgtsYXN0X3JlYXNvbhgPIAEoCRIxCg1maXJzdF9zZW50X2F0GBAgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpjcmVhdGVkX2F0GBEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GBIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCLyAgoKQ2xhaW1lZEpvYhIdCgNqb2IYASABKAsyEC5qb2JmZW5jZS52MS5Kb2ISDwoHYXR0ZW1wdBgCIAEoAxIvCgtsZWFzZV91bnRpbBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLAoLbmV4dF9hY3Rpb24YBCABKA4yFy5qb2JmZW5jZS52MS5OZXh0QWN0aW9uEhAKCHRha2VvdmVyGAUgASgIEi4KDG9ic2VydmF0aW9ucxgGIAMoCzIYLmpvYmZlbmNlLnYxLk9ic2VydmF0aW9uEjMKD3Jlc2VuZF9kZWFkbGluZRgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKY2xhaW1lZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEwoLbGVhc2VfdG9rZW4YCSABKAkSGQoRb2JzZXJ2YXRpb25fY291bnQYCiABKAMitgIKCEpvYkV2ZW50EgoKAmlkGAEgASgDEg4KBmpvYl9pZBgCIAEoAxIPCgdhdHRlbXB0GAMgASgDEgwKBGtpbmQYBCABKAkSEQoJd29ya2VyX2lkGAUgASgJEikKCmZyb21fc3RhdGUYBiABKA4yFS5qb2JmZW5jZS52MS5Kb2JTdGF0ZRInCgh0b19zdGF0ZRgHIAEoDjIVLmpvYmZlbmNlLnYxLkpvYlN0YXRlEiwKC25leHRfYWN0aW9uGAggASgOMhcuam9iZmVuY2UudjEuTmV4dEFjdGlvbhIaChJwcm92aWRlcl9yZWZ1bmRfaWQYCSABKAkSDgoGcmVhc29uGAogASgJEi4KCmNyZWF0ZWRfYXQYCyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIsICCgtPYnNlcnZhdGlvbhIKCgJpZBgBIAEoAxIOCgZqb2JfaWQYAiABKAMSFQoNb3BlcmF0aW9uX2tleRgDIAEoCRIYChByZXBvcnRlZF9hdHRlbXB0GAQgASgDEhMKC2pvYl9hdHRlbXB0GAUgASgDEg4KBnNvdXJjZRgGIAEoCRIwCgdvdXRjb21lGAcgASgOMh8uam9iZmVuY2UudjEuT2JzZXJ2YXRpb25PdXRjb21lEhoKEnByb3ZpZGVyX3JlZnVuZF9pZBgIIAEoCRIZChFwcm92aWRlcl9ldmVudF9pZBgJIAEoCRIOCgZkZXRhaWwYCiABKAkSLgoKY3JlYXRlZF9hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGAoQYXR0ZW1wdF92ZXJpZmllZBgMIAEoCCK9AQoURW5xdWV1ZVJlZnVuZFJlcXVlc3QSFQoNb3BlcmF0aW9uX2tleRgBIAEoCRIQCghvcmRlcl9pZBgCIAEoCRISCgpwYXltZW50X2lkGAMgASgJEhQKDGFtb3VudF9taW5vchgEIAEoAxIQCghjdXJyZW5jeRgFIAEoCRIQCghwcm92aWRlchgGIAEoCRIuCgpub3RfYmVmb3JlGAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJHChVFbnF1ZXVlUmVmdW5kUmVzcG9uc2USHQoDam9iGAEgASgLMhAuam9iZmVuY2UudjEuSm9iEg8KB2NyZWF0ZWQYAiABKAgioQEKDENsYWltUmVxdWVzdBIRCgl3b3JrZXJfaWQYASABKAkSEAoIbWF4X2pvYnMYAiABKAUSMQoObGVhc2VfZHVyYXRpb24YAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEAoIcHJvdmlkZXIYBCABKAkSJwoEd2FpdBgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJmCg1DbGFpbVJlc3BvbnNlEiUKBGpvYnMYASADKAsyFy5qb2JmZW5jZS52MS5DbGFpbWVkSm9iEi4KC3JldHJ5X2FmdGVyGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uImMKD0NvbXBsZXRlUmVxdWVzdBIOCgZqb2JfaWQYASABKAMSDwoHYXR0ZW1wdBgCIAEoAxIaChJwcm92aWRlcl9yZWZ1bmRfaWQYAyABKAkSEwoLbGVhc2VfdG9rZW4YBCABKAkiQwoQQ29tcGxldGVSZXNwb25zZRIdCgNqb2IYASABKAsyEC5qb2JmZW5jZS52MS5Kb2ISEAoIcmVwbGF5ZWQYAiABKAgi8gEKEVJlc2NoZWR1bGVSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoAxIPCgdhdHRlbXB0GAIgASgDEiwKC25leHRfYWN0aW9uGAMgASgOMhcuam9iZmVuY2UudjEuTmV4dEFjdGlvbhIqCgVkZWxheRgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbkgAEjUKD25leHRfYXR0ZW1wdF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBIABIOCgZyZWFzb24YBiABKAkSEwoLbGVhc2VfdG9rZW4YByABKAlCBgoEd2hlbiJFChJSZXNjaGVkdWxlUmVzcG9uc2USHQoDam9iGAEgASgLMhAuam9iZmVuY2UudjEuSm9iEhAKCHJlcGxheWVkGAIgASgIIlcKD0VzY2FsYXRlUmVxdWVzdBIOCgZqb2JfaWQYASABKAMSDwoHYXR0ZW1wdBgCIAEoAxIOCgZyZWFzb24YAyABKAkSEwoLbGVhc2VfdG9rZW4YBCABKAkiQwoQRXNjYWxhdGVSZXNwb25zZRIdCgNqb2IYASABKAsyEC5qb2JmZW5jZS52MS5Kb2ISEAoIcmVwbGF5ZWQYAiABKAgi+wEKGFJlcG9ydE9ic2VydmF0aW9uUmVxdWVzdBIQCgZqb2JfaWQYASABKANIABIXCg1vcGVyYXRpb25fa2V5GAIgASgJSAASDwoHYXR0ZW1wdBgDIAEoAxIOCgZzb3VyY2UYBCABKAkSMAoHb3V0Y29tZRgFIAEoDjIfLmpvYmZlbmNlLnYxLk9ic2VydmF0aW9uT3V0Y29tZRIaChJwcm92aWRlcl9yZWZ1bmRfaWQYBiABKAkSGQoRcHJvdmlkZXJfZXZlbnRfaWQYByABKAkSDgoGZGV0YWlsGAggASgJEhMKC2xlYXNlX3Rva2VuGAkgASgJQgUKA2pvYiJdChlSZXBvcnRPYnNlcnZhdGlvblJlc3BvbnNlEi0KC29ic2VydmF0aW9uGAEgASgLMhguam9iZmVuY2UudjEuT2JzZXJ2YXRpb24SEQoJZHVwbGljYXRlGAIgASgIIoIBCg1HZXRKb2JSZXF1ZXN0EhAKBmpvYl9pZBgBIAEoA0gAEhcKDW9wZXJhdGlvbl9rZXkYAiABKAlIABIeChZvYnNlcnZhdGlvbnNfcGFnZV9zaXplGAMgASgFEh8KF29ic2VydmF0aW9uc19wYWdlX3Rva2VuGAQgASgJQgUKA2pvYiLHAQoOR2V0Sm9iUmVzcG9uc2USHQoDam9iGAEgASgLMhAuam9iZmVuY2UudjEuSm9iEiUKBmV2ZW50cxgCIAMoCzIVLmpvYmZlbmNlLnYxLkpvYkV2ZW50Ei4KDG9ic2VydmF0aW9ucxgDIAMoCzIYLmpvYmZlbmNlLnYxLk9ic2VydmF0aW9uEhkKEW9ic2VydmF0aW9uX2NvdW50GAQgASgDEiQKHG5leHRfb2JzZXJ2YXRpb25zX3BhZ2VfdG9rZW4YBSABKAkiggEKD0xpc3RKb2JzUmVxdWVzdBIkCgVzdGF0ZRgBIAEoDjIVLmpvYmZlbmNlLnYxLkpvYlN0YXRlEhAKCHByb3ZpZGVyGAIgASgJEhAKCG9yZGVyX2lkGAMgASgJEhEKCXBhZ2Vfc2l6ZRgEIAEoBRISCgpwYWdlX3Rva2VuGAUgASgJIksKEExpc3RKb2JzUmVzcG9uc2USHgoEam9icxgBIAMoCzIQLmpvYmZlbmNlLnYxLkpvYhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkilAEKFFJlc29sdmVSZXZpZXdSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoAxIPCgdhdHRlbXB0GAIgASgDEjEKCnJlc29sdXRpb24YAyABKA4yHS5qb2JmZW5jZS52MS5SZXZpZXdSZXNvbHV0aW9uEhoKEnByb3ZpZGVyX3JlZnVuZF9pZBgEIAEoCRIMCgRub3RlGAUgASgJIkgKFVJlc29sdmVSZXZpZXdSZXNwb25zZRIdCgNqb2IYASABKAsyEC5qb2JmZW5jZS52MS5Kb2ISEAoIcmVwbGF5ZWQYAiABKAgqowQKC0Vycm9yUmVhc29uEhwKGEVSUk9SX1JFQVNPTl9VTlNQRUNJRklFRBAAEh4KGkVSUk9SX1JFQVNPTl9TVEFMRV9BVFRFTVBUEAESIAocRVJST1JfUkVBU09OX0pPQl9OT1RfUlVOTklORxACEiIKHkVSUk9SX1JFQVNPTl9KT0JfTk9UX0lOX1JFVklFVxADEicKI0VSUk9SX1JFQVNPTl9PUEVSQVRJT05fS0VZX0NPTkZMSUNUEAQSJgoiRVJST1JfUkVBU09OX0NMQUlNX09VVENPTUVfVU5LTk9XThAFEiYKIkVSUk9SX1JFQVNPTl9XUklURV9PVVRDT01FX1VOS05PV04QBhIlCiFFUlJPUl9SRUFTT05fREFUQUJBU0VfVU5BVkFJTEFCTEUQBxIeChpFUlJPUl9SRUFTT05fREFUQUJBU0VfRlVMTBAIEicKI0VSUk9SX1JFQVNPTl9EQVRBQkFTRV9BQ0NFU1NfREVOSUVEEAkSIgoeRVJST1JfUkVBU09OX09CU0VSVkFUSU9OX0xJTUlUEAoSGgoWRVJST1JfUkVBU09OX05PVF9GT1VORBALEiEKHUVSUk9SX1JFQVNPTl9JTlZBTElEX0FSR1VNRU5UEAwSIAocRVJST1JfUkVBU09OX1VOQVVUSEVOVElDQVRFRBANEiIKHkVSUk9SX1JFQVNPTl9QRVJNSVNTSU9OX0RFTklFRBAOKocBCghKb2JTdGF0ZRIZChVKT0JfU1RBVEVfVU5TUEVDSUZJRUQQABITCg9KT0JfU1RBVEVfUkVBRFkQARIVChFKT0JfU1RBVEVfUlVOTklORxACEhcKE0pPQl9TVEFURV9TVUNDRUVERUQQAxIbChdKT0JfU1RBVEVfTUFOVUFMX1JFVklFVxAEKlwKCk5leHRBY3Rpb24SGwoXTkVYVF9BQ1RJT05fVU5TUEVDSUZJRUQQABIWChJORVhUX0FDVElPTl9SRUZVTkQQARIZChVORVhUX0FDVElPTl9SRUNPTkNJTEUQAip2ChBSZXZpZXdSZXNvbHV0aW9uEiEKHVJFVklFV19SRVNPTFVUSU9OX1VOU1BFQ0lGSUVEEAASHgoaUkVWSUVXX1JFU09MVVRJT05fUkVGVU5ERUQQARIfChtSRVZJRVdfUkVTT0xVVElPTl9SRUNPTkNJTEUQAirAAQoST2JzZXJ2YXRpb25PdXRjb21lEiMKH09CU0VSVkFUSU9OX09VVENPTUVfVU5TUEVDSUZJRUQQABIhCh1PQlNFUlZBVElPTl9PVVRDT01FX1NVQ0NFRURFRBABEh8KG09CU0VSVkFUSU9OX09VVENPTUVfUEVORElORxACEh4KGk9CU0VSVkFUSU9OX09VVENPTUVfRkFJTEVEEAMSIQodT0JTRVJWQVRJT05fT1VUQ09NRV9OT1RfRk9VTkQQBDLOBQoLQ29vcmRpbmF0b3ISVgoNRW5xdWV1ZVJlZnVuZBIhLmpvYmZlbmNlLnYxLkVucXVldWVSZWZ1bmRSZXF1ZXN0GiIuam9iZmVuY2UudjEuRW5xdWV1ZVJlZnVuZFJlc3BvbnNlEj4KBUNsYWltEhkuam9iZmVuY2UudjEuQ2xhaW1SZXF1ZXN0Ghouam9iZmVuY2UudjEuQ2xhaW1SZXNwb25zZRJHCghDb21wbGV0ZRIcLmpvYmZlbmNlLnYxLkNvbXBsZXRlUmVxdWVzdBodLmpvYmZlbmNlLnYxLkNvbXBsZXRlUmVzcG9uc2USTQoKUmVzY2hlZHVsZRIeLmpvYmZlbmNlLnYxLlJlc2NoZWR1bGVSZXF1ZXN0Gh8uam9iZmVuY2UudjEuUmVzY2hlZHVsZVJlc3BvbnNlEkcKCEVzY2FsYXRlEhwuam9iZmVuY2UudjEuRXNjYWxhdGVSZXF1ZXN0Gh0uam9iZmVuY2UudjEuRXNjYWxhdGVSZXNwb25zZRJiChFSZXBvcnRPYnNlcnZhdGlvbhIlLmpvYmZlbmNlLnYxLlJlcG9ydE9ic2VydmF0aW9uUmVxdWVzdBomLmpvYmZlbmNlLnYxLlJlcG9ydE9ic2VydmF0aW9uUmVzcG9uc2USQQoGR2V0Sm9iEhouam9iZmVuY2UudjEuR2V0Sm9iUmVxdWVzdBobLmpvYmZlbmNlLnYxLkdldEpvYlJlc3BvbnNlEkcKCExpc3RKb2JzEhwuam9iZmVuY2UudjEuTGlzdEpvYnNSZXF1ZXN0Gh0uam9iZmVuY2UudjEuTGlzdEpvYnNSZXNwb25zZRJWCg1SZXNvbHZlUmV2aWV3EiEuam9iZmVuY2UudjEuUmVzb2x2ZVJldmlld1JlcXVlc3QaIi5qb2JmZW5jZS52MS5SZXNvbHZlUmV2aWV3UmVzcG9uc2ViBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("Ch1qb2JmZW5jZS92MS9jb29yZGluYXRvci5wcm90bxILam9iZmVuY2UudjEiqgQKA0pvYhIKCgJpZBgBIAEoAxIVCg1vcGVyYXRpb25fa2V5GAIgASgJEhAKCG9yZGVyX2lkGAMgASgJEhIKCnBheW1lbnRfaWQYBCABKAkSFAoMYW1vdW50X21pbm9yGAUgASgDEhAKCGN1cnJlbmN5GAYgASgJEhAKCHByb3ZpZGVyGAcgASgJEiQKBXN0YXRlGAggASgOMhUuam9iZmVuY2UudjEuSm9iU3RhdGUSDwoHYXR0ZW1wdBgJIAEoAxIsCgtuZXh0X2FjdGlvbhgKIAEoDjIXLmpvYmZlbmNlLnYxLk5leHRBY3Rpb24SMwoPbmV4dF9hdHRlbXB0X2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgtsZWFzZV91bnRpbBgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGgoScHJvdmlkZXJfcmVmdW5kX2lkGA0gASgJEhEKCXdvcmtlcl9pZBgOIAEoCRITCgtsYXN0X3JlYXNvbhgPIAEoCRIxCg1maXJzdF9zZW50X2F0GBAgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpjcmVhdGVkX2F0GBEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GBIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCLyAgoKQ2xhaW1lZEpvYhIdCgNqb2IYASABKAsyEC5qb2JmZW5jZS52MS5Kb2ISDwoHYXR0ZW1wdBgCIAEoAxIvCgtsZWFzZV91bnRpbBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLAoLbmV4dF9hY3Rpb24YBCABKA4yFy5qb2JmZW5jZS52MS5OZXh0QWN0aW9uEhAKCHRha2VvdmVyGAUgASgIEi4KDG9ic2VydmF0aW9ucxgGIAMoCzIYLmpvYmZlbmNlLnYxLk9ic2VydmF0aW9uEjMKD3Jlc2VuZF9kZWFkbGluZRgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKY2xhaW1lZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEwoLbGVhc2VfdG9rZW4YCSABKAkSGQoRb2JzZXJ2YXRpb25fY291bnQYCiABKAMitgIKCEpvYkV2ZW50EgoKAmlkGAEgASgDEg4KBmpvYl9pZBgCIAEoAxIPCgdhdHRlbXB0GAMgASgDEgwKBGtpbmQYBCABKAkSEQoJd29ya2VyX2lkGAUgASgJEikKCmZyb21fc3RhdGUYBiABKA4yFS5qb2JmZW5jZS52MS5Kb2JTdGF0ZRInCgh0b19zdGF0ZRgHIAEoDjIVLmpvYmZlbmNlLnYxLkpvYlN0YXRlEiwKC25leHRfYWN0aW9uGAggASgOMhcuam9iZmVuY2UudjEuTmV4dEFjdGlvbhIaChJwcm92aWRlcl9yZWZ1bmRfaWQYCSABKAkSDgoGcmVhc29uGAogASgJEi4KCmNyZWF0ZWRfYXQYCyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIsICCgtPYnNlcnZhdGlvbhIKCgJpZBgBIAEoAxIOCgZqb2JfaWQYAiABKAMSFQoNb3BlcmF0aW9uX2tleRgDIAEoCRIYChByZXBvcnRlZF9hdHRlbXB0GAQgASgDEhMKC2pvYl9hdHRlbXB0GAUgASgDEg4KBnNvdXJjZRgGIAEoCRIwCgdvdXRjb21lGAcgASgOMh8uam9iZmVuY2UudjEuT2JzZXJ2YXRpb25PdXRjb21lEhoKEnByb3ZpZGVyX3JlZnVuZF9pZBgIIAEoCRIZChFwcm92aWRlcl9ldmVudF9pZBgJIAEoCRIOCgZkZXRhaWwYCiABKAkSLgoKY3JlYXRlZF9hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGAoQYXR0ZW1wdF92ZXJpZmllZBgMIAEoCCK9AQoURW5xdWV1ZVJlZnVuZFJlcXVlc3QSFQoNb3BlcmF0aW9uX2tleRgBIAEoCRIQCghvcmRlcl9pZBgCIAEoCRISCgpwYXltZW50X2lkGAMgASgJEhQKDGFtb3VudF9taW5vchgEIAEoAxIQCghjdXJyZW5jeRgFIAEoCRIQCghwcm92aWRlchgGIAEoCRIuCgpub3RfYmVmb3JlGAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJHChVFbnF1ZXVlUmVmdW5kUmVzcG9uc2USHQoDam9iGAEgASgLMhAuam9iZmVuY2UudjEuSm9iEg8KB2NyZWF0ZWQYAiABKAgioQEKDENsYWltUmVxdWVzdBIRCgl3b3JrZXJfaWQYASABKAkSEAoIbWF4X2pvYnMYAiABKAUSMQoObGVhc2VfZHVyYXRpb24YAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEAoIcHJvdmlkZXIYBCABKAkSJwoEd2FpdBgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJmCg1DbGFpbVJlc3BvbnNlEiUKBGpvYnMYASADKAsyFy5qb2JmZW5jZS52MS5DbGFpbWVkSm9iEi4KC3JldHJ5X2FmdGVyGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uImMKD0NvbXBsZXRlUmVxdWVzdBIOCgZqb2JfaWQYASABKAMSDwoHYXR0ZW1wdBgCIAEoAxIaChJwcm92aWRlcl9yZWZ1bmRfaWQYAyABKAkSEwoLbGVhc2VfdG9rZW4YBCABKAkiQwoQQ29tcGxldGVSZXNwb25zZRIdCgNqb2IYASABKAsyEC5qb2JmZW5jZS52MS5Kb2ISEAoIcmVwbGF5ZWQYAiABKAgi8gEKEVJlc2NoZWR1bGVSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoAxIPCgdhdHRlbXB0GAIgASgDEiwKC25leHRfYWN0aW9uGAMgASgOMhcuam9iZmVuY2UudjEuTmV4dEFjdGlvbhIqCgVkZWxheRgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbkgAEjUKD25leHRfYXR0ZW1wdF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBIABIOCgZyZWFzb24YBiABKAkSEwoLbGVhc2VfdG9rZW4YByABKAlCBgoEd2hlbiJFChJSZXNjaGVkdWxlUmVzcG9uc2USHQoDam9iGAEgASgLMhAuam9iZmVuY2UudjEuSm9iEhAKCHJlcGxheWVkGAIgASgIIlcKD0VzY2FsYXRlUmVxdWVzdBIOCgZqb2JfaWQYASABKAMSDwoHYXR0ZW1wdBgCIAEoAxIOCgZyZWFzb24YAyABKAkSEwoLbGVhc2VfdG9rZW4YBCABKAkiQwoQRXNjYWxhdGVSZXNwb25zZRIdCgNqb2IYASABKAsyEC5qb2JmZW5jZS52MS5Kb2ISEAoIcmVwbGF5ZWQYAiABKAgi+wEKGFJlcG9ydE9ic2VydmF0aW9uUmVxdWVzdBIQCgZqb2JfaWQYASABKANIABIXCg1vcGVyYXRpb25fa2V5GAIgASgJSAASDwoHYXR0ZW1wdBgDIAEoAxIOCgZzb3VyY2UYBCABKAkSMAoHb3V0Y29tZRgFIAEoDjIfLmpvYmZlbmNlLnYxLk9ic2VydmF0aW9uT3V0Y29tZRIaChJwcm92aWRlcl9yZWZ1bmRfaWQYBiABKAkSGQoRcHJvdmlkZXJfZXZlbnRfaWQYByABKAkSDgoGZGV0YWlsGAggASgJEhMKC2xlYXNlX3Rva2VuGAkgASgJQgUKA2pvYiJdChlSZXBvcnRPYnNlcnZhdGlvblJlc3BvbnNlEi0KC29ic2VydmF0aW9uGAEgASgLMhguam9iZmVuY2UudjEuT2JzZXJ2YXRpb24SEQoJZHVwbGljYXRlGAIgASgIIoIBCg1HZXRKb2JSZXF1ZXN0EhAKBmpvYl9pZBgBIAEoA0gAEhcKDW9wZXJhdGlvbl9rZXkYAiABKAlIABIeChZvYnNlcnZhdGlvbnNfcGFnZV9zaXplGAMgASgFEh8KF29ic2VydmF0aW9uc19wYWdlX3Rva2VuGAQgASgJQgUKA2pvYiLPAgoOR2V0Sm9iUmVzcG9uc2USHQoDam9iGAEgASgLMhAuam9iZmVuY2UudjEuSm9iEiUKBmV2ZW50cxgCIAMoCzIVLmpvYmZlbmNlLnYxLkpvYkV2ZW50Ei4KDG9ic2VydmF0aW9ucxgDIAMoCzIYLmpvYmZlbmNlLnYxLk9ic2VydmF0aW9uEhkKEW9ic2VydmF0aW9uX2NvdW50GAQgASgDEiQKHG5leHRfb2JzZXJ2YXRpb25zX3BhZ2VfdG9rZW4YBSABKAkSMwoPcmVzZW5kX2RlYWRsaW5lGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIoCgZsZWRnZXIYByABKAsyGC5qb2JmZW5jZS52MS5MZWRnZXJFbnRyeRInCgNub3cYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIpMBCgtMZWRnZXJFbnRyeRIaChJwcm92aWRlcl9yZWZ1bmRfaWQYASABKAkSFAoMYW1vdW50X21pbm9yGAIgASgDEhAKCGN1cnJlbmN5GAMgASgJEg8KB2F0dGVtcHQYBCABKAMSLwoLcmVjb3JkZWRfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIrACCg9MaXN0Sm9ic1JlcXVlc3QSJAoFc3RhdGUYASABKA4yFS5qb2JmZW5jZS52MS5Kb2JTdGF0ZRIQCghwcm92aWRlchgCIAEoCRIQCghvcmRlcl9pZBgDIAEoCRIRCglwYWdlX3NpemUYBCABKAUSEgoKcGFnZV90b2tlbhgFIAEoCRISCgpwYXltZW50X2lkGAYgASgJEhoKEnByb3ZpZGVyX3JlZnVuZF9pZBgHIAEoCRIVCg1yZWFzb25fcHJlZml4GAggASgJEjEKDWNyZWF0ZWRfYWZ0ZXIYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjIKDmNyZWF0ZWRfYmVmb3JlGAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCLXAQoQTGlzdEpvYnNSZXNwb25zZRIeCgRqb2JzGAEgAygLMhAuam9iZmVuY2UudjEuSm9iEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCRJQChJvYnNlcnZhdGlvbl9jb3VudHMYAyADKAsyNC5qb2JmZW5jZS52MS5MaXN0Sm9ic1Jlc3BvbnNlLk9ic2VydmF0aW9uQ291bnRzRW50cnkaOAoWT2JzZXJ2YXRpb25Db3VudHNFbnRyeRILCgNrZXkYASABKAMSDQoFdmFsdWUYAiABKAM6AjgBIpQBChRSZXNvbHZlUmV2aWV3UmVxdWVzdBIOCgZqb2JfaWQYASABKAMSDwoHYXR0ZW1wdBgCIAEoAxIxCgpyZXNvbHV0aW9uGAMgASgOMh0uam9iZmVuY2UudjEuUmV2aWV3UmVzb2x1dGlvbhIaChJwcm92aWRlcl9yZWZ1bmRfaWQYBCABKAkSDAoEbm90ZRgFIAEoCSJIChVSZXNvbHZlUmV2aWV3UmVzcG9uc2USHQoDam9iGAEgASgLMhAuam9iZmVuY2UudjEuSm9iEhAKCHJlcGxheWVkGAIgASgIIg8KDVdob0FtSVJlcXVlc3QiVwoOV2hvQW1JUmVzcG9uc2USDAoEbmFtZRgBIAEoCRIgCgVyb2xlcxgCIAMoDjIRLmpvYmZlbmNlLnYxLlJvbGUSFQoNYXV0aGVudGljYXRlZBgDIAEoCCIjChJHZXRPdmVydmlld1JlcXVlc3QSDQoFbGltaXQYASABKAUiiQQKE0dldE92ZXJ2aWV3UmVzcG9uc2USJwoDbm93GAEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBISCgpyZWFkeV9qb2JzGAIgASgDEhQKDHJ1bm5pbmdfam9icxgDIAEoAxIaChJtYW51YWxfcmV2aWV3X2pvYnMYBCABKAMSQAocb2xkZXN0X3VuZmluaXNoZWRfY3JlYXRlZF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKAoOb2xkZXN0X3Jldmlld3MYBiADKAsyEC5qb2JmZW5jZS52MS5Kb2ISLwoQcmVjZW50X3Rha2VvdmVycxgHIAMoCzIVLmpvYmZlbmNlLnYxLkpvYkV2ZW50EhgKEHRha2VvdmVyc193aW5kb3cYCCABKAMSPAoXcmVjZW50X3N0YWxlX3JlamVjdGlvbnMYCSADKAsyGy5qb2JmZW5jZS52MS5TdGFsZVJlamVjdGlvbhIkChxzdGFsZV9yZWplY3Rpb25zX3NpbmNlX3N0YXJ0GAogASgDEjoKFmNvb3JkaW5hdG9yX3N0YXJ0ZWRfYXQYCyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiwKB2J1ZGdldHMYDCADKAsyGy5qb2JmZW5jZS52MS5Qcm92aWRlckJ1ZGdldCKPAQoOU3RhbGVSZWplY3Rpb24SJgoCYXQYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBmpvYl9pZBgCIAEoAxIPCgdhdHRlbXB0GAMgASgDEhcKD2N1cnJlbnRfYXR0ZW1wdBgEIAEoAxILCgNycGMYBSABKAkSDgoGY2FsbGVyGAYgASgJIl0KDlByb3ZpZGVyQnVkZ2V0EhAKCHByb3ZpZGVyGAEgASgJEhcKD3JhdGVfcGVyX3NlY29uZBgCIAEoARINCgVidXJzdBgDIAEoARIRCglhdmFpbGFibGUYBCABKAEqowQKC0Vycm9yUmVhc29uEhwKGEVSUk9SX1JFQVNPTl9VTlNQRUNJRklFRBAAEh4KGkVSUk9SX1JFQVNPTl9TVEFMRV9BVFRFTVBUEAESIAocRVJST1JfUkVBU09OX0pPQl9OT1RfUlVOTklORxACEiIKHkVSUk9SX1JFQVNPTl9KT0JfTk9UX0lOX1JFVklFVxADEicKI0VSUk9SX1JFQVNPTl9PUEVSQVRJT05fS0VZX0NPTkZMSUNUEAQSJgoiRVJST1JfUkVBU09OX0NMQUlNX09VVENPTUVfVU5LTk9XThAFEiYKIkVSUk9SX1JFQVNPTl9XUklURV9PVVRDT01FX1VOS05PV04QBhIlCiFFUlJPUl9SRUFTT05fREFUQUJBU0VfVU5BVkFJTEFCTEUQBxIeChpFUlJPUl9SRUFTT05fREFUQUJBU0VfRlVMTBAIEicKI0VSUk9SX1JFQVNPTl9EQVRBQkFTRV9BQ0NFU1NfREVOSUVEEAkSIgoeRVJST1JfUkVBU09OX09CU0VSVkFUSU9OX0xJTUlUEAoSGgoWRVJST1JfUkVBU09OX05PVF9GT1VORBALEiEKHUVSUk9SX1JFQVNPTl9JTlZBTElEX0FSR1VNRU5UEAwSIAocRVJST1JfUkVBU09OX1VOQVVUSEVOVElDQVRFRBANEiIKHkVSUk9SX1JFQVNPTl9QRVJNSVNTSU9OX0RFTklFRBAOKocBCghKb2JTdGF0ZRIZChVKT0JfU1RBVEVfVU5TUEVDSUZJRUQQABITCg9KT0JfU1RBVEVfUkVBRFkQARIVChFKT0JfU1RBVEVfUlVOTklORxACEhcKE0pPQl9TVEFURV9TVUNDRUVERUQQAxIbChdKT0JfU1RBVEVfTUFOVUFMX1JFVklFVxAEKlwKCk5leHRBY3Rpb24SGwoXTkVYVF9BQ1RJT05fVU5TUEVDSUZJRUQQABIWChJORVhUX0FDVElPTl9SRUZVTkQQARIZChVORVhUX0FDVElPTl9SRUNPTkNJTEUQAip2ChBSZXZpZXdSZXNvbHV0aW9uEiEKHVJFVklFV19SRVNPTFVUSU9OX1VOU1BFQ0lGSUVEEAASHgoaUkVWSUVXX1JFU09MVVRJT05fUkVGVU5ERUQQARIfChtSRVZJRVdfUkVTT0xVVElPTl9SRUNPTkNJTEUQAirAAQoST2JzZXJ2YXRpb25PdXRjb21lEiMKH09CU0VSVkFUSU9OX09VVENPTUVfVU5TUEVDSUZJRUQQABIhCh1PQlNFUlZBVElPTl9PVVRDT01FX1NVQ0NFRURFRBABEh8KG09CU0VSVkFUSU9OX09VVENPTUVfUEVORElORxACEh4KGk9CU0VSVkFUSU9OX09VVENPTUVfRkFJTEVEEAMSIQodT0JTRVJWQVRJT05fT1VUQ09NRV9OT1RfRk9VTkQQBCpkCgRSb2xlEhQKEFJPTEVfVU5TUEVDSUZJRUQQABIRCg1ST0xFX1BST0RVQ0VSEAESDwoLUk9MRV9XT1JLRVIQAhIRCg1ST0xFX09QRVJBVE9SEAMSDwoLUk9MRV9SRUFERVIQBDLjBgoLQ29vcmRpbmF0b3ISVgoNRW5xdWV1ZVJlZnVuZBIhLmpvYmZlbmNlLnYxLkVucXVldWVSZWZ1bmRSZXF1ZXN0GiIuam9iZmVuY2UudjEuRW5xdWV1ZVJlZnVuZFJlc3BvbnNlEj4KBUNsYWltEhkuam9iZmVuY2UudjEuQ2xhaW1SZXF1ZXN0Ghouam9iZmVuY2UudjEuQ2xhaW1SZXNwb25zZRJHCghDb21wbGV0ZRIcLmpvYmZlbmNlLnYxLkNvbXBsZXRlUmVxdWVzdBodLmpvYmZlbmNlLnYxLkNvbXBsZXRlUmVzcG9uc2USTQoKUmVzY2hlZHVsZRIeLmpvYmZlbmNlLnYxLlJlc2NoZWR1bGVSZXF1ZXN0Gh8uam9iZmVuY2UudjEuUmVzY2hlZHVsZVJlc3BvbnNlEkcKCEVzY2FsYXRlEhwuam9iZmVuY2UudjEuRXNjYWxhdGVSZXF1ZXN0Gh0uam9iZmVuY2UudjEuRXNjYWxhdGVSZXNwb25zZRJiChFSZXBvcnRPYnNlcnZhdGlvbhIlLmpvYmZlbmNlLnYxLlJlcG9ydE9ic2VydmF0aW9uUmVxdWVzdBomLmpvYmZlbmNlLnYxLlJlcG9ydE9ic2VydmF0aW9uUmVzcG9uc2USQQoGR2V0Sm9iEhouam9iZmVuY2UudjEuR2V0Sm9iUmVxdWVzdBobLmpvYmZlbmNlLnYxLkdldEpvYlJlc3BvbnNlEkcKCExpc3RKb2JzEhwuam9iZmVuY2UudjEuTGlzdEpvYnNSZXF1ZXN0Gh0uam9iZmVuY2UudjEuTGlzdEpvYnNSZXNwb25zZRJWCg1SZXNvbHZlUmV2aWV3EiEuam9iZmVuY2UudjEuUmVzb2x2ZVJldmlld1JlcXVlc3QaIi5qb2JmZW5jZS52MS5SZXNvbHZlUmV2aWV3UmVzcG9uc2USQQoGV2hvQW1JEhouam9iZmVuY2UudjEuV2hvQW1JUmVxdWVzdBobLmpvYmZlbmNlLnYxLldob0FtSVJlc3BvbnNlElAKC0dldE92ZXJ2aWV3Eh8uam9iZmVuY2UudjEuR2V0T3ZlcnZpZXdSZXF1ZXN0GiAuam9iZmVuY2UudjEuR2V0T3ZlcnZpZXdSZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * Job is one refund and its scheduling state. Times are the database's UTC
@@ -932,6 +932,29 @@ export type GetJobResponse = Message<"jobfence.v1.GetJobResponse"> & {
    * @generated from field: string next_observations_page_token = 5;
    */
   nextObservationsPageToken: string;
+
+  /**
+   * Until when a same-key resend is inside the provider's idempotency-key
+   * retention window, counted from job.first_sent_at (R22); unset when
+   * nothing was sent yet. Compare it with now, the database's clock.
+   *
+   * @generated from field: google.protobuf.Timestamp resend_deadline = 6;
+   */
+  resendDeadline?: Timestamp | undefined;
+
+  /**
+   * Our own record of the refund (R10); unset until the job succeeded.
+   *
+   * @generated from field: jobfence.v1.LedgerEntry ledger = 7;
+   */
+  ledger?: LedgerEntry | undefined;
+
+  /**
+   * The database's time when the job was read (R12).
+   *
+   * @generated from field: google.protobuf.Timestamp now = 8;
+   */
+  now?: Timestamp | undefined;
 };
 
 /**
@@ -942,11 +965,53 @@ export const GetJobResponseSchema: GenMessage<GetJobResponse> = /*@__PURE__*/
   messageDesc(file_jobfence_v1_coordinator, 17);
 
 /**
+ * LedgerEntry is the ledger row written in the completion's transaction (R10).
+ *
+ * @generated from message jobfence.v1.LedgerEntry
+ */
+export type LedgerEntry = Message<"jobfence.v1.LedgerEntry"> & {
+  /**
+   * @generated from field: string provider_refund_id = 1;
+   */
+  providerRefundId: string;
+
+  /**
+   * @generated from field: int64 amount_minor = 2;
+   */
+  amountMinor: bigint;
+
+  /**
+   * @generated from field: string currency = 3;
+   */
+  currency: string;
+
+  /**
+   * The attempt whose completion (or the operator's resolution) recorded it.
+   *
+   * @generated from field: int64 attempt = 4;
+   */
+  attempt: bigint;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp recorded_at = 5;
+   */
+  recordedAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message jobfence.v1.LedgerEntry.
+ * Use `create(LedgerEntrySchema)` to create a new message.
+ */
+export const LedgerEntrySchema: GenMessage<LedgerEntry> = /*@__PURE__*/
+  messageDesc(file_jobfence_v1_coordinator, 18);
+
+/**
  * @generated from message jobfence.v1.ListJobsRequest
  */
 export type ListJobsRequest = Message<"jobfence.v1.ListJobsRequest"> & {
   /**
-   * Filters, all optional, combined with AND.
+   * Filters, all optional, combined with AND. At most one of order_id,
+   * payment_id and provider_refund_id: each is a lookup on its own index.
    *
    * @generated from field: jobfence.v1.JobState state = 1;
    */
@@ -960,7 +1025,7 @@ export type ListJobsRequest = Message<"jobfence.v1.ListJobsRequest"> & {
   provider: string;
 
   /**
-   * All refunds of one order, newest first (Q7).
+   * All refunds of one order, newest first (Q7). 1..128 characters.
    *
    * @generated from field: string order_id = 3;
    */
@@ -979,6 +1044,44 @@ export type ListJobsRequest = Message<"jobfence.v1.ListJobsRequest"> & {
    * @generated from field: string page_token = 5;
    */
   pageToken: string;
+
+  /**
+   * All refunds of one payment, newest first. 1..128 characters.
+   *
+   * @generated from field: string payment_id = 6;
+   */
+  paymentId: string;
+
+  /**
+   * The jobs whose refund has this provider id, or that have a receipt
+   * naming it; newest first. 1..255 characters.
+   *
+   * @generated from field: string provider_refund_id = 7;
+   */
+  providerRefundId: string;
+
+  /**
+   * Only jobs whose last_reason starts with this, byte for byte. Up to 1024
+   * characters. A filter on the walk of the other filters' index: its cost
+   * is bounded by the rows those select (with state MANUAL_REVIEW, by the
+   * jobs in review), never by the history.
+   *
+   * @generated from field: string reason_prefix = 8;
+   */
+  reasonPrefix: string;
+
+  /**
+   * Only jobs created at or after created_after and before created_before;
+   * filters on the walk like reason_prefix.
+   *
+   * @generated from field: google.protobuf.Timestamp created_after = 9;
+   */
+  createdAfter?: Timestamp | undefined;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp created_before = 10;
+   */
+  createdBefore?: Timestamp | undefined;
 };
 
 /**
@@ -986,15 +1089,16 @@ export type ListJobsRequest = Message<"jobfence.v1.ListJobsRequest"> & {
  * Use `create(ListJobsRequestSchema)` to create a new message.
  */
 export const ListJobsRequestSchema: GenMessage<ListJobsRequest> = /*@__PURE__*/
-  messageDesc(file_jobfence_v1_coordinator, 18);
+  messageDesc(file_jobfence_v1_coordinator, 19);
 
 /**
  * @generated from message jobfence.v1.ListJobsResponse
  */
 export type ListJobsResponse = Message<"jobfence.v1.ListJobsResponse"> & {
   /**
-   * With order_id: newest first. Else with state: oldest due first. Else:
-   * newest first.
+   * With order_id or payment_id: newest first. With provider_refund_id: newest
+   * first. Else with state: oldest due first (for MANUAL_REVIEW, next_attempt_at
+   * is when the job entered review: longest waiting first). Else: newest first.
    *
    * @generated from field: repeated jobfence.v1.Job jobs = 1;
    */
@@ -1006,6 +1110,13 @@ export type ListJobsResponse = Message<"jobfence.v1.ListJobsResponse"> & {
    * @generated from field: string next_page_token = 2;
    */
   nextPageToken: string;
+
+  /**
+   * How many receipts are on file, per job id of this page (absent: none).
+   *
+   * @generated from field: map<int64, int64> observation_counts = 3;
+   */
+  observationCounts: { [key: string]: bigint };
 };
 
 /**
@@ -1013,7 +1124,7 @@ export type ListJobsResponse = Message<"jobfence.v1.ListJobsResponse"> & {
  * Use `create(ListJobsResponseSchema)` to create a new message.
  */
 export const ListJobsResponseSchema: GenMessage<ListJobsResponse> = /*@__PURE__*/
-  messageDesc(file_jobfence_v1_coordinator, 19);
+  messageDesc(file_jobfence_v1_coordinator, 20);
 
 /**
  * @generated from message jobfence.v1.ResolveReviewRequest
@@ -1056,7 +1167,7 @@ export type ResolveReviewRequest = Message<"jobfence.v1.ResolveReviewRequest"> &
  * Use `create(ResolveReviewRequestSchema)` to create a new message.
  */
 export const ResolveReviewRequestSchema: GenMessage<ResolveReviewRequest> = /*@__PURE__*/
-  messageDesc(file_jobfence_v1_coordinator, 20);
+  messageDesc(file_jobfence_v1_coordinator, 21);
 
 /**
  * @generated from message jobfence.v1.ResolveReviewResponse
@@ -1080,7 +1191,251 @@ export type ResolveReviewResponse = Message<"jobfence.v1.ResolveReviewResponse">
  * Use `create(ResolveReviewResponseSchema)` to create a new message.
  */
 export const ResolveReviewResponseSchema: GenMessage<ResolveReviewResponse> = /*@__PURE__*/
-  messageDesc(file_jobfence_v1_coordinator, 21);
+  messageDesc(file_jobfence_v1_coordinator, 22);
+
+/**
+ * @generated from message jobfence.v1.WhoAmIRequest
+ */
+export type WhoAmIRequest = Message<"jobfence.v1.WhoAmIRequest"> & {
+};
+
+/**
+ * Describes the message jobfence.v1.WhoAmIRequest.
+ * Use `create(WhoAmIRequestSchema)` to create a new message.
+ */
+export const WhoAmIRequestSchema: GenMessage<WhoAmIRequest> = /*@__PURE__*/
+  messageDesc(file_jobfence_v1_coordinator, 23);
+
+/**
+ * @generated from message jobfence.v1.WhoAmIResponse
+ */
+export type WhoAmIResponse = Message<"jobfence.v1.WhoAmIResponse"> & {
+  /**
+   * The credential's name, as histories record the caller. Empty when the
+   * coordinator runs open (loopback, no credentials).
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * @generated from field: repeated jobfence.v1.Role roles = 2;
+   */
+  roles: Role[];
+
+  /**
+   * False when the coordinator runs open: every call is allowed and
+   * resolutions are recorded as "operator".
+   *
+   * @generated from field: bool authenticated = 3;
+   */
+  authenticated: boolean;
+};
+
+/**
+ * Describes the message jobfence.v1.WhoAmIResponse.
+ * Use `create(WhoAmIResponseSchema)` to create a new message.
+ */
+export const WhoAmIResponseSchema: GenMessage<WhoAmIResponse> = /*@__PURE__*/
+  messageDesc(file_jobfence_v1_coordinator, 24);
+
+/**
+ * @generated from message jobfence.v1.GetOverviewRequest
+ */
+export type GetOverviewRequest = Message<"jobfence.v1.GetOverviewRequest"> & {
+  /**
+   * How many reviews, takeovers and stale rejections to list: 1..100; 10
+   * when unset.
+   *
+   * @generated from field: int32 limit = 1;
+   */
+  limit: number;
+};
+
+/**
+ * Describes the message jobfence.v1.GetOverviewRequest.
+ * Use `create(GetOverviewRequestSchema)` to create a new message.
+ */
+export const GetOverviewRequestSchema: GenMessage<GetOverviewRequest> = /*@__PURE__*/
+  messageDesc(file_jobfence_v1_coordinator, 25);
+
+/**
+ * @generated from message jobfence.v1.GetOverviewResponse
+ */
+export type GetOverviewResponse = Message<"jobfence.v1.GetOverviewResponse"> & {
+  /**
+   * The database's time of the answer (R12).
+   *
+   * @generated from field: google.protobuf.Timestamp now = 1;
+   */
+  now?: Timestamp | undefined;
+
+  /**
+   * Jobs in each unfinished state (succeeded jobs are history and are not
+   * counted: their number grows without bound).
+   *
+   * @generated from field: int64 ready_jobs = 2;
+   */
+  readyJobs: bigint;
+
+  /**
+   * @generated from field: int64 running_jobs = 3;
+   */
+  runningJobs: bigint;
+
+  /**
+   * @generated from field: int64 manual_review_jobs = 4;
+   */
+  manualReviewJobs: bigint;
+
+  /**
+   * When the oldest ready or running job was enqueued; unset when none (M1).
+   *
+   * @generated from field: google.protobuf.Timestamp oldest_unfinished_created_at = 5;
+   */
+  oldestUnfinishedCreatedAt?: Timestamp | undefined;
+
+  /**
+   * The jobs waiting longest in manual review, longest first.
+   *
+   * @generated from field: repeated jobfence.v1.Job oldest_reviews = 6;
+   */
+  oldestReviews: Job[];
+
+  /**
+   * Takeovers among the newest takeovers_window transitions of the history,
+   * newest first (M1: frequent ones point at pauses or short leases).
+   *
+   * @generated from field: repeated jobfence.v1.JobEvent recent_takeovers = 7;
+   */
+  recentTakeovers: JobEvent[];
+
+  /**
+   * @generated from field: int64 takeovers_window = 8;
+   */
+  takeoversWindow: bigint;
+
+  /**
+   * Write-backs this coordinator refused as STALE_ATTEMPT since it started,
+   * newest first; each replica keeps its own (a refused write leaves nothing
+   * in the database).
+   *
+   * @generated from field: repeated jobfence.v1.StaleRejection recent_stale_rejections = 9;
+   */
+  recentStaleRejections: StaleRejection[];
+
+  /**
+   * @generated from field: int64 stale_rejections_since_start = 10;
+   */
+  staleRejectionsSinceStart: bigint;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp coordinator_started_at = 11;
+   */
+  coordinatorStartedAt?: Timestamp | undefined;
+
+  /**
+   * Each provider's outbound budget (R19), as the database holds it now.
+   *
+   * @generated from field: repeated jobfence.v1.ProviderBudget budgets = 12;
+   */
+  budgets: ProviderBudget[];
+};
+
+/**
+ * Describes the message jobfence.v1.GetOverviewResponse.
+ * Use `create(GetOverviewResponseSchema)` to create a new message.
+ */
+export const GetOverviewResponseSchema: GenMessage<GetOverviewResponse> = /*@__PURE__*/
+  messageDesc(file_jobfence_v1_coordinator, 26);
+
+/**
+ * StaleRejection is one write-back refused as STALE_ATTEMPT (R9, R25).
+ *
+ * @generated from message jobfence.v1.StaleRejection
+ */
+export type StaleRejection = Message<"jobfence.v1.StaleRejection"> & {
+  /**
+   * @generated from field: google.protobuf.Timestamp at = 1;
+   */
+  at?: Timestamp | undefined;
+
+  /**
+   * @generated from field: int64 job_id = 2;
+   */
+  jobId: bigint;
+
+  /**
+   * The attempt the writer carried, and the job's when it was refused.
+   *
+   * @generated from field: int64 attempt = 3;
+   */
+  attempt: bigint;
+
+  /**
+   * @generated from field: int64 current_attempt = 4;
+   */
+  currentAttempt: bigint;
+
+  /**
+   * Complete, Reschedule, Escalate or ResolveReview.
+   *
+   * @generated from field: string rpc = 5;
+   */
+  rpc: string;
+
+  /**
+   * The writer's credential name (empty on an open coordinator).
+   *
+   * @generated from field: string caller = 6;
+   */
+  caller: string;
+};
+
+/**
+ * Describes the message jobfence.v1.StaleRejection.
+ * Use `create(StaleRejectionSchema)` to create a new message.
+ */
+export const StaleRejectionSchema: GenMessage<StaleRejection> = /*@__PURE__*/
+  messageDesc(file_jobfence_v1_coordinator, 27);
+
+/**
+ * ProviderBudget is one provider's token bucket (R19).
+ *
+ * @generated from message jobfence.v1.ProviderBudget
+ */
+export type ProviderBudget = Message<"jobfence.v1.ProviderBudget"> & {
+  /**
+   * @generated from field: string provider = 1;
+   */
+  provider: string;
+
+  /**
+   * Provider calls per second, and how many may go at once.
+   *
+   * @generated from field: double rate_per_second = 2;
+   */
+  ratePerSecond: number;
+
+  /**
+   * @generated from field: double burst = 3;
+   */
+  burst: number;
+
+  /**
+   * Calls available now, refilled to now.
+   *
+   * @generated from field: double available = 4;
+   */
+  available: number;
+};
+
+/**
+ * Describes the message jobfence.v1.ProviderBudget.
+ * Use `create(ProviderBudgetSchema)` to create a new message.
+ */
+export const ProviderBudgetSchema: GenMessage<ProviderBudget> = /*@__PURE__*/
+  messageDesc(file_jobfence_v1_coordinator, 28);
 
 /**
  * ErrorReason lists the reasons of the google.rpc.ErrorInfo (domain
@@ -1372,6 +1727,52 @@ export const ObservationOutcomeSchema: GenEnum<ObservationOutcome> = /*@__PURE__
   enumDesc(file_jobfence_v1_coordinator, 4);
 
 /**
+ * Role is what a credential may do (the roles of the tokens file).
+ *
+ * @generated from enum jobfence.v1.Role
+ */
+export enum Role {
+  /**
+   * @generated from enum value: ROLE_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * EnqueueRefund.
+   *
+   * @generated from enum value: ROLE_PRODUCER = 1;
+   */
+  PRODUCER = 1,
+
+  /**
+   * Claim, Complete, Reschedule, Escalate, ReportObservation.
+   *
+   * @generated from enum value: ROLE_WORKER = 2;
+   */
+  WORKER = 2,
+
+  /**
+   * GetJob, ListJobs, GetOverview and ResolveReview.
+   *
+   * @generated from enum value: ROLE_OPERATOR = 3;
+   */
+  OPERATOR = 3,
+
+  /**
+   * GetJob, ListJobs and GetOverview: sees, never acts (R29).
+   *
+   * @generated from enum value: ROLE_READER = 4;
+   */
+  READER = 4,
+}
+
+/**
+ * Describes the enum jobfence.v1.Role.
+ */
+export const RoleSchema: GenEnum<Role> = /*@__PURE__*/
+  enumDesc(file_jobfence_v1_coordinator, 5);
+
+/**
  * Coordinator owns the refund_jobs table. Workers never touch the database:
  * they claim jobs here, call the payment provider, and write the outcome back
  * carrying the grant they were given: its attempt (the fencing generation)
@@ -1495,6 +1896,31 @@ export const Coordinator: GenService<{
     methodKind: "unary";
     input: typeof ResolveReviewRequestSchema;
     output: typeof ResolveReviewResponseSchema;
+  },
+  /**
+   * WhoAmI names the caller's credential and its roles. Any credential may
+   * ask; the operator console signs people in with it (R29).
+   *
+   * @generated from rpc jobfence.v1.Coordinator.WhoAmI
+   */
+  whoAmI: {
+    methodKind: "unary";
+    input: typeof WhoAmIRequestSchema;
+    output: typeof WhoAmIResponseSchema;
+  },
+  /**
+   * GetOverview is what operators watch (M1), in one answer: jobs by
+   * unfinished state, the oldest unfinished job, the reviews waiting longest,
+   * recent takeovers, this coordinator's recent stale rejections and each
+   * provider's budget. Every part is read from an index or a bounded window,
+   * never by walking the history (Q3).
+   *
+   * @generated from rpc jobfence.v1.Coordinator.GetOverview
+   */
+  getOverview: {
+    methodKind: "unary";
+    input: typeof GetOverviewRequestSchema;
+    output: typeof GetOverviewResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_jobfence_v1_coordinator, 0);
