@@ -36,6 +36,9 @@ func (w Writeback) Apply(job Job, now time.Time) Job {
 		job.NextAttemptAt = w.NextAttemptAt(now)
 		job.LastReason = w.Reason
 	case EventEscalated:
+		// In review from now: a listing by state puts the job that has
+		// waited longest first.
+		job.NextAttemptAt = now
 		job.LastReason = w.Reason
 	case EventResolved:
 		job.LastReason = w.Reason

@@ -417,8 +417,9 @@ func TestApplyLeavesTheJobAsTheFencedUpdateWrites_R9_R10_R12(t *testing.T) {
 				j.State, j.LeaseUntil, j.UpdatedAt = store.StateReady, time.Time{}, rulesNow
 				j.NextAction, j.LastReason, j.NextAttemptAt = store.ActionRefund, "provider pending", at
 			})},
+		// In review from now: next_attempt_at is when it entered review.
 		{"escalate", rulesEscalate(3, rulesHolderTok), held, rulesWith(held, func(j *store.Job) {
-			j.State, j.LeaseUntil, j.UpdatedAt = store.StateManualReview, time.Time{}, rulesNow
+			j.State, j.LeaseUntil, j.UpdatedAt, j.NextAttemptAt = store.StateManualReview, time.Time{}, rulesNow, rulesNow
 			j.LastReason = "provider has no record and the key is out of its window"
 		})},
 		{"resolve as refunded", rulesResolve(3, store.ResolutionRefunded, "re_9", "seen in dashboard"), review,

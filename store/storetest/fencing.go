@@ -188,6 +188,42 @@ func testEscalate(t *testing.T, s store.Store) {
 	if got := claim(t, s, "B", 5); len(got) != 0 {
 		t.Fatalf("claimed %v from manual_review", ids(got))
 	}
+	// next_attempt_at is when the job entered review, by the database's
+	// clock (R12), as written and as answered.
+	if !res.Job.NextAttemptAt.Equal(res.Job.UpdatedAt) {
+		t.Fatalf("escalated job's next_attempt_at = %v, want its updated_at %v", res.Job.NextAttemptAt, res.Job.UpdatedAt)
+	}
+	if d := get(t, s, job.ID); d.Job != res.Job {
+		t.Fatalf("Escalate answered\n %+v\nbut the row is\n %+v", res.Job, d.Job)
+	}
+	// A replay later changes nothing, the time in review included (R21).
+	waitForClock(t, s, res.Job.UpdatedAt)
+	if again := write(t, s, escalate(of(a))); !again.Replayed || again.Job != res.Job {
+		t.Fatalf("repeated escalation = %+v, want a replay of %+v", again, res.Job)
+	}
+
+	// The reviews by state: the one waiting longest first, whatever the
+	// jobs' ids.
+	older := enqueue(t, s, refund(t))
+	newer := enqueue(t, s, refund(t))
+	first := claimOne(t, s, "A", older.ID)
+	second := claimOne(t, s, "A", newer.ID)
+	inReview := write(t, s, escalate(of(second)))
+	waitForClock(t, s, inReview.Job.UpdatedAt)
+	write(t, s, escalate(of(first)))
+	want := []int64{job.ID, newer.ID, older.ID}
+	if got := listAll(t, s, store.ListParams{State: store.StateManualReview, Limit: 2}); !slices.Equal(got, want) {
+		t.Fatalf("manual_review = %v, want %v (longest in review first)", got, want)
+	}
+}
+
+// waitForClock waits until the database's clock is past t (R12: never this
+// process's clock).
+func waitForClock(t *testing.T, s store.Store, after time.Time) {
+	t.Helper()
+	for dbNow(t, s).Compare(after) <= 0 {
+		time.Sleep(time.Millisecond)
+	}
 }
 
 func testWriteUnknown(t *testing.T, s store.Store) {

@@ -3,6 +3,7 @@ package sqlbase
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jobfence/jobfence/store"
@@ -129,7 +130,7 @@ func PlanWrites(ctx context.Context, tx Tx, query string, ws []store.Writeback, 
 // kind, each set to its own values.
 type writeKind struct {
 	match func(store.Writeback) bool
-	set   string // the SET clauses every row shares; their one ? is the database's now
+	set   string // the SET clauses every row shares; each ? is the database's now
 	from  store.State
 	cols  []string
 	vals  func(w store.Writeback, now time.Time) []any
@@ -158,8 +159,12 @@ func writeKinds(at func(time.Time) any) []writeKind {
 			[]string{"next_action", "next_attempt_at", "last_reason"}, func(w store.Writeback, now time.Time) []any {
 				return []any{w.NextAction, at(w.NextAttemptAt(now)), w.Reason}
 			}, true},
-		{ofKind(store.EventEscalated), "state = 'manual_review', lease_until = NULL, updated_at = ?", store.StateRunning,
-			[]string{"last_reason"}, func(w store.Writeback, _ time.Time) []any { return []any{w.Reason} }, true},
+		// next_attempt_at: when the job entered review, so that a listing of
+		// the reviews by state shows the longest waiting first.
+		{ofKind(store.EventEscalated), "state = 'manual_review', lease_until = NULL, next_attempt_at = ?, updated_at = ?",
+			store.StateRunning, []string{"last_reason"}, func(w store.Writeback, _ time.Time) []any {
+				return []any{w.Reason}
+			}, true},
 		{resolvedAs(store.ResolutionRefunded), "state = 'succeeded', updated_at = ?", store.StateManualReview,
 			[]string{"provider_refund_id", "last_reason"}, func(w store.Writeback, _ time.Time) []any {
 				return []any{w.ProviderRefundID, w.Reason}
@@ -187,7 +192,11 @@ func (b *Backend) writeTx(ctx context.Context, tx Tx, ws []store.Writeback, idx 
 		if len(applied) == 0 {
 			continue
 		}
-		u := RowUpdate{Table: b.SQL.UpdateTable, Fixed: k.set, FixedArgs: []any{b.At(now)},
+		fixed := make([]any, strings.Count(k.set, "?"))
+		for i := range fixed {
+			fixed[i] = b.At(now)
+		}
+		u := RowUpdate{Table: b.SQL.UpdateTable, Fixed: k.set, FixedArgs: fixed,
 			Where: "state = ?", WhereArgs: []any{k.from}, Cols: k.cols}
 		for _, i := range applied {
 			u.IDs = append(u.IDs, ws[i].JobID)
