@@ -14,15 +14,20 @@ import (
 const MaxPageSize = 500
 
 // ListOrder is the order a listing walks, chosen by its filters so that each
-// walks an index: by order (order_id, created_at, id) newest first, by state
-// (state, next_attempt_at, id) oldest due first, else by id newest first.
+// walks an index: by order (order_id, created_at, id) and by payment
+// (payment_id, created_at, id) newest first, by provider refund id the jobs'
+// (provider_refund_id) and the receipts' (provider_refund_id, job_id) newest
+// id first, by state (state, next_attempt_at, id) oldest due first, else by
+// id newest first.
 type ListOrder string
 
 // The listing orders.
 const (
-	ByOrder ListOrder = "order"
-	ByState ListOrder = "state"
-	ByID    ListOrder = "id"
+	ByOrder    ListOrder = "order"
+	ByPayment  ListOrder = "payment"
+	ByRefundID ListOrder = "refund"
+	ByState    ListOrder = "state"
+	ByID       ListOrder = "id"
 )
 
 // Order is the order p's listing walks.
@@ -30,6 +35,10 @@ func (p ListParams) Order() ListOrder {
 	switch {
 	case p.OrderID != "":
 		return ByOrder
+	case p.PaymentID != "":
+		return ByPayment
+	case p.ProviderRefundID != "":
+		return ByRefundID
 	case p.State != "":
 		return ByState
 	default:
@@ -39,9 +48,12 @@ func (p ListParams) Order() ListOrder {
 
 // Cursor is where a page ends: the last job's sort key.
 type Cursor struct {
-	At time.Time // created_at (ByOrder) or next_attempt_at (ByState)
+	At time.Time // created_at (ByOrder, ByPayment) or next_attempt_at (ByState)
 	ID int64
 }
+
+// timed reports whether the order's cursor holds a time beside the id.
+func (o ListOrder) timed() bool { return o == ByOrder || o == ByPayment || o == ByState }
 
 // Validate reports what is wrong with a listing request.
 func (p ListParams) Validate() error {
@@ -53,6 +65,33 @@ func (p ListParams) Validate() error {
 	}
 	v.provider("provider", p.Provider, false)
 	v.text("order_id", p.OrderID, 0, MaxKeyLen)
+	v.text("payment_id", p.PaymentID, 0, MaxKeyLen)
+	v.text("provider_refund_id", p.ProviderRefundID, 0, MaxRefIDLen)
+	// Each lookup walks its own index; two of them would walk one and
+	// filter by the other, which no answer needs.
+	var lookup string
+	for _, l := range []struct{ field, value string }{
+		{"order_id", p.OrderID}, {"payment_id", p.PaymentID}, {"provider_refund_id", p.ProviderRefundID},
+	} {
+		switch {
+		case l.value == "":
+		case lookup == "":
+			lookup = l.field
+		default:
+			v.add(l.field, "must be empty when %s is given: one lookup at a time", lookup)
+		}
+	}
+	v.text("reason_prefix", p.ReasonPrefix, 0, MaxReasonLen)
+	if !p.CreatedAfter.IsZero() {
+		v.time("created_after", p.CreatedAfter)
+	}
+	if !p.CreatedBefore.IsZero() {
+		v.time("created_before", p.CreatedBefore)
+	}
+	if !p.CreatedAfter.IsZero() && !p.CreatedBefore.IsZero() && !p.CreatedAfter.Before(p.CreatedBefore) {
+		v.add("created_after", "must be before created_before (%s), got %s",
+			p.CreatedBefore.UTC().Format(time.RFC3339Nano), p.CreatedAfter.UTC().Format(time.RFC3339Nano))
+	}
 	if p.Limit < 1 || p.Limit > MaxPageSize {
 		v.add("page_size", "must be between 1 and %d, got %d", MaxPageSize, p.Limit)
 	}
@@ -60,6 +99,26 @@ func (p ListParams) Validate() error {
 		v.add("page_token", "%v", err)
 	}
 	return v.err()
+}
+
+// CreatedRange is the range of created_at the listing keeps, at the
+// microsecond resolution both backends store: from (inclusive) and to
+// (exclusive), each zero when unbounded. Both are rounded up to the
+// microsecond, so that a stored time t is kept exactly when
+// CreatedAfter <= t < CreatedBefore.
+func (p ListParams) CreatedRange() (from, to time.Time) {
+	return ceilMicro(p.CreatedAfter), ceilMicro(p.CreatedBefore)
+}
+
+func ceilMicro(t time.Time) time.Time {
+	if t.IsZero() {
+		return t
+	}
+	t = t.UTC()
+	if c := t.Truncate(time.Microsecond); !c.Equal(t) {
+		return c.Add(time.Microsecond)
+	}
+	return t
 }
 
 // Cursor decodes the page token; false when there is none.
@@ -81,7 +140,7 @@ func (p ListParams) Cursor() (Cursor, bool, error) {
 		return Cursor{}, false, fmt.Errorf("not a page token")
 	}
 	c := Cursor{ID: id}
-	if p.Order() != ByID {
+	if p.Order().timed() {
 		// A real token holds a stored time; a forged one must not reach the
 		// database as a time it cannot represent.
 		if c.At = time.UnixMicro(at).UTC(); c.At.Before(minTime) || !c.At.Before(maxTime) {
@@ -95,7 +154,7 @@ func (p ListParams) Cursor() (Cursor, bool, error) {
 func (p ListParams) NextToken(last Job) string {
 	var at int64
 	switch p.Order() {
-	case ByOrder:
+	case ByOrder, ByPayment:
 		at = last.CreatedAt.UnixMicro()
 	case ByState:
 		at = last.NextAttemptAt.UnixMicro()
@@ -105,8 +164,24 @@ func (p ListParams) NextToken(last Job) string {
 	return base64.RawURLEncoding.EncodeToString([]byte(raw))
 }
 
-// fingerprint ties a token to the filters it was made for.
+// fingerprint ties a token to the filters it was made for, every one of
+// them. A listing with none of the later filters keeps the fingerprint it
+// had before they existed, so that tokens in flight survive an upgrade.
+// Text filters hold no control characters (Validate), so NUL separates them.
 func (p ListParams) fingerprint() string {
-	sum := sha256.Sum256([]byte(string(p.State) + "\x00" + p.Provider + "\x00" + p.OrderID))
+	s := string(p.State) + "\x00" + p.Provider + "\x00" + p.OrderID
+	from, to := p.CreatedRange()
+	if p.PaymentID != "" || p.ProviderRefundID != "" || p.ReasonPrefix != "" || !from.IsZero() || !to.IsZero() {
+		s += "\x00" + p.PaymentID + "\x00" + p.ProviderRefundID + "\x00" + p.ReasonPrefix +
+			"\x00" + microsOrEmpty(from) + "\x00" + microsOrEmpty(to)
+	}
+	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:6])
+}
+
+func microsOrEmpty(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return strconv.FormatInt(t.UnixMicro(), 10)
 }

@@ -379,12 +379,26 @@ func (p ClaimParams) Grant(job Job, now time.Time) (ClaimedJob, Event) {
 }
 
 // ListParams filters and pages jobs for operators and customer service. All
-// filters are optional and combine with AND.
+// filters are optional and combine with AND. At most one of OrderID,
+// PaymentID and ProviderRefundID: each is a lookup on its own index, which
+// the listing walks (Order).
 type ListParams struct {
 	State    State
 	Provider string
 	// OrderID lists all refunds of one order, newest first (Q7).
 	OrderID string
+	// PaymentID lists all refunds of one payment, newest first.
+	PaymentID string
+	// ProviderRefundID lists the jobs whose refund has this provider id, or
+	// that have a receipt naming it (R15), newest first.
+	ProviderRefundID string
+	// ReasonPrefix keeps the jobs whose last_reason starts with it, byte for
+	// byte; CreatedAfter and CreatedBefore (zero: unbounded) keep those
+	// created at or after CreatedAfter and before CreatedBefore. They filter
+	// the walk of the index the other filters choose: their cost is bounded
+	// by the rows that walk passes, never by the history.
+	ReasonPrefix                string
+	CreatedAfter, CreatedBefore time.Time
 	// Limit is the page size, 1..MaxPageSize.
 	Limit int
 	// PageToken continues from a previous page (keyset pagination, never
@@ -397,4 +411,7 @@ type JobPage struct {
 	Jobs []Job
 	// NextPageToken continues the listing; empty on the last page.
 	NextPageToken string
+	// ObservationCounts counts the receipts on file (R15) per job of the
+	// page; a job without any is absent.
+	ObservationCounts map[int64]int64
 }

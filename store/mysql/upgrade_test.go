@@ -29,3 +29,12 @@ func TestUpgradeWithRunningJobs_R25(t *testing.T) {
 		fmt.Sprintf(legacyJobs, storetest.LegacyAttempt, storetest.LegacyWorker),
 		func() storetest.DBStore { return openMySQL(t, dsn, mysql.Options{}) })
 }
+
+// A review an earlier release escalated waits since its escalation after the
+// upgrade (storetest.UpgradeDatesReviewsFromTheirEscalation).
+func TestUpgradeDatesReviewsFromTheirEscalation(t *testing.T) {
+	dsn := testdb.MySQL(t)
+	storetest.UpgradeDatesReviewsFromTheirEscalation(t,
+		func() (storetest.DBStore, error) { return mysql.OpenMigratedTo(context.Background(), dsn, 5) },
+		func() storetest.DBStore { return openMySQL(t, dsn, mysql.Options{}) })
+}

@@ -30,3 +30,12 @@ func TestUpgradeWithRunningJobs_R25(t *testing.T) {
 		strings.ReplaceAll(fmt.Sprintf(legacyJobs, storetest.LegacyAttempt, storetest.LegacyWorker), "NOW", now),
 		func() storetest.DBStore { return openAt(t, path) })
 }
+
+// A review an earlier release escalated waits since its escalation after the
+// upgrade (storetest.UpgradeDatesReviewsFromTheirEscalation).
+func TestUpgradeDatesReviewsFromTheirEscalation(t *testing.T) {
+	path := testdb.SQLitePath(t)
+	storetest.UpgradeDatesReviewsFromTheirEscalation(t,
+		func() (storetest.DBStore, error) { return sqlite.OpenMigratedTo(context.Background(), path, 5) },
+		func() storetest.DBStore { return openAt(t, path) })
+}

@@ -211,3 +211,34 @@ func UpgradeFromUntokened(t *testing.T, s store.Store, running, ready int64) {
 	wantFence(t, err, store.ErrStaleAttempt, 1, store.StateRunning)
 	write(t, s, complete(of(c), "re_new"))
 }
+
+// UpgradeDatesReviewsFromTheirEscalation checks the upgrade to the schema
+// where an escalation sets next_attempt_at: openOld opens the file or
+// database at schema version 5, where a job is escalated and its
+// next_attempt_at put back to when it was due, as an earlier release left
+// it; openNew (every migration) must then show the review waiting since its
+// escalation, and a ready job's schedule untouched.
+func UpgradeDatesReviewsFromTheirEscalation(t *testing.T, openOld func() (DBStore, error), openNew func() DBStore) {
+	t.Helper()
+	old, err := openOld()
+	if err != nil {
+		t.Fatal(err)
+	}
+	review := enqueue(t, old, refund(t))
+	c := claimOne(t, old, "A", review.ID)
+	waitForClock(t, old, c.Job.UpdatedAt)
+	escalatedAt := write(t, old, escalate(of(c))).Job.UpdatedAt
+	ready := parked(t, old, refund(t))
+	_, err = old.DB().ExecContext(ctxFor(t), `UPDATE refund_jobs SET next_attempt_at = created_at WHERE id = ?`, review.ID)
+	old.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := openNew()
+	if got := get(t, s, review.ID).Job; got.State != store.StateManualReview || !got.NextAttemptAt.Equal(escalatedAt) {
+		t.Fatalf("review after the upgrade = %+v, want next_attempt_at %v (its escalation)", got, escalatedAt)
+	}
+	if got := get(t, s, ready.ID).Job; !got.NextAttemptAt.Equal(ready.NextAttemptAt) {
+		t.Fatalf("ready job's next_attempt_at after the upgrade = %v, want %v", got.NextAttemptAt, ready.NextAttemptAt)
+	}
+}
