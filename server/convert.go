@@ -239,10 +239,18 @@ func durationFromProto(field string, d *durationpb.Duration) (time.Duration, err
 }
 
 func listFromProto(r *pb.ListJobsRequest) (store.ListParams, error) {
-	p := store.ListParams{Provider: r.GetProvider(), OrderID: r.GetOrderId(), Limit: int(r.GetPageSize()),
+	p := store.ListParams{Provider: r.GetProvider(), OrderID: r.GetOrderId(), PaymentID: r.GetPaymentId(),
+		ProviderRefundID: r.GetProviderRefundId(), ReasonPrefix: r.GetReasonPrefix(), Limit: int(r.GetPageSize()),
 		PageToken: r.GetPageToken()}
 	if p.Limit == 0 {
 		p.Limit = 50
+	}
+	var err error
+	if p.CreatedAfter, err = timeFromProto("created_after", r.GetCreatedAfter()); err != nil {
+		return p, err
+	}
+	if p.CreatedBefore, err = timeFromProto("created_before", r.GetCreatedBefore()); err != nil {
+		return p, err
 	}
 	if r.GetState() != pb.JobState_JOB_STATE_UNSPECIFIED {
 		for st, v := range states {

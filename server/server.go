@@ -286,7 +286,8 @@ func (s *Server) ListJobs(ctx context.Context, req *pb.ListJobsRequest) (*pb.Lis
 	if err != nil {
 		return nil, s.toStatus(ctx, err, jobAttrs{})
 	}
-	resp := &pb.ListJobsResponse{Jobs: make([]*pb.Job, len(page.Jobs)), NextPageToken: page.NextPageToken}
+	resp := &pb.ListJobsResponse{Jobs: make([]*pb.Job, len(page.Jobs)), NextPageToken: page.NextPageToken,
+		ObservationCounts: page.ObservationCounts}
 	for i, j := range page.Jobs {
 		resp.Jobs[i] = jobToProto(j)
 	}
