@@ -154,6 +154,23 @@ type JobDetail struct {
 	Observations          []Observation
 	ObservationCount      int64
 	NextObservationsToken string
+	// Ledger is our own record of the refund (R10); nil until the job
+	// succeeded.
+	Ledger *LedgerEntry
+	// Now is the database's time of the read (R12).
+	Now time.Time
+}
+
+// LedgerEntry is a job's row of refund_ledger, written in the transaction of
+// its completion, or of an operator's resolution as refunded (R10).
+type LedgerEntry struct {
+	ProviderRefundID string
+	AmountMinor      int64
+	Currency         string
+	// Attempt is the attempt whose completion (or whose review's
+	// resolution) recorded it.
+	Attempt    int64
+	RecordedAt time.Time
 }
 
 // GetParams names a job and the page of its observations to read.
@@ -315,8 +332,9 @@ type Store interface {
 	// ErrObservationLimit (the job has MaxObservationsPerJob on file).
 	Observe(ctx context.Context, p ObservationParams) (obs Observation, duplicate bool, err error)
 
-	// Get returns a job with its history and a page of its observations.
-	// Errors: *ValidationError, ErrNotFound.
+	// Get returns a job with its history, a page of its observations, its
+	// ledger row and the database's time, read at one moment. Errors:
+	// *ValidationError, ErrNotFound.
 	Get(ctx context.Context, p GetParams) (JobDetail, error)
 
 	// ConfigureBudgets sets the providers' outbound budgets (R19), shared

@@ -84,6 +84,7 @@ func Run(t *testing.T, open Opener) {
 		{"ListJobsReasonPrefixByteForByte", testListJobsReasonPrefix},
 		{"ListJobsCreatedRange", testListJobsCreatedRange},
 		{"ListJobsCountsReceiptsPerJob_R15", testListJobsObservationCounts_R15},
+		{"GetReadsLedgerAndClock_R10_R12", testGetReadsLedgerAndClock_R10_R12},
 		{"ProviderBudgetCapsGrants_R19", testProviderBudget},
 		{"StatsLeaveHistoryOut_M1", testStats},
 		{"ConcurrentClaimersFenced_R2_R5_R9", testConcurrentClaimers},

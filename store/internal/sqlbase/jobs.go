@@ -15,6 +15,8 @@ const (
 	selectJobByID  = `SELECT ` + JobColumns + ` FROM refund_jobs WHERE id = ?`
 	selectJobByKey = `SELECT ` + JobColumns + ` FROM refund_jobs WHERE operation_key = ?`
 	selectEvents   = `SELECT ` + EventColumns + ` FROM refund_job_events WHERE job_id = ? ORDER BY id`
+	selectLedger   = `SELECT provider_refund_id, amount_minor, currency, attempt, recorded_at
+  FROM refund_ledger WHERE job_id = ?`
 
 	// %s: the database's now.
 	insertObservation = `INSERT INTO refund_observations
@@ -40,8 +42,9 @@ func JobByRef(ctx context.Context, tx Tx, ref store.JobRef) (store.Job, error) {
 	return job, err
 }
 
-// Get implements store.Store: the job, its history and a page of its
-// receipts, read in one read-only transaction, so that they show one moment.
+// Get implements store.Store: the database's clock, the job, its history, a
+// page of its receipts and its ledger row, read in one read-only
+// transaction, so that they show one moment.
 func (b *Backend) Get(ctx context.Context, p store.GetParams) (store.JobDetail, error) {
 	if err := p.Validate(); err != nil {
 		return store.JobDetail{}, err
@@ -52,6 +55,9 @@ func (b *Backend) Get(ctx context.Context, p store.GetParams) (store.JobDetail, 
 	}
 	defer tx.Rollback() //nolint:errcheck // read-only
 	var d store.JobDetail
+	if err := tx.QueryRowContext(ctx, b.SQL.Now).Scan(Time{&d.Now}); err != nil {
+		return store.JobDetail{}, b.Unavailable(err)
+	}
 	if d.Job, err = JobByRef(ctx, tx, p.JobRef); err != nil {
 		return store.JobDetail{}, b.Unavailable(err)
 	}
@@ -62,7 +68,24 @@ func (b *Backend) Get(ctx context.Context, p store.GetParams) (store.JobDetail, 
 	if err != nil {
 		return store.JobDetail{}, b.Unavailable(err)
 	}
+	if d.Ledger, err = ledgerEntry(ctx, tx, d.Job.ID); err != nil {
+		return store.JobDetail{}, b.Unavailable(err)
+	}
 	return d, nil
+}
+
+// ledgerEntry reads job jobID's ledger row (R10); nil when it has none.
+func ledgerEntry(ctx context.Context, tx Tx, jobID int64) (*store.LedgerEntry, error) {
+	var e store.LedgerEntry
+	err := tx.QueryRowContext(ctx, selectLedger, jobID).Scan(&e.ProviderRefundID, &e.AmountMinor, &e.Currency,
+		&e.Attempt, Time{&e.RecordedAt})
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	}
+	return &e, nil
 }
 
 // Observe implements store.Store. It reads the job only to name it; the job
