@@ -87,6 +87,19 @@ func observationToProto(o store.Observation) *pb.Observation {
 	}
 }
 
+func ledgerToProto(e *store.LedgerEntry) *pb.LedgerEntry {
+	if e == nil {
+		return nil
+	}
+	return &pb.LedgerEntry{
+		ProviderRefundId: e.ProviderRefundID,
+		AmountMinor:      e.AmountMinor,
+		Currency:         e.Currency,
+		Attempt:          e.Attempt,
+		RecordedAt:       timeToProto(e.RecordedAt),
+	}
+}
+
 func timeToProto(t time.Time) *timestamppb.Timestamp {
 	if t.IsZero() {
 		return nil

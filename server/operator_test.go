@@ -120,3 +120,55 @@ func TestListJobsLookupsOverGRPC(t *testing.T) {
 		}
 	})
 }
+
+// TestGetJobLedgerClockAndResendDeadlineOverGRPC: GetJob answers the
+// database's time, the resend deadline counted from the first send with the
+// provider's key retention (R22), and the ledger row once the job succeeded
+// (R10).
+func TestGetJobLedgerClockAndResendDeadlineOverGRPC(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, c *coordinator) {
+		ctx := ctxFor(t)
+		getJob := func(id int64) *pb.GetJobResponse {
+			t.Helper()
+			resp, err := c.client.GetJob(ctx, &pb.GetJobRequest{Job: &pb.GetJobRequest_JobId{JobId: id}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return resp
+		}
+		req := refundReq()
+		req.Provider = "globex" // a key retention of its own: 7 days
+		enq, err := c.client.EnqueueRefund(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		job := enq.Job
+		if got := getJob(job.Id); got.ResendDeadline != nil || got.Ledger != nil || got.Now == nil ||
+			got.Now.AsTime().Before(job.CreatedAt.AsTime()) {
+			t.Fatalf("ready job: deadline %v ledger %v now %v", got.ResendDeadline, got.Ledger, got.Now)
+		}
+		a := c.claimOne(t, "A", job.Id)
+		running := getJob(job.Id)
+		want := a.Job.FirstSentAt.AsTime().Add(7 * 24 * time.Hour)
+		if running.ResendDeadline == nil || !running.ResendDeadline.AsTime().Equal(want) ||
+			!running.ResendDeadline.AsTime().Equal(a.ResendDeadline.AsTime()) || running.Ledger != nil {
+			t.Fatalf("running job: deadline %v (claim's %v), ledger %v; want %v", running.ResendDeadline,
+				a.ResendDeadline, running.Ledger, want)
+		}
+		done, err := c.client.Complete(ctx, &pb.CompleteRequest{JobId: job.Id, Attempt: a.Attempt, LeaseToken: a.LeaseToken,
+			ProviderRefundId: "re_ledger"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := getJob(job.Id)
+		l := got.Ledger
+		if l == nil || l.ProviderRefundId != "re_ledger" || l.AmountMinor != req.AmountMinor || l.Currency != req.Currency ||
+			l.Attempt != a.Attempt || !l.RecordedAt.AsTime().Equal(done.Job.UpdatedAt.AsTime()) {
+			t.Fatalf("ledger = %v, want re_ledger %d %s attempt %d at %v", l, req.AmountMinor, req.Currency, a.Attempt,
+				done.Job.UpdatedAt.AsTime())
+		}
+		if got.Now.AsTime().Before(done.Job.UpdatedAt.AsTime()) || !got.ResendDeadline.AsTime().Equal(want) {
+			t.Fatalf("succeeded job: now %v deadline %v", got.Now.AsTime(), got.ResendDeadline.AsTime())
+		}
+	})
+}

@@ -266,7 +266,8 @@ func (s *Server) GetJob(ctx context.Context, req *pb.GetJobRequest) (*pb.GetJobR
 		return nil, s.toStatus(ctx, err, jobAttrs{id: req.GetJobId(), key: req.GetOperationKey()})
 	}
 	resp := &pb.GetJobResponse{Job: jobToProto(d.Job), ObservationCount: d.ObservationCount,
-		NextObservationsPageToken: d.NextObservationsToken}
+		NextObservationsPageToken: d.NextObservationsToken, ResendDeadline: timeToProto(s.resendDeadline(d.Job)),
+		Ledger: ledgerToProto(d.Ledger), Now: timeToProto(d.Now)}
 	for _, e := range d.Events {
 		resp.Events = append(resp.Events, eventToProto(e))
 	}
