@@ -350,6 +350,18 @@ type Store interface {
 	// unfinished and manual_review jobs and the oldest unfinished one.
 	Stats(ctx context.Context) (Stats, error)
 
+	// RecentTakeovers returns the takeovers (EventTakenOver) among the
+	// newest TakeoverWindow transitions of the history, newest first, at
+	// most limit (M1: frequent ones point at pauses or short leases). Its
+	// cost is bounded by the window, never by the history (Q3). Errors:
+	// *ValidationError (limit outside 1..MaxOverviewLimit), ErrUnavailable.
+	RecentTakeovers(ctx context.Context, limit int) ([]Event, error)
+
+	// Budgets returns every provider's outbound budget (R19) with the calls
+	// it allows at the database's now, by provider name; none when no
+	// budget is configured. Errors: ErrUnavailable.
+	Budgets(ctx context.Context) ([]BudgetLevel, error)
+
 	// Ping checks that the database answers, for health checks. Errors:
 	// ErrUnavailable.
 	Ping(ctx context.Context) error
