@@ -31,11 +31,12 @@ type Role string
 const (
 	RoleProducer Role = "producer" // EnqueueRefund
 	RoleWorker   Role = "worker"   // Claim, Complete, Reschedule, Escalate, ReportObservation
-	RoleOperator Role = "operator" // ListJobs, ResolveReview, GetJob
-	RoleReader   Role = "reader"   // GetJob, ListJobs
+	RoleOperator Role = "operator" // GetJob, ListJobs, GetOverview, ResolveReview
+	RoleReader   Role = "reader"   // GetJob, ListJobs, GetOverview: sees, never acts (R29)
 )
 
-// methodRoles lists, per RPC, the roles any one of which allows it.
+// methodRoles lists, per RPC, the roles any one of which allows it. Every
+// role may ask WhoAmI.
 var methodRoles = map[string][]Role{
 	pb.Coordinator_EnqueueRefund_FullMethodName:     {RoleProducer},
 	pb.Coordinator_Claim_FullMethodName:             {RoleWorker},
@@ -46,6 +47,8 @@ var methodRoles = map[string][]Role{
 	pb.Coordinator_GetJob_FullMethodName:            {RoleReader, RoleOperator},
 	pb.Coordinator_ListJobs_FullMethodName:          {RoleReader, RoleOperator},
 	pb.Coordinator_ResolveReview_FullMethodName:     {RoleOperator},
+	pb.Coordinator_GetOverview_FullMethodName:       {RoleReader, RoleOperator},
+	pb.Coordinator_WhoAmI_FullMethodName:            {RoleProducer, RoleWorker, RoleOperator, RoleReader},
 }
 
 // Identity is who made a call, from its credential.

@@ -100,6 +100,36 @@ func ledgerToProto(e *store.LedgerEntry) *pb.LedgerEntry {
 	}
 }
 
+func staleRejectionToProto(r staleRejection) *pb.StaleRejection {
+	return &pb.StaleRejection{
+		At:             timeToProto(r.at),
+		JobId:          r.jobID,
+		Attempt:        r.attempt,
+		CurrentAttempt: r.currentAttempt,
+		Rpc:            r.rpc,
+		Caller:         r.caller,
+	}
+}
+
+func budgetToProto(b store.BudgetLevel) *pb.ProviderBudget {
+	return &pb.ProviderBudget{Provider: b.Provider, RatePerSecond: b.Rate, Burst: b.Burst, Available: b.Available}
+}
+
+var roles = map[Role]pb.Role{
+	RoleProducer: pb.Role_ROLE_PRODUCER,
+	RoleWorker:   pb.Role_ROLE_WORKER,
+	RoleOperator: pb.Role_ROLE_OPERATOR,
+	RoleReader:   pb.Role_ROLE_READER,
+}
+
+func rolesToProto(rs []Role) []pb.Role {
+	out := make([]pb.Role, len(rs))
+	for i, r := range rs {
+		out[i] = roles[r]
+	}
+	return out
+}
+
 func timeToProto(t time.Time) *timestamppb.Timestamp {
 	if t.IsZero() {
 		return nil
@@ -276,6 +306,16 @@ func listFromProto(r *pb.ListJobsRequest) (store.ListParams, error) {
 		}
 	}
 	return p, nil
+}
+
+// overviewLimitFromProto is how many of each kind GetOverview lists: 10 when
+// unset.
+func overviewLimitFromProto(r *pb.GetOverviewRequest) (int, error) {
+	limit := int(r.GetLimit())
+	if limit == 0 {
+		limit = 10
+	}
+	return limit, store.ValidateOverviewLimit(limit)
 }
 
 func resolveFromProto(r *pb.ResolveReviewRequest, actor string) store.Writeback {

@@ -8,11 +8,14 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/jobfence/jobfence/gen/jobfence/v1"
+	"github.com/jobfence/jobfence/internal/testdb"
 	"github.com/jobfence/jobfence/server"
+	"github.com/jobfence/jobfence/store"
 )
 
 // fieldViolation requires INVALID_ARGUMENT with a BadRequest naming field.
@@ -171,4 +174,175 @@ func TestGetJobLedgerClockAndResendDeadlineOverGRPC(t *testing.T) {
 			t.Fatalf("succeeded job: now %v deadline %v", got.Now.AsTime(), got.ResendDeadline.AsTime())
 		}
 	})
+}
+
+// operatorTokens are one credential per role, and one with two.
+func operatorTokens(t *testing.T) *server.Authenticator {
+	t.Helper()
+	authn, err := server.LoadTokens(writeTokens(t,
+		tokenLine("shop", "producer", "tok-shop"),
+		tokenLine("worker-a", "worker", "tok-worker-a"),
+		tokenLine("worker-b", "worker", "tok-worker-b"),
+		tokenLine("alice", "operator,reader", "tok-alice"),
+		tokenLine("rita", "reader", "tok-rita")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return authn
+}
+
+// TestWhoAmIPerRoleAndOpen_R29: every credential may ask who it is and gets
+// its name and roles; without a credential it is refused; an open
+// coordinator authenticates nobody. GetOverview is for readers and
+// operators only.
+func TestWhoAmIPerRoleAndOpen_R29(t *testing.T) {
+	c := start(t, testdb.SQLiteBackend(), func(o *server.Options) { o.Auth = operatorTokens(t) })
+	ctx := ctxFor(t)
+	for token, want := range map[string]*pb.WhoAmIResponse{
+		"tok-shop":     {Name: "shop", Roles: []pb.Role{pb.Role_ROLE_PRODUCER}, Authenticated: true},
+		"tok-worker-a": {Name: "worker-a", Roles: []pb.Role{pb.Role_ROLE_WORKER}, Authenticated: true},
+		"tok-alice":    {Name: "alice", Roles: []pb.Role{pb.Role_ROLE_OPERATOR, pb.Role_ROLE_READER}, Authenticated: true},
+		"tok-rita":     {Name: "rita", Roles: []pb.Role{pb.Role_ROLE_READER}, Authenticated: true},
+	} {
+		got, err := c.client.WhoAmI(as(ctx, token), &pb.WhoAmIRequest{})
+		if err != nil || !proto.Equal(got, want) {
+			t.Fatalf("WhoAmI(%s) = %v, %v; want %v", token, got, err, want)
+		}
+	}
+	_, err := c.client.WhoAmI(ctx, &pb.WhoAmIRequest{})
+	errorInfo(t, err, codes.Unauthenticated, server.ReasonUnauthenticated)
+	_, err = c.client.WhoAmI(as(ctx, "tok-guess"), &pb.WhoAmIRequest{})
+	errorInfo(t, err, codes.Unauthenticated, server.ReasonUnauthenticated)
+
+	for _, token := range []string{"tok-worker-a", "tok-shop"} {
+		_, err := c.client.GetOverview(as(ctx, token), &pb.GetOverviewRequest{})
+		errorInfo(t, err, codes.PermissionDenied, server.ReasonPermissionDenied)
+	}
+	for _, token := range []string{"tok-alice", "tok-rita"} {
+		if _, err := c.client.GetOverview(as(ctx, token), &pb.GetOverviewRequest{}); err != nil {
+			t.Fatalf("GetOverview as %s: %v", token, err)
+		}
+	}
+
+	open := start(t, testdb.SQLiteBackend())
+	got, err := open.client.WhoAmI(ctx, &pb.WhoAmIRequest{})
+	if err != nil || got.Authenticated || got.Name != "" || len(got.Roles) != 0 {
+		t.Fatalf("WhoAmI on an open coordinator = %v, %v; want nobody", got, err)
+	}
+}
+
+// TestGetOverviewOverGRPC_M1: an operator sees the queue's counts and its
+// oldest unfinished job, the review waiting longest, a takeover, a stale
+// write-back this coordinator refused (with who sent it) and each
+// provider's budget; the limit bounds every list.
+func TestGetOverviewOverGRPC_M1(t *testing.T) {
+	for _, b := range testdb.Backends() {
+		t.Run(b.Name, func(t *testing.T) {
+			t.Parallel()
+			c := start(t, b, func(o *server.Options) { o.Auth = operatorTokens(t) })
+			ctx := ctxFor(t)
+			if err := c.store.ConfigureBudgets(ctx, map[string]store.BudgetConfig{"acme": {Rate: 0.001, Burst: 50}}); err != nil {
+				t.Fatal(err)
+			}
+			overview := func(limit int32) *pb.GetOverviewResponse {
+				t.Helper()
+				resp, err := c.client.GetOverview(as(ctx, "tok-rita"), &pb.GetOverviewRequest{Limit: limit})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return resp
+			}
+			before := time.Now()
+			empty := overview(0)
+			if empty.Now == nil || empty.ReadyJobs+empty.RunningJobs+empty.ManualReviewJobs != 0 ||
+				empty.OldestUnfinishedCreatedAt != nil || len(empty.RecentStaleRejections) != 0 ||
+				empty.StaleRejectionsSinceStart != 0 || empty.TakeoversWindow != store.TakeoverWindow ||
+				empty.CoordinatorStartedAt == nil || empty.CoordinatorStartedAt.AsTime().After(before) {
+				t.Fatalf("overview of an empty queue = %v", empty)
+			}
+
+			enq, err := c.client.EnqueueRefund(as(ctx, "tok-shop"), refundReq())
+			if err != nil {
+				t.Fatal(err)
+			}
+			job := enq.Job
+			claimAs := func(token string) *pb.ClaimedJob {
+				t.Helper()
+				resp, err := c.client.Claim(as(ctx, token), &pb.ClaimRequest{WorkerId: "w", MaxJobs: 1})
+				if err != nil || len(resp.Jobs) != 1 {
+					t.Fatalf("Claim as %s = %v, %v", token, resp, err)
+				}
+				return resp.Jobs[0]
+			}
+			a := claimAs("tok-worker-a")
+			c.expire(t, job.Id)
+			b := claimAs("tok-worker-b")
+			// worker-a's late write: refused, and remembered here only.
+			_, err = c.client.Complete(as(ctx, "tok-worker-a"), &pb.CompleteRequest{JobId: job.Id, Attempt: a.Attempt,
+				LeaseToken: a.LeaseToken, ProviderRefundId: "re_late"})
+			errorInfo(t, err, codes.FailedPrecondition, server.ReasonStaleAttempt)
+
+			review, err := c.client.EnqueueRefund(as(ctx, "tok-shop"), refundReq())
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := claimAs("tok-worker-a")
+			if _, err := c.client.Escalate(as(ctx, "tok-worker-a"), &pb.EscalateRequest{JobId: review.Job.Id,
+				Attempt: r.Attempt, LeaseToken: r.LeaseToken, Reason: "no record outside window"}); err != nil {
+				t.Fatal(err)
+			}
+
+			got := overview(0)
+			if got.ReadyJobs != 0 || got.RunningJobs != 1 || got.ManualReviewJobs != 1 ||
+				!got.OldestUnfinishedCreatedAt.AsTime().Equal(job.CreatedAt.AsTime()) {
+				t.Fatalf("counts ready %d running %d review %d, oldest %v; want 0, 1, 1 and %v", got.ReadyJobs,
+					got.RunningJobs, got.ManualReviewJobs, got.OldestUnfinishedCreatedAt, job.CreatedAt)
+			}
+			if len(got.OldestReviews) != 1 || got.OldestReviews[0].Id != review.Job.Id {
+				t.Fatalf("oldest reviews = %v, want job %d", got.OldestReviews, review.Job.Id)
+			}
+			if len(got.RecentTakeovers) != 1 || got.RecentTakeovers[0].JobId != job.Id ||
+				got.RecentTakeovers[0].Kind != "taken_over" || got.RecentTakeovers[0].Attempt != b.Attempt ||
+				got.RecentTakeovers[0].WorkerId != "worker-b" {
+				t.Fatalf("recent takeovers = %v, want job %d's by worker-b under attempt %d", got.RecentTakeovers,
+					job.Id, b.Attempt)
+			}
+			want := &pb.StaleRejection{JobId: job.Id, Attempt: a.Attempt, CurrentAttempt: b.Attempt, Rpc: "Complete",
+				Caller: "worker-a"}
+			if len(got.RecentStaleRejections) != 1 || got.StaleRejectionsSinceStart != 1 {
+				t.Fatalf("stale rejections %v (%d since start), want one", got.RecentStaleRejections,
+					got.StaleRejectionsSinceStart)
+			}
+			s := got.RecentStaleRejections[0]
+			if at := s.At; at == nil || at.AsTime().Before(before) || at.AsTime().After(time.Now()) {
+				t.Fatalf("stale rejection at %v", at)
+			}
+			s.At = nil
+			if !proto.Equal(s, want) {
+				t.Fatalf("stale rejection = %v, want %v", s, want)
+			}
+			if len(got.Budgets) != 1 || got.Budgets[0].Provider != "acme" || got.Budgets[0].RatePerSecond != 0.001 ||
+				got.Budgets[0].Burst != 50 || got.Budgets[0].Available < 47 || got.Budgets[0].Available > 47.1 {
+				t.Fatalf("budgets = %v, want acme at 0.001/s, burst 50, 47 available (3 grants)", got.Budgets)
+			}
+
+			// A second stale write, by the other RPC a worker sends: the
+			// newest comes first and the limit bounds the list, not the count.
+			_, err = c.client.Escalate(as(ctx, "tok-worker-a"), &pb.EscalateRequest{JobId: job.Id, Attempt: a.Attempt,
+				LeaseToken: a.LeaseToken, Reason: "confused"})
+			errorInfo(t, err, codes.FailedPrecondition, server.ReasonStaleAttempt)
+			one := overview(1)
+			if len(one.RecentStaleRejections) != 1 || one.RecentStaleRejections[0].Rpc != "Escalate" ||
+				one.StaleRejectionsSinceStart != 2 || len(one.RecentTakeovers) != 1 || len(one.OldestReviews) != 1 {
+				t.Fatalf("overview(1) = %v", one)
+			}
+			for _, limit := range []int32{-1, store.MaxOverviewLimit + 1} {
+				_, err := c.client.GetOverview(as(ctx, "tok-alice"), &pb.GetOverviewRequest{Limit: limit})
+				fieldViolation(t, err, "limit")
+			}
+			if _, err := c.client.GetOverview(as(ctx, "tok-alice"), &pb.GetOverviewRequest{Limit: store.MaxOverviewLimit}); err != nil {
+				t.Fatalf("GetOverview(limit %d): %v", store.MaxOverviewLimit, err)
+			}
+		})
+	}
 }

@@ -67,6 +67,10 @@ type Server struct {
 	opts     Options
 	log      *slog.Logger
 	metrics  *Metrics
+	// stale keeps the write-backs this coordinator refused as
+	// STALE_ATTEMPT, for GetOverview: a refusal leaves nothing in the
+	// database.
+	stale *staleLog
 }
 
 // Defaults are the options a zero field of Options takes, and the defaults
@@ -102,7 +106,7 @@ func New(st store.Store, opts Options) *Server {
 		opts.Metrics = NewMetrics(prometheus.NewRegistry(), st)
 	}
 	m := opts.Metrics
-	return &Server{store: st, opts: opts, log: opts.Logger, metrics: m,
+	return &Server{store: st, opts: opts, log: opts.Logger, metrics: m, stale: &staleLog{started: time.Now()},
 		dispatch: dispatch.New(st, dispatch.Options{PollInterval: opts.ClaimPollInterval,
 			Flushers: opts.WriteFlushers, MaxBatch: opts.WriteBatch, Logger: opts.Logger,
 			Metrics: dispatch.Metrics{ClaimTx: m.claimTxBatch, WriteBatch: m.writeBatch, EnqueueBatch: m.enqueueBatch,
@@ -221,6 +225,7 @@ func (s *Server) write(ctx context.Context, w store.Writeback) (store.WriteResul
 	res := out.Result
 	if errors.Is(err, store.ErrStaleAttempt) {
 		s.metrics.stale.WithLabelValues(rpcOf(w.Kind)).Inc()
+		s.stale.add(ctx, w, err)
 	}
 	if err != nil {
 		return res, s.toStatus(ctx, err, jobAttrs{id: w.JobID, attempt: w.Attempt})
@@ -308,6 +313,70 @@ func (s *Server) ResolveReview(ctx context.Context, req *pb.ResolveReviewRequest
 		return nil, err
 	}
 	return &pb.ResolveReviewResponse{Job: jobToProto(res.Job), Replayed: res.Replayed}, nil
+}
+
+// WhoAmI implements jobfence.v1.Coordinator: the caller's credential and its
+// roles, which any credential may ask for (R29). An open coordinator
+// (loopback, no credentials) authenticates nobody.
+func (s *Server) WhoAmI(ctx context.Context, _ *pb.WhoAmIRequest) (*pb.WhoAmIResponse, error) {
+	id, ok := IdentityFrom(ctx)
+	if !ok {
+		return &pb.WhoAmIResponse{}, nil
+	}
+	return &pb.WhoAmIResponse{Name: id.Name, Roles: rolesToProto(id.Roles), Authenticated: true}, nil
+}
+
+// GetOverview implements jobfence.v1.Coordinator: what operators watch (M1),
+// each part read from an index or a bounded window (Q3): the queue's counts
+// and oldest unfinished job (Store.Stats), the reviews waiting longest (the
+// listing of manual_review, oldest first), the takeovers among the newest
+// transitions, every provider's budget, and this coordinator's own stale
+// rejections. The parts are read one after another, not at one moment.
+func (s *Server) GetOverview(ctx context.Context, req *pb.GetOverviewRequest) (*pb.GetOverviewResponse, error) {
+	limit, err := overviewLimitFromProto(req)
+	if err != nil {
+		return nil, s.toStatus(ctx, err, jobAttrs{})
+	}
+	stats, err := s.store.Stats(ctx)
+	if err != nil {
+		return nil, s.toStatus(ctx, err, jobAttrs{})
+	}
+	reviews, err := s.store.List(ctx, store.ListParams{State: store.StateManualReview, Limit: limit})
+	if err != nil {
+		return nil, s.toStatus(ctx, err, jobAttrs{})
+	}
+	takeovers, err := s.store.RecentTakeovers(ctx, limit)
+	if err != nil {
+		return nil, s.toStatus(ctx, err, jobAttrs{})
+	}
+	budgets, err := s.store.Budgets(ctx)
+	if err != nil {
+		return nil, s.toStatus(ctx, err, jobAttrs{})
+	}
+	stale, staleTotal := s.stale.recent(limit)
+	resp := &pb.GetOverviewResponse{
+		Now:                       timeToProto(stats.Now),
+		ReadyJobs:                 stats.Jobs[store.StateReady],
+		RunningJobs:               stats.Jobs[store.StateRunning],
+		ManualReviewJobs:          stats.Jobs[store.StateManualReview],
+		OldestUnfinishedCreatedAt: timeToProto(stats.OldestUnfinished),
+		TakeoversWindow:           store.TakeoverWindow,
+		StaleRejectionsSinceStart: staleTotal,
+		CoordinatorStartedAt:      timeToProto(s.stale.started),
+	}
+	for _, j := range reviews.Jobs {
+		resp.OldestReviews = append(resp.OldestReviews, jobToProto(j))
+	}
+	for _, e := range takeovers {
+		resp.RecentTakeovers = append(resp.RecentTakeovers, eventToProto(e))
+	}
+	for _, r := range stale {
+		resp.RecentStaleRejections = append(resp.RecentStaleRejections, staleRejectionToProto(r))
+	}
+	for _, b := range budgets {
+		resp.Budgets = append(resp.Budgets, budgetToProto(b))
+	}
+	return resp, nil
 }
 
 // resendDeadline is until when a same-key resend of job is inside its
