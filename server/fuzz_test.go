@@ -548,6 +548,60 @@ func FuzzReads(f *testing.F) {
 	})
 }
 
+// FuzzLookups drives the operator console's reads: ListJobs with the
+// lookups by payment and provider refund id, the reason prefix and the
+// created range, and GetOverview with any limit. Nothing is written.
+func FuzzLookups(f *testing.F) {
+	// hasAfter, hasBefore: send created_after, created_before.
+	f.Add(int32(0), "pay-fz-1", "", "", false, int64(0), int32(0), false, int64(0), int32(0), int32(1), "", int32(0))
+	f.Add(int32(4), "", "re_1", "no record", true, minTimeSecs, int32(0), true, maxTimeSecs-1, int32(999999999),
+		int32(500), "", int32(100))
+	f.Add(int32(1), "ord", "re_1", "50% off_", true, maxTimeSecs, int32(0), true, minTimeSecs, int32(-1), int32(0),
+		"AAAA", int32(101))
+	f.Add(int32(0), strings.Repeat("p", 129), strings.Repeat("r", 256), strings.Repeat("x", 1025), true, int64(1),
+		int32(1), false, int64(0), int32(0), int32(-1), "not-a-token", int32(-1))
+	f.Add(int32(0), "", "", "a\x00b", true, minTimeSecs+1, int32(0), true, minTimeSecs+1, int32(0), int32(2), "", int32(1))
+	c := startFuzz(f)
+	key := c.enqueueReady(f)
+	c.enqueueReady(f)
+	// A real token of a lookup by payment, and one of a created range.
+	for _, req := range []*pb.ListJobsRequest{{PaymentId: "pay-" + key, PageSize: 1},
+		{CreatedAfter: fuzzTimestamp(minTimeSecs, 0), PageSize: 1}} {
+		page, err := c.client.ListJobs(fuzzCtx(f), req)
+		if err != nil {
+			f.Fatalf("ListJobs: %v %v", page, err)
+		}
+		f.Add(int32(0), req.PaymentId, "", "", req.CreatedAfter != nil, minTimeSecs, int32(0), false, int64(0), int32(0),
+			int32(1), page.NextPageToken, int32(0))
+	}
+	listFields := []string{"state", "payment_id", "provider_refund_id", "reason_prefix", "created_after", "created_before",
+		"page_size", "page_token"}
+	f.Fuzz(func(t *testing.T, state int32, payment, refundID, prefix string, hasAfter bool, afterSecs int64,
+		afterNanos int32, hasBefore bool, beforeSecs int64, beforeNanos int32, pageSize int32, token string, limit int32) {
+		before := c.state(t)
+		list := &pb.ListJobsRequest{State: pb.JobState(state), PaymentId: validUTF8(payment),
+			ProviderRefundId: validUTF8(refundID), ReasonPrefix: validUTF8(prefix), PageSize: pageSize,
+			PageToken: validUTF8(token)}
+		if hasAfter {
+			list.CreatedAfter = fuzzTimestamp(afterSecs, afterNanos)
+		}
+		if hasBefore {
+			list.CreatedBefore = fuzzTimestamp(beforeSecs, beforeNanos)
+		}
+		resp, err := c.client.ListJobs(fuzzCtx(t), list)
+		if expectStatus(t, "ListJobs", err, listFields) == codes.OK {
+			for id := range resp.ObservationCounts {
+				if !slices.ContainsFunc(resp.Jobs, func(j *pb.Job) bool { return j.Id == id }) {
+					t.Fatalf("observation_counts names job %d, not on the page", id)
+				}
+			}
+		}
+		_, err = c.client.GetOverview(fuzzCtx(t), &pb.GetOverviewRequest{Limit: limit})
+		expectStatus(t, "GetOverview", err, []string{"limit"})
+		c.unchanged(t, before, "a read")
+	})
+}
+
 // forgeToken builds a page token for r's filters the way the store does
 // (store.ListParams.NextToken), with any cursor: a client may send whatever
 // it likes.
