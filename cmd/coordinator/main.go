@@ -94,6 +94,7 @@ type config struct {
 	writeBatch      int
 	pprofListen     string
 	metricsListen   string
+	consoleListen   string
 	tokensFile      string
 	tlsCert         string
 	tlsKey          string
@@ -149,6 +150,10 @@ func parseFlags(args []string, stderr *os.File) (config, error) {
 	fs.StringVar(&c.metricsListen, "metrics-listen", "",
 		"serve Prometheus metrics at /metrics on this address (e.g. 127.0.0.1:9090), without authentication "+
 			"(counts and timings, no secrets); off when empty")
+	fs.StringVar(&c.consoleListen, "console-listen", "",
+		"serve the operator console (web pages for the manual-review queue, docs/CONSOLE.md) on this address, e.g. "+
+			"127.0.0.1:8080; people sign in with their own operator or reader token, so it needs --tokens-file; TLS "+
+			"with --tls-cert as for --listen, which it requires beyond loopback unless --allow-plaintext; off when empty")
 	fs.StringVar(&c.pprofListen, "pprof-listen", "",
 		"serve net/http/pprof on this loopback address (e.g. 127.0.0.1:6060) for profiling; off when empty")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 15*time.Second,
@@ -179,7 +184,8 @@ func parseFlags(args []string, stderr *os.File) (config, error) {
 			return c, fmt.Errorf("--mysql-dsn-file %s is empty", c.mysqlDSNFile)
 		}
 	}
-	for name, addr := range map[string]string{"listen": c.listen, "metrics-listen": c.metricsListen, "pprof-listen": c.pprofListen} {
+	for name, addr := range map[string]string{"listen": c.listen, "metrics-listen": c.metricsListen,
+		"pprof-listen": c.pprofListen, "console-listen": c.consoleListen} {
 		if addr == "" && name != "listen" {
 			continue
 		}
@@ -218,6 +224,15 @@ func parseFlags(args []string, stderr *os.File) (config, error) {
 		return c, fmt.Errorf("--listen %s is not a loopback address and there is no --tls-cert: bearer tokens would "+
 			"cross the network in clear. Serve TLS (--tls-cert, --tls-key), or set --allow-plaintext when a "+
 			"TLS-terminating proxy or mesh sidecar on this host carries the traffic", c.listen)
+	}
+	if c.consoleListen != "" && c.tokensFile == "" {
+		return c, errors.New("--console-listen needs --tokens-file: people sign in to the console with their own " +
+			"operator or reader token, and the history records their names")
+	}
+	if c.consoleListen != "" && c.tlsCert == "" && !cli.IsLoopback(c.consoleListen) && !c.allowPlaintext {
+		return c, fmt.Errorf("--console-listen %s is not a loopback address and there is no --tls-cert: "+
+			"sign-in tokens and session cookies would cross the network in clear. Serve TLS (--tls-cert, --tls-key), "+
+			"or set --allow-plaintext when a TLS-terminating proxy on this host carries the traffic", c.consoleListen)
 	}
 	if c.pprofListen != "" && !cli.IsLoopback(c.pprofListen) {
 		return c, fmt.Errorf("--pprof-listen %s is not a loopback address: pprof has no authentication and shows the "+
@@ -305,7 +320,7 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 		go serveHTTP("metrics", c.metricsListen, mux, log)
 	}
 
-	authn, creds, err := security(c)
+	authn, creds, consoleTLS, err := security(c)
 	if err != nil {
 		return err
 	}
@@ -352,6 +367,14 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 
 	served := make(chan error, 1)
 	go func() { served <- gs.Serve(lis) }()
+	var cons *consoleServer
+	if c.consoleListen != "" {
+		if cons, err = startConsole(srv, c.consoleListen, consoleTLS, log); err != nil {
+			gs.Stop()
+			srv.Close()
+			return err
+		}
+	}
 	select {
 	case err := <-served:
 		return err
@@ -363,6 +386,9 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	log.Info("shutting down", "timeout", c.shutdownTimeout)
 	health.Shutdown()
 	srv.Drain()
+	if cons != nil {
+		cons.shutdown(c.shutdownTimeout)
+	}
 	done := make(chan struct{})
 	go func() { gs.GracefulStop(); close(done) }()
 	select {
@@ -393,24 +419,30 @@ func openStore(ctx context.Context, c config, log *slog.Logger) (store.Store, er
 	return st, nil
 }
 
-// security loads the credentials and TLS the flags name.
-func security(c config) (*server.Authenticator, []grpc.ServerOption, error) {
+// security loads the credentials and TLS the flags name: the
+// authenticator, the gRPC listener's options and the console's TLS
+// configuration (nil without --tls-cert).
+func security(c config) (*server.Authenticator, []grpc.ServerOption, *tls.Config, error) {
 	var authn *server.Authenticator
 	var opts []grpc.ServerOption
+	var consoleTLS *tls.Config
 	if c.tlsCert != "" {
 		cert, err := tls.LoadX509KeyPair(c.tlsCert, c.tlsKey)
 		if err != nil {
-			return nil, nil, fmt.Errorf("--tls-cert/--tls-key: %w", err)
+			return nil, nil, nil, fmt.Errorf("--tls-cert/--tls-key: %w", err)
 		}
 		cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		// Browsers present no client certificate: the console's people
+		// sign in with their tokens.
+		consoleTLS = cfg.Clone()
 		if c.tlsClientCA != "" {
 			pem, err := os.ReadFile(c.tlsClientCA)
 			if err != nil {
-				return nil, nil, fmt.Errorf("--tls-client-ca: %w", err)
+				return nil, nil, nil, fmt.Errorf("--tls-client-ca: %w", err)
 			}
 			cfg.ClientCAs = x509.NewCertPool()
 			if !cfg.ClientCAs.AppendCertsFromPEM(pem) {
-				return nil, nil, fmt.Errorf("--tls-client-ca: no certificate in %s", c.tlsClientCA)
+				return nil, nil, nil, fmt.Errorf("--tls-client-ca: no certificate in %s", c.tlsClientCA)
 			}
 			cfg.ClientAuth = tls.RequireAndVerifyClientCert
 			authn = server.MutualTLS()
@@ -420,10 +452,10 @@ func security(c config) (*server.Authenticator, []grpc.ServerOption, error) {
 	if c.tokensFile != "" {
 		var err error
 		if authn, err = server.LoadTokens(c.tokensFile); err != nil {
-			return nil, nil, fmt.Errorf("--tokens-file: %w", err)
+			return nil, nil, nil, fmt.Errorf("--tokens-file: %w", err)
 		}
 	}
-	return authn, opts, nil
+	return authn, opts, consoleTLS, nil
 }
 
 // serveHTTP serves an operator endpoint (metrics, pprof) on addr.

@@ -3,12 +3,19 @@ package main_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jobfence/jobfence/internal/proctest"
 	"github.com/jobfence/jobfence/internal/testdb"
 )
 
@@ -172,5 +179,78 @@ func TestReadmeDocumentsEveryFlag(t *testing.T) {
 				t.Errorf("README documents --%s, which the coordinator does not have", name)
 			}
 		}
+	}
+}
+
+// TestReadmeConsoleQuickStart runs the README's console block: its commands
+// make the tokens file in a fresh folder, and the coordinator command line
+// (on a free port and the embedded store) serves a console that signs in
+// the operator token they made.
+func TestReadmeConsoleQuickStart(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(readme), "<!-- console:")
+	if !ok {
+		t.Fatal("README has no console marker")
+	}
+	_, rest, _ = strings.Cut(rest, "```sh\n")
+	block, _, _ := strings.Cut(rest, "```")
+	lines := strings.Split(strings.TrimSpace(block), "\n")
+	run, setup := lines[len(lines)-1], strings.Join(lines[:len(lines)-1], "\n")
+	dir := t.TempDir()
+	cmd := exec.Command("sh", "-c", setup)
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("the README's console set-up failed: %v\n%s", err, out)
+	}
+	args, ok := strings.CutPrefix(run, "go run ./cmd/coordinator ")
+	if !ok {
+		t.Fatalf("the block's last line does not run the coordinator: %s", run)
+	}
+	var argv []string
+	for _, a := range strings.Fields(args) {
+		switch {
+		case a == "127.0.0.1:8080":
+			a = "127.0.0.1:0"
+		case strings.HasPrefix(a, "data/"):
+			a = filepath.Join(dir, a)
+		}
+		argv = append(argv, a)
+	}
+	p := proctest.StartCoordinator(t, bin.coordinator, append(argv, "--sqlite", filepath.Join(dir, "data", "jobfence.db"))...)
+	rec, ok := p.WaitRecord(10*time.Second, func(r map[string]any) bool { return r["msg"] == "console serving" })
+	if !ok {
+		t.Fatalf("no console:\n%s", p.Logs())
+	}
+	token, err := os.ReadFile(filepath.Join(dir, "data", "me.token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	jar, _ := cookiejar.New(nil)
+	hc := &http.Client{Jar: jar, Timeout: 10 * time.Second}
+	web := "http://" + rec["listen"].(string)
+	resp, err := hc.Get(web + "/signin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	m := regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindSubmatch(page)
+	if m == nil {
+		t.Fatalf("no sign-in form:\n%s", page)
+	}
+	req, _ := http.NewRequest(http.MethodPost, web+"/signin",
+		strings.NewReader(url.Values{"csrf": {string(m[1])}, "token": {strings.TrimSpace(string(token))}}.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	resp, err = hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(page), `<span id="who">me</span>`) {
+		t.Fatalf("signing in with data/me.token: %d\n%s", resp.StatusCode, page)
 	}
 }
