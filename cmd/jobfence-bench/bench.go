@@ -175,6 +175,11 @@ func (b *bench) run(ctx context.Context) error {
 	if err := b.historyStages(ctx); err != nil {
 		return err
 	}
+	if b.cfg.runs('f') {
+		if err := b.consolePages(ctx); err != nil {
+			return err
+		}
+	}
 	if b.cfg.runs('b') {
 		if err := b.claimLevels(ctx); err != nil {
 			return err

@@ -7,6 +7,7 @@
 //	   issued in-process through the store (the direct baseline), and Q6's arithmetic
 //	D  the coordinator's CPU per job and peak RSS under C's load
 //	E  enqueue→completed latency at a steady 100 / 500 / 1,000 jobs/s with long-polling workers
+//	F  the operator console's pages (the review queue first) at the full history, server time
 //
 // Every run creates a fresh database on the server named by --mysql-dsn and drops
 // it at the end (unless --keep). It exits non-zero when a scenario fails
@@ -91,8 +92,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		"coordinator binary to benchmark; when empty, ./cmd/coordinator is built (run from the module)")
 	fs.StringVar(&coordFlags, "coordinator-flags", "",
 		"extra flags for the coordinator process, space-separated, e.g. '--claim-poll-interval 50ms'")
-	fs.StringVar(&c.scenarios, "scenarios", "abce",
-		"which scenarios to run: letters of a (candidate query), b (Claim RPC), c (end-to-end; d comes with it), e (latency)")
+	fs.StringVar(&c.scenarios, "scenarios", "abcef",
+		"which scenarios to run: letters of a (candidate query), b (Claim RPC), c (end-to-end; d comes with it), e (latency), "+
+			"f (console pages)")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write the bench process's CPU profile to this file")
 	fs.IntVar(&c.maxConns, "mysql-max-conns", 32,
 		"connection pool of the coordinator (--mysql-max-conns) and of the in-process direct baseline")
@@ -171,8 +173,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		}
 	}
 	for _, s := range c.scenarios {
-		if !strings.ContainsRune("abcde", s) {
-			return c, fmt.Errorf("--scenarios: unknown scenario %q (letters of abce)", s)
+		if !strings.ContainsRune("abcdef", s) {
+			return c, fmt.Errorf("--scenarios: unknown scenario %q (letters of abcef)", s)
 		}
 	}
 	switch {
