@@ -343,7 +343,9 @@ type Store interface {
 	// wait only on empty budgets.
 	ConfigureBudgets(ctx context.Context, budgets map[string]BudgetConfig) error
 
-	// List pages through jobs by the filters of p. Errors: *ValidationError.
+	// List pages through jobs by the filters of p, walking the index its
+	// lookup or state chooses (ListParams.Order), and counts the receipts on
+	// file for the page's jobs. Errors: *ValidationError, ErrUnavailable.
 	List(ctx context.Context, p ListParams) (JobPage, error)
 
 	// Stats reads what operators watch (M1) from the database: counts of the
