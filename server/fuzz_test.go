@@ -566,7 +566,7 @@ func FuzzLookups(f *testing.F) {
 	c.enqueueReady(f)
 	// A real token of a lookup by payment, and one of a created range.
 	for _, req := range []*pb.ListJobsRequest{{PaymentId: "pay-" + key, PageSize: 1},
-		{CreatedAfter: fuzzTimestamp(minTimeSecs, 0), PageSize: 1}} {
+		{State: pb.JobState_JOB_STATE_READY, CreatedAfter: fuzzTimestamp(minTimeSecs, 0), PageSize: 1}} {
 		page, err := c.client.ListJobs(fuzzCtx(f), req)
 		if err != nil {
 			f.Fatalf("ListJobs: %v %v", page, err)

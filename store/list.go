@@ -92,6 +92,22 @@ func (p ListParams) Validate() error {
 		v.add("created_after", "must be before created_before (%s), got %s",
 			p.CreatedBefore.UTC().Format(time.RFC3339Nano), p.CreatedAfter.UTC().Format(time.RFC3339Nano))
 	}
+	// The reason and created filters apply on the walk the other filters
+	// choose: only an unfinished state or a lookup bounds it by something
+	// other than the history (Q3), so alone, with a provider or with
+	// succeeded they are refused rather than left to walk millions of rows.
+	if (p.ReasonPrefix != "" || !p.CreatedAfter.IsZero() || !p.CreatedBefore.IsZero()) && lookup == "" &&
+		(p.State == "" || p.State == StateSucceeded) {
+		field := "reason_prefix"
+		if p.ReasonPrefix == "" {
+			field = "created_after"
+			if p.CreatedAfter.IsZero() {
+				field = "created_before"
+			}
+		}
+		v.add(field, "needs state ready, running or manual_review, or one of order_id, payment_id, "+
+			"provider_refund_id: without them it would walk the whole history")
+	}
 	if p.Limit < 1 || p.Limit > MaxPageSize {
 		v.add("page_size", "must be between 1 and %d, got %d", MaxPageSize, p.Limit)
 	}

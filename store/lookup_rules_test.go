@@ -117,11 +117,12 @@ func TestValidateListFilters(t *testing.T) {
 	ok := []store.ListParams{
 		{PaymentID: strings.Repeat("p", store.MaxKeyLen), Limit: 1},
 		{ProviderRefundID: strings.Repeat("r", store.MaxRefIDLen), Limit: 1},
-		{ReasonPrefix: strings.Repeat("r", store.MaxReasonLen), Limit: 1},
-		{ReasonPrefix: "50% off_", Limit: 1},
-		{CreatedAfter: at, CreatedBefore: at.Add(time.Nanosecond), Limit: 1},
-		{CreatedAfter: at, Limit: 1},
-		{CreatedBefore: at, Limit: 1},
+		{State: store.StateManualReview, ReasonPrefix: strings.Repeat("r", store.MaxReasonLen), Limit: 1},
+		{State: store.StateReady, ReasonPrefix: "50% off_", Limit: 1},
+		{State: store.StateRunning, CreatedAfter: at, CreatedBefore: at.Add(time.Nanosecond), Limit: 1},
+		{OrderID: "o", CreatedAfter: at, Limit: 1},
+		{PaymentID: "p", CreatedBefore: at, Limit: 1},
+		{ProviderRefundID: "re_1", ReasonPrefix: "x", Limit: 1},
 	}
 	for _, p := range ok {
 		if err := p.Validate(); err != nil {
@@ -136,15 +137,22 @@ func TestValidateListFilters(t *testing.T) {
 		{"payment_id too long", store.ListParams{PaymentID: strings.Repeat("p", store.MaxKeyLen+1), Limit: 1}, "payment_id"},
 		{"provider_refund_id too long", store.ListParams{ProviderRefundID: strings.Repeat("r", store.MaxRefIDLen+1), Limit: 1},
 			"provider_refund_id"},
-		{"reason_prefix too long", store.ListParams{ReasonPrefix: strings.Repeat("r", store.MaxReasonLen+1), Limit: 1},
+		{"reason_prefix too long", store.ListParams{State: store.StateManualReview, ReasonPrefix: strings.Repeat("r", store.MaxReasonLen+1), Limit: 1},
 			"reason_prefix"},
-		{"reason_prefix with a control character", store.ListParams{ReasonPrefix: "a\x00", Limit: 1}, "reason_prefix"},
+		{"reason_prefix with a control character", store.ListParams{State: store.StateManualReview, ReasonPrefix: "a\x00", Limit: 1}, "reason_prefix"},
 		{"payment_id not UTF-8", store.ListParams{PaymentID: "\xff", Limit: 1}, "payment_id"},
-		{"an empty range", store.ListParams{CreatedAfter: at, CreatedBefore: at, Limit: 1}, "created_after"},
-		{"a range backwards", store.ListParams{CreatedAfter: at, CreatedBefore: at.Add(-time.Hour), Limit: 1}, "created_after"},
-		{"created_after before 2000", store.ListParams{CreatedAfter: time.Unix(0, 0), Limit: 1}, "created_after"},
-		{"created_before past 9000", store.ListParams{CreatedBefore: time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC), Limit: 1},
+		{"an empty range", store.ListParams{State: store.StateManualReview, CreatedAfter: at, CreatedBefore: at, Limit: 1}, "created_after"},
+		{"a range backwards", store.ListParams{State: store.StateManualReview, CreatedAfter: at, CreatedBefore: at.Add(-time.Hour), Limit: 1}, "created_after"},
+		{"created_after before 2000", store.ListParams{State: store.StateManualReview, CreatedAfter: time.Unix(0, 0), Limit: 1}, "created_after"},
+		{"created_before past 9000", store.ListParams{State: store.StateManualReview, CreatedBefore: time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC), Limit: 1},
 			"created_before"},
+		// Q3: the reason and created filters need a walk the history does
+		// not grow: an unfinished state or a lookup.
+		{"reason_prefix alone", store.ListParams{ReasonPrefix: "x", Limit: 1}, "reason_prefix"},
+		{"reason_prefix with a provider only", store.ListParams{Provider: "acme", ReasonPrefix: "x", Limit: 1}, "reason_prefix"},
+		{"created_after over succeeded", store.ListParams{State: store.StateSucceeded, CreatedAfter: at, Limit: 1},
+			"created_after"},
+		{"created_before alone", store.ListParams{CreatedBefore: at, Limit: 1}, "created_before"},
 		// One lookup at a time; the violation names the second one given.
 		{"order and payment", store.ListParams{OrderID: "o", PaymentID: "p", Limit: 1}, "payment_id"},
 		{"order and refund id", store.ListParams{OrderID: "o", ProviderRefundID: "re_1", Limit: 1}, "provider_refund_id"},

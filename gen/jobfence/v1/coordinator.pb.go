@@ -2243,7 +2243,9 @@ type ListJobsRequest struct {
 	// Only jobs whose last_reason starts with this, byte for byte. Up to 1024
 	// characters. A filter on the walk of the other filters' index: its cost
 	// is bounded by the rows those select (with state MANUAL_REVIEW, by the
-	// jobs in review), never by the history.
+	// jobs in review), never by the history. It needs state READY, RUNNING or
+	// MANUAL_REVIEW, or a lookup (INVALID_ARGUMENT otherwise), as the created
+	// range does.
 	ReasonPrefix string `protobuf:"bytes,8,opt,name=reason_prefix,json=reasonPrefix,proto3" json:"reason_prefix,omitempty"`
 	// Only jobs created at or after created_after and before created_before;
 	// filters on the walk like reason_prefix.

@@ -1064,7 +1064,9 @@ export type ListJobsRequest = Message<"jobfence.v1.ListJobsRequest"> & {
    * Only jobs whose last_reason starts with this, byte for byte. Up to 1024
    * characters. A filter on the walk of the other filters' index: its cost
    * is bounded by the rows those select (with state MANUAL_REVIEW, by the
-   * jobs in review), never by the history.
+   * jobs in review), never by the history. It needs state READY, RUNNING or
+   * MANUAL_REVIEW, or a lookup (INVALID_ARGUMENT otherwise), as the created
+   * range does.
    *
    * @generated from field: string reason_prefix = 8;
    */
