@@ -759,7 +759,10 @@ type JobEvent struct {
 	JobId int64                  `protobuf:"varint,2,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
 	// The attempt the transition was made under.
 	Attempt int64 `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	// One of: enqueued, claimed, taken_over, completed, rescheduled, escalated.
+	// One of: enqueued, claimed, taken_over, completed, rescheduled, escalated,
+	// resolved (an operator closed a review; worker_id is the operator), and
+	// expedited (a receipt of success or failure made a waiting job due now,
+	// to reconcile; worker_id is the receipt's source, R28).
 	Kind             string     `protobuf:"bytes,4,opt,name=kind,proto3" json:"kind,omitempty"`
 	WorkerId         string     `protobuf:"bytes,5,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
 	FromState        JobState   `protobuf:"varint,6,opt,name=from_state,json=fromState,proto3,enum=jobfence.v1.JobState" json:"from_state,omitempty"`
@@ -1885,7 +1888,12 @@ type ReportObservationResponse struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	Observation *Observation           `protobuf:"bytes,1,opt,name=observation,proto3" json:"observation,omitempty"`
 	// True when the same observation was already on file; nothing was added.
-	Duplicate     bool `protobuf:"varint,2,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
+	Duplicate bool `protobuf:"varint,2,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
+	// True when the job was READY, waiting, and this receipt of success or
+	// failure made it due now with next action RECONCILE: a worker verifies
+	// with the provider and closes it through the fenced path (R28). The
+	// job's state is never changed by a receipt.
+	Expedited     bool `protobuf:"varint,3,opt,name=expedited,proto3" json:"expedited,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1930,6 +1938,13 @@ func (x *ReportObservationResponse) GetObservation() *Observation {
 func (x *ReportObservationResponse) GetDuplicate() bool {
 	if x != nil {
 		return x.Duplicate
+	}
+	return false
+}
+
+func (x *ReportObservationResponse) GetExpedited() bool {
+	if x != nil {
+		return x.Expedited
 	}
 	return false
 }
@@ -2722,9 +2737,13 @@ type GetOverviewResponse struct {
 	StaleRejectionsSinceStart int64                  `protobuf:"varint,10,opt,name=stale_rejections_since_start,json=staleRejectionsSinceStart,proto3" json:"stale_rejections_since_start,omitempty"`
 	CoordinatorStartedAt      *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=coordinator_started_at,json=coordinatorStartedAt,proto3" json:"coordinator_started_at,omitempty"`
 	// Each provider's outbound budget (R19), as the database holds it now.
-	Budgets       []*ProviderBudget `protobuf:"bytes,12,rep,name=budgets,proto3" json:"budgets,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Budgets []*ProviderBudget `protobuf:"bytes,12,rep,name=budgets,proto3" json:"budgets,omitempty"`
+	// Verified webhook events that named no job (R28), kept in the unmatched
+	// log: how many, and the newest, newest first.
+	UnmatchedEvents int64             `protobuf:"varint,13,opt,name=unmatched_events,json=unmatchedEvents,proto3" json:"unmatched_events,omitempty"`
+	RecentUnmatched []*UnmatchedEvent `protobuf:"bytes,14,rep,name=recent_unmatched,json=recentUnmatched,proto3" json:"recent_unmatched,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *GetOverviewResponse) Reset() {
@@ -2841,6 +2860,132 @@ func (x *GetOverviewResponse) GetBudgets() []*ProviderBudget {
 	return nil
 }
 
+func (x *GetOverviewResponse) GetUnmatchedEvents() int64 {
+	if x != nil {
+		return x.UnmatchedEvents
+	}
+	return 0
+}
+
+func (x *GetOverviewResponse) GetRecentUnmatched() []*UnmatchedEvent {
+	if x != nil {
+		return x.RecentUnmatched
+	}
+	return nil
+}
+
+// UnmatchedEvent is a verified provider event that matched no job: kept,
+// never dropped (R28), for a person to look at.
+type UnmatchedEvent struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Id               int64                  `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Provider         string                 `protobuf:"bytes,2,opt,name=provider,proto3" json:"provider,omitempty"`
+	ProviderEventId  string                 `protobuf:"bytes,3,opt,name=provider_event_id,json=providerEventId,proto3" json:"provider_event_id,omitempty"`
+	EventType        string                 `protobuf:"bytes,4,opt,name=event_type,json=eventType,proto3" json:"event_type,omitempty"`
+	ProviderRefundId string                 `protobuf:"bytes,5,opt,name=provider_refund_id,json=providerRefundId,proto3" json:"provider_refund_id,omitempty"`
+	// The operation key the event echoed, if any.
+	OperationKey string             `protobuf:"bytes,6,opt,name=operation_key,json=operationKey,proto3" json:"operation_key,omitempty"`
+	Outcome      ObservationOutcome `protobuf:"varint,7,opt,name=outcome,proto3,enum=jobfence.v1.ObservationOutcome" json:"outcome,omitempty"`
+	Detail       string             `protobuf:"bytes,8,opt,name=detail,proto3" json:"detail,omitempty"`
+	// The database's time when it was received.
+	ReceivedAt    *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=received_at,json=receivedAt,proto3" json:"received_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnmatchedEvent) Reset() {
+	*x = UnmatchedEvent{}
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnmatchedEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnmatchedEvent) ProtoMessage() {}
+
+func (x *UnmatchedEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnmatchedEvent.ProtoReflect.Descriptor instead.
+func (*UnmatchedEvent) Descriptor() ([]byte, []int) {
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *UnmatchedEvent) GetId() int64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *UnmatchedEvent) GetProvider() string {
+	if x != nil {
+		return x.Provider
+	}
+	return ""
+}
+
+func (x *UnmatchedEvent) GetProviderEventId() string {
+	if x != nil {
+		return x.ProviderEventId
+	}
+	return ""
+}
+
+func (x *UnmatchedEvent) GetEventType() string {
+	if x != nil {
+		return x.EventType
+	}
+	return ""
+}
+
+func (x *UnmatchedEvent) GetProviderRefundId() string {
+	if x != nil {
+		return x.ProviderRefundId
+	}
+	return ""
+}
+
+func (x *UnmatchedEvent) GetOperationKey() string {
+	if x != nil {
+		return x.OperationKey
+	}
+	return ""
+}
+
+func (x *UnmatchedEvent) GetOutcome() ObservationOutcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return ObservationOutcome_OBSERVATION_OUTCOME_UNSPECIFIED
+}
+
+func (x *UnmatchedEvent) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+func (x *UnmatchedEvent) GetReceivedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ReceivedAt
+	}
+	return nil
+}
+
 // StaleRejection is one write-back refused as STALE_ATTEMPT (R9, R25).
 type StaleRejection struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2859,7 +3004,7 @@ type StaleRejection struct {
 
 func (x *StaleRejection) Reset() {
 	*x = StaleRejection{}
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[27]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2871,7 +3016,7 @@ func (x *StaleRejection) String() string {
 func (*StaleRejection) ProtoMessage() {}
 
 func (x *StaleRejection) ProtoReflect() protoreflect.Message {
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[27]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2884,7 +3029,7 @@ func (x *StaleRejection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StaleRejection.ProtoReflect.Descriptor instead.
 func (*StaleRejection) Descriptor() ([]byte, []int) {
-	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{27}
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *StaleRejection) GetAt() *timestamppb.Timestamp {
@@ -2944,7 +3089,7 @@ type ProviderBudget struct {
 
 func (x *ProviderBudget) Reset() {
 	*x = ProviderBudget{}
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[28]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2956,7 +3101,7 @@ func (x *ProviderBudget) String() string {
 func (*ProviderBudget) ProtoMessage() {}
 
 func (x *ProviderBudget) ProtoReflect() protoreflect.Message {
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[28]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2969,7 +3114,7 @@ func (x *ProviderBudget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProviderBudget.ProtoReflect.Descriptor instead.
 func (*ProviderBudget) Descriptor() ([]byte, []int) {
-	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{28}
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ProviderBudget) GetProvider() string {
@@ -3146,10 +3291,11 @@ const file_jobfence_v1_coordinator_proto_rawDesc = "" +
 	"\x06detail\x18\b \x01(\tR\x06detail\x12\x1f\n" +
 	"\vlease_token\x18\t \x01(\tR\n" +
 	"leaseTokenB\x05\n" +
-	"\x03job\"u\n" +
+	"\x03job\"\x93\x01\n" +
 	"\x19ReportObservationResponse\x12:\n" +
 	"\vobservation\x18\x01 \x01(\v2\x18.jobfence.v1.ObservationR\vobservation\x12\x1c\n" +
-	"\tduplicate\x18\x02 \x01(\bR\tduplicate\"\xc4\x01\n" +
+	"\tduplicate\x18\x02 \x01(\bR\tduplicate\x12\x1c\n" +
+	"\texpedited\x18\x03 \x01(\bR\texpedited\"\xc4\x01\n" +
 	"\rGetJobRequest\x12\x17\n" +
 	"\x06job_id\x18\x01 \x01(\x03H\x00R\x05jobId\x12%\n" +
 	"\roperation_key\x18\x02 \x01(\tH\x00R\foperationKey\x124\n" +
@@ -3210,7 +3356,7 @@ const file_jobfence_v1_coordinator_proto_rawDesc = "" +
 	"\x05roles\x18\x02 \x03(\x0e2\x11.jobfence.v1.RoleR\x05roles\x12$\n" +
 	"\rauthenticated\x18\x03 \x01(\bR\rauthenticated\"*\n" +
 	"\x12GetOverviewRequest\x12\x14\n" +
-	"\x05limit\x18\x01 \x01(\x05R\x05limit\"\xd5\x05\n" +
+	"\x05limit\x18\x01 \x01(\x05R\x05limit\"\xc8\x06\n" +
 	"\x13GetOverviewResponse\x12,\n" +
 	"\x03now\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x03now\x12\x1d\n" +
 	"\n" +
@@ -3225,7 +3371,21 @@ const file_jobfence_v1_coordinator_proto_rawDesc = "" +
 	"\x1cstale_rejections_since_start\x18\n" +
 	" \x01(\x03R\x19staleRejectionsSinceStart\x12P\n" +
 	"\x16coordinator_started_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\x14coordinatorStartedAt\x125\n" +
-	"\abudgets\x18\f \x03(\v2\x1b.jobfence.v1.ProviderBudgetR\abudgets\"\xc0\x01\n" +
+	"\abudgets\x18\f \x03(\v2\x1b.jobfence.v1.ProviderBudgetR\abudgets\x12)\n" +
+	"\x10unmatched_events\x18\r \x01(\x03R\x0funmatchedEvents\x12F\n" +
+	"\x10recent_unmatched\x18\x0e \x03(\v2\x1b.jobfence.v1.UnmatchedEventR\x0frecentUnmatched\"\xea\x02\n" +
+	"\x0eUnmatchedEvent\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x1a\n" +
+	"\bprovider\x18\x02 \x01(\tR\bprovider\x12*\n" +
+	"\x11provider_event_id\x18\x03 \x01(\tR\x0fproviderEventId\x12\x1d\n" +
+	"\n" +
+	"event_type\x18\x04 \x01(\tR\teventType\x12,\n" +
+	"\x12provider_refund_id\x18\x05 \x01(\tR\x10providerRefundId\x12#\n" +
+	"\roperation_key\x18\x06 \x01(\tR\foperationKey\x129\n" +
+	"\aoutcome\x18\a \x01(\x0e2\x1f.jobfence.v1.ObservationOutcomeR\aoutcome\x12\x16\n" +
+	"\x06detail\x18\b \x01(\tR\x06detail\x12;\n" +
+	"\vreceived_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"receivedAt\"\xc0\x01\n" +
 	"\x0eStaleRejection\x12*\n" +
 	"\x02at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\x03R\x05jobId\x12\x18\n" +
@@ -3310,7 +3470,7 @@ func file_jobfence_v1_coordinator_proto_rawDescGZIP() []byte {
 }
 
 var file_jobfence_v1_coordinator_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_jobfence_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_jobfence_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_jobfence_v1_coordinator_proto_goTypes = []any{
 	(ErrorReason)(0),                  // 0: jobfence.v1.ErrorReason
 	(JobState)(0),                     // 1: jobfence.v1.JobState
@@ -3345,42 +3505,43 @@ var file_jobfence_v1_coordinator_proto_goTypes = []any{
 	(*WhoAmIResponse)(nil),            // 30: jobfence.v1.WhoAmIResponse
 	(*GetOverviewRequest)(nil),        // 31: jobfence.v1.GetOverviewRequest
 	(*GetOverviewResponse)(nil),       // 32: jobfence.v1.GetOverviewResponse
-	(*StaleRejection)(nil),            // 33: jobfence.v1.StaleRejection
-	(*ProviderBudget)(nil),            // 34: jobfence.v1.ProviderBudget
-	nil,                               // 35: jobfence.v1.ListJobsResponse.ObservationCountsEntry
-	(*timestamppb.Timestamp)(nil),     // 36: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),       // 37: google.protobuf.Duration
+	(*UnmatchedEvent)(nil),            // 33: jobfence.v1.UnmatchedEvent
+	(*StaleRejection)(nil),            // 34: jobfence.v1.StaleRejection
+	(*ProviderBudget)(nil),            // 35: jobfence.v1.ProviderBudget
+	nil,                               // 36: jobfence.v1.ListJobsResponse.ObservationCountsEntry
+	(*timestamppb.Timestamp)(nil),     // 37: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),       // 38: google.protobuf.Duration
 }
 var file_jobfence_v1_coordinator_proto_depIdxs = []int32{
 	1,  // 0: jobfence.v1.Job.state:type_name -> jobfence.v1.JobState
 	2,  // 1: jobfence.v1.Job.next_action:type_name -> jobfence.v1.NextAction
-	36, // 2: jobfence.v1.Job.next_attempt_at:type_name -> google.protobuf.Timestamp
-	36, // 3: jobfence.v1.Job.lease_until:type_name -> google.protobuf.Timestamp
-	36, // 4: jobfence.v1.Job.first_sent_at:type_name -> google.protobuf.Timestamp
-	36, // 5: jobfence.v1.Job.created_at:type_name -> google.protobuf.Timestamp
-	36, // 6: jobfence.v1.Job.updated_at:type_name -> google.protobuf.Timestamp
+	37, // 2: jobfence.v1.Job.next_attempt_at:type_name -> google.protobuf.Timestamp
+	37, // 3: jobfence.v1.Job.lease_until:type_name -> google.protobuf.Timestamp
+	37, // 4: jobfence.v1.Job.first_sent_at:type_name -> google.protobuf.Timestamp
+	37, // 5: jobfence.v1.Job.created_at:type_name -> google.protobuf.Timestamp
+	37, // 6: jobfence.v1.Job.updated_at:type_name -> google.protobuf.Timestamp
 	6,  // 7: jobfence.v1.ClaimedJob.job:type_name -> jobfence.v1.Job
-	36, // 8: jobfence.v1.ClaimedJob.lease_until:type_name -> google.protobuf.Timestamp
+	37, // 8: jobfence.v1.ClaimedJob.lease_until:type_name -> google.protobuf.Timestamp
 	2,  // 9: jobfence.v1.ClaimedJob.next_action:type_name -> jobfence.v1.NextAction
 	9,  // 10: jobfence.v1.ClaimedJob.observations:type_name -> jobfence.v1.Observation
-	36, // 11: jobfence.v1.ClaimedJob.resend_deadline:type_name -> google.protobuf.Timestamp
-	36, // 12: jobfence.v1.ClaimedJob.claimed_at:type_name -> google.protobuf.Timestamp
+	37, // 11: jobfence.v1.ClaimedJob.resend_deadline:type_name -> google.protobuf.Timestamp
+	37, // 12: jobfence.v1.ClaimedJob.claimed_at:type_name -> google.protobuf.Timestamp
 	1,  // 13: jobfence.v1.JobEvent.from_state:type_name -> jobfence.v1.JobState
 	1,  // 14: jobfence.v1.JobEvent.to_state:type_name -> jobfence.v1.JobState
 	2,  // 15: jobfence.v1.JobEvent.next_action:type_name -> jobfence.v1.NextAction
-	36, // 16: jobfence.v1.JobEvent.created_at:type_name -> google.protobuf.Timestamp
+	37, // 16: jobfence.v1.JobEvent.created_at:type_name -> google.protobuf.Timestamp
 	4,  // 17: jobfence.v1.Observation.outcome:type_name -> jobfence.v1.ObservationOutcome
-	36, // 18: jobfence.v1.Observation.created_at:type_name -> google.protobuf.Timestamp
-	36, // 19: jobfence.v1.EnqueueRefundRequest.not_before:type_name -> google.protobuf.Timestamp
+	37, // 18: jobfence.v1.Observation.created_at:type_name -> google.protobuf.Timestamp
+	37, // 19: jobfence.v1.EnqueueRefundRequest.not_before:type_name -> google.protobuf.Timestamp
 	6,  // 20: jobfence.v1.EnqueueRefundResponse.job:type_name -> jobfence.v1.Job
-	37, // 21: jobfence.v1.ClaimRequest.lease_duration:type_name -> google.protobuf.Duration
-	37, // 22: jobfence.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
+	38, // 21: jobfence.v1.ClaimRequest.lease_duration:type_name -> google.protobuf.Duration
+	38, // 22: jobfence.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
 	7,  // 23: jobfence.v1.ClaimResponse.jobs:type_name -> jobfence.v1.ClaimedJob
-	37, // 24: jobfence.v1.ClaimResponse.retry_after:type_name -> google.protobuf.Duration
+	38, // 24: jobfence.v1.ClaimResponse.retry_after:type_name -> google.protobuf.Duration
 	6,  // 25: jobfence.v1.CompleteResponse.job:type_name -> jobfence.v1.Job
 	2,  // 26: jobfence.v1.RescheduleRequest.next_action:type_name -> jobfence.v1.NextAction
-	37, // 27: jobfence.v1.RescheduleRequest.delay:type_name -> google.protobuf.Duration
-	36, // 28: jobfence.v1.RescheduleRequest.next_attempt_at:type_name -> google.protobuf.Timestamp
+	38, // 27: jobfence.v1.RescheduleRequest.delay:type_name -> google.protobuf.Duration
+	37, // 28: jobfence.v1.RescheduleRequest.next_attempt_at:type_name -> google.protobuf.Timestamp
 	6,  // 29: jobfence.v1.RescheduleResponse.job:type_name -> jobfence.v1.Job
 	6,  // 30: jobfence.v1.EscalateResponse.job:type_name -> jobfence.v1.Job
 	4,  // 31: jobfence.v1.ReportObservationRequest.outcome:type_name -> jobfence.v1.ObservationOutcome
@@ -3388,53 +3549,56 @@ var file_jobfence_v1_coordinator_proto_depIdxs = []int32{
 	6,  // 33: jobfence.v1.GetJobResponse.job:type_name -> jobfence.v1.Job
 	8,  // 34: jobfence.v1.GetJobResponse.events:type_name -> jobfence.v1.JobEvent
 	9,  // 35: jobfence.v1.GetJobResponse.observations:type_name -> jobfence.v1.Observation
-	36, // 36: jobfence.v1.GetJobResponse.resend_deadline:type_name -> google.protobuf.Timestamp
+	37, // 36: jobfence.v1.GetJobResponse.resend_deadline:type_name -> google.protobuf.Timestamp
 	24, // 37: jobfence.v1.GetJobResponse.ledger:type_name -> jobfence.v1.LedgerEntry
-	36, // 38: jobfence.v1.GetJobResponse.now:type_name -> google.protobuf.Timestamp
-	36, // 39: jobfence.v1.LedgerEntry.recorded_at:type_name -> google.protobuf.Timestamp
+	37, // 38: jobfence.v1.GetJobResponse.now:type_name -> google.protobuf.Timestamp
+	37, // 39: jobfence.v1.LedgerEntry.recorded_at:type_name -> google.protobuf.Timestamp
 	1,  // 40: jobfence.v1.ListJobsRequest.state:type_name -> jobfence.v1.JobState
-	36, // 41: jobfence.v1.ListJobsRequest.created_after:type_name -> google.protobuf.Timestamp
-	36, // 42: jobfence.v1.ListJobsRequest.created_before:type_name -> google.protobuf.Timestamp
+	37, // 41: jobfence.v1.ListJobsRequest.created_after:type_name -> google.protobuf.Timestamp
+	37, // 42: jobfence.v1.ListJobsRequest.created_before:type_name -> google.protobuf.Timestamp
 	6,  // 43: jobfence.v1.ListJobsResponse.jobs:type_name -> jobfence.v1.Job
-	35, // 44: jobfence.v1.ListJobsResponse.observation_counts:type_name -> jobfence.v1.ListJobsResponse.ObservationCountsEntry
+	36, // 44: jobfence.v1.ListJobsResponse.observation_counts:type_name -> jobfence.v1.ListJobsResponse.ObservationCountsEntry
 	3,  // 45: jobfence.v1.ResolveReviewRequest.resolution:type_name -> jobfence.v1.ReviewResolution
 	6,  // 46: jobfence.v1.ResolveReviewResponse.job:type_name -> jobfence.v1.Job
 	5,  // 47: jobfence.v1.WhoAmIResponse.roles:type_name -> jobfence.v1.Role
-	36, // 48: jobfence.v1.GetOverviewResponse.now:type_name -> google.protobuf.Timestamp
-	36, // 49: jobfence.v1.GetOverviewResponse.oldest_unfinished_created_at:type_name -> google.protobuf.Timestamp
+	37, // 48: jobfence.v1.GetOverviewResponse.now:type_name -> google.protobuf.Timestamp
+	37, // 49: jobfence.v1.GetOverviewResponse.oldest_unfinished_created_at:type_name -> google.protobuf.Timestamp
 	6,  // 50: jobfence.v1.GetOverviewResponse.oldest_reviews:type_name -> jobfence.v1.Job
 	8,  // 51: jobfence.v1.GetOverviewResponse.recent_takeovers:type_name -> jobfence.v1.JobEvent
-	33, // 52: jobfence.v1.GetOverviewResponse.recent_stale_rejections:type_name -> jobfence.v1.StaleRejection
-	36, // 53: jobfence.v1.GetOverviewResponse.coordinator_started_at:type_name -> google.protobuf.Timestamp
-	34, // 54: jobfence.v1.GetOverviewResponse.budgets:type_name -> jobfence.v1.ProviderBudget
-	36, // 55: jobfence.v1.StaleRejection.at:type_name -> google.protobuf.Timestamp
-	10, // 56: jobfence.v1.Coordinator.EnqueueRefund:input_type -> jobfence.v1.EnqueueRefundRequest
-	12, // 57: jobfence.v1.Coordinator.Claim:input_type -> jobfence.v1.ClaimRequest
-	14, // 58: jobfence.v1.Coordinator.Complete:input_type -> jobfence.v1.CompleteRequest
-	16, // 59: jobfence.v1.Coordinator.Reschedule:input_type -> jobfence.v1.RescheduleRequest
-	18, // 60: jobfence.v1.Coordinator.Escalate:input_type -> jobfence.v1.EscalateRequest
-	20, // 61: jobfence.v1.Coordinator.ReportObservation:input_type -> jobfence.v1.ReportObservationRequest
-	22, // 62: jobfence.v1.Coordinator.GetJob:input_type -> jobfence.v1.GetJobRequest
-	25, // 63: jobfence.v1.Coordinator.ListJobs:input_type -> jobfence.v1.ListJobsRequest
-	27, // 64: jobfence.v1.Coordinator.ResolveReview:input_type -> jobfence.v1.ResolveReviewRequest
-	29, // 65: jobfence.v1.Coordinator.WhoAmI:input_type -> jobfence.v1.WhoAmIRequest
-	31, // 66: jobfence.v1.Coordinator.GetOverview:input_type -> jobfence.v1.GetOverviewRequest
-	11, // 67: jobfence.v1.Coordinator.EnqueueRefund:output_type -> jobfence.v1.EnqueueRefundResponse
-	13, // 68: jobfence.v1.Coordinator.Claim:output_type -> jobfence.v1.ClaimResponse
-	15, // 69: jobfence.v1.Coordinator.Complete:output_type -> jobfence.v1.CompleteResponse
-	17, // 70: jobfence.v1.Coordinator.Reschedule:output_type -> jobfence.v1.RescheduleResponse
-	19, // 71: jobfence.v1.Coordinator.Escalate:output_type -> jobfence.v1.EscalateResponse
-	21, // 72: jobfence.v1.Coordinator.ReportObservation:output_type -> jobfence.v1.ReportObservationResponse
-	23, // 73: jobfence.v1.Coordinator.GetJob:output_type -> jobfence.v1.GetJobResponse
-	26, // 74: jobfence.v1.Coordinator.ListJobs:output_type -> jobfence.v1.ListJobsResponse
-	28, // 75: jobfence.v1.Coordinator.ResolveReview:output_type -> jobfence.v1.ResolveReviewResponse
-	30, // 76: jobfence.v1.Coordinator.WhoAmI:output_type -> jobfence.v1.WhoAmIResponse
-	32, // 77: jobfence.v1.Coordinator.GetOverview:output_type -> jobfence.v1.GetOverviewResponse
-	67, // [67:78] is the sub-list for method output_type
-	56, // [56:67] is the sub-list for method input_type
-	56, // [56:56] is the sub-list for extension type_name
-	56, // [56:56] is the sub-list for extension extendee
-	0,  // [0:56] is the sub-list for field type_name
+	34, // 52: jobfence.v1.GetOverviewResponse.recent_stale_rejections:type_name -> jobfence.v1.StaleRejection
+	37, // 53: jobfence.v1.GetOverviewResponse.coordinator_started_at:type_name -> google.protobuf.Timestamp
+	35, // 54: jobfence.v1.GetOverviewResponse.budgets:type_name -> jobfence.v1.ProviderBudget
+	33, // 55: jobfence.v1.GetOverviewResponse.recent_unmatched:type_name -> jobfence.v1.UnmatchedEvent
+	4,  // 56: jobfence.v1.UnmatchedEvent.outcome:type_name -> jobfence.v1.ObservationOutcome
+	37, // 57: jobfence.v1.UnmatchedEvent.received_at:type_name -> google.protobuf.Timestamp
+	37, // 58: jobfence.v1.StaleRejection.at:type_name -> google.protobuf.Timestamp
+	10, // 59: jobfence.v1.Coordinator.EnqueueRefund:input_type -> jobfence.v1.EnqueueRefundRequest
+	12, // 60: jobfence.v1.Coordinator.Claim:input_type -> jobfence.v1.ClaimRequest
+	14, // 61: jobfence.v1.Coordinator.Complete:input_type -> jobfence.v1.CompleteRequest
+	16, // 62: jobfence.v1.Coordinator.Reschedule:input_type -> jobfence.v1.RescheduleRequest
+	18, // 63: jobfence.v1.Coordinator.Escalate:input_type -> jobfence.v1.EscalateRequest
+	20, // 64: jobfence.v1.Coordinator.ReportObservation:input_type -> jobfence.v1.ReportObservationRequest
+	22, // 65: jobfence.v1.Coordinator.GetJob:input_type -> jobfence.v1.GetJobRequest
+	25, // 66: jobfence.v1.Coordinator.ListJobs:input_type -> jobfence.v1.ListJobsRequest
+	27, // 67: jobfence.v1.Coordinator.ResolveReview:input_type -> jobfence.v1.ResolveReviewRequest
+	29, // 68: jobfence.v1.Coordinator.WhoAmI:input_type -> jobfence.v1.WhoAmIRequest
+	31, // 69: jobfence.v1.Coordinator.GetOverview:input_type -> jobfence.v1.GetOverviewRequest
+	11, // 70: jobfence.v1.Coordinator.EnqueueRefund:output_type -> jobfence.v1.EnqueueRefundResponse
+	13, // 71: jobfence.v1.Coordinator.Claim:output_type -> jobfence.v1.ClaimResponse
+	15, // 72: jobfence.v1.Coordinator.Complete:output_type -> jobfence.v1.CompleteResponse
+	17, // 73: jobfence.v1.Coordinator.Reschedule:output_type -> jobfence.v1.RescheduleResponse
+	19, // 74: jobfence.v1.Coordinator.Escalate:output_type -> jobfence.v1.EscalateResponse
+	21, // 75: jobfence.v1.Coordinator.ReportObservation:output_type -> jobfence.v1.ReportObservationResponse
+	23, // 76: jobfence.v1.Coordinator.GetJob:output_type -> jobfence.v1.GetJobResponse
+	26, // 77: jobfence.v1.Coordinator.ListJobs:output_type -> jobfence.v1.ListJobsResponse
+	28, // 78: jobfence.v1.Coordinator.ResolveReview:output_type -> jobfence.v1.ResolveReviewResponse
+	30, // 79: jobfence.v1.Coordinator.WhoAmI:output_type -> jobfence.v1.WhoAmIResponse
+	32, // 80: jobfence.v1.Coordinator.GetOverview:output_type -> jobfence.v1.GetOverviewResponse
+	70, // [70:81] is the sub-list for method output_type
+	59, // [59:70] is the sub-list for method input_type
+	59, // [59:59] is the sub-list for extension type_name
+	59, // [59:59] is the sub-list for extension extendee
+	0,  // [0:59] is the sub-list for field type_name
 }
 
 func init() { file_jobfence_v1_coordinator_proto_init() }
@@ -3460,7 +3624,7 @@ func file_jobfence_v1_coordinator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_jobfence_v1_coordinator_proto_rawDesc), len(file_jobfence_v1_coordinator_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   30,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
