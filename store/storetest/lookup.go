@@ -205,6 +205,32 @@ func testListJobsReasonPrefix(t *testing.T, s store.Store) {
 // testListJobsCreatedRange: created_after is inclusive, created_before
 // exclusive, at the stored microsecond, on the walk of every index.
 func testListJobsCreatedRange(t *testing.T, s store.Store) {
+	// In review the walk starts where created_after allows (a job enters
+	// review after it is created): escalated out of creation order, every
+	// job in range is listed, longest in review first.
+	var mr []store.Job
+	for range 3 {
+		if len(mr) > 0 {
+			waitForClock(t, s, mr[len(mr)-1].CreatedAt)
+		}
+		mr = append(mr, enqueue(t, s, refund(t)))
+	}
+	var held []store.ClaimedJob
+	for _, j := range mr {
+		held = append(held, claimOne(t, s, "A", j.ID))
+	}
+	for _, i := range []int{2, 0, 1} {
+		write(t, s, escalate(of(held[i])))
+		waitForClock(t, s, dbNow(t, s)) // distinct times of entering review
+	}
+	review := store.ListParams{State: store.StateManualReview}
+	review.CreatedAfter = mr[0].CreatedAt
+	wantListing(t, s, review, []int64{mr[2].ID, mr[0].ID, mr[1].ID}, "reviews created from the first")
+	review.CreatedAfter = mr[1].CreatedAt
+	wantListing(t, s, review, []int64{mr[2].ID, mr[1].ID}, "reviews created from the second")
+	review.CreatedAfter, review.CreatedBefore = mr[0].CreatedAt, mr[1].CreatedAt
+	wantListing(t, s, review, []int64{mr[0].ID}, "reviews created before the second")
+
 	var jobs []store.Job // 0..5 of one payment, 6 of another
 	for i := 0; i < 7; i++ {
 		if i > 0 {

@@ -91,6 +91,14 @@ func ListQuery(p store.ListParams, at func(time.Time) any) (string, []any) {
 		order = byCreated()
 	case store.ByState: // oldest due first, on the (state, next_attempt_at, id) index
 		order = "next_attempt_at, id"
+		if from, _ := p.CreatedRange(); p.State == store.StateManualReview && !from.IsZero() {
+			// A job enters review after it was created, and its
+			// next_attempt_at is that moment (the escalation sets it), so
+			// created_at >= from implies next_attempt_at >= from: a range on
+			// the index where the walk starts, instead of a filter on every
+			// job in review before it.
+			c.add("next_attempt_at >= ?", at(from))
+		}
 		if more {
 			c.add("(next_attempt_at > ? OR (next_attempt_at = ? AND id > ?))", at(cursor.At), at(cursor.At), cursor.ID)
 		}
