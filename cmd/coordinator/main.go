@@ -31,6 +31,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
 
 	"github.com/jobfence/jobfence/internal/cli"
 	"github.com/jobfence/jobfence/server"
@@ -281,49 +282,134 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	if err != nil {
 		return err
 	}
+	co, err := open(ctx, c, c.log.New(stderr))
+	if err != nil || co == nil { // nil: --migrate-only is done
+		return err
+	}
+	return co.serve(ctx)
+}
+
+// coordinator is one coordinator process: its store, the gRPC server on it,
+// and the listeners the flags ask for.
+type coordinator struct {
+	cfg    config
+	log    *slog.Logger
+	store  store.Store
+	server *server.Server
+	grpc   *grpc.Server
+	health *health.Server
+	lis    net.Listener
+	// console, when --console-listen is set.
+	console *consoleServer
+}
+
+// open wires a coordinator from c: the store (migrated), the providers'
+// budgets, the metrics, the credentials, the server and its listeners, all
+// bound before it returns, so that a port in use or a bad certificate fails
+// the start. With --migrate-only it returns nil once the schema is up to
+// date.
+func open(ctx context.Context, c config, log *slog.Logger) (co *coordinator, err error) {
 	providerKeys, err := parseProviderKeys(c.providerKeys)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	budgets, err := parseBudgets(c.budgets)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	log := c.log.New(stderr)
+	authn, creds, httpsTLS, err := security(c)
+	if err != nil {
+		return nil, err
+	}
 	gogc, memLimit := configureGC()
-
 	st, err := openStore(ctx, c, log)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer st.Close()
+	defer func() {
+		if co == nil {
+			st.Close()
+		}
+	}()
 	if c.migrateOnly {
 		log.Info("schema up to date; --migrate-only: not serving")
-		return nil
+		return nil, nil
 	}
 	if err := st.ConfigureBudgets(ctx, budgets); err != nil {
-		return fmt.Errorf("--provider-budget: %w", err)
+		return nil, fmt.Errorf("--provider-budget: %w", err)
 	}
 	for name, b := range budgets {
 		log.Info("provider budget", "provider", name, "rate_per_s", b.Rate, "burst", b.Burst)
 	}
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	if db, ok := st.(interface{ DB() *sql.DB }); ok {
-		reg.MustRegister(collectors.NewDBStatsCollector(db.DB(), "jobfence"))
-	}
-	metrics := server.NewMetrics(reg, st)
-	if c.metricsListen != "" {
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		go serveHTTP("metrics", c.metricsListen, mux, log)
-	}
-
-	authn, creds, consoleTLS, err := security(c)
+	warnExposure(c, authn, log)
+	reg := registry(st)
+	serveDebug(c, reg, log)
+	srv := server.New(st, server.Options{
+		Lease: c.lease, KeyRetention: c.keyRetention, ProviderKeyRetention: providerKeys,
+		ClaimPollInterval: c.claimPoll, WriteFlushers: c.writeFlushers, WriteBatch: c.writeBatch,
+		Auth: authn, Metrics: server.NewMetrics(reg, st), Logger: log,
+	})
+	gs, hs := srv.NewGRPCServer(creds...)
+	lis, err := net.Listen("tcp", c.listen)
 	if err != nil {
-		return err
+		srv.Close()
+		return nil, err
 	}
+	co = &coordinator{cfg: c, log: log, store: st, server: srv, grpc: gs, health: hs, lis: lis}
+	if c.consoleListen != "" {
+		if co.console, err = startConsole(srv, c.consoleListen, httpsTLS, log); err != nil {
+			lis.Close()
+			srv.Close()
+			return nil, err
+		}
+	}
+	log.Info("coordinator serving", "listen", lis.Addr().String(), "lease", c.lease, "key_retention", c.keyRetention,
+		"gogc", gogc, "gomemlimit", memLimit)
+	return co, nil
+}
+
+// serve answers calls until ctx ends (SIGTERM, SIGINT), then stops as a
+// rolling deploy needs, and closes everything.
+func (co *coordinator) serve(ctx context.Context) error {
+	defer co.store.Close()
+	go co.server.WatchDatabase(ctx, co.health, healthInterval)
+	served := make(chan error, 1)
+	go func() { served <- co.grpc.Serve(co.lis) }()
+	select {
+	case err := <-served:
+		co.server.Close()
+		return err
+	case <-ctx.Done():
+	}
+	co.shutdown()
+	return nil
+}
+
+// shutdown is the rolling deploy's stop: take no new calls, let in-flight
+// claims and write-backs finish for up to --shutdown-timeout, then cut what
+// remains. A cut write-back is safe to repeat (R21); a cut claim grants
+// nothing the lease will not recover.
+func (co *coordinator) shutdown() {
+	timeout := co.cfg.shutdownTimeout
+	co.log.Info("shutting down", "timeout", timeout)
+	co.health.Shutdown()
+	co.server.Drain()
+	if co.console != nil {
+		co.console.shutdown(timeout)
+	}
+	done := make(chan struct{})
+	go func() { co.grpc.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(timeout):
+		co.log.Warn("shutdown timeout: cutting remaining calls")
+		co.grpc.Stop()
+	}
+	co.server.Close()
+}
+
+// warnExposure says at start-up, loudly, what the flags leave open.
+func warnExposure(c config, authn *server.Authenticator, log *slog.Logger) {
 	if authn == nil {
 		log.Warn("NO AUTHENTICATION: anyone who can reach " + c.listen + " may enqueue, claim and complete refunds; " +
 			"serving open on loopback only. Set --tokens-file (or --tls-client-ca) before exposing it.")
@@ -340,12 +426,26 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 		log.Warn("the MySQL password is on the command line, where any local user's ps shows it: " +
 			"pass the DSN in JOBFENCE_MYSQL_DSN or --mysql-dsn-file instead")
 	}
+}
 
-	srv := server.New(st, server.Options{
-		Lease: c.lease, KeyRetention: c.keyRetention, ProviderKeyRetention: providerKeys,
-		ClaimPollInterval: c.claimPoll, WriteFlushers: c.writeFlushers, WriteBatch: c.writeBatch,
-		Auth: authn, Metrics: metrics, Logger: log,
-	})
+// registry is the process's Prometheus registry: the Go runtime, the
+// process, and the store's connection pool.
+func registry(st store.Store) *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if db, ok := st.(interface{ DB() *sql.DB }); ok {
+		reg.MustRegister(collectors.NewDBStatsCollector(db.DB(), "jobfence"))
+	}
+	return reg
+}
+
+// serveDebug serves /metrics and pprof when their flags ask for them.
+func serveDebug(c config, reg *prometheus.Registry, log *slog.Logger) {
+	if c.metricsListen != "" {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		go serveHTTP("metrics", c.metricsListen, mux, log)
+	}
 	if c.pprofListen != "" {
 		mux := http.NewServeMux()
 		// No /debug/pprof/cmdline: it would show every flag, a DSN's
@@ -356,49 +456,6 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 		go serveHTTP("pprof", c.pprofListen, mux, log)
 	}
-	gs, health := srv.NewGRPCServer(creds...)
-	go srv.WatchDatabase(ctx, health, healthInterval)
-	lis, err := net.Listen("tcp", c.listen)
-	if err != nil {
-		return err
-	}
-	log.Info("coordinator serving", "listen", lis.Addr().String(), "lease", c.lease, "key_retention", c.keyRetention,
-		"gogc", gogc, "gomemlimit", memLimit)
-
-	served := make(chan error, 1)
-	go func() { served <- gs.Serve(lis) }()
-	var cons *consoleServer
-	if c.consoleListen != "" {
-		if cons, err = startConsole(srv, c.consoleListen, consoleTLS, log); err != nil {
-			gs.Stop()
-			srv.Close()
-			return err
-		}
-	}
-	select {
-	case err := <-served:
-		return err
-	case <-ctx.Done():
-	}
-	// Rolling deploy: stop taking new calls, let in-flight claims and
-	// write-backs finish, then cut what remains. A cut write-back is safe to
-	// repeat (R21); a cut claim grants nothing the lease will not recover.
-	log.Info("shutting down", "timeout", c.shutdownTimeout)
-	health.Shutdown()
-	srv.Drain()
-	if cons != nil {
-		cons.shutdown(c.shutdownTimeout)
-	}
-	done := make(chan struct{})
-	go func() { gs.GracefulStop(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(c.shutdownTimeout):
-		log.Warn("shutdown timeout: cutting remaining calls")
-		gs.Stop()
-	}
-	srv.Close()
-	return nil
 }
 
 func openStore(ctx context.Context, c config, log *slog.Logger) (store.Store, error) {
@@ -425,7 +482,7 @@ func openStore(ctx context.Context, c config, log *slog.Logger) (store.Store, er
 func security(c config) (*server.Authenticator, []grpc.ServerOption, *tls.Config, error) {
 	var authn *server.Authenticator
 	var opts []grpc.ServerOption
-	var consoleTLS *tls.Config
+	var httpsTLS *tls.Config
 	if c.tlsCert != "" {
 		cert, err := tls.LoadX509KeyPair(c.tlsCert, c.tlsKey)
 		if err != nil {
@@ -434,7 +491,7 @@ func security(c config) (*server.Authenticator, []grpc.ServerOption, *tls.Config
 		cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 		// Browsers present no client certificate: the console's people
 		// sign in with their tokens.
-		consoleTLS = cfg.Clone()
+		httpsTLS = cfg.Clone()
 		if c.tlsClientCA != "" {
 			pem, err := os.ReadFile(c.tlsClientCA)
 			if err != nil {
@@ -455,7 +512,7 @@ func security(c config) (*server.Authenticator, []grpc.ServerOption, *tls.Config
 			return nil, nil, nil, fmt.Errorf("--tokens-file: %w", err)
 		}
 	}
-	return authn, opts, consoleTLS, nil
+	return authn, opts, httpsTLS, nil
 }
 
 // serveHTTP serves an operator endpoint (metrics, pprof) on addr.
