@@ -493,10 +493,20 @@ func FuzzReportObservation(f *testing.F) {
 		case resp.Duplicate:
 			c.unchanged(t, before, "a duplicate observation")
 		default:
-			// R15: filed, and the job itself untouched.
+			// R15, R28: filed, and the job itself untouched but for an
+			// expedite's schedule, which its history records.
+			events := before.events
+			if resp.Expedited {
+				events++
+			}
 			if after := c.state(t); after.observations != before.observations+1 || after.jobs != before.jobs ||
-				after.events != before.events {
-				t.Fatalf("a new observation changed more than the observation log: before %+v, after %+v", before, after)
+				after.events != events {
+				t.Fatalf("a new observation (expedited %v) changed more than the observation log: before %+v, after %+v",
+					resp.Expedited, before, after)
+			}
+			if o := resp.Observation.GetOutcome(); resp.Expedited && o != pb.ObservationOutcome_OBSERVATION_OUTCOME_SUCCEEDED &&
+				o != pb.ObservationOutcome_OBSERVATION_OUTCOME_FAILED {
+				t.Fatalf("a receipt with outcome %s expedited its job; only success and failure may (R28)", o)
 			}
 		}
 	})

@@ -261,7 +261,7 @@ func (s *Server) ReportObservation(ctx context.Context, req *pb.ReportObservatio
 			slog.Int64("attempt", obs.ReportedAttempt), slog.Int64("job_attempt", obs.JobAttempt),
 			slog.String("source", obs.Source), slog.String("outcome", string(obs.Outcome)))
 	}
-	return &pb.ReportObservationResponse{Observation: observationToProto(obs), Duplicate: dup}, nil
+	return &pb.ReportObservationResponse{Observation: observationToProto(obs), Duplicate: dup, Expedited: obs.Expedited}, nil
 }
 
 // GetJob implements jobfence.v1.Coordinator.

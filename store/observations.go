@@ -24,6 +24,22 @@ const (
 	MaxObservationsPerJob = 1000
 )
 
+// Expedites reports whether a new receipt with outcome o moves a ready job
+// forward (R28): success or failure says the refund exists or failed, which
+// a reconcile can confirm now. Pending says nothing new (R4) and not found
+// proves nothing (R14): those wait for the job's own schedule.
+func (o Outcome) Expedites() bool { return o == OutcomeSucceeded || o == OutcomeFailed }
+
+// ExpediteEvent is the history entry of receipt o having moved job, read as
+// the move left it (ready, due by its updated_at, next action reconcile):
+// under the job's current attempt, named after the receipt's source, with no
+// grant, at the database time of the move (R28).
+func (o Observation) ExpediteEvent(job Job) Event {
+	return Event{JobID: job.ID, Attempt: job.Attempt, Kind: EventExpedited, WorkerID: o.Source,
+		FromState: job.State, ToState: job.State, NextAction: job.NextAction,
+		Reason: fmt.Sprintf("receipt %d from %s: %s", o.ID, o.Source, o.Outcome), CreatedAt: job.UpdatedAt}
+}
+
 // Validate reports what is wrong with a read of a job.
 func (p GetParams) Validate() error {
 	var v violations

@@ -54,6 +54,10 @@ const (
 	EventRescheduled EventKind = "rescheduled"
 	EventEscalated   EventKind = "escalated"
 	EventResolved    EventKind = "resolved" // an operator closed a manual review
+	// EventExpedited: a receipt of success or failure made a ready job due
+	// now, to reconcile (R28). The job stays ready under its attempt; no
+	// grant is made or carried.
+	EventExpedited EventKind = "expedited"
 )
 
 // Resolution is an operator's decision on a job in manual_review.
@@ -142,6 +146,11 @@ type Observation struct {
 	// AttemptVerified is true when the report carried the lease token of the
 	// grant of ReportedAttempt: the reporter really held that attempt.
 	AttemptVerified bool
+	// Expedited is set in Observe's answer when filing this receipt moved
+	// its job: the job was ready and is now due with next action reconcile
+	// (R28). It is not stored: false on a duplicate, and in every read of
+	// the log.
+	Expedited bool
 }
 
 // JobDetail is a job with its history and observations, oldest first.
@@ -327,10 +336,32 @@ type Store interface {
 	// coalesce concurrent write-backs into one COMMIT.
 	WriteMany(ctx context.Context, ws []Writeback) []WriteOutcome
 
-	// Observe files a receipt without touching the job (R15). duplicate is true
-	// when the same receipt was on file. Errors: *ValidationError, ErrNotFound,
-	// ErrObservationLimit (the job has MaxObservationsPerJob on file).
+	// Observe files a receipt (R15). duplicate is true when the same receipt
+	// was on file; nothing was added. A new receipt of success or failure
+	// for a ready job makes the job due now with next action reconcile, in
+	// the same transaction, and records an EventExpedited in its history
+	// (obs.Expedited, R28); the job's state, attempt, lease and grant never
+	// change, and jobs in any other state are not touched. Errors:
+	// *ValidationError, ErrNotFound, ErrObservationLimit (the job has
+	// MaxObservationsPerJob on file), ErrWriteOutcomeUnknown (the COMMIT was
+	// cut off; filing again is safe, it is deduplicated), ErrUnavailable.
 	Observe(ctx context.Context, p ObservationParams) (obs Observation, duplicate bool, err error)
+
+	// KeepUnmatched files e in the unmatched log (R28): a verified provider
+	// event that names no job is kept, never dropped. The same provider and
+	// provider event id again is a duplicate: nothing is added, and the
+	// event on file is returned with duplicate true. ID and ReceivedAt (the
+	// database's clock) are set by the store. Errors: *ValidationError
+	// (fields provider, provider_event_id, event_type, provider_refund_id,
+	// operation_key, outcome, detail), ErrWriteOutcomeUnknown (the COMMIT
+	// was cut off; keeping it again is safe, it is deduplicated),
+	// ErrUnavailable.
+	KeepUnmatched(ctx context.Context, e UnmatchedEvent) (kept UnmatchedEvent, duplicate bool, err error)
+
+	// Unmatched returns the newest limit events of the unmatched log, newest
+	// first, and how many it keeps in all, read at one moment. Errors:
+	// *ValidationError (limit outside 1..MaxOverviewLimit), ErrUnavailable.
+	Unmatched(ctx context.Context, limit int) (events []UnmatchedEvent, total int64, err error)
 
 	// Get returns a job with its history, a page of its observations, its
 	// ledger row and the database's time, read at one moment. Errors:

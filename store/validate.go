@@ -122,11 +122,7 @@ func (p ObservationParams) Validate() error {
 		v.add("lease_token", "must come with the attempt it was granted with")
 	}
 	v.text("source", p.Source, 1, MaxKeyLen)
-	switch p.Outcome {
-	case OutcomeSucceeded, OutcomePending, OutcomeFailed, OutcomeNotFound:
-	default:
-		v.add("outcome", "must be one of succeeded, pending, failed, not_found, got %s", echo(string(p.Outcome)))
-	}
+	v.outcome("outcome", p.Outcome)
 	v.text("provider_refund_id", p.ProviderRefundID, 0, MaxRefIDLen)
 	v.text("provider_event_id", p.ProviderEventID, 0, MaxRefIDLen)
 	v.multiline("detail", p.Detail, MaxDetailLen)
@@ -169,6 +165,15 @@ func (v *violations) ref(r JobRef) {
 		v.add("job_id", "job_id or operation_key is required")
 	case r.ID == 0:
 		v.printable("operation_key", r.OperationKey)
+	}
+}
+
+// outcome checks an observation's outcome: one of the four.
+func (v *violations) outcome(field string, o Outcome) {
+	switch o {
+	case OutcomeSucceeded, OutcomePending, OutcomeFailed, OutcomeNotFound:
+	default:
+		v.add(field, "must be one of succeeded, pending, failed, not_found, got %s", echo(string(o)))
 	}
 }
 

@@ -38,12 +38,13 @@ func wantListing(t *testing.T, s store.Store, p store.ListParams, want []int64, 
 	}
 }
 
-// receipt files a receipt naming refundID for job.
+// receipt files a receipt naming refundID for job: pending, so that a
+// parked job stays parked (R28 expedites on success or failure only).
 func receipt(t *testing.T, s store.Store, job int64, refundID string) {
 	t.Helper()
 	n := keySeq.Add(1)
 	if _, _, err := s.Observe(ctxFor(t), store.ObservationParams{Job: store.JobRef{ID: job}, Source: "webhook",
-		Outcome: store.OutcomeSucceeded, ProviderRefundID: refundID, ProviderEventID: fmt.Sprintf("evt_%d", n)}); err != nil {
+		Outcome: store.OutcomePending, ProviderRefundID: refundID, ProviderEventID: fmt.Sprintf("evt_%d", n)}); err != nil {
 		t.Fatalf("receipt for job %d: %v", job, err)
 	}
 }

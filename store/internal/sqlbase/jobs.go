@@ -24,6 +24,19 @@ const (
    provider_refund_id, provider_event_id, detail, dedupe_key, created_at, attempt_verified)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, %s, ?)`
 	selectObservationByID = `SELECT ` + ObservationColumns + ` FROM refund_observations WHERE id = ?`
+
+	// expediteJob makes a ready job due now, to reconcile (R28), and
+	// matches no row when that would change nothing: a job already due to
+	// reconcile, or one that is not ready. A job due earlier keeps its
+	// next_attempt_at, and so its place in the claim order (Q1, R23), rather
+	// than queueing behind jobs due after it. It never touches state,
+	// attempt, lease or grant. The equality on id keeps it on the primary key
+	// in every backend, so it locks that one row and no index range. %[1]s:
+	// the database's now (R12), one value for the whole statement.
+	expediteJob = `UPDATE refund_jobs
+   SET next_attempt_at = CASE WHEN next_attempt_at > %[1]s THEN %[1]s ELSE next_attempt_at END,
+       next_action = 'reconcile', updated_at = %[1]s
+ WHERE id = ? AND state = 'ready' AND (next_attempt_at > %[1]s OR next_action <> 'reconcile')`
 )
 
 // JobByRef reads one job by id or, when the id is zero, by operation key.
@@ -88,9 +101,9 @@ func ledgerEntry(ctx context.Context, tx Tx, jobID int64) (*store.LedgerEntry, e
 	return &e, nil
 }
 
-// Observe implements store.Store. It reads the job only to name it; the job
-// row is never written (R15). The read and the insert share one transaction,
-// so job_attempt is the attempt the job had when the receipt was filed.
+// Observe implements store.Store. It reads the job to name it; the insert,
+// and the expedite a new receipt of success or failure makes (R28), share
+// one transaction with that read.
 func (b *Backend) Observe(ctx context.Context, p store.ObservationParams) (store.Observation, bool, error) {
 	if err := p.Validate(); err != nil {
 		return store.Observation{}, false, err
@@ -115,8 +128,9 @@ func (b *Backend) Observe(ctx context.Context, p store.ObservationParams) (store
 
 // observeTx files p in tx: a repeat answers the receipt on file
 // (duplicate), a job with store.MaxObservationsPerJob on file refuses a new
-// one, and the receipt is marked verified when it carries the grant of the
-// attempt it names (R25).
+// one, the receipt is marked verified when it carries the grant of the
+// attempt it names (R25), and a new one of success or failure expedites its
+// job (R28).
 func (b *Backend) observeTx(ctx context.Context, tx Tx, p store.ObservationParams) (store.Observation, bool, error) {
 	job, err := JobByRef(ctx, tx, p.Job)
 	if err != nil {
@@ -146,7 +160,57 @@ func (b *Backend) observeTx(ctx context.Context, tx Tx, p store.ObservationParam
 		return store.Observation{}, false, err
 	}
 	obs, err := ScanObservation(tx.QueryRowContext(ctx, selectObservationByID, id))
+	if err != nil || !obs.Outcome.Expedites() {
+		return obs, false, err
+	}
+	obs.Expedited, err = b.expedite(ctx, tx, obs)
 	return obs, false, err
+}
+
+// expedite makes obs's job due now with next action reconcile when it is
+// ready (expediteJob), and records the move in its history
+// (store.Observation.ExpediteEvent), in the receipt's transaction (R28). It
+// reports whether the job moved.
+//
+// Receipts move work forward, never state: a worker's fenced write is what
+// closes the job. Reconcile even when the job was to send its refund: the
+// provider says the refund exists or failed, and a blind resend could refund
+// twice once the idempotency window has passed (R14); a reconcile is always
+// safe.
+//
+// Locking: the job was read without a lock (JobByRef), and the receipt's
+// insert locks only its own row of refund_observations; expediteJob takes the
+// job's row lock, by primary key, last, and re-checks state = 'ready' on the
+// row as committed then, never on that earlier read. A claim locks due rows
+// FOR UPDATE SKIP LOCKED (or, in the embedded store, holds the only write
+// lock): if it holds the row first, expediteJob waits for its COMMIT, then
+// finds the job running and matches nothing; if expediteJob holds it first,
+// the claim skips the row, or (a job not yet due) does not see it in the due
+// range, and takes it, due now, in a later transaction after this one
+// commits. So a claim never hands out a job that a receipt then changes, and
+// the history stays in order: a claim that takes the job after this COMMIT
+// reads its cutoff after this statement read the clock, this event's time.
+// No transaction holds
+// a job's row lock while it waits for a lock of refund_observations, so this
+// adds no lock cycle; a deadlock would roll everything back and run again
+// whole (InTx, R20).
+func (b *Backend) expedite(ctx context.Context, tx Tx, obs store.Observation) (bool, error) {
+	res, err := tx.ExecContext(ctx, fmt.Sprintf(expediteJob, b.SQL.NowExpr), obs.JobID)
+	if err != nil {
+		return false, err
+	}
+	// Matched rows (clientFoundRows on MySQL) are changed rows here: the
+	// statement matches no row it would leave as it was.
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		return false, err
+	}
+	// Read back under the row lock: the attempt and time of the move as
+	// the row holds them, not as the unlocked read saw them.
+	job, err := JobByRef(ctx, tx, store.JobRef{ID: obs.JobID})
+	if err != nil {
+		return false, err
+	}
+	return true, InsertHistory(ctx, tx, []store.Event{obs.ExpediteEvent(job)}, b.At)
 }
 
 // ExpireLease ends a running job's lease now, by the database clock: a

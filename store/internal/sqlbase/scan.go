@@ -15,6 +15,8 @@ const (
   provider_refund_id, reason, created_at, lease_token_hash`
 	ObservationColumns = `id, job_id, operation_key, reported_attempt, job_attempt, source, outcome,
   provider_refund_id, provider_event_id, detail, created_at, attempt_verified`
+	UnmatchedColumns = `id, provider, provider_event_id, event_type, provider_refund_id, operation_key, outcome,
+  detail, received_at`
 )
 
 // ScanJob reads a row of JobColumns. Times scan through Time, so the one
@@ -43,4 +45,12 @@ func ScanObservation(row Scanner) (store.Observation, error) {
 	err := row.Scan(&o.ID, &o.JobID, &o.OperationKey, &o.ReportedAttempt, &o.JobAttempt, &o.Source, &o.Outcome,
 		&o.ProviderRefundID, &o.ProviderEventID, &o.Detail, Time{&o.CreatedAt}, &o.AttemptVerified)
 	return o, err
+}
+
+// ScanUnmatched reads a row of UnmatchedColumns.
+func ScanUnmatched(row Scanner) (store.UnmatchedEvent, error) {
+	var e store.UnmatchedEvent
+	err := row.Scan(&e.ID, &e.Provider, &e.ProviderEventID, &e.EventType, &e.ProviderRefundID, &e.OperationKey,
+		&e.Outcome, &e.Detail, Time{&e.ReceivedAt})
+	return e, err
 }
