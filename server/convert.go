@@ -111,6 +111,20 @@ func staleRejectionToProto(r staleRejection) *pb.StaleRejection {
 	}
 }
 
+func unmatchedToProto(e store.UnmatchedEvent) *pb.UnmatchedEvent {
+	return &pb.UnmatchedEvent{
+		Id:               e.ID,
+		Provider:         e.Provider,
+		ProviderEventId:  e.ProviderEventID,
+		EventType:        e.EventType,
+		ProviderRefundId: e.ProviderRefundID,
+		OperationKey:     e.OperationKey,
+		Outcome:          outcomeToProto(e.Outcome),
+		Detail:           e.Detail,
+		ReceivedAt:       timeToProto(e.ReceivedAt),
+	}
+}
+
 func budgetToProto(b store.BudgetLevel) *pb.ProviderBudget {
 	return &pb.ProviderBudget{Provider: b.Provider, RatePerSecond: b.Rate, Burst: b.Burst, Available: b.Available}
 }

@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/jobfence/jobfence/gen/jobfence/v1"
 	"github.com/jobfence/jobfence/server"
@@ -58,6 +60,110 @@ func TestFloodedJobStaysDeliverable(t *testing.T) {
 			ObservationsPageSize: 500, ObservationsPageToken: got.NextObservationsPageToken})
 		if err != nil || len(next.Observations) != 500 || next.Observations[0].Id <= got.Observations[99].Id {
 			t.Fatalf("GetJob's second page = %d receipts, %v", len(next.GetObservations()), err)
+		}
+	})
+}
+
+// R28 over gRPC: a receipt of success for a job waiting in ready says it
+// expedited the job, which GetJob then shows due to reconcile, its history
+// ending in an expedited event under the unchanged attempt; a redelivery and
+// a pending receipt say nothing moved.
+func TestReportObservationSaysExpedited_R28(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, c *coordinator) {
+		ctx := ctxFor(t)
+		st, err := c.store.Stats(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := refundReq()
+		req.NotBefore = timestamppb.New(st.Now.Add(time.Hour)) // waiting, as a rescheduled job does (R12: the database's clock)
+		enq, err := c.client.EnqueueRefund(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		report := func(outcome pb.ObservationOutcome, eventID string) *pb.ReportObservationResponse {
+			t.Helper()
+			resp, err := c.client.ReportObservation(ctx, &pb.ReportObservationRequest{
+				Job: &pb.ReportObservationRequest_JobId{JobId: enq.Job.Id}, Source: "webhook:stripe",
+				Outcome: outcome, ProviderRefundId: "re_hook", ProviderEventId: eventID})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return resp
+		}
+		if resp := report(pb.ObservationOutcome_OBSERVATION_OUTCOME_PENDING, "evt_pending"); resp.Expedited || resp.Duplicate {
+			t.Fatalf("a pending receipt = %v, want filed and not expedited", resp)
+		}
+		hook := report(pb.ObservationOutcome_OBSERVATION_OUTCOME_SUCCEEDED, "evt_succeeded")
+		if !hook.Expedited || hook.Duplicate {
+			t.Fatalf("a receipt of success for a waiting job = %v, want expedited", hook)
+		}
+		if again := report(pb.ObservationOutcome_OBSERVATION_OUTCOME_SUCCEEDED, "evt_succeeded"); again.Expedited ||
+			!again.Duplicate {
+			t.Fatalf("its redelivery = %v, want a duplicate that moved nothing", again)
+		}
+
+		got, err := c.client.GetJob(ctx, &pb.GetJobRequest{Job: &pb.GetJobRequest_JobId{JobId: enq.Job.Id}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		j := got.Job
+		if j.State != pb.JobState_JOB_STATE_READY || j.Attempt != 0 || j.NextAction != pb.NextAction_NEXT_ACTION_RECONCILE ||
+			j.NextAttemptAt.AsTime().After(got.Now.AsTime()) || j.LeaseUntil != nil {
+			t.Fatalf("job after the receipt = %v (now %v), want ready, attempt 0, due to reconcile", j, got.Now)
+		}
+		ev := got.Events[len(got.Events)-1]
+		if len(got.Events) != 2 || ev.Kind != "expedited" || ev.Attempt != 0 || ev.WorkerId != "webhook:stripe" ||
+			ev.FromState != pb.JobState_JOB_STATE_READY || ev.ToState != pb.JobState_JOB_STATE_READY ||
+			ev.NextAction != pb.NextAction_NEXT_ACTION_RECONCILE ||
+			ev.Reason != fmt.Sprintf("receipt %d from webhook:stripe: succeeded", hook.Observation.Id) {
+			t.Fatalf("history = %v, want enqueued then the receipt's expedited event", got.Events)
+		}
+		claimed := c.claimOne(t, "w", enq.Job.Id)
+		if claimed.NextAction != pb.NextAction_NEXT_ACTION_RECONCILE || claimed.Takeover {
+			t.Fatalf("claim after the receipt = %v, want a first claim that reconciles (R14)", claimed)
+		}
+	})
+}
+
+// R28 over gRPC: GetOverview counts the unmatched log and lists its newest
+// events, newest first, every field as kept; the limit bounds the list, not
+// the count.
+func TestGetOverviewShowsUnmatchedEvents_R28(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, c *coordinator) {
+		ctx := ctxFor(t)
+		empty, err := c.client.GetOverview(ctx, &pb.GetOverviewRequest{})
+		if err != nil || empty.UnmatchedEvents != 0 || len(empty.RecentUnmatched) != 0 {
+			t.Fatalf("overview of an empty log = %v, %v", empty, err)
+		}
+		var kept []store.UnmatchedEvent
+		for i, outcome := range []store.Outcome{store.OutcomeSucceeded, store.OutcomeFailed, store.OutcomeNotFound} {
+			e, dup, err := c.store.KeepUnmatched(ctx, store.UnmatchedEvent{Provider: "stripe",
+				ProviderEventID: fmt.Sprintf("evt_%d", i), EventType: "refund.updated",
+				ProviderRefundID: fmt.Sprintf("re_%d", i), OperationKey: fmt.Sprintf("op-gone-%d", i), Outcome: outcome,
+				Detail: "status: " + string(outcome) + "\nno job"})
+			if err != nil || dup {
+				t.Fatalf("KeepUnmatched %d = dup %v, %v", i, dup, err)
+			}
+			kept = append(kept, e)
+		}
+		got, err := c.client.GetOverview(ctx, &pb.GetOverviewRequest{Limit: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.UnmatchedEvents != 3 || len(got.RecentUnmatched) != 2 {
+			t.Fatalf("unmatched = %d, %d listed; want 3, the newest 2", got.UnmatchedEvents, len(got.RecentUnmatched))
+		}
+		newest := kept[2]
+		want := &pb.UnmatchedEvent{Id: newest.ID, Provider: "stripe", ProviderEventId: "evt_2", EventType: "refund.updated",
+			ProviderRefundId: "re_2", OperationKey: "op-gone-2", Outcome: pb.ObservationOutcome_OBSERVATION_OUTCOME_NOT_FOUND,
+			Detail: "status: not_found\nno job", ReceivedAt: timestamppb.New(newest.ReceivedAt)}
+		if !proto.Equal(got.RecentUnmatched[0], want) || got.RecentUnmatched[1].Id != kept[1].ID ||
+			got.RecentUnmatched[1].Outcome != pb.ObservationOutcome_OBSERVATION_OUTCOME_FAILED {
+			t.Fatalf("recent unmatched = %v, want %v first, then event %d", got.RecentUnmatched, want, kept[1].ID)
+		}
+		if r := got.RecentUnmatched[0].ReceivedAt.AsTime(); r.After(got.Now.AsTime()) || r.Before(got.Now.AsTime().Add(-time.Minute)) {
+			t.Fatalf("received at %v, the database's now %v", r, got.Now.AsTime())
 		}
 	})
 }

@@ -330,7 +330,8 @@ func (s *Server) WhoAmI(ctx context.Context, _ *pb.WhoAmIRequest) (*pb.WhoAmIRes
 // each part read from an index or a bounded window (Q3): the queue's counts
 // and oldest unfinished job (Store.Stats), the reviews waiting longest (the
 // listing of manual_review, oldest first), the takeovers among the newest
-// transitions, every provider's budget, and this coordinator's own stale
+// transitions, every provider's budget, the newest provider events that
+// matched no job (the unmatched log, R28) and this coordinator's own stale
 // rejections. The parts are read one after another, not at one moment.
 func (s *Server) GetOverview(ctx context.Context, req *pb.GetOverviewRequest) (*pb.GetOverviewResponse, error) {
 	limit, err := overviewLimitFromProto(req)
@@ -353,6 +354,10 @@ func (s *Server) GetOverview(ctx context.Context, req *pb.GetOverviewRequest) (*
 	if err != nil {
 		return nil, s.toStatus(ctx, err, jobAttrs{})
 	}
+	unmatched, unmatchedTotal, err := s.store.Unmatched(ctx, limit)
+	if err != nil {
+		return nil, s.toStatus(ctx, err, jobAttrs{})
+	}
 	stale, staleTotal := s.stale.recent(limit)
 	resp := &pb.GetOverviewResponse{
 		Now:                       timeToProto(stats.Now),
@@ -363,6 +368,7 @@ func (s *Server) GetOverview(ctx context.Context, req *pb.GetOverviewRequest) (*
 		TakeoversWindow:           store.TakeoverWindow,
 		StaleRejectionsSinceStart: staleTotal,
 		CoordinatorStartedAt:      timeToProto(s.stale.started),
+		UnmatchedEvents:           unmatchedTotal,
 	}
 	for _, j := range reviews.Jobs {
 		resp.OldestReviews = append(resp.OldestReviews, jobToProto(j))
@@ -375,6 +381,9 @@ func (s *Server) GetOverview(ctx context.Context, req *pb.GetOverviewRequest) (*
 	}
 	for _, b := range budgets {
 		resp.Budgets = append(resp.Budgets, budgetToProto(b))
+	}
+	for _, e := range unmatched {
+		resp.RecentUnmatched = append(resp.RecentUnmatched, unmatchedToProto(e))
 	}
 	return resp, nil
 }
