@@ -38,6 +38,7 @@ import (
 	"github.com/jobfence/jobfence/store"
 	"github.com/jobfence/jobfence/store/mysql"
 	"github.com/jobfence/jobfence/store/sqlite"
+	"github.com/jobfence/jobfence/webhook"
 )
 
 func main() {
@@ -96,6 +97,9 @@ type config struct {
 	pprofListen     string
 	metricsListen   string
 	consoleListen   string
+	webhookListen   string
+	webhookSecrets  string
+	webhookTol      time.Duration
 	tokensFile      string
 	tlsCert         string
 	tlsKey          string
@@ -155,6 +159,15 @@ func parseFlags(args []string, stderr *os.File) (config, error) {
 		"serve the operator console (web pages for the manual-review queue, docs/CONSOLE.md) on this address, e.g. "+
 			"127.0.0.1:8080; people sign in with their own operator or reader token, so it needs --tokens-file; TLS "+
 			"with --tls-cert as for --listen, which it requires beyond loopback unless --allow-plaintext; off when empty")
+	fs.StringVar(&c.webhookListen, "webhook-listen", "",
+		"receive payment providers' signed webhooks at POST /webhooks/{provider} on this address, e.g. 0.0.0.0:8443: the one "+
+			"port providers must reach, serving nothing else (docs/DEPLOY.md); needs --webhook-secrets-file; TLS with "+
+			"--tls-cert, which it needs beyond loopback unless --allow-plaintext; off when empty")
+	fs.StringVar(&c.webhookSecrets, "webhook-secrets-file", "",
+		"webhook signing secrets, one per line: <provider> stripe <secret> (two lines for a provider while rotating); "+
+			"keep it readable by the coordinator alone")
+	fs.DurationVar(&c.webhookTol, "webhook-tolerance", webhook.DefaultTolerance,
+		"how far a webhook signature's timestamp may be from now, either way (older: a replay; newer: a forgery); 1s..1h")
 	fs.StringVar(&c.pprofListen, "pprof-listen", "",
 		"serve net/http/pprof on this loopback address (e.g. 127.0.0.1:6060) for profiling; off when empty")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 15*time.Second,
@@ -186,7 +199,7 @@ func parseFlags(args []string, stderr *os.File) (config, error) {
 		}
 	}
 	for name, addr := range map[string]string{"listen": c.listen, "metrics-listen": c.metricsListen,
-		"pprof-listen": c.pprofListen, "console-listen": c.consoleListen} {
+		"pprof-listen": c.pprofListen, "console-listen": c.consoleListen, "webhook-listen": c.webhookListen} {
 		if addr == "" && name != "listen" {
 			continue
 		}
@@ -234,6 +247,18 @@ func parseFlags(args []string, stderr *os.File) (config, error) {
 		return c, fmt.Errorf("--console-listen %s is not a loopback address and there is no --tls-cert: "+
 			"sign-in tokens and session cookies would cross the network in clear. Serve TLS (--tls-cert, --tls-key), "+
 			"or set --allow-plaintext when a TLS-terminating proxy on this host carries the traffic", c.consoleListen)
+	}
+	if (c.webhookListen == "") != (c.webhookSecrets == "") {
+		return c, errors.New("--webhook-listen and --webhook-secrets-file go together: a webhook is stored only " +
+			"when its signature checks against its provider's secret")
+	}
+	if c.webhookListen != "" && c.tlsCert == "" && !cli.IsLoopback(c.webhookListen) && !c.allowPlaintext {
+		return c, fmt.Errorf("--webhook-listen %s is not a loopback address and there is no --tls-cert: providers "+
+			"deliver webhooks over HTTPS. Serve TLS (--tls-cert, --tls-key), or set --allow-plaintext when a "+
+			"TLS-terminating proxy on this host carries the traffic", c.webhookListen)
+	}
+	if c.webhookTol < time.Second || c.webhookTol > time.Hour {
+		return c, fmt.Errorf("--webhook-tolerance must be between 1s and 1h, got %s", c.webhookTol)
 	}
 	if c.pprofListen != "" && !cli.IsLoopback(c.pprofListen) {
 		return c, fmt.Errorf("--pprof-listen %s is not a loopback address: pprof has no authentication and shows the "+
@@ -299,8 +324,10 @@ type coordinator struct {
 	grpc   *grpc.Server
 	health *health.Server
 	lis    net.Listener
-	// console, when --console-listen is set.
-	console *consoleServer
+	// console and webhooks, when --console-listen and --webhook-listen are
+	// set.
+	console  *consoleServer
+	webhooks *webhookServer
 }
 
 // open wires a coordinator from c: the store (migrated), the providers'
@@ -320,6 +347,12 @@ func open(ctx context.Context, c config, log *slog.Logger) (co *coordinator, err
 	authn, creds, httpsTLS, err := security(c)
 	if err != nil {
 		return nil, err
+	}
+	var providers map[string]*webhook.Provider
+	if c.webhookSecrets != "" {
+		if providers, err = webhook.LoadSecrets(c.webhookSecrets, c.webhookTol); err != nil {
+			return nil, fmt.Errorf("--webhook-secrets-file: %w", err)
+		}
 	}
 	gogc, memLimit := configureGC()
 	st, err := openStore(ctx, c, log)
@@ -363,6 +396,16 @@ func open(ctx context.Context, c config, log *slog.Logger) (co *coordinator, err
 			return nil, err
 		}
 	}
+	if c.webhookListen != "" {
+		if co.webhooks, err = startWebhooks(st, providers, c.webhookListen, httpsTLS, reg, log); err != nil {
+			lis.Close()
+			if co.console != nil {
+				co.console.shutdown(0)
+			}
+			srv.Close()
+			return nil, fmt.Errorf("--webhook-listen: %w", err)
+		}
+	}
 	log.Info("coordinator serving", "listen", lis.Addr().String(), "lease", c.lease, "key_retention", c.keyRetention,
 		"gogc", gogc, "gomemlimit", memLimit)
 	return co, nil
@@ -396,6 +439,9 @@ func (co *coordinator) shutdown() {
 	co.server.Drain()
 	if co.console != nil {
 		co.console.shutdown(timeout)
+	}
+	if co.webhooks != nil {
+		co.webhooks.shutdown(timeout)
 	}
 	done := make(chan struct{})
 	go func() { co.grpc.GracefulStop(); close(done) }()
