@@ -31,7 +31,7 @@ const (
 func (o Outcome) Expedites() bool { return o == OutcomeSucceeded || o == OutcomeFailed }
 
 // ExpediteEvent is the history entry of receipt o having moved job, read as
-// the move left it (ready, due by its updated_at, next action reconcile):
+// the move left it (ready, due at its updated_at, next action reconcile):
 // under the job's current attempt, named after the receipt's source, with no
 // grant, at the database time of the move (R28).
 func (o Observation) ExpediteEvent(job Job) Event {

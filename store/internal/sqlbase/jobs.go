@@ -27,15 +27,13 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, %s, ?)`
 
 	// expediteJob makes a ready job due now, to reconcile (R28), and
 	// matches no row when that would change nothing: a job already due to
-	// reconcile, or one that is not ready. A job due earlier keeps its
-	// next_attempt_at, and so its place in the claim order (Q1, R23), rather
-	// than queueing behind jobs due after it. It never touches state,
-	// attempt, lease or grant. The equality on id keeps it on the primary key
-	// in every backend, so it locks that one row and no index range. %[1]s:
-	// the database's now (R12), one value for the whole statement.
-	expediteJob = `UPDATE refund_jobs
-   SET next_attempt_at = CASE WHEN next_attempt_at > %[1]s THEN %[1]s ELSE next_attempt_at END,
-       next_action = 'reconcile', updated_at = %[1]s
+	// reconcile, or one that is not ready. It never touches state, attempt,
+	// lease or grant. A job that was due earlier is due from now on too:
+	// that is what keeps a claim with an earlier cutoff from taking it (see
+	// expedite). The equality on id keeps it on the primary key in every
+	// backend, so it locks that one row and no index range. %[1]s: the
+	// database's now (R12), one value for the whole statement.
+	expediteJob = `UPDATE refund_jobs SET next_attempt_at = %[1]s, next_action = 'reconcile', updated_at = %[1]s
  WHERE id = ? AND state = 'ready' AND (next_attempt_at > %[1]s OR next_action <> 'reconcile')`
 )
 
@@ -187,10 +185,11 @@ func (b *Backend) observeTx(ctx context.Context, tx Tx, p store.ObservationParam
 // finds the job running and matches nothing; if expediteJob holds it first,
 // the claim skips the row, or (a job not yet due) does not see it in the due
 // range, and takes it, due now, in a later transaction after this one
-// commits. So a claim never hands out a job that a receipt then changes, and
-// the history stays in order: a claim that takes the job after this COMMIT
-// reads its cutoff after this statement read the clock, this event's time.
-// No transaction holds
+// commits. A claim whose cutoff is earlier than this statement's now cannot
+// take the job even after this COMMIT: its locking read sees next_attempt_at
+// after its cutoff. So a claim never hands out a job that a receipt then
+// changes, and the history stays in order: a claim of the job after this
+// event is at or after this event's time. No transaction holds
 // a job's row lock while it waits for a lock of refund_observations, so this
 // adds no lock cycle; a deadlock would roll everything back and run again
 // whole (InTx, R20).
