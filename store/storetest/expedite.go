@@ -1,0 +1,253 @@
+package storetest
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jobfence/jobfence/store"
+)
+
+// observe files p and requires it new, expedited or not as want says.
+func observe(t *testing.T, s store.Store, p store.ObservationParams, expedited bool) store.Observation {
+	t.Helper()
+	o, dup, err := s.Observe(ctxFor(t), p)
+	if err != nil || dup || o.Expedited != expedited {
+		t.Fatalf("Observe(%s %s) = %+v dup %v, %v; want new, expedited %v", p.Source, p.Outcome, o, dup, err, expedited)
+	}
+	return o
+}
+
+// wantExpedited requires job id, which was before, moved by receipt o only
+// in what an expedite moves (R28): due at the database time of the move,
+// next action reconcile, updated then; state, attempt, lease, grant, holder
+// and reason as they were. Its history ends in o's expedited event under the
+// unchanged attempt, without a grant. It returns the job as it is now.
+func wantExpedited(t *testing.T, s store.Store, before store.Job, o store.Observation) store.Job {
+	t.Helper()
+	d := get(t, s, before.ID)
+	j := d.Job
+	if j.NextAction != store.ActionReconcile || j.NextAttemptAt.After(d.Now) || !j.NextAttemptAt.Equal(j.UpdatedAt) ||
+		j.UpdatedAt.Before(o.CreatedAt) {
+		t.Fatalf("expedited job = %+v (now %v, receipt filed %v), want due now to reconcile", j, d.Now, o.CreatedAt)
+	}
+	moved := before
+	moved.NextAction, moved.NextAttemptAt, moved.UpdatedAt = j.NextAction, j.NextAttemptAt, j.UpdatedAt
+	if j != moved {
+		t.Fatalf("an expedite changed more than the schedule:\n before %+v\n after  %+v", before, j)
+	}
+	ev := d.Events[len(d.Events)-1]
+	want := store.Event{ID: ev.ID, JobID: j.ID, Attempt: before.Attempt, Kind: store.EventExpedited, WorkerID: o.Source,
+		FromState: store.StateReady, ToState: store.StateReady, NextAction: store.ActionReconcile,
+		Reason: fmt.Sprintf("receipt %d from %s: %s", o.ID, o.Source, o.Outcome), CreatedAt: j.UpdatedAt}
+	if ev != want || countKind(d.Events, store.EventExpedited) != 1 {
+		t.Fatalf("history %+v\nwant it to end, once, in %+v", d.Events, want)
+	}
+	return j
+}
+
+// testReceiptExpeditesReadyJob_R28: a new receipt of success or failure for
+// a ready job makes it due now with next action reconcile, even one that
+// was to send its refund (R14: the provider says the refund exists or
+// failed; a reconcile is always safe), with an expedited event in its
+// history; its state, attempt, lease and grant stay. A redelivery, or a
+// receipt for a job already due to reconcile, moves nothing.
+func testReceiptExpeditesReadyJob_R28(t *testing.T, s store.Store) {
+	// Waiting an hour to send its refund.
+	waiting := get(t, s, parked(t, s, refund(t)).ID).Job
+	hook := store.ObservationParams{Job: store.JobRef{ID: waiting.ID}, Source: "webhook:stripe",
+		Outcome: store.OutcomeSucceeded, ProviderRefundID: "re_hook", ProviderEventID: "evt_succeeded"}
+	o := observe(t, s, hook, true)
+	moved := wantExpedited(t, s, waiting, o)
+
+	hook.Detail = "redelivered"
+	if again, dup, err := s.Observe(ctxFor(t), hook); err != nil || !dup || again.ID != o.ID || again.Expedited {
+		t.Fatalf("redelivery = %+v dup %v, %v; want the receipt on file, not expedited", again, dup, err)
+	}
+	failed := hook
+	failed.Outcome, failed.ProviderEventID = store.OutcomeFailed, "evt_failed"
+	observe(t, s, failed, false) // already due to reconcile: nothing to move
+	if d := get(t, s, waiting.ID); d.Job != moved || len(d.Events) != 2 {
+		t.Fatalf("after a redelivery and a receipt for a job due to reconcile: %+v, %d events; want %+v, 2",
+			d.Job, len(d.Events), moved)
+	}
+	c := claimOne(t, s, "A", waiting.ID)
+	if c.Takeover || c.Job.Attempt != 1 || c.Job.NextAction != store.ActionReconcile || c.ObservationCount != 2 {
+		t.Fatalf("claim after the receipts = %+v, want a first claim that reconciles with both receipts", c)
+	}
+
+	// Rescheduled by its holder to send the refund in an hour: a failure
+	// from a reporter without a grant moves it under the holder's attempt,
+	// keeping the grant, holder and reason on the row.
+	held := claimOne(t, s, "B", enqueue(t, s, refund(t)).ID)
+	w := reschedule(of(held), time.Hour)
+	w.NextAction = store.ActionRefund
+	before := get(t, s, write(t, s, w).Job.ID).Job
+	o = observe(t, s, store.ObservationParams{Job: store.JobRef{OperationKey: before.OperationKey}, Source: "reconciler",
+		Outcome: store.OutcomeFailed}, true)
+	wantExpedited(t, s, before, o)
+
+	// Due already, to send its refund: it is to reconcile now, and due from
+	// the database's now.
+	due := get(t, s, enqueue(t, s, refund(t)).ID).Job
+	o = observe(t, s, store.ObservationParams{Job: store.JobRef{ID: due.ID}, Source: "worker:C", Outcome: store.OutcomeSucceeded,
+		ProviderRefundID: "re_due"}, true)
+	wantExpedited(t, s, due, o)
+}
+
+// testReceiptLeavesOtherStatesAlone_R28: receipts of every outcome leave
+// running, manual_review and succeeded jobs as they are, history included,
+// and pending or not found leave a ready job waiting: only a worker's fenced
+// write changes state (R15, R28).
+func testReceiptLeavesOtherStatesAlone_R28(t *testing.T, s store.Store) {
+	running := claimOne(t, s, "A", enqueue(t, s, refund(t)).ID)
+	review := claimOne(t, s, "A", enqueue(t, s, refund(t)).ID)
+	write(t, s, escalate(of(review)))
+	done := completed(t, s, refund(t), "re_done")
+	waiting := parked(t, s, refund(t))
+	untouched := func(id int64, outcomes ...store.Outcome) {
+		t.Helper()
+		before := get(t, s, id)
+		for _, outcome := range outcomes {
+			observe(t, s, store.ObservationParams{Job: store.JobRef{ID: id}, Source: "webhook", Outcome: outcome,
+				ProviderEventID: fmt.Sprintf("evt_%d_%s", id, outcome)}, false)
+		}
+		after := get(t, s, id)
+		if after.Job != before.Job || !slices.Equal(after.Events, before.Events) {
+			t.Fatalf("receipts %v changed job %d:\n before %+v %v\n after  %+v %v", outcomes, id, before.Job,
+				kinds(before.Events), after.Job, kinds(after.Events))
+		}
+	}
+	all := []store.Outcome{store.OutcomeSucceeded, store.OutcomeFailed, store.OutcomePending, store.OutcomeNotFound}
+	untouched(running.Job.ID, all...)
+	untouched(review.Job.ID, all...)
+	untouched(done.ID, all...)
+	untouched(waiting.ID, store.OutcomePending, store.OutcomeNotFound)
+	// The holder of the running job closes it through the fenced path.
+	write(t, s, complete(of(running), "re_running"))
+}
+
+// ExpediteRaceRounds is how many rounds testReceiptRacesClaim_R28 runs.
+var ExpediteRaceRounds = 150
+
+// testReceiptRacesClaim_R28: each round files receipts of success for a job
+// due in an hour and for a due one while a claim runs, all at once on their
+// own connections. Whatever the order: a claim never returns a job that a
+// receipt then changes (the row is as the claim answered it); a claim that
+// follows an expedite reconciles, one that precedes it leaves the receipt
+// nothing to move; the job due in an hour is claimed only after its
+// expedite, and the due one is left unclaimed only when its expedite held
+// it; each history is in order; no error escapes (deadlocks run again
+// whole, R20).
+func testReceiptRacesClaim_R28(t *testing.T, s store.Store) {
+	ctx := ctxFor(t)
+	var orders = map[string]int{}
+	for round := 0; round < ExpediteRaceRounds; round++ {
+		later := parked(t, s, refund(t))
+		due := enqueue(t, s, refund(t))
+		jobs := []store.Job{later, due}
+		obs := make([]store.Observation, len(jobs))
+		errs := make([]error, len(jobs)+1)
+		var claimed []store.ClaimedJob
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i, j := range jobs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				var dup bool
+				obs[i], dup, errs[i] = s.Observe(ctx, store.ObservationParams{Job: store.JobRef{ID: j.ID},
+					Source: "webhook", Outcome: store.OutcomeSucceeded, ProviderEventID: fmt.Sprintf("evt_%d", j.ID)})
+				if errs[i] == nil && dup {
+					errs[i] = fmt.Errorf("a new receipt answered as a duplicate")
+				}
+			}()
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			// A receipt takes a few statements, a claim one transaction:
+			// starting the claim a random moment later lets every order
+			// happen, the claim first, between and last.
+			time.Sleep(rand.N(2 * time.Millisecond))
+			claimed, errs[len(jobs)] = s.Claim(ctx, store.ClaimParams{WorkerID: "racer", MaxJobs: 2, Lease: time.Minute})
+		}()
+		close(start)
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("round %d: call %d (receipts for %d and %d, then the claim): %v", round, i, later.ID, due.ID, err)
+			}
+		}
+		for i, j := range jobs {
+			d := get(t, s, j.ID)
+			expedited := slices.IndexFunc(d.Events, func(e store.Event) bool { return e.Kind == store.EventExpedited })
+			claim := slices.IndexFunc(d.Events, func(e store.Event) bool { return e.Kind == store.EventClaimed })
+			c := slices.IndexFunc(claimed, func(c store.ClaimedJob) bool { return c.Job.ID == j.ID })
+			what := fmt.Sprintf("round %d, job %d (due in an hour: %v)", round, j.ID, i == 0)
+			if obs[i].Expedited != (expedited >= 0) || countKind(d.Events, store.EventExpedited) > 1 {
+				t.Fatalf("%s: receipt says expedited %v, history %v", what, obs[i].Expedited, kinds(d.Events))
+			}
+			wantInOrder(t, what, d.Events)
+			switch {
+			case c >= 0:
+				got := claimed[c].Job
+				if now := d.Job; now.State != store.StateRunning || now.Attempt != got.Attempt ||
+					now.NextAction != got.NextAction || !now.NextAttemptAt.Equal(got.NextAttemptAt) ||
+					!now.LeaseUntil.Equal(got.LeaseUntil) || !now.UpdatedAt.Equal(got.UpdatedAt) || now.Grant != got.Grant {
+					t.Fatalf("%s: the claim answered %+v, the row is %+v: changed after the claim", what, got, now)
+				}
+				if claim < 0 || expedited > claim {
+					t.Fatalf("%s: the receipt moved the job after its claim: %v", what, kinds(d.Events))
+				}
+				if (expedited >= 0) != (got.NextAction == store.ActionReconcile) {
+					t.Fatalf("%s: claimed to %s, history %v", what, got.NextAction, kinds(d.Events))
+				}
+				if i == 0 && expedited < 0 {
+					t.Fatalf("%s: claimed before it was due", what)
+				}
+				if expedited >= 0 {
+					orders[fmt.Sprintf("job %d: expedited, then claimed", i)]++
+				} else {
+					orders[fmt.Sprintf("job %d: claimed first", i)]++
+				}
+			case i == 1 && expedited < 0:
+				t.Fatalf("%s: due, not expedited, and not claimed: %+v %v", what, d.Job, kinds(d.Events))
+			case expedited >= 0:
+				if d.Job.State != store.StateReady || d.Job.NextAction != store.ActionReconcile || d.Job.NextAttemptAt.After(d.Now) {
+					t.Fatalf("%s: expedited, not claimed, and now %+v", what, d.Job)
+				}
+				orders[fmt.Sprintf("job %d: expedited, not claimed", i)]++
+			default:
+				orders[fmt.Sprintf("job %d: neither", i)]++
+			}
+		}
+		// Leave nothing due for the next round's claim.
+		for _, c := range append(claimed, claim(t, s, "sweeper", 2)...) {
+			write(t, s, complete(of(c), fmt.Sprintf("re_%d", c.Job.ID)))
+		}
+	}
+	st, err := s.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d rounds: %v; %d transactions run again (R20)", ExpediteRaceRounds, orders, st.TxRetries)
+}
+
+// wantInOrder requires a job's history, by id, to be one chain: each
+// transition from the state the one before left, at or after its time,
+// under an attempt never lower (R2, R3).
+func wantInOrder(t *testing.T, what string, events []store.Event) {
+	t.Helper()
+	for i := 1; i < len(events); i++ {
+		prev, e := events[i-1], events[i]
+		if e.ID <= prev.ID || e.FromState != prev.ToState || e.CreatedAt.Before(prev.CreatedAt) || e.Attempt < prev.Attempt {
+			t.Fatalf("%s: history out of order at event %d: %+v after %+v", what, i, e, prev)
+		}
+	}
+}
