@@ -175,6 +175,12 @@ const (
 	EventCompleted   = "completed"
 	EventRescheduled = "rescheduled"
 	EventEscalated   = "escalated"
+	// EventResolved: an operator closed a manual review (the worker id is
+	// the operator's credential name).
+	EventResolved = "resolved"
+	// EventExpedited: a receipt of success or failure made a waiting job due
+	// now, to reconcile (R28); the worker id is the receipt's source.
+	EventExpedited = "expedited"
 )
 
 // Observation is one receipt in a job's observation log (R15).

@@ -50,6 +50,34 @@ func TestWalkHistoryFindsAStaleWriteAccepted_T1(t *testing.T) {
 	}
 }
 
+// An expedite (R28) moves a ready job to reconcile now and nothing else; one
+// that took a running job anywhere is a write the fence should have kept out.
+func TestWalkHistoryJudgesExpedites_R28(t *testing.T) {
+	expedite := func(id, attempt int64, from, to string) eventRow {
+		e := ev(id, attempt, "expedited", from, to)
+		e.NextAction = "reconcile"
+		return e
+	}
+	rescheduled := ev(3, 1, "rescheduled", "running", "ready")
+	rescheduled.NextAction = "reconcile"
+	reclaimed := ev(5, 2, "claimed", "ready", "running")
+	reclaimed.NextAction = "reconcile"
+	done := ev(6, 2, "completed", "running", "succeeded")
+	done.NextAction = "reconcile"
+	clean := []eventRow{ev(1, 0, "enqueued", "", "ready"), ev(2, 1, "claimed", "ready", "running"), rescheduled,
+		expedite(4, 1, "ready", "ready"), reclaimed, done}
+	h := walkHistory(jobRow{ID: 1, State: "succeeded", Attempt: 2, NextAction: "reconcile"}, clean)
+	if len(h.attemptProblems)+len(h.staleWrites)+len(h.grantProblems) > 0 {
+		t.Fatalf("a fenced expedite judged %+v", h)
+	}
+	bad := slices.Clone(clean[:5])
+	bad = append(bad, expedite(6, 2, "running", "ready"))
+	h = walkHistory(jobRow{ID: 1, State: "ready", Attempt: 2, NextAction: "reconcile"}, bad)
+	if len(h.staleWrites) != 1 || !strings.Contains(h.staleWrites[0], "expedited event 6") {
+		t.Fatalf("an expedite of a running job passed: %+v", h)
+	}
+}
+
 func TestWalkHistoryFindsASecondCompletion(t *testing.T) {
 	evs := append(zombieHistory(), ev(5, 2, "completed", "succeeded", "succeeded"))
 	h := walkHistory(jobRow{ID: 1, State: "succeeded", Attempt: 2}, evs)

@@ -85,6 +85,14 @@ func walkHistory(j jobRow, evs []eventRow) history {
 					"and the job %s", e.ID, e.Attempt, cur, state))
 			}
 			completed = completed || e.ToState == "succeeded"
+		case "expedited":
+			// R28: a receipt made a waiting job due to reconcile: it moves
+			// work, never state, and holds no grant.
+			if e.Attempt != cur || state != "ready" || e.ToState != "ready" || e.NextAction != "reconcile" || e.Grant != "" {
+				h.staleWrites = append(h.staleWrites, fmt.Sprintf("expedited event %d under attempt %d (current %d) "+
+					"took the job from %s to %s, next %s, grant %s: a receipt may only make a ready job due to reconcile",
+					e.ID, e.Attempt, cur, state, e.ToState, e.NextAction, or(e.Grant, "(none)")))
+			}
 		default:
 			h.attemptProblems = append(h.attemptProblems, fmt.Sprintf("event %d of unknown kind %q", e.ID, e.Kind))
 		}
