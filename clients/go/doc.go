@@ -49,6 +49,33 @@
 // observations when it is fenced off (R15), never acts on a failed claim
 // (R7), and drains on shutdown (rolling deploys).
 //
+// # Receipts that outlive the process
+//
+// A receipt the coordinator cannot take now — ReportObservation failed with
+// UNAVAILABLE (DATABASE_* included), DEADLINE_EXCEEDED, a transport error —
+// is appended to the Worker's receipt spool, a local file of one JSON line
+// per receipt, and fsynced before the Worker moves on (R28). Run files the
+// spool again before its first claim, every ReceiptRefileInterval and as
+// soon as a call succeeds after a failure, each receipt exactly as first
+// tried, so that the coordinator deduplicates one whose reply was lost; it
+// then rewrites the file atomically without what was filed. A crash at any
+// point loses no acknowledged receipt and at worst files one twice, kept
+// once. A permanent refusal (INVALID_ARGUMENT, NOT_FOUND, OBSERVATION_LIMIT,
+// PERMISSION_DENIED…) is logged, not spooled.
+//
+// The spool is WorkerOptions.ReceiptSpool, by default a file named after the
+// worker id in <os.UserCacheDir()>/jobfence/ (DefaultReceiptSpool). A
+// restarted worker files its predecessor's receipts only if it opens the
+// same file: give it a stable WorkerID (an id with the pid in it names a new
+// file each time), or a stable ReceiptSpool. The file holds lease tokens: it
+// is 0600 in a 0700 folder, and no log line carries a token. NewWorker locks
+// it (flock on <path>.lock, with the holder's pid, which the Node SDK's lock
+// reads too), so two workers with the same id on one machine are refused
+// rather than sharing it. It is bounded by MaxSpooledReceipts and
+// MaxReceiptSpoolBytes; past them a receipt is logged at ERROR only.
+// ReceiptSpoolOff ("off") disables it: a receipt the coordinator does not
+// take is then retried for up to two minutes, and after that only logged.
+//
 // # Time
 //
 // Every time the coordinator sends comes from its database's clock (R12). A

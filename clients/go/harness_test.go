@@ -25,15 +25,24 @@ import (
 
 // coordinator is a real coordinator server on a loopback socket over a fresh
 // MySQL database, with a fault hook that can lose replies after the server
-// committed (as a cut connection would).
+// committed (as a cut connection would), or refuse calls before they reach
+// the server (as an unreachable coordinator would).
 type coordinator struct {
 	addr   string
 	store  store.Store
 	client *jobfence.Client
 
-	mu    sync.Mutex
-	drop  map[string]int // full method → replies still to lose after commit
-	calls map[string]int // full method → calls served
+	mu     sync.Mutex
+	drop   map[string]int // full method → replies still to lose after commit
+	refuse map[string]refusal
+	calls  map[string]int // full method → calls served
+}
+
+// refusal is how many calls of a method still fail, with which status,
+// before the server sees them.
+type refusal struct {
+	n  int
+	st *status.Status
 }
 
 // startCoordinator starts a coordinator on MySQL.
@@ -46,7 +55,7 @@ func startCoordinator(t *testing.T, opts ...jobfence.Option) *coordinator {
 // options; opts configure its client.
 func startCoordinatorOn(t *testing.T, b testdb.Backend, extra []grpc.ServerOption, opts ...jobfence.Option) *coordinator {
 	t.Helper()
-	c := &coordinator{store: b.Open(t), drop: map[string]int{}, calls: map[string]int{}}
+	c := &coordinator{store: b.Open(t), drop: map[string]int{}, refuse: map[string]refusal{}, calls: map[string]int{}}
 	srv := server.New(c.store, server.Options{
 		Lease:                30 * time.Second,
 		ProviderKeyRetention: map[string]time.Duration{"shortwindow": 2 * time.Second},
@@ -71,6 +80,14 @@ func startCoordinatorOn(t *testing.T, b testdb.Backend, extra []grpc.ServerOptio
 
 // lossy serves the call, then loses the reply of methods armed with dropAfterCommit.
 func (c *coordinator) lossy(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	c.mu.Lock()
+	if r := c.refuse[info.FullMethod]; r.n > 0 {
+		r.n--
+		c.refuse[info.FullMethod] = r
+		c.mu.Unlock()
+		return nil, r.st.Err()
+	}
+	c.mu.Unlock()
 	resp, err := h(ctx, req)
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -95,6 +112,14 @@ func (c *coordinator) dropAfterCommit(method string, n int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.drop["/jobfence.v1.Coordinator/"+method] += n
+}
+
+// refuseCalls makes the next n calls of method fail with st before the
+// server sees them; n = 0 ends a refusal.
+func (c *coordinator) refuseCalls(method string, n int, st *status.Status) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.refuse["/jobfence.v1.Coordinator/"+method] = refusal{n: n, st: st}
 }
 
 func (c *coordinator) callCount(method string) int {

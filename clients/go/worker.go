@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"google.golang.org/grpc/codes"
 )
 
 // Handler calls the payment provider for claimed jobs. Both methods get a
@@ -101,6 +103,29 @@ type WorkerOptions struct {
 	// OnEvent, when set, receives every WorkerEvent, from the worker's
 	// goroutines; it must not block.
 	OnEvent func(WorkerEvent)
+	// ReceiptSpool is the file that keeps the receipts this worker could not
+	// file (R28): a provider's answer whose ReportObservation failed in a way
+	// that may succeed later (UNAVAILABLE, DATABASE_* included,
+	// DEADLINE_EXCEEDED, a transport error, UNAUTHENTICATED, INTERNAL) is
+	// appended to it as one JSON line, fsynced before the worker moves on,
+	// and filed again by Run: before its first claim, every
+	// ReceiptRefileInterval, and as soon as a call succeeds after such a
+	// failure. The coordinator deduplicates a receipt filed twice. A
+	// permanent refusal (INVALID_ARGUMENT, NOT_FOUND, OBSERVATION_LIMIT,
+	// PERMISSION_DENIED…) is logged at ERROR and not spooled. The file holds
+	// lease tokens: it is created 0600, its folder 0700, and no log line
+	// carries a token. It is bounded by MaxSpooledReceipts and
+	// MaxReceiptSpoolBytes; past them a receipt is logged at ERROR only.
+	//
+	// Empty: DefaultReceiptSpool(WorkerID), under the user's cache folder.
+	// A restarted worker refiles the receipts of its predecessor only if it
+	// finds the same file: give it the same WorkerID, or the same
+	// ReceiptSpool. ReceiptSpoolOff ("off"): no spool; a receipt the
+	// coordinator does not take, after retrying for up to two minutes, is
+	// only in the log. NewWorker takes an exclusive lock on the spool (a
+	// file beside it, <path>.lock), which Run releases when it returns (and
+	// Shutdown, for a Worker never run).
+	ReceiptSpool string
 }
 
 // WorkerEventKind names what a Worker did.
@@ -116,7 +141,9 @@ const (
 	WorkerStale         WorkerEventKind = "stale"             // the fence rejected the write-back (Err set)
 	WorkerWriteFailed   WorkerEventKind = "write_failed"      // the write-back failed otherwise (Err set)
 	WorkerObserved      WorkerEventKind = "observed"          // an observation was filed (Duplicate set)
-	WorkerObserveFailed WorkerEventKind = "observe_failed"    // filing an observation failed (Err set)
+	WorkerObserveFailed WorkerEventKind = "observe_failed"    // filing an observation failed and it was not spooled (Err set)
+	WorkerSpooled       WorkerEventKind = "spooled"           // an observation not filed was spooled (Err set, R28)
+	WorkerRefiled       WorkerEventKind = "refiled"           // a spooled receipt was filed (Duplicate set; Job has only ids)
 	WorkerResendRefused WorkerEventKind = "resend_refused"    // a resend was refused before calling the provider
 )
 
@@ -142,8 +169,10 @@ type WorkerStats struct {
 	Replayed      int64 // write-backs answered replayed=true (R21)
 	StaleRejected int64 // write-backs rejected by the fence (M1)
 	WriteFailures int64
-	Observations  int64 // observations filed (duplicates not counted)
+	Observations  int64 // observations filed (duplicates not counted), spooled ones included once filed
 	LateAnswers   int64 // handlers that outlived their deadline and grace
+	Spooled       int64 // receipts written to the receipt spool (R28)
+	Refiled       int64 // spooled receipts the coordinator took, duplicates included
 }
 
 // ErrDrainTimeout is returned by Run when in-flight jobs were still running
@@ -167,6 +196,8 @@ var ErrWorkerStarted = errors.New("jobfence: worker already started")
 //   - a write-back rejected by the fence (STALE_ATTEMPT, JOB_NOT_RUNNING) is
 //     never repeated: the provider's answer is filed with ReportObservation,
 //     source "worker:<id>", attempt the stale one (R15);
+//   - a receipt the coordinator cannot take now is spooled to a local file
+//     and filed later, after a restart too (R28, WorkerOptions.ReceiptSpool);
 //   - a failed claim, CLAIM_OUTCOME_UNKNOWN included, is never acted on: it
 //     backs off and claims again (R7);
 //   - when Run's context ends or Shutdown is called it stops claiming and
@@ -189,15 +220,27 @@ type Worker struct {
 	jobs   sync.WaitGroup
 	late   sync.WaitGroup
 
+	// spool keeps the receipts not filed (R28); nil when off. refileMu
+	// serialises refile passes; backlog is set while the spool holds
+	// receipts the coordinator has not been reachable for, so that the
+	// next successful call kicks a pass (refileKick).
+	spool      *receiptSpool
+	refileMu   sync.Mutex
+	backlog    atomic.Bool
+	refileKick chan struct{}
+
 	stats struct {
 		claimed, takeovers, claimFailures, completed, rescheduled, escalated, replayed,
-		stale, writeFailures, observations, late atomic.Int64
+		stale, writeFailures, observations, late, spooled, refiled atomic.Int64
 	}
 }
 
-// NewWorker returns a Worker that claims through c and calls h. Errors: an
-// invalid option (empty WorkerID, Concurrency outside 1..100, a negative
-// duration, ClaimWait over 60s).
+// NewWorker returns a Worker that claims through c and calls h, with its
+// receipt spool open and locked (see WorkerOptions.ReceiptSpool). Errors:
+// an invalid option (empty WorkerID, Concurrency outside 1..100, a negative
+// duration, ClaimWait over 60s); ErrReceiptSpoolLocked when another worker
+// holds the spool; the file system's error when the spool cannot be
+// created or opened.
 func NewWorker(c *Client, h Handler, o WorkerOptions) (*Worker, error) {
 	def := func(d *time.Duration, v time.Duration) {
 		if *d == 0 {
@@ -236,11 +279,40 @@ func NewWorker(c *Client, h Handler, o WorkerOptions) (*Worker, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Worker{
+	w := &Worker{
 		client: c, handler: h, o: o, log: log.With("worker_id", o.WorkerID),
 		stop: make(chan struct{}), done: make(chan struct{}), freed: make(chan struct{}, 1),
-	}, nil
+		refileKick: make(chan struct{}, 1),
+	}
+	if o.ReceiptSpool == ReceiptSpoolOff {
+		return w, nil
+	}
+	path := o.ReceiptSpool
+	if path == "" {
+		var err error
+		if path, err = DefaultReceiptSpool(o.WorkerID); err != nil {
+			return nil, fmt.Errorf("%w (set ReceiptSpool to a file, or to %q)", err, ReceiptSpoolOff)
+		}
+	}
+	// A short wait: the lock of a worker that is just exiting.
+	s, err := openReceiptSpool(path, spoolLockWait)
+	if err != nil {
+		return nil, err
+	}
+	w.spool = s
+	if s.torn > 0 {
+		w.log.Warn("receipt spool: cut off an unfinished last line, a crash in the middle of an append that was "+
+			"never acknowledged", "spool", path, "bytes", s.torn)
+	}
+	if n := s.pending(); n > 0 {
+		w.log.Warn("receipt spool holds receipts not filed yet; Run files them before claiming (R28)",
+			"spool", path, "receipts", n)
+	}
+	return w, nil
 }
+
+// spoolLockWait is how long NewWorker waits for a held spool lock.
+const spoolLockWait = time.Second
 
 // Stats returns the worker's counters.
 func (w *Worker) Stats() WorkerStats {
@@ -249,16 +321,20 @@ func (w *Worker) Stats() WorkerStats {
 		Claimed: s.claimed.Load(), Takeovers: s.takeovers.Load(), ClaimFailures: s.claimFailures.Load(),
 		Completed: s.completed.Load(), Rescheduled: s.rescheduled.Load(), Escalated: s.escalated.Load(),
 		Replayed: s.replayed.Load(), StaleRejected: s.stale.Load(), WriteFailures: s.writeFailures.Load(),
-		Observations: s.observations.Load(), LateAnswers: s.late.Load(),
+		Observations: s.observations.Load(), LateAnswers: s.late.Load(), Spooled: s.spooled.Load(),
+		Refiled: s.refiled.Load(),
 	}
 }
 
 // Shutdown stops the worker from claiming and waits until Run has drained
 // and returned, or ctx ends. It returns nil at once when Run was never
-// called. Errors: ctx.Err() when ctx ended first (the drain goes on).
+// called, after releasing the receipt spool. Errors: ctx.Err() when ctx
+// ended first (the drain goes on).
 func (w *Worker) Shutdown(ctx context.Context) error {
 	w.stopOnce.Do(func() { close(w.stop) })
 	if !w.started.Load() {
+		// Never run: nothing to drain; a Run now would stop at once.
+		w.closeSpool()
 		return nil
 	}
 	select {
@@ -292,6 +368,26 @@ func (w *Worker) Run(ctx context.Context) error {
 	// not be cut by the shutdown signal, or a known outcome turns unknown.
 	jobCtx, cutOff := context.WithCancel(context.WithoutCancel(ctx))
 	defer cutOff()
+
+	if w.spool != nil {
+		// R28: what a predecessor (or this worker) could not file goes
+		// first, then every ReceiptRefileInterval and after a failure heals.
+		w.refile(jobCtx)
+		quit, refiled := make(chan struct{}), make(chan struct{})
+		go func() { defer close(refiled); w.refileLoop(jobCtx, quit) }()
+		defer func() {
+			close(quit)
+			<-refiled
+			// A last pass for what the drain spooled; skipped when the
+			// drain was cut off (jobCtx is done then).
+			if jobCtx.Err() == nil && w.spool.pending() > 0 {
+				last, cancel := context.WithTimeout(jobCtx, finalRefileTimeout)
+				w.refile(last)
+				cancel()
+			}
+			w.closeSpool()
+		}()
+	}
 
 	w.claimLoop(jobCtx)
 
@@ -372,6 +468,7 @@ func (w *Worker) claimLoop(jobCtx context.Context) {
 			continue
 		}
 		backoff = w.o.ClaimBackoff
+		w.kickRefile()
 		for _, j := range jobs {
 			w.start(jobCtx, j)
 		}
@@ -526,6 +623,7 @@ func (w *Worker) write(ctx context.Context, log *slog.Logger, c ClaimedJob, d De
 	}
 	switch {
 	case err == nil:
+		w.kickRefile()
 		switch d.Kind {
 		case DecideComplete:
 			w.stats.completed.Add(1)
@@ -559,12 +657,13 @@ func (w *Worker) write(ctx context.Context, log *slog.Logger, c ClaimedJob, d De
 	}
 }
 
-// observeRetryFor bounds how long a worker keeps trying to file one receipt
-// while the coordinator is unreachable.
+// observeRetryFor bounds how long a worker without a receipt spool keeps
+// trying to file one receipt while the coordinator is unreachable.
 const observeRetryFor = 2 * time.Minute
 
 // observe files a provider answer as an observation under the claimed
 // attempt (R15); results that carry no word from the provider are skipped.
+// What the coordinator cannot take now is spooled (R28).
 func (w *Worker) observe(ctx context.Context, log *slog.Logger, c ClaimedJob, res Result, detail string) {
 	outcome, ok := res.observed()
 	if !ok {
@@ -581,14 +680,21 @@ func (w *Worker) observe(ctx context.Context, log *slog.Logger, c ClaimedJob, re
 		Source: clip("worker:"+w.o.WorkerID, 128), Outcome: outcome,
 		ProviderRefundID: res.ProviderRefundID, ProviderEventID: res.ProviderEventID, Detail: clip(detail, 4096),
 	}
-	// The receipt may be the only trace of a refund the provider made: keep
-	// trying while the coordinator is unreachable (it deduplicates repeats),
-	// for up to observeRetryFor or until the worker's drain gives up.
+	// The receipt may be the only trace of a refund the provider made. With
+	// a spool, one call (the Client repeats it after UNAVAILABLE) and then
+	// the spool, which outlives this process: the job's slot is not held
+	// while the coordinator is away. Without one, keep trying for up to
+	// observeRetryFor or until the worker's drain gives up (the coordinator
+	// deduplicates repeats).
+	retryFor := observeRetryFor
+	if w.spool != nil {
+		retryFor = 0
+	}
 	var obs Observation
 	var dup bool
 	var err error
 	pause := 100 * time.Millisecond
-	for deadline := time.Now().Add(observeRetryFor); ; {
+	for deadline := time.Now().Add(retryFor); ; {
 		obs, dup, err = w.client.ReportObservation(ctx, req)
 		if err == nil || !errors.Is(err, ErrUnavailable) || time.Now().Add(pause).After(deadline) || ctx.Err() != nil {
 			break
@@ -600,18 +706,206 @@ func (w *Worker) observe(ctx context.Context, log *slog.Logger, c ClaimedJob, re
 		}
 		pause = min(2*pause, 5*time.Second)
 	}
-	if err != nil {
+	receipt := []any{"outcome", outcome, "provider_refund_id", res.ProviderRefundID,
+		"provider_event_id", res.ProviderEventID, "source", req.Source}
+	switch {
+	case err == nil:
+		w.kickRefile()
+		if !dup {
+			w.stats.observations.Add(1)
+		}
+		w.emit(WorkerEvent{Kind: WorkerObserved, Job: c, Result: res, Duplicate: dup})
+		log.Info("observation filed", append(receipt, "observation_id", obs.ID, "duplicate", dup)...)
+		return
+	case w.spool == nil || !refileLater(err):
 		w.emit(WorkerEvent{Kind: WorkerObserveFailed, Job: c, Result: res, Err: err})
-		log.Error("observation not filed: the provider's answer is only in this log", "outcome", outcome,
-			"provider_refund_id", res.ProviderRefundID, "error", err)
+		log.Error("observation not filed: the provider's answer is only in this log", append(receipt, "error", err)...)
 		return
 	}
-	if !dup {
-		w.stats.observations.Add(1)
+	// R28: durable before the worker moves on.
+	if serr := w.spool.append(receiptOf(c.Job.ID, req, time.Now())); serr != nil {
+		w.emit(WorkerEvent{Kind: WorkerObserveFailed, Job: c, Result: res, Err: errors.Join(err, serr)})
+		log.Error("observation neither filed nor spooled: the provider's answer is only in this log",
+			append(receipt, "error", err, "spool_error", serr, "spool", w.spool.path)...)
+		return
 	}
-	w.emit(WorkerEvent{Kind: WorkerObserved, Job: c, Result: res, Duplicate: dup})
-	log.Info("observation filed", "observation_id", obs.ID, "outcome", outcome,
-		"provider_refund_id", res.ProviderRefundID, "duplicate", dup)
+	w.backlog.Store(true)
+	w.stats.spooled.Add(1)
+	w.emit(WorkerEvent{Kind: WorkerSpooled, Job: c, Result: res, Err: err})
+	log.Warn("observation not filed; spooled, to be filed when the coordinator takes it (R28)",
+		append(receipt, "error", err, "spool", w.spool.path)...)
+}
+
+// refileLater reports whether a ReportObservation that failed with err may
+// succeed when made again later (R28): nothing answered (transport,
+// context), UNAVAILABLE (DATABASE_* included), DEADLINE_EXCEEDED, a
+// credential being rotated, an internal error a fixed coordinator may not
+// have. INVALID_ARGUMENT, NOT_FOUND, OBSERVATION_LIMIT, PERMISSION_DENIED
+// and the other refusals of the request itself are permanent.
+func refileLater(err error) bool {
+	var e *Error
+	if !errors.As(err, &e) {
+		return true
+	}
+	switch e.Code {
+	case codes.InvalidArgument, codes.NotFound, codes.PermissionDenied, codes.FailedPrecondition,
+		codes.AlreadyExists, codes.OutOfRange, codes.Unimplemented:
+		return false
+	case codes.ResourceExhausted:
+		return e.Reason != ReasonObservationLimit
+	}
+	return true
+}
+
+// coordinatorAway reports whether err says the coordinator cannot take any
+// receipt now, so that a refile pass stops instead of trying the rest.
+func coordinatorAway(err error) bool {
+	var e *Error
+	if !errors.As(err, &e) {
+		return true
+	}
+	switch e.Code {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled, codes.Unauthenticated:
+		return true
+	}
+	return false
+}
+
+// Refile timing: a pass kicked by a healed call waits at least
+// refileMinGap after the previous one; the pass at the end of Run is
+// bounded by finalRefileTimeout.
+const (
+	refileMinGap       = 5 * time.Second
+	finalRefileTimeout = 10 * time.Second
+)
+
+// kickRefile asks for a refile pass when the spool holds receipts the
+// coordinator was away for: a call just succeeded, so it is back.
+func (w *Worker) kickRefile() {
+	if w.spool == nil || !w.backlog.Load() {
+		return
+	}
+	select {
+	case w.refileKick <- struct{}{}:
+	default:
+	}
+}
+
+// refileLoop runs refile passes every ReceiptRefileInterval and when
+// kicked, until quit is closed.
+func (w *Worker) refileLoop(ctx context.Context, quit <-chan struct{}) {
+	tick := time.NewTicker(ReceiptRefileInterval)
+	defer tick.Stop()
+	last := time.Now()
+	for {
+		select {
+		case <-quit:
+			return
+		case <-tick.C:
+		case <-w.refileKick:
+			if wait := refileMinGap - time.Since(last); wait > 0 {
+				t := time.NewTimer(wait)
+				select {
+				case <-quit:
+					t.Stop()
+					return
+				case <-t.C:
+				}
+			}
+		}
+		if w.spool.pending() > 0 {
+			w.refile(ctx)
+		}
+		last = time.Now()
+	}
+}
+
+// refile files every spooled receipt again, exactly as first tried, so that
+// the coordinator deduplicates one that had landed (R15, R28), and then
+// rewrites the spool without the receipts filed or refused for good. It
+// stops at the first failure that says the coordinator is away; the rest
+// waits for the next pass. Lines this version cannot read are kept.
+func (w *Worker) refile(ctx context.Context) {
+	w.refileMu.Lock()
+	defer w.refileMu.Unlock()
+	lines, upTo, err := w.spool.snapshot()
+	if err != nil {
+		w.log.Error("receipt spool unreadable; its receipts wait", "spool", w.spool.path, "error", err)
+		return
+	}
+	var keep [][]byte
+	var filed, dropped, unreadable int
+	var away error
+	for _, l := range lines {
+		if l.r == nil {
+			unreadable++
+			keep = append(keep, l.raw)
+			continue
+		}
+		if away != nil {
+			keep = append(keep, l.raw)
+			continue
+		}
+		r := *l.r
+		obs, dup, err := w.client.ReportObservation(ctx, r.request())
+		ids := ClaimedJob{Job: Job{ID: r.JobID, OperationKey: r.OperationKey}, Attempt: r.Attempt}
+		switch {
+		case err == nil:
+			filed++
+			w.stats.refiled.Add(1)
+			if !dup {
+				w.stats.observations.Add(1)
+			}
+			w.emit(WorkerEvent{Kind: WorkerRefiled, Job: ids, Duplicate: dup})
+			w.log.Info("spooled receipt filed", append(r.logAttrs(), "observation_id", obs.ID, "duplicate", dup)...)
+		case !refileLater(err):
+			dropped++
+			w.emit(WorkerEvent{Kind: WorkerObserveFailed, Job: ids, Err: err})
+			w.log.Error("spooled receipt refused for good, dropped from the spool: the provider's answer is only in this log",
+				append(r.logAttrs(), "error", err)...)
+		default:
+			keep = append(keep, l.raw)
+			if coordinatorAway(err) {
+				away = err
+			} else {
+				w.log.Warn("spooled receipt not filed yet; kept", append(r.logAttrs(), "error", err)...)
+			}
+		}
+	}
+	if unreadable > 0 {
+		w.log.Error("receipt spool: lines this version cannot read are kept as they are; file them by hand",
+			"spool", w.spool.path, "lines", unreadable)
+	}
+	if filed+dropped > 0 {
+		if err := w.spool.rewrite(upTo, keep); err != nil {
+			// The old file stands: what was filed is filed again next
+			// time, and deduplicated.
+			w.log.Error("receipt spool not rewritten", "spool", w.spool.path, "error", err)
+		}
+	}
+	w.backlog.Store(away != nil)
+	switch {
+	case away != nil:
+		w.log.Warn("spooled receipts wait for the coordinator", "spool", w.spool.path, "filed", filed,
+			"left", len(keep), "error", away)
+	case filed+dropped > 0:
+		w.log.Info("receipt spool refiled", "spool", w.spool.path, "filed", filed, "dropped", dropped, "left", len(keep))
+	}
+}
+
+// closeSpool releases the spool, removing its file when empty.
+func (w *Worker) closeSpool() {
+	if w.spool == nil {
+		return
+	}
+	left := w.spool.pending()
+	if err := w.spool.close(); err != nil {
+		w.log.Error("receipt spool not closed cleanly", "spool", w.spool.path, "error", err)
+	}
+	if left > 0 {
+		w.log.Warn("receipt spool released with receipts not filed; the next worker on this spool files them (R28)",
+			"spool", w.spool.path, "receipts", left)
+	}
 }
 
 func (w *Worker) emit(e WorkerEvent) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -69,6 +70,9 @@ func newWorker(t *testing.T, c *coordinator, h jobfence.Handler, o jobfence.Work
 	}
 	if o.ClaimBackoff == 0 {
 		o.ClaimBackoff = 50 * time.Millisecond
+	}
+	if o.ReceiptSpool == "" {
+		o.ReceiptSpool = filepath.Join(t.TempDir(), "receipts.jsonl")
 	}
 	w, err := jobfence.NewWorker(c.client, h, o)
 	if err != nil {
@@ -451,7 +455,8 @@ func TestNewWorkerRejectsBadOptions(t *testing.T) {
 
 // TestWorkerKeepsFilingReceiptWhileUnavailable_R15: a stale worker's receipt
 // may be the only trace of a refund; while the coordinator does not answer,
-// the worker keeps filing it past the client's own retries.
+// a worker without a receipt spool keeps filing it past the client's own
+// retries.
 func TestWorkerKeepsFilingReceiptWhileUnavailable_R15(t *testing.T) {
 	c := startCoordinator(t)
 	job := c.enqueue(t, "acme")
@@ -463,7 +468,7 @@ func TestWorkerKeepsFilingReceiptWhileUnavailable_R15(t *testing.T) {
 	}}
 	var mu sync.Mutex
 	var observed, failed int
-	a := newWorker(t, c, h, jobfence.WorkerOptions{WorkerID: "A", OnEvent: func(e jobfence.WorkerEvent) {
+	a := newWorker(t, c, h, jobfence.WorkerOptions{WorkerID: "A", ReceiptSpool: jobfence.ReceiptSpoolOff, OnEvent: func(e jobfence.WorkerEvent) {
 		mu.Lock()
 		defer mu.Unlock()
 		switch e.Kind {
