@@ -13,6 +13,12 @@
 //
 //	jobs=N succeeded=S manual_review=M double_refunds=D stale_rejected=R observations=O
 //
+// A receipt the coordinator cannot take (its write-back was stale, or its
+// grant was lost, and ReportObservation failed too) is kept in the receipt
+// spool, --receipt-spool, and filed when the worker next can, after a
+// restart too (R28). A restart finds the spool by the worker id: with the
+// default id, which holds the pid, set --worker-id or --receipt-spool.
+//
 // Every flag falls back to an environment variable REFUNDWORKER_<FLAG>
 // (upper case, '-' as '_'), e.g. REFUNDWORKER_COORDINATOR. Run with -h for
 // the list.
@@ -62,6 +68,7 @@ type config struct {
 	pollInterval    time.Duration
 	claimWait       time.Duration
 	drainTimeout    time.Duration
+	receiptSpool    string
 	jobs            int
 	keyPrefix       string
 	amountMinor     int64
@@ -105,6 +112,10 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.claimWait, "claim-wait", 0, "long-poll each claim up to this long (0..60s); 0: poll every --poll-interval")
 	fs.DurationVar(&c.drainTimeout, "drain-timeout", jobfence.DefaultDrainTimeout,
 		"on SIGTERM, how long jobs in flight may finish their provider call and write-back")
+	fs.StringVar(&c.receiptSpool, "receipt-spool", "",
+		"file keeping the receipts the coordinator could not take (R28), filed again before the first claim and "+
+			"every 30s; a restart files them only from the same file, so keep --worker-id (or this) stable. "+
+			"\"off\": such receipts are only logged (default <user cache dir>/jobfence/<worker id>.receipts.jsonl)")
 	fs.IntVar(&c.jobs, "jobs", 0, "enqueue this many fresh refunds, work until all are final, print the summary line and exit")
 	fs.StringVar(&c.keyPrefix, "key-prefix", "",
 		"with --jobs: operation keys are <prefix><n> for n = 1..N, payments pay-<key>, orders order-<key> "+
@@ -198,6 +209,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		PollInterval: c.pollInterval,
 		ClaimWait:    c.claimWait,
 		DrainTimeout: c.drainTimeout,
+		ReceiptSpool: c.receiptSpool,
 		Logger:       log,
 	})
 	if err != nil {

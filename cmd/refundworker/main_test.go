@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -52,6 +53,7 @@ func TestMain(m *testing.M) {
 // env is one test's world: a coordinator process on its own MySQL database,
 // a fake provider over HTTP, and an SDK client for the test's own calls.
 type env struct {
+	dsn      string
 	db       *sql.DB
 	coord    *proctest.Process
 	client   *jobfence.Client
@@ -74,7 +76,7 @@ func setupWith(t *testing.T, provider fakeprovider.Config, clientOpts []jobfence
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	e := &env{db: db, provider: fakeprovider.New(provider)}
+	e := &env{dsn: dsn, db: db, provider: fakeprovider.New(provider)}
 	e.coord = proctest.StartCoordinator(t, bin.coordinator, append([]string{"--mysql-dsn", dsn}, coordinatorArgs...)...)
 	srv := httptest.NewServer(e.provider)
 	t.Cleanup(srv.Close)
@@ -93,12 +95,13 @@ func ctxFor(t *testing.T) context.Context {
 	return ctx
 }
 
-// worker starts a refundworker process working until stopped.
+// worker starts a refundworker process working until stopped, with a
+// receipt spool of the test's own (args may name another).
 func (e *env) worker(t *testing.T, id string, args ...string) *proctest.Process {
 	t.Helper()
 	return proctest.Start(t, bin.refundworker, proctest.Options{
 		Args: append([]string{"--coordinator", e.coord.Addr, "--provider", e.url, "--worker-id", id,
-			"--log-format", "json", "--poll-interval", "100ms"}, args...),
+			"--log-format", "json", "--poll-interval", "100ms", "--receipt-spool", testSpool(t, id)}, args...),
 		Ready: "refundworker started",
 	})
 }
@@ -118,8 +121,15 @@ func (e *env) startJobs(t *testing.T, args ...string) *proctest.Process {
 	t.Helper()
 	return proctest.Start(t, bin.refundworker, proctest.Options{
 		Args: append([]string{"--coordinator", e.coord.Addr, "--provider", e.url, "--worker-id", "runner",
-			"--log-format", "json", "--poll-interval", "100ms", "--jobs-timeout", "60s"}, args...),
+			"--log-format", "json", "--poll-interval", "100ms", "--jobs-timeout", "60s",
+			"--receipt-spool", testSpool(t, "runner")}, args...),
 	})
+}
+
+// testSpool is a receipt spool for worker id in a folder of t's own: tests
+// running side by side reuse ids, and must not share the user's cache.
+func testSpool(t *testing.T, id string) string {
+	return filepath.Join(t.TempDir(), id+".receipts.jsonl")
 }
 
 // enqueue makes a refund job for key and registers its payment.
@@ -446,7 +456,7 @@ func TestFlagsHelpAndEnvironment(t *testing.T) {
 		t.Fatalf("--help: %v", err)
 	}
 	for _, f := range []string{"-coordinator", "-provider", "-provider-name", "-worker-id", "-concurrency", "-lease",
-		"-provider-timeout", "-same-key-resends", "-resend-margin", "-jobs", "-drain-timeout", "REFUNDWORKER_"} {
+		"-provider-timeout", "-same-key-resends", "-resend-margin", "-jobs", "-drain-timeout", "-receipt-spool", "REFUNDWORKER_"} {
 		if !strings.Contains(help.Logs(), f) {
 			t.Errorf("--help does not mention %s", f)
 		}
