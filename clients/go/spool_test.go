@@ -3,6 +3,7 @@ package jobfence
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -332,8 +333,13 @@ func TestDefaultReceiptSpoolNamesAFileAfterTheWorkerID_R28(t *testing.T) {
 			t.Errorf("DefaultReceiptSpool(%q) = %q, %v; want %q", id, got, err, want)
 		}
 	}
-	if got := spoolFileName("a/b c"); got != "a_b_c-0af99a609169.receipts.jsonl" {
-		t.Errorf("spoolFileName(\"a/b c\") = %q; the Node SDK expects a_b_c-0af99a609169.receipts.jsonl", got)
+	for id, want := range map[string]string{
+		"a/b c":  "a_b_c-0af99a609169.receipts.jsonl",
+		"wörker": "w__rker-9288d7f04611.receipts.jsonl",
+	} {
+		if got := spoolFileName(id); got != want {
+			t.Errorf("spoolFileName(%q) = %q; the Node SDK names it %s", id, got, want)
+		}
 	}
 }
 
@@ -364,5 +370,25 @@ func TestRefileLaterOnlyWhatMaySucceedLater_R28(t *testing.T) {
 		if got := refileLater(tc.err); got != tc.want {
 			t.Errorf("refileLater(%v) = %v, want %v", tc.err, got, tc.want)
 		}
+	}
+}
+
+// The Node SDK writes and reads the same lines (clients/node/test/spool.test.ts
+// holds the same two).
+const (
+	goLine   = `{"v":1,"job_id":"101","operation_key":"op-1","attempt":"1","lease_token":"tok-1-secret","source":"worker:w","outcome":"succeeded","provider_refund_id":"re_1","provider_event_id":"","detail":"late\nanswer","spooled_at":"2025-01-02T03:04:05.000000006Z"}`
+	nodeLine = `{"v":1,"job_id":"9007199254740993","operation_key":"op-n","attempt":"2","lease_token":"tok-n","source":"worker:node-1","outcome":"not_found","provider_refund_id":"","provider_event_id":"evt_<1>","detail":"a & b","spooled_at":"2025-01-02T03:04:05.006Z"}`
+)
+
+func TestReceiptSpoolLinesAreTheNodeSDKs_R28(t *testing.T) {
+	if b, err := json.Marshal(testReceipt(1)); err != nil || string(b) != goLine {
+		t.Fatalf("line %s, %v; want %s", b, err, goLine)
+	}
+	lines := parseSpool([]byte(nodeLine + "\n"))
+	want := spooledReceipt{Format: 1, JobID: 9007199254740993, OperationKey: "op-n", Attempt: 2, LeaseToken: "tok-n",
+		Source: "worker:node-1", Outcome: OutcomeNotFound, ProviderEventID: "evt_<1>", Detail: "a & b",
+		SpooledAt: time.Date(2025, 1, 2, 3, 4, 5, 6_000_000, time.UTC)}
+	if len(lines) != 1 || lines[0].r == nil || *lines[0].r != want {
+		t.Fatalf("the Node SDK's line reads as %+v, want %+v", lines, want)
 	}
 }
