@@ -80,6 +80,7 @@ export interface Config {
   unknownDelayMs: number;
   claimWaitMs: number;
   drainTimeoutMs: number;
+  receiptSpool: string;
   logLevel: Level;
 }
 
@@ -124,6 +125,13 @@ const flags = {
   "unknown-delay": { kind: "duration", default: "5s", usage: "when to reconcile after a provider call whose outcome is unknown (R14)" },
   "claim-wait": { kind: "duration", default: "10s", usage: "long-poll each claim up to this long (0..60s); 0: poll every second" },
   "drain-timeout": { kind: "duration", default: "30s", usage: "on SIGTERM, how long jobs in flight may finish their provider call and write-back" },
+  "receipt-spool": {
+    kind: "string",
+    default: "",
+    usage: "file keeping the receipts the coordinator could not take (R28), filed again before the first claim and every 30s; " +
+      "a restart files them only from the same file, so keep --worker-id (or this) stable. \"off\": such receipts are only logged " +
+      "(default $XDG_CACHE_HOME or ~/.cache, then jobfence/<worker id>.receipts.jsonl)",
+  },
   "log-level": { kind: "string", default: "info", usage: "log level: debug, info, warn or error" },
 } satisfies Record<string, FlagSpec>;
 
@@ -214,6 +222,7 @@ export function parseConfig(argv: string[], env: NodeJS.ProcessEnv): Config | "h
     unknownDelayMs: dur("unknown-delay"),
     claimWaitMs: dur("claim-wait"),
     drainTimeoutMs: dur("drain-timeout"),
+    receiptSpool: str("receipt-spool"),
     logLevel: str("log-level") as Level,
   };
   c.useTLS ||= c.tlsCA !== "";
@@ -581,6 +590,8 @@ export interface Stats {
   resends_refused: number;
   write_failures: number;
   claim_failures: number;
+  spooled: number;
+  refiled: number;
 }
 
 // jobFields names a job and its grant in a log line: the grant's fingerprint
@@ -646,7 +657,27 @@ function track(stats: Stats, log: Logger, e: WorkerEvent): void {
       log.log("warn", "write-back failed; the lease will lapse and a takeover reconciles", { ...jobFields(e), error: e.error.message });
       return;
     case "observation_failed":
-      log.log("warn", "filing an observation failed", { ...jobFields(e), error: e.error.message });
+      log.log("error", "observation not filed: the provider's answer is only in this log", {
+        ...jobFields(e), error: e.error.message, code: e.error.code, reason: e.error.reason,
+        ...(e.spoolError === undefined ? {} : { spool_error: errorText(e.spoolError) }),
+      });
+      return;
+    case "spooled":
+      stats.spooled++;
+      log.log("warn", "observation not filed; spooled, to be filed when the coordinator takes it (R28)", {
+        ...jobFields(e), error: e.error.message, spool: e.spool, outcome: ObservationOutcome[e.outcome], provider_refund_id: e.providerRefundId,
+      });
+      return;
+    case "refiled":
+      stats.refiled++;
+      if (!e.duplicate) stats.observations++;
+      log.log("info", "spooled receipt filed", {
+        ...jobFields(e), duplicate: e.duplicate, attempt_verified: e.attemptVerified,
+        outcome: ObservationOutcome[e.outcome], provider_refund_id: e.providerRefundId,
+      });
+      return;
+    case "spool_error":
+      log.log("error", "receipt spool", { spool: e.spool, error: errorText(e.error) });
       return;
     case "claim_failed":
       stats.claim_failures++;
@@ -698,6 +729,7 @@ async function main(): Promise<number> {
   const stats: Stats = {
     claimed: 0, takeovers: 0, reconciles: 0, completed: 0, rescheduled: 0, escalated: 0, replayed: 0,
     stale_rejected: 0, observations: 0, unknown_outcomes: 0, provider_deadlines: 0, resends_refused: 0, write_failures: 0, claim_failures: 0,
+    spooled: 0, refiled: 0,
   };
   const worker = new Worker({
     client,
@@ -712,6 +744,7 @@ async function main(): Promise<number> {
     pendingDelayMs: c.pendingDelayMs,
     unknownOutcomeDelayMs: c.unknownDelayMs,
     claimWaitMs: c.claimWaitMs,
+    receiptSpool: c.receiptSpool,
     onEvent: (e) => track(stats, log, e),
   });
 

@@ -1,5 +1,6 @@
-// Package entry point: the typed Coordinator client, the Worker runtime, the
-// decision helper, the grant fingerprint (R25) and the error classes.
+// Package entry point: the typed Coordinator client, the Worker runtime and its
+// receipt spool (R28), the decision helper, the grant fingerprint (R25) and
+// the error classes.
 
 export { CoordinatorClient } from "./client.js";
 export type {
@@ -18,6 +19,14 @@ export type {
 } from "./client.js";
 export { Worker } from "./worker.js";
 export type { Handlers, JobIds, WorkerEvent, WorkerJob, WorkerOptions } from "./worker.js";
+export {
+  MaxReceiptSpoolBytes,
+  MaxSpooledReceipts,
+  ReceiptRefileIntervalMs,
+  ReceiptSpoolLockedError,
+  ReceiptSpoolOff,
+  defaultReceiptSpool,
+} from "./spool.js";
 export { grantFingerprint } from "./grant.js";
 export type { ClaimedJobView } from "./grant.js";
 export { MaxDelayMs, coordinatorNow, decideReconcile, resendAllowed, sendsAgain } from "./decide.js";

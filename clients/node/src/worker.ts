@@ -2,13 +2,15 @@
 // writes the outcome back under the claimed grant (attempt and lease token).
 
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
+import { Code } from "@connectrpc/connect";
 import { performance } from "node:perf_hooks";
 
 import type { CoordinatorClient } from "./client.js";
 import { coordinatorNow, decideReconcile, resendAllowed, sendsAgain, type ProviderResult, type WriteDecision } from "./decide.js";
-import { CoordinatorError, FencedWriteError, isRetryableWrite, toCoordinatorError } from "./errors.js";
+import { CoordinatorError, FencedWriteError, Reason, isRetryableWrite, toCoordinatorError } from "./errors.js";
 import { NextAction, ObservationOutcome, type ClaimedJob, type Job } from "./gen/jobfence/v1/coordinator_pb.js";
 import { grantFingerprint, type ClaimedJobView } from "./grant.js";
+import { ReceiptRefileIntervalMs, ReceiptSpool, ReceiptSpoolOff, defaultReceiptSpool, type SpooledReceipt } from "./spool.js";
 
 /** WorkerJob is one claimed job as a handler sees it. */
 export interface WorkerJob {
@@ -91,7 +93,34 @@ export type WorkerEvent =
       /** The coordinator verified the claim's lease token with the receipt (R25). */
       attemptVerified: boolean;
     } & JobIds)
-  | ({ type: "observation_failed"; error: CoordinatorError } & JobIds);
+  | ({
+      type: "observation_failed";
+      error: CoordinatorError;
+      /** Why the receipt was not spooled either, when the error may pass and spooling failed (R28). */
+      spoolError?: unknown;
+    } & JobIds)
+  | ({
+      /** The coordinator could not take the receipt now; it is in the receipt spool, filed later (R28). */
+      type: "spooled";
+      error: CoordinatorError;
+      spool: string;
+      outcome: ObservationOutcome;
+      providerRefundId: string;
+    } & JobIds)
+  | ({
+      /** A spooled receipt was filed; `duplicate` when the coordinator had it already (a lost reply). */
+      type: "refiled";
+      duplicate: boolean;
+      attemptVerified: boolean;
+      outcome: ObservationOutcome;
+      providerRefundId: string;
+    } & JobIds)
+  | {
+      /** The spool itself: unreadable lines kept, a rewrite that failed (R28). Nothing is lost. */
+      type: "spool_error";
+      spool: string;
+      error: unknown;
+    };
 
 /** WorkerOptions configures a Worker. */
 export interface WorkerOptions {
@@ -145,6 +174,32 @@ export interface WorkerOptions {
   lateAnswerGraceMs?: number;
   /** Receives every WorkerEvent. */
   onEvent?: (event: WorkerEvent) => void;
+  /**
+   * The receipt spool (R28): a file keeping the receipts this worker could
+   * not file. A provider's answer whose ReportObservation failed in a way that
+   * may succeed later (UNAVAILABLE, DATABASE_* included, DEADLINE_EXCEEDED, a
+   * transport error, UNAUTHENTICATED, INTERNAL), after the worker's own
+   * repeats (`writeRetries`), is appended to it as one JSON line, fsynced
+   * before the worker moves on, and filed again: when the worker starts
+   * (before its first claim), every 30 s, and as soon as a call succeeds after
+   * such a failure. The coordinator deduplicates a receipt filed twice. A
+   * permanent refusal (INVALID_ARGUMENT, NOT_FOUND, OBSERVATION_LIMIT,
+   * PERMISSION_DENIED…) is reported (`observation_failed`), not spooled. The
+   * file holds lease tokens: it is created 0600 in a 0700 folder, and no event
+   * carries a token. Bounded by MaxSpooledReceipts and MaxReceiptSpoolBytes;
+   * past them a receipt is reported only (`observation_failed` with
+   * `spoolError`).
+   *
+   * Default: `defaultReceiptSpool(workerId)`, named after the worker id under
+   * `$XDG_CACHE_HOME` or `~/.cache`, in `jobfence/` — the Go SDK's file for the
+   * same id. A restarted worker files its predecessor's receipts only if it
+   * opens the same file: keep its workerId (or receiptSpool) stable. `"off"`:
+   * no spool; a receipt the coordinator does not take is only reported. The
+   * constructor locks the spool (`<path>.lock`, with this pid; stale once that
+   * process is gone), so that two workers with the same id on one machine
+   * never share it; `stop()` releases it.
+   */
+  receiptSpool?: string;
 }
 
 /**
@@ -164,6 +219,8 @@ export interface WorkerOptions {
  *   repeated: the provider's answer is filed with ReportObservation (R15),
  *   with the claim's lease token, so the coordinator stores it with
  *   attemptVerified (R25).
+ * - A receipt the coordinator cannot take now is spooled to a local file and
+ *   filed later, after a restart too (R28, `receiptSpool`).
  * - A failed claim, CLAIM_OUTCOME_UNKNOWN included, grants nothing: nothing is
  *   acted on (R7).
  * - A write-back is repeated only after UNAVAILABLE (WRITE_OUTCOME_UNKNOWN,
@@ -174,8 +231,17 @@ export class Worker {
   private readonly client: CoordinatorClient;
   // The part of a Claim's deadline beyond its long poll.
   private readonly claimTimeoutMs = 10_000;
-  private readonly opts: Required<Omit<WorkerOptions, "leaseMs" | "provider" | "onEvent" | "client" | "handlers">> &
+  private readonly opts: Required<Omit<WorkerOptions, "leaseMs" | "provider" | "onEvent" | "client" | "handlers" | "receiptSpool">> &
     Pick<WorkerOptions, "leaseMs" | "provider" | "onEvent" | "handlers">;
+  // The receipt spool (R28); undefined when off. backlog: it holds receipts
+  // the coordinator was away for, so that the next successful call kicks a
+  // refile pass. refiling chains the passes, one at a time.
+  private readonly spool: ReceiptSpool | undefined;
+  private backlog = false;
+  private refiling: Promise<void> = Promise.resolve();
+  private lastRefile = 0;
+  private refileTimer: NodeJS.Timeout | undefined;
+  private kickTimer: NodeJS.Timeout | undefined;
   private readonly active = new Set<Promise<void>>();
   private readonly late = new Set<Promise<void>>();
   private wakers: Array<() => void> = [];
@@ -184,7 +250,11 @@ export class Worker {
   private readonly stopSignal = new AbortController();
   private loopDone: Promise<void> | undefined;
 
-  /** Throws RangeError for options outside their bounds. */
+  /**
+   * Throws RangeError for options outside their bounds; ReceiptSpoolLockedError
+   * when another worker holds the receipt spool; the file system's error when
+   * the spool cannot be created or opened.
+   */
   constructor(options: WorkerOptions) {
     const providerCallTimeoutMs = options.providerCallTimeoutMs ?? 10_000;
     this.client = options.client;
@@ -221,6 +291,25 @@ export class Worker {
     if (this.opts.leaseMs !== undefined && providerCallTimeoutMs >= this.opts.leaseMs) {
       throw new RangeError(`providerCallTimeoutMs (${providerCallTimeoutMs}) must be shorter than leaseMs (${this.opts.leaseMs})`);
     }
+    if (options.receiptSpool !== ReceiptSpoolOff) {
+      this.spool = ReceiptSpool.open(options.receiptSpool || defaultReceiptSpool(this.opts.workerId));
+      if (this.spool.torn > 0) {
+        this.emit({
+          type: "spool_error", spool: this.spool.path,
+          error: new Error(`cut off ${this.spool.torn} bytes of an unfinished last line: a crash in the middle of an append that was never acknowledged`),
+        });
+      }
+    }
+  }
+
+  /** receiptSpool is the spool's path; undefined when it is off. */
+  get receiptSpool(): string | undefined {
+    return this.spool?.path;
+  }
+
+  /** spooledReceipts is how many receipts the spool holds now. */
+  get spooledReceipts(): number {
+    return this.spool?.pending ?? 0;
   }
 
   /** inFlight is the number of jobs being handled now. */
@@ -233,7 +322,17 @@ export class Worker {
     if (this.loopDone !== undefined) {
       throw new Error("worker already started");
     }
-    this.loopDone = this.loop();
+    this.loopDone = this.run();
+  }
+
+  private async run(): Promise<void> {
+    if (this.spool !== undefined) {
+      // R28: what a predecessor (or this worker) could not file goes first,
+      // then every 30 s and as soon as a failure heals.
+      await this.refile();
+      this.refileTimer = setInterval(() => void this.refile(), ReceiptRefileIntervalMs);
+    }
+    await this.loop();
   }
 
   /**
@@ -241,7 +340,9 @@ export class Worker {
    * in-flight job has written back. A long-poll Claim still waiting at the
    * coordinator is cancelled; jobs a finished claim granted are handled.
    * Answers that arrived after their provider-call deadline are filed for up
-   * to lateAnswerGraceMs more.
+   * to lateAnswerGraceMs more. Then the receipt spool gets a last refile pass
+   * (up to 10 s) and is released; an empty one is removed. stop() before
+   * start() releases the spool.
    */
   async stop(): Promise<void> {
     this.stopping = true;
@@ -256,6 +357,16 @@ export class Worker {
     }
     if (this.late.size > 0) {
       await Promise.race([Promise.allSettled([...this.late]), delay(this.opts.lateAnswerGraceMs)]);
+    }
+    if (this.spool !== undefined) {
+      clearInterval(this.refileTimer);
+      clearTimeout(this.kickTimer);
+      // A last pass for what the drain spooled, bounded.
+      if (this.spool.pending > 0) {
+        await this.refile(AbortSignal.timeout(finalRefileTimeoutMs));
+      }
+      await this.refiling;
+      this.spool.close();
     }
   }
 
@@ -298,6 +409,7 @@ export class Worker {
         await this.sleep(this.opts.claimErrorBackoffMs);
         continue;
       }
+      this.kickRefile();
       const claimedAt = performance.now();
       for (const claimed of jobs) {
         const run = this.runJob(claimed, claimedAt).finally(() => {
@@ -417,6 +529,7 @@ export class Worker {
     for (let retry = 0; ; retry++) {
       try {
         const resp = await write();
+        this.kickRefile();
         this.emit({ type: "written", ...ids, decision, replayed: resp.replayed });
         return;
       } catch (e) {
@@ -458,21 +571,25 @@ export class Worker {
     if (obs === undefined) {
       return; // no word from the provider to keep
     }
+    // By operation key, not id: a database that lost recent commits in a
+    // failover may give the lost job's id to another refund, while the key is
+    // this refund's own (R1, R26).
+    const receipt: SpooledReceipt = {
+      jobId: job.id,
+      operationKey: job.operationKey,
+      attempt: claimed.attempt,
+      leaseToken: claimed.leaseToken,
+      source: clip(`worker:${this.opts.workerId}`, 128),
+      outcome: obs.outcome,
+      providerRefundId: obs.providerRefundId,
+      providerEventId: obs.providerEventId,
+      detail: clip(obs.detail ? `${detail}: ${obs.detail}` : detail, 4096),
+      spooledAt: "",
+    };
     for (let retry = 0; ; retry++) {
       try {
-        // By operation key, not id: a database that lost recent commits in
-        // a failover may give the lost job's id to another refund, while the
-        // key is this refund's own (R1, R26).
-        const resp = await this.client.reportObservation({
-          job: { case: "operationKey", value: job.operationKey },
-          attempt: claimed.attempt,
-          leaseToken: claimed.leaseToken,
-          source: clip(`worker:${this.opts.workerId}`, 128),
-          outcome: obs.outcome,
-          providerRefundId: obs.providerRefundId,
-          providerEventId: obs.providerEventId,
-          detail: clip(obs.detail ? `${detail}: ${obs.detail}` : detail, 4096),
-        });
+        const resp = await this.client.reportObservation(observationRequest(receipt));
+        this.kickRefile();
         this.emit({
           type: "observation",
           ...ids,
@@ -488,10 +605,112 @@ export class Worker {
           await delay(Math.min(this.opts.writeRetryDelayMs * 2 ** retry, 2_000));
           continue;
         }
-        this.emit({ type: "observation_failed", ...ids, error: err });
+        if (this.spool === undefined || !refileLater(err)) {
+          this.emit({ type: "observation_failed", ...ids, error: err });
+          return;
+        }
+        // R28: durable before the worker moves on.
+        try {
+          this.spool.append({ ...receipt, spooledAt: new Date().toISOString() });
+        } catch (spoolError) {
+          this.emit({ type: "observation_failed", ...ids, error: err, spoolError });
+          return;
+        }
+        this.backlog = true;
+        this.emit({
+          type: "spooled", ...ids, error: err, spool: this.spool.path, outcome: obs.outcome, providerRefundId: obs.providerRefundId,
+        });
         return;
       }
     }
+  }
+
+  // kickRefile asks for a refile pass when the spool holds receipts the
+  // coordinator was away for: a call just succeeded, so it is back. Passes
+  // kicked this way are at least refileMinGapMs apart.
+  private kickRefile(): void {
+    if (this.spool === undefined || !this.backlog || this.kickTimer !== undefined || this.stopping) {
+      return;
+    }
+    const wait = Math.max(0, this.lastRefile + refileMinGapMs - performance.now());
+    this.kickTimer = setTimeout(() => {
+      this.kickTimer = undefined;
+      void this.refile();
+    }, wait);
+  }
+
+  // refile files every spooled receipt again, exactly as first tried, so that
+  // the coordinator deduplicates one that had landed (R15, R28), and then
+  // rewrites the spool without the receipts filed or refused for good. It
+  // stops at the first failure that says the coordinator is away; the rest
+  // waits for the next pass. Lines this version cannot read are kept. Passes
+  // run one at a time.
+  private refile(signal?: AbortSignal): Promise<void> {
+    const pass = this.refiling.then(() => this.refilePass(signal));
+    this.refiling = pass.catch(() => undefined);
+    return this.refiling;
+  }
+
+  private async refilePass(signal: AbortSignal | undefined): Promise<void> {
+    const spool = this.spool!;
+    this.lastRefile = performance.now();
+    if (spool.pending === 0) {
+      this.backlog = false;
+      return;
+    }
+    let snap: ReturnType<ReceiptSpool["snapshot"]>;
+    try {
+      snap = spool.snapshot();
+    } catch (error) {
+      this.emit({ type: "spool_error", spool: spool.path, error });
+      return;
+    }
+    const keep: string[] = [];
+    let settled = 0;
+    let unreadable = 0;
+    let away = false;
+    for (const line of snap.lines) {
+      const r = line.receipt;
+      if (r === undefined || away) {
+        unreadable += r === undefined ? 1 : 0;
+        keep.push(line.raw);
+        continue;
+      }
+      const ids: JobIds = { jobId: r.jobId, attempt: r.attempt, grant: grantFingerprint(r.leaseToken), operationKey: r.operationKey };
+      try {
+        const resp = await this.client.reportObservation(observationRequest(r), signal === undefined ? undefined : { signal });
+        settled++;
+        this.emit({
+          type: "refiled", ...ids, duplicate: resp.duplicate, attemptVerified: resp.observation?.attemptVerified ?? false,
+          outcome: r.outcome, providerRefundId: r.providerRefundId,
+        });
+      } catch (e) {
+        const err = toCoordinatorError(e);
+        if (!refileLater(err)) {
+          settled++;
+          this.emit({ type: "observation_failed", ...ids, error: err });
+          continue;
+        }
+        keep.push(line.raw);
+        away = coordinatorAway(err);
+      }
+    }
+    if (unreadable > 0) {
+      this.emit({
+        type: "spool_error", spool: spool.path,
+        error: new Error(`${unreadable} lines this version cannot read are kept as they are; file them by hand`),
+      });
+    }
+    if (settled > 0) {
+      try {
+        spool.rewrite(snap.upTo, keep);
+      } catch (error) {
+        // The old file stands: what was filed is filed again next time, and
+        // deduplicated.
+        this.emit({ type: "spool_error", spool: spool.path, error });
+      }
+    }
+    this.backlog = away;
   }
 
   // unknownOutcome: a request may have reached the provider; the next holder
@@ -551,6 +770,59 @@ function jobIds(claimed: ClaimedJob): JobIds {
 function withoutToken(claimed: ClaimedJob): ClaimedJobView {
   const { leaseToken: _secret, ...view } = claimed;
   return view;
+}
+
+// Refile timing: passes kicked by a healed call are at least refileMinGapMs
+// apart; the pass at the end of stop() is bounded by finalRefileTimeoutMs.
+const refileMinGapMs = 5_000;
+const finalRefileTimeoutMs = 10_000;
+
+// observationRequest is the ReportObservation of a receipt, field for field
+// as first tried: the same dedupe key (R15) and the grant's token (R25). By
+// operation key when it has one, as the Worker files (R1, R26).
+function observationRequest(r: SpooledReceipt) {
+  return {
+    job: r.operationKey !== ""
+      ? { case: "operationKey" as const, value: r.operationKey }
+      : { case: "jobId" as const, value: r.jobId },
+    attempt: r.attempt,
+    leaseToken: r.leaseToken,
+    source: r.source,
+    outcome: r.outcome,
+    providerRefundId: r.providerRefundId,
+    providerEventId: r.providerEventId,
+    detail: r.detail,
+  };
+}
+
+/**
+ * refileLater reports whether a ReportObservation that failed with err may
+ * succeed when made again later (R28): nothing answered (transport, a cut
+ * deadline), UNAVAILABLE (DATABASE_* included), a credential being rotated,
+ * an internal error a fixed coordinator may not have. INVALID_ARGUMENT,
+ * NOT_FOUND, OBSERVATION_LIMIT, PERMISSION_DENIED and the other refusals of
+ * the request itself are permanent.
+ */
+export function refileLater(err: CoordinatorError): boolean {
+  switch (err.code) {
+    case Code.InvalidArgument:
+    case Code.NotFound:
+    case Code.PermissionDenied:
+    case Code.FailedPrecondition:
+    case Code.AlreadyExists:
+    case Code.OutOfRange:
+    case Code.Unimplemented:
+      return false;
+    case Code.ResourceExhausted:
+      return err.reason !== Reason.ObservationLimit;
+  }
+  return true;
+}
+
+// coordinatorAway: err says the coordinator cannot take any receipt now, so
+// a refile pass stops instead of trying the rest.
+function coordinatorAway(err: CoordinatorError): boolean {
+  return [Code.Unavailable, Code.DeadlineExceeded, Code.Canceled, Code.Unauthenticated, Code.Unknown].includes(err.code);
 }
 
 function observationOf(answer: ProviderResult):

@@ -7,7 +7,7 @@
 
 import { execFile, spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { rmSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { mkdtemp } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
@@ -214,4 +214,15 @@ export async function eventually(check: () => Promise<void> | void, timeoutMs = 
       await new Promise((r) => setTimeout(r, 50));
     }
   }
+}
+
+/**
+ * testSpool is a receipt spool path in a folder of its own, removed when the
+ * test process exits: tests reuse worker ids, and must not share the user's
+ * cache (R28).
+ */
+export function testSpool(workerId: string): string {
+  const dir = mkdtempSync(path.join(tmpdir(), "jobfence-node-spool-"));
+  process.once("exit", () => rmSync(dir, { recursive: true, force: true }));
+  return path.join(dir, `${workerId}.receipts.jsonl`);
 }

@@ -26,7 +26,7 @@ import {
   type WorkerEvent,
   type WorkerJob,
 } from "../src/index.js";
-import { eventually, refund, startCoordinator, type Coordinator } from "./harness.js";
+import { eventually, refund, startCoordinator, testSpool, type Coordinator } from "./harness.js";
 
 // Top-level await: a missing MySQL fails the whole file loudly, never skips it.
 const coord: Coordinator = await startCoordinator();
@@ -268,6 +268,7 @@ describe("lease tokens (R25)", () => {
     const worker = new Worker({
       client: coord.client({ interceptors: [wire] }),
       workerId: "node-token-worker",
+      receiptSpool: testSpool("node-token-worker"),
       provider,
       concurrency: 2,
       leaseMs: 30_000,

@@ -17,7 +17,7 @@ import { after, describe, it, type TestContext } from "node:test";
 import { fileURLToPath } from "node:url";
 
 import { JobState, NextAction, type CoordinatorClient, type GetJobResponse, type Job } from "../src/index.js";
-import { goBinary, startCoordinator, type Coordinator } from "./harness.js";
+import { goBinary, startCoordinator, testSpool, type Coordinator } from "./harness.js";
 import { startProcess, type Proc } from "./processes.js";
 
 const JOBS = 500;
@@ -32,6 +32,8 @@ function workerFlags(coordinator: string, provider: string, id: string, provider
     "--coordinator", coordinator, "--provider", provider, "--provider-name", PROVIDER, "--worker-id", id,
     "--concurrency", "6", "--lease", LEASE, "--provider-timeout", providerTimeout,
     "--unknown-delay", "300ms", "--pending-delay", "500ms", "--claim-wait", "5s", "--drain-timeout", "20s",
+    // Receipts the coordinator cannot take stay with the test, not in the user's cache (R28).
+    "--receipt-spool", testSpool(id),
     // Debug: every accepted write-back is logged (with its grant, R25).
     "--log-level", "debug",
   ];

@@ -34,6 +34,11 @@ describe("refund-worker configuration", () => {
     assert.equal(c.concurrency, 8, "a single dash, as Go's flag package allows");
     assert.equal(c.sameKeyResends, false);
     assert.equal(c.coordinator, "127.0.0.1:50051");
+    assert.equal(c.receiptSpool, "", "the SDK's default spool");
+    const spool = parseConfig(["--receipt-spool", "off"], { REFUNDWORKER_RECEIPT_SPOOL: "/elsewhere" });
+    assert.ok(spool !== "help" && spool.receiptSpool === "off");
+    const fromEnv = parseConfig([], { REFUNDWORKER_RECEIPT_SPOOL: "/var/spool/w.jsonl" });
+    assert.ok(fromEnv !== "help" && fromEnv.receiptSpool === "/var/spool/w.jsonl");
     assert.equal(parseConfig(["-h"], {}), "help");
   });
 

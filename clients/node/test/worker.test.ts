@@ -22,7 +22,7 @@ import {
   type WorkerOptions,
 } from "../src/index.js";
 import { ErrorInfoSchema } from "../src/gen/google/rpc/error_details_pb.js";
-import { eventually, refund, startCoordinator, type Coordinator } from "./harness.js";
+import { eventually, refund, startCoordinator, testSpool, type Coordinator } from "./harness.js";
 
 
 // Top-level await: a missing MySQL fails the whole file loudly, never skips it.
@@ -87,6 +87,7 @@ function newWorker(opts: Partial<WorkerOptions> & Pick<WorkerOptions, "handlers"
     claimErrorBackoffMs: 50,
     unknownOutcomeDelayMs: 0,
     writeRetryDelayMs: 20,
+    receiptSpool: testSpool("node-worker"),
     onEvent: (e) => events.push(e),
     ...opts,
   });

@@ -21,7 +21,7 @@ import {
   type ProviderResult,
   type WorkerEvent,
 } from "../src/index.js";
-import { eventually, refund, startCoordinator, type Coordinator } from "./harness.js";
+import { eventually, refund, startCoordinator, testSpool, type Coordinator } from "./harness.js";
 
 
 // Top-level await: a missing MySQL fails the whole file loudly, never skips it.
@@ -139,6 +139,7 @@ describe("zombie writes", () => {
     const worker = new Worker({
       client: zombieClient,
       workerId: "zombie-worker",
+      receiptSpool: testSpool("zombie-worker"),
       provider: req.provider!,
       leaseMs: 30_000,
       providerCallTimeoutMs: 20_000,
