@@ -398,28 +398,37 @@ func TestWorkerReconcileDecisions_R14_R16(t *testing.T) {
 	})
 }
 
+// TestWorkerLateAnswerBecomesObservation_R15: an answer after the deadline
+// never writes: the job is rescheduled to reconcile (outcome unknown) and the
+// answer is filed as a receipt, which makes the waiting job due at once
+// (R28); the reconcile then completes it.
 func TestWorkerLateAnswerBecomesObservation_R15(t *testing.T) {
 	c := startCoordinator(t)
 	job := c.enqueue(t, "acme")
-	h := &recorder{refund: func(ctx context.Context, j jobfence.ClaimedJob) jobfence.Result {
-		time.Sleep(700 * time.Millisecond) // ignores its context, like async I/O without an abort
-		return jobfence.Succeeded("re_slow")
-	}}
+	h := &recorder{
+		refund: func(ctx context.Context, j jobfence.ClaimedJob) jobfence.Result {
+			time.Sleep(700 * time.Millisecond) // ignores its context, like async I/O without an abort
+			return jobfence.Succeeded("re_slow")
+		},
+		reconcile: func(context.Context, jobfence.ClaimedJob) jobfence.Result { return jobfence.Succeeded("re_slow") },
+	}
 	w := newWorker(t, c, h, jobfence.WorkerOptions{ProviderTimeout: 100 * time.Millisecond, LateAnswerGrace: 100 * time.Millisecond,
 		Policy: jobfence.ProviderPolicy{UnknownDelay: time.Hour}})
 	runWorker(t, w)
-	var d jobfence.JobDetail
-	proctest.WaitFor(t, 10*time.Second, "the late answer's observation", func() bool {
-		d = c.get(t, job.ID)
-		return len(d.Observations) == 1
-	})
-	if d.Job.State != jobfence.StateReady || d.Job.NextAction != jobfence.ActionReconcile {
-		t.Fatalf("job %+v, want ready for a reconcile (outcome unknown at the deadline)", d.Job)
+	d := waitState(t, c, job.ID, jobfence.StateSucceeded)
+	history := kinds(d)
+	if !slices.Contains(history, "rescheduled@1") || !slices.Contains(history, "expedited@1") ||
+		history[len(history)-1] != "completed@2" {
+		t.Fatalf("history %v: want the reschedule to reconcile under attempt 1 (outcome unknown at the deadline), "+
+			"the receipt's expedite, and the reconcile's completion under attempt 2", history)
+	}
+	if len(d.Observations) != 1 {
+		t.Fatalf("observations %+v, want the late answer's", d.Observations)
 	}
 	if o := d.Observations[0]; o.Outcome != jobfence.OutcomeSucceeded || o.ProviderRefundID != "re_slow" || o.ReportedAttempt != 1 {
 		t.Fatalf("observation %+v", o)
 	}
-	if s := w.Stats(); s.LateAnswers != 1 || s.Rescheduled != 1 {
+	if s := w.Stats(); s.LateAnswers != 1 || s.Rescheduled != 1 || s.Completed != 1 {
 		t.Fatalf("stats %+v", s)
 	}
 }
