@@ -347,6 +347,26 @@ func TestSecondOperatorsStaleResolveSaysSomeoneActedFirst_R29(t *testing.T) {
 	if last := d.GetEvents()[len(d.GetEvents())-1]; last.GetWorkerId() != "alice" {
 		t.Fatalf("the last transition is %v, want alice's", last)
 	}
+
+	// The job comes back to review under a new attempt (a worker reconciled
+	// and escalated again): a page still showing the old attempt is fenced
+	// out although the job is in review again — its evidence is old.
+	got, err := e.api.Claim(as(t, tokWorker), &pb.ClaimRequest{WorkerId: "w", MaxJobs: 1, Provider: "acme"})
+	if err != nil || len(got.GetJobs()) != 1 {
+		t.Fatalf("claim: %v %v", got, err)
+	}
+	c := got.GetJobs()[0]
+	if _, err := e.api.Escalate(as(t, tokWorker), &pb.EscalateRequest{JobId: job.GetId(), Attempt: c.GetAttempt(),
+		LeaseToken: c.GetLeaseToken(), Reason: "still no record"}); err != nil {
+		t.Fatal(err)
+	}
+	pg = bob.post(fmt.Sprintf("/jobs/%d/resolve", job.GetId()), url.Values{"attempt": {attempt},
+		"resolution": {"refunded"}, "provider_refund_id": {"re_999"}, "note": {"from the page I opened before"}})
+	mustContain(t, pg, "Someone acted first", `id="state">manual review`)
+	if d := e.getJob(t, job.GetId()); d.GetJob().GetState() != pb.JobState_JOB_STATE_MANUAL_REVIEW ||
+		d.GetJob().GetAttempt() != c.GetAttempt() {
+		t.Fatalf("a resolve from an old page applied to the new review: %v", d.GetJob())
+	}
 }
 
 func TestReaderSeesButCannotAct_R29(t *testing.T) {
