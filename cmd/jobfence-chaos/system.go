@@ -281,6 +281,10 @@ func (s *system) startWorker(w *workerSlot) error {
 		"--drain-timeout", "5s",
 		// Debug: "job claimed" lets worker-stop-in-job freeze a worker mid-job.
 		"--log-level", "debug",
+		// One spool per slot, in the run's folder: a worker that replaces a
+		// killed one files the receipts it left (R28), and nothing spooled
+		// by another run reaches this one.
+		"--receipt-spool", filepath.Join(s.dir, fmt.Sprintf("slot-%d.receipts.jsonl", w.idx+1)),
 	}
 	bin, ready := s.bins.worker, "refundworker started"
 	if w.node {
