@@ -149,6 +149,9 @@ type OracleReport struct {
 	// nobody was refunded twice. One incident may count in both.
 	DoubleRefunds int `json:"double_refunds"`
 
+	// Webhooks is every webhook event made and every attempt to deliver it.
+	Webhooks WebhookReport `json:"webhooks"`
+
 	Stats Stats `json:"stats"`
 }
 
@@ -201,6 +204,66 @@ type PaymentTruth struct {
 	// the payment was never registered.
 	AmountMinor  int64 `json:"amount_minor"`
 	OverRefunded bool  `json:"over_refunded"`
+}
+
+// WebhookReport is the truth about the provider's webhooks since start (or
+// Reset).
+type WebhookReport struct {
+	Enabled bool           `json:"enabled"` // a webhook URL is configured
+	Events  []WebhookEvent `json:"events"`  // in order of creation
+	// Pending counts the events the sender still works on: held by a fault,
+	// waiting for a retry, or owed a duplicate.
+	Pending int `json:"pending"`
+	// Undelivered counts the events the sender is done with that never
+	// reached the receiver: given up after the last attempt.
+	Undelivered int `json:"undelivered"`
+}
+
+// Event returns the event with this id.
+func (w WebhookReport) Event(id string) (WebhookEvent, bool) {
+	for _, e := range w.Events {
+		if e.ID == id {
+			return e, true
+		}
+	}
+	return WebhookEvent{}, false
+}
+
+// ForRefund returns the events about one refund, in order of creation.
+func (w WebhookReport) ForRefund(refundID string) []WebhookEvent {
+	var out []WebhookEvent
+	for _, e := range w.Events {
+		if e.RefundID == refundID {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// WebhookEvent is one webhook event and its deliveries. A redelivery is the
+// same event: same id, same body, a fresh signature.
+type WebhookEvent struct {
+	ID       string `json:"id"` // evt_…, never reused
+	Type     string `json:"type"`
+	RefundID string `json:"refund_id"` // charge.refunded: the refund whose success it reports
+	// OperationKey is the refund's merchant reference, sent as
+	// metadata.operation_key.
+	OperationKey   string           `json:"operation_key"`
+	IdempotencyKey string           `json:"idempotency_key"` // of the create that made the refund
+	Status         RefundStatus     `json:"status"`          // the refund's, in the event
+	Attempts       []WebhookAttempt `json:"attempts"`
+	// Deliveries counts the attempts answered 2xx; Delivered is Deliveries > 0.
+	Deliveries int  `json:"deliveries"`
+	Delivered  bool `json:"delivered"`
+	GaveUp     bool `json:"gave_up"` // the last allowed attempt failed
+}
+
+// WebhookAttempt is one delivery attempt.
+type WebhookAttempt struct {
+	At        time.Time `json:"at"`        // wall clock, when it was sent
+	Timestamp int64     `json:"timestamp"` // the signature's t, unix seconds
+	Status    int       `json:"status"`    // the receiver's HTTP status; 0 when no reply came
+	Error     string    `json:"error,omitempty"`
 }
 
 // Stats counts requests since start (or Reset). Admin and oracle calls are not

@@ -6,7 +6,8 @@
 // truth, whatever a worker believes.
 //
 // Use it in-process (New, then httptest.NewServer(p) or http.Serve on any
-// listener) or as the fakeprovider command; talk to it with Client.
+// listener; Close when done) or as the fakeprovider command; talk to it with
+// Client.
 //
 // # Refunds
 //
@@ -42,6 +43,49 @@
 // parameter_missing, parameter_invalid, invalid_fault; 404 resource_missing;
 // 409 idempotency_key_reused; 503 service_unavailable.
 //
+// # Webhooks
+//
+// With a webhook URL and secret (Config.WebhookURL, WebhookSecret) the
+// provider tells that endpoint about its refunds the way Stripe does: one POST per event, never
+// inside the API request that caused it, at least once.
+//
+//	POST <webhook URL>
+//	Content-Type: application/json; charset=utf-8
+//	Stripe-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<raw body>" under the secret>
+//	{"id":"evt_000001","object":"event","type":"refund.created","created":1893553445,
+//	 "data":{"object":{"id":"re_000001","object":"refund","amount":1500,"currency":"eur",
+//	   "status":"pending","payment_intent":"pay_1","created":1893553445,
+//	   "metadata":{"operation_key":"op-1"}}},
+//	 "request":{"id":"req_000001","idempotency_key":"op-1"}}
+//
+// The refund object has failure_reason when failed. metadata.operation_key is
+// the create's merchant_reference; request names the create that made the
+// refund, on every event about it. The events of one refund:
+//
+//	refund.created    when it is made, with its status then: pending, succeeded or failed
+//	refund.updated    when a pending refund succeeds
+//	refund.failed     when it fails, at once (after refund.created) or after pending
+//	charge.refunded   after it succeeds; data.object is the payment as a charge,
+//	                  {"object":"charge","id":"pay_1","refunds":{"object":"list","data":[refund…]}},
+//	                  with every refund of the payment as it stood, newest first
+//
+// Statuses are Stripe's words; the simulator never cancels a refund, so
+// "canceled" does not occur. created (event and refund) is the simulator
+// clock; the signature's t is the wall clock, which the receiver checks
+// against its own. A pending refund settles when the simulator clock passes
+// its time (Advance, or the wall clock with the default Clock): its events
+// exist as soon as anything can see it settled.
+//
+// Each event has its own id, never reused (not even after Reset); a
+// redelivery reuses the id and the body and is signed afresh. A delivery
+// answered other than 2xx, or not at all within 10 s, is retried after 100ms,
+// doubling to 5s (Config.WebhookRetry, WebhookMaxRetry), at most 10 attempts
+// (WebhookMaxAttempts); then the event is given up. One refund's events are
+// delivered one at a time, in order (each finished, delivered or given up,
+// before the next); different refunds' in parallel. Close stops the sender;
+// events made after it are recorded, never sent. The oracle's webhooks section
+// lists every event with its attempts (wall-clock time, t, HTTP status).
+//
 // # Faults
 //
 // Per request, with the header X-Fake-Fault (syntax of ParseFaults; several
@@ -76,12 +120,14 @@
 //
 //	POST /v1/_admin/advance   {"seconds":86400}   → {"now":"…"}   move the simulator clock forward
 //	POST /v1/_admin/payments  {"payment_id":"pay_1","amount_minor":1500,"currency":"EUR"} → 204
-//	POST /v1/_admin/reset     → 204: forget refunds, keys, payments and counters
+//	POST /v1/_admin/reset     → 204: forget refunds, keys, payments, counters and webhook events
 //	GET  /v1/_oracle          → OracleReport
 //
 // The oracle lists every refund with its true status, totals per operation
 // (refunds sharing a merchant reference or an Idempotency-Key) and per
 // payment, and double_refunds: the number of operations with more than one
 // live (pending or succeeded) refund plus registered payments refunded beyond
-// their amount. Admin and oracle endpoints are never subject to faults.
+// their amount, and webhooks: every event (id, type, refund id, operation
+// key, attempts with their HTTP status, delivered, gave_up), with pending
+// (events still being worked on) and undelivered (given up). Admin and oracle endpoints are never subject to faults.
 package fakeprovider

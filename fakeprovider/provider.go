@@ -31,12 +31,42 @@ type Config struct {
 	// Logger receives one record per refund created and per fault injected;
 	// nil discards them.
 	Logger *slog.Logger
+
+	// WebhookURL is the endpoint the provider sends its signed webhooks to,
+	// e.g. "http://127.0.0.1:8443/webhooks/acme" (see the package
+	// documentation). Empty: no webhooks are made or sent.
+	WebhookURL string
+	// WebhookSecret is the endpoint's signing secret; required with
+	// WebhookURL.
+	WebhookSecret string
+	// WebhookMaxAttempts bounds the attempts at one delivery of an event; 0
+	// means DefaultWebhookMaxAttempts.
+	WebhookMaxAttempts int
+	// WebhookRetry is the wait after a failed attempt, doubling after each
+	// further one up to WebhookMaxRetry; 0 means DefaultWebhookRetry and
+	// DefaultWebhookMaxRetry.
+	WebhookRetry, WebhookMaxRetry time.Duration
+	// WebhookClient sends the deliveries; nil means a client of the
+	// provider's own that follows no redirects (a 3xx is a failed delivery)
+	// and whose connections Close closes.
+	WebhookClient *http.Client
+}
+
+// Validate reports what is wrong with c: a webhook URL that is not an
+// absolute http or https URL, one without a secret, negative webhook
+// settings.
+func (c Config) Validate() error {
+	if err := c.validateWebhooks(); err != nil {
+		return fmt.Errorf("fakeprovider: %w", err)
+	}
+	return nil
 }
 
 // Provider is an in-memory payment provider with Stripe-like refund
 // idempotency, fault injection and an oracle. It is an http.Handler serving
 // the API described in the package documentation; its methods are the same
-// admin operations for in-process use. It is safe for concurrent use.
+// admin operations for in-process use. It is safe for concurrent use. With a
+// webhook URL it runs a sender, which Close stops.
 type Provider struct {
 	retention time.Duration
 	clock     Clock
@@ -53,6 +83,7 @@ type Provider struct {
 	faults   Faults // global
 	burst    int    // 503s still owed to a header's error_burst=N
 	stats    Stats
+	wh       *webhooks // nil: webhooks off
 }
 
 type refund struct {
@@ -100,8 +131,13 @@ type registeredPayment struct {
 	currency    string
 }
 
-// New returns a Provider with no refunds.
+// New returns a Provider with no refunds. With cfg.WebhookURL set it starts
+// the webhook sender; call Close when done. New panics on an invalid cfg;
+// check it first with Validate.
 func New(cfg Config) *Provider {
+	if err := cfg.Validate(); err != nil {
+		panic(err.Error())
+	}
 	p := &Provider{
 		retention: cfg.KeyRetention,
 		clock:     cfg.Clock,
@@ -117,8 +153,15 @@ func New(cfg Config) *Provider {
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
 	}
+	if cfg.WebhookURL != "" {
+		p.wh = newWebhooks(cfg)
+	}
 	p.resetLocked()
 	p.mux = p.routes()
+	if p.wh != nil {
+		p.wh.wg.Add(1)
+		go p.sendWebhooks()
+	}
 	return p
 }
 
@@ -129,6 +172,9 @@ func (p *Provider) resetLocked() {
 	p.payments = map[string]registeredPayment{}
 	p.burst = 0
 	p.stats = Stats{}
+	if p.wh != nil {
+		p.wh.reset()
+	}
 }
 
 // ServeHTTP serves the provider's HTTP API.
@@ -156,6 +202,7 @@ func (p *Provider) Advance(d time.Duration) time.Time {
 	defer p.mu.Unlock()
 	p.offset += d
 	p.log.Info("clock advanced", "by", d, "now", p.nowLocked())
+	p.settleDueLocked()
 	return p.nowLocked()
 }
 
@@ -202,9 +249,10 @@ func (p *Provider) RegisterPayment(paymentID string, amountMinor int64, currency
 	return nil
 }
 
-// Reset forgets every refund, key, payment, counter and error burst owed to a
-// header. The clock, the global faults and the id sequence stay, so refund
-// ids are never reused.
+// Reset forgets every refund, key, payment, counter, error burst owed to a
+// header and webhook event (deliveries still owed are abandoned; an attempt
+// in flight ends unrecorded). The clock, the global faults and the id
+// sequences stay, so refund and event ids are never reused.
 func (p *Provider) Reset() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -253,6 +301,7 @@ func (p *Provider) admit(create bool, key string, hdr Faults) (Faults, bool) {
 func (p *Provider) create(key string, params RefundParams, f Faults) (Refund, bool, *StatusError) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.settleDueLocked()
 	now := p.nowLocked()
 	if rec, ok := p.keys[key]; ok {
 		if now.Sub(rec.created) < p.retention {
@@ -282,6 +331,9 @@ func (p *Provider) create(key string, params RefundParams, f Faults) (Refund, bo
 	p.byID[r.id] = r
 	p.keys[key] = &keyRecord{params: params, refund: r, created: now}
 	p.stats.RefundsCreated++
+	if p.wh != nil {
+		p.refundMadeLocked(r)
+	}
 	p.log.Info("refund created", "refund_id", r.id, "idempotency_key", key, "payment_id", params.PaymentID,
 		"amount_minor", params.AmountMinor, "currency", params.Currency, "faults", f.String())
 	return r.view(now), false, nil
@@ -291,6 +343,7 @@ func (p *Provider) create(key string, params RefundParams, f Faults) (Refund, bo
 func (p *Provider) lookup(lag time.Duration, keep func(*refund) bool) []Refund {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.settleDueLocked()
 	now := p.nowLocked()
 	out := []Refund{}
 	for _, r := range p.refunds {
@@ -313,10 +366,12 @@ func (p *Provider) count(f func(*Stats)) {
 func (p *Provider) Oracle() OracleReport {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.settleDueLocked()
 	now := p.nowLocked()
 	rep := OracleReport{
 		Now: now, KeyRetentionSeconds: p.retention.Seconds(), Stats: p.stats,
 		Refunds: []Refund{}, Operations: []OperationTruth{}, Payments: []PaymentTruth{},
+		Webhooks: p.webhookReportLocked(),
 	}
 	ops := operationsOf(p.refunds)
 	opIdx := map[int]int{} // first refund of an operation → index in rep.Operations
