@@ -215,7 +215,8 @@ type WebhookReport struct {
 	// waiting for a retry, or owed a duplicate.
 	Pending int `json:"pending"`
 	// Undelivered counts the events the sender is done with that never
-	// reached the receiver: given up after the last attempt.
+	// reached the receiver: dropped by webhook_drop, or given up after the
+	// last attempt.
 	Undelivered int `json:"undelivered"`
 }
 
@@ -248,13 +249,16 @@ type WebhookEvent struct {
 	RefundID string `json:"refund_id"` // charge.refunded: the refund whose success it reports
 	// OperationKey is the refund's merchant reference, sent as
 	// metadata.operation_key.
-	OperationKey   string           `json:"operation_key"`
-	IdempotencyKey string           `json:"idempotency_key"` // of the create that made the refund
-	Status         RefundStatus     `json:"status"`          // the refund's, in the event
-	Attempts       []WebhookAttempt `json:"attempts"`
+	OperationKey   string       `json:"operation_key"`
+	IdempotencyKey string       `json:"idempotency_key"` // of the create that made the refund
+	Status         RefundStatus `json:"status"`          // the refund's, in the event
+	// Faults are the webhook faults it is sent under, in ParseFaults syntax.
+	Faults   string           `json:"faults,omitempty"`
+	Attempts []WebhookAttempt `json:"attempts"`
 	// Deliveries counts the attempts answered 2xx; Delivered is Deliveries > 0.
 	Deliveries int  `json:"deliveries"`
 	Delivered  bool `json:"delivered"`
+	Dropped    bool `json:"dropped"` // webhook_drop: never sent
 	GaveUp     bool `json:"gave_up"` // the last allowed attempt failed
 }
 
@@ -264,6 +268,9 @@ type WebhookAttempt struct {
 	Timestamp int64     `json:"timestamp"` // the signature's t, unix seconds
 	Status    int       `json:"status"`    // the receiver's HTTP status; 0 when no reply came
 	Error     string    `json:"error,omitempty"`
+	// Fault names what spoiled this attempt on purpose: webhook_bad_signature,
+	// webhook_old_timestamp.
+	Fault string `json:"fault,omitempty"`
 }
 
 // Stats counts requests since start (or Reset). Admin and oracle calls are not

@@ -100,13 +100,27 @@
 //	X-Fake-Fault: error_burst[=N]    503 now, and for the next N-1 API requests; nothing done
 //	X-Fake-Fault: fail               the new refund ends failed
 //
+// and, on the events of the refund a create makes (nothing without a
+// webhook URL):
+//
+//	X-Fake-Fault: webhook_delay=N          hold each event N seconds (wall clock) before its first delivery
+//	X-Fake-Fault: webhook_duplicate        deliver each event twice (same id, same body)
+//	X-Fake-Fault: webhook_reorder          hold the refund's events until its last one, then deliver
+//	                                       them newest first (refund.updated before refund.created)
+//	X-Fake-Fault: webhook_bad_signature    sign each event's first attempt with a wrong secret; retries are right
+//	X-Fake-Fault: webhook_old_timestamp    sign each event's first attempt with t 10 minutes ago; retries are right
+//	X-Fake-Fault: webhook_drop             never deliver (the oracle lists the events, dropped)
+//
 // N is seconds (decimals allowed) or a Go duration ("250ms"). Hangs are
 // wall-clock time and end when the client cancels.
 //
 // Globally, for every later create request (ErrorBurst also counts lookups):
 //
 //	POST   /v1/_admin/faults  {"hang_before":0,"hang_after":0,"cut_reply":false,"pending":0,
-//	                           "lookup_lag":0,"error_burst":0,"fail":false,"key":"","times":0}
+//	                           "lookup_lag":0,"error_burst":0,"fail":false,
+//	                           "webhook_delay":0,"webhook_duplicate":false,"webhook_reorder":false,
+//	                           "webhook_bad_signature":false,"webhook_old_timestamp":false,
+//	                           "webhook_drop":false,"key":"","times":0}
 //	GET    /v1/_admin/faults  → the same shape, as it stands now
 //	DELETE /v1/_admin/faults  → clears them
 //
@@ -128,6 +142,7 @@
 // payment, and double_refunds: the number of operations with more than one
 // live (pending or succeeded) refund plus registered payments refunded beyond
 // their amount, and webhooks: every event (id, type, refund id, operation
-// key, attempts with their HTTP status, delivered, gave_up), with pending
-// (events still being worked on) and undelivered (given up). Admin and oracle endpoints are never subject to faults.
+// key, faults, attempts with their HTTP status, delivered, dropped, gave_up),
+// with pending (events still being worked on) and undelivered (dropped or
+// given up). Admin and oracle endpoints are never subject to faults.
 package fakeprovider

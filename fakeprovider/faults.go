@@ -47,6 +47,27 @@ type Faults struct {
 	// of succeeded, after Pending if set.
 	Fail bool
 
+	// The webhook modes act on the events of the refund a create makes (see
+	// the package documentation); without a webhook URL they do nothing.
+
+	// WebhookDelay holds each event this long, in wall-clock time, before
+	// its first delivery attempt.
+	WebhookDelay time.Duration
+	// WebhookDuplicate delivers each event twice: once more after its first
+	// 2xx, same id, same body.
+	WebhookDuplicate bool
+	// WebhookReorder holds the refund's events until its last one is made,
+	// then delivers them newest first (refund.updated before refund.created).
+	WebhookReorder bool
+	// WebhookBadSignature signs each event's first attempt with a wrong
+	// secret; the retries are signed right.
+	WebhookBadSignature bool
+	// WebhookOldTimestamp signs each event's first attempt with a t 10
+	// minutes in the past; the retries carry the time they are sent.
+	WebhookOldTimestamp bool
+	// WebhookDrop never delivers the events; the oracle still lists them.
+	WebhookDrop bool
+
 	// Key limits global faults to create requests with this Idempotency-Key;
 	// lookups then match none of them. Only for global faults.
 	Key string
@@ -65,6 +86,12 @@ func (f Faults) createFaults() bool {
 	return !f.IsZero()
 }
 
+// webhookModes returns the webhook modes of f alone.
+func (f Faults) webhookModes() Faults {
+	return Faults{WebhookDelay: f.WebhookDelay, WebhookDuplicate: f.WebhookDuplicate, WebhookReorder: f.WebhookReorder,
+		WebhookBadSignature: f.WebhookBadSignature, WebhookOldTimestamp: f.WebhookOldTimestamp, WebhookDrop: f.WebhookDrop}
+}
+
 // overlay returns f with every mode that h sets taken from h.
 func (f Faults) overlay(h Faults) Faults {
 	if h.HangBefore > 0 {
@@ -79,8 +106,16 @@ func (f Faults) overlay(h Faults) Faults {
 	if h.LookupLag > 0 {
 		f.LookupLag = h.LookupLag
 	}
+	if h.WebhookDelay > 0 {
+		f.WebhookDelay = h.WebhookDelay
+	}
 	f.CutReply = f.CutReply || h.CutReply
 	f.Fail = f.Fail || h.Fail
+	f.WebhookDuplicate = f.WebhookDuplicate || h.WebhookDuplicate
+	f.WebhookReorder = f.WebhookReorder || h.WebhookReorder
+	f.WebhookBadSignature = f.WebhookBadSignature || h.WebhookBadSignature
+	f.WebhookOldTimestamp = f.WebhookOldTimestamp || h.WebhookOldTimestamp
+	f.WebhookDrop = f.WebhookDrop || h.WebhookDrop
 	return f
 }
 
@@ -89,7 +124,8 @@ func (f Faults) Validate() error {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"hang_before", f.HangBefore}, {"hang_after", f.HangAfter}, {"pending", f.Pending}, {"lookup_lag", f.LookupLag}} {
+	}{{"hang_before", f.HangBefore}, {"hang_after", f.HangAfter}, {"pending", f.Pending}, {"lookup_lag", f.LookupLag},
+		{"webhook_delay", f.WebhookDelay}} {
 		if d.v < 0 {
 			return fmt.Errorf("%s must not be negative, got %s", d.name, d.v)
 		}
@@ -108,6 +144,9 @@ func (f Faults) Validate() error {
 //
 //	hang_before=N   hang_after=N   cut_reply   pending=N   lookup_lag=N
 //	error_burst[=N] (N defaults to 1)          fail
+//	webhook_delay=N webhook_duplicate          webhook_reorder
+//	webhook_bad_signature                      webhook_old_timestamp
+//	webhook_drop
 //	key=K           times=N        (global faults only)
 //
 // A duration N is seconds, decimals allowed ("0.25"), or a Go duration
@@ -136,6 +175,18 @@ func ParseFaults(spec string) (Faults, error) {
 			f.CutReply, err = parseFlag(val, hasVal)
 		case "fail":
 			f.Fail, err = parseFlag(val, hasVal)
+		case "webhook_delay":
+			f.WebhookDelay, err = parseSeconds(val, hasVal)
+		case "webhook_duplicate":
+			f.WebhookDuplicate, err = parseFlag(val, hasVal)
+		case "webhook_reorder":
+			f.WebhookReorder, err = parseFlag(val, hasVal)
+		case "webhook_bad_signature":
+			f.WebhookBadSignature, err = parseFlag(val, hasVal)
+		case "webhook_old_timestamp":
+			f.WebhookOldTimestamp, err = parseFlag(val, hasVal)
+		case "webhook_drop":
+			f.WebhookDrop, err = parseFlag(val, hasVal)
 		case "error_burst":
 			f.ErrorBurst = 1
 			if hasVal {
@@ -216,6 +267,19 @@ func (f Faults) String() string {
 	if f.Fail {
 		parts = append(parts, "fail")
 	}
+	secs("webhook_delay", f.WebhookDelay)
+	for _, m := range []struct {
+		name string
+		on   bool
+	}{
+		{"webhook_duplicate", f.WebhookDuplicate}, {"webhook_reorder", f.WebhookReorder},
+		{"webhook_bad_signature", f.WebhookBadSignature}, {"webhook_old_timestamp", f.WebhookOldTimestamp},
+		{"webhook_drop", f.WebhookDrop},
+	} {
+		if m.on {
+			parts = append(parts, m.name)
+		}
+	}
 	if f.Key != "" {
 		parts = append(parts, "key="+f.Key)
 	}
@@ -234,19 +298,32 @@ type faultsJSON struct {
 	LookupLag  float64 `json:"lookup_lag"`
 	ErrorBurst int     `json:"error_burst"`
 	Fail       bool    `json:"fail"`
-	Key        string  `json:"key,omitempty"`
-	Times      int     `json:"times,omitempty"`
+
+	WebhookDelay        float64 `json:"webhook_delay"`
+	WebhookDuplicate    bool    `json:"webhook_duplicate"`
+	WebhookReorder      bool    `json:"webhook_reorder"`
+	WebhookBadSignature bool    `json:"webhook_bad_signature"`
+	WebhookOldTimestamp bool    `json:"webhook_old_timestamp"`
+	WebhookDrop         bool    `json:"webhook_drop"`
+
+	Key   string `json:"key,omitempty"`
+	Times int    `json:"times,omitempty"`
 }
 
 // MarshalJSON encodes f with durations as seconds:
 //
 //	{"hang_before":0,"hang_after":0,"cut_reply":false,"pending":0,
-//	 "lookup_lag":0,"error_burst":0,"fail":false,"key":"op-1","times":1}
+//	 "lookup_lag":0,"error_burst":0,"fail":false,
+//	 "webhook_delay":0,"webhook_duplicate":false,"webhook_reorder":false,
+//	 "webhook_bad_signature":false,"webhook_old_timestamp":false,"webhook_drop":false,
+//	 "key":"op-1","times":1}
 func (f Faults) MarshalJSON() ([]byte, error) {
 	return json.Marshal(faultsJSON{
 		HangBefore: f.HangBefore.Seconds(), HangAfter: f.HangAfter.Seconds(), CutReply: f.CutReply,
 		Pending: f.Pending.Seconds(), LookupLag: f.LookupLag.Seconds(), ErrorBurst: f.ErrorBurst,
-		Fail: f.Fail, Key: f.Key, Times: f.Times,
+		Fail: f.Fail, WebhookDelay: f.WebhookDelay.Seconds(), WebhookDuplicate: f.WebhookDuplicate,
+		WebhookReorder: f.WebhookReorder, WebhookBadSignature: f.WebhookBadSignature,
+		WebhookOldTimestamp: f.WebhookOldTimestamp, WebhookDrop: f.WebhookDrop, Key: f.Key, Times: f.Times,
 	})
 }
 
@@ -260,7 +337,9 @@ func (f *Faults) UnmarshalJSON(b []byte) error {
 		return err
 	}
 	var err error
-	out := Faults{CutReply: w.CutReply, ErrorBurst: w.ErrorBurst, Fail: w.Fail, Key: w.Key, Times: w.Times}
+	out := Faults{CutReply: w.CutReply, ErrorBurst: w.ErrorBurst, Fail: w.Fail,
+		WebhookDuplicate: w.WebhookDuplicate, WebhookReorder: w.WebhookReorder, WebhookBadSignature: w.WebhookBadSignature,
+		WebhookOldTimestamp: w.WebhookOldTimestamp, WebhookDrop: w.WebhookDrop, Key: w.Key, Times: w.Times}
 	for _, d := range []struct {
 		dst  *time.Duration
 		name string
@@ -268,6 +347,7 @@ func (f *Faults) UnmarshalJSON(b []byte) error {
 	}{
 		{&out.HangBefore, "hang_before", w.HangBefore}, {&out.HangAfter, "hang_after", w.HangAfter},
 		{&out.Pending, "pending", w.Pending}, {&out.LookupLag, "lookup_lag", w.LookupLag},
+		{&out.WebhookDelay, "webhook_delay", w.WebhookDelay},
 	} {
 		if *d.dst, err = secondsToDuration(d.v); err != nil {
 			return fmt.Errorf("%s: %w", d.name, err)

@@ -306,11 +306,13 @@ func TestBadFaultHeaderIsRejected(t *testing.T) {
 func TestAdminFaultsJSON(t *testing.T) {
 	e := newEnv(t, fakeprovider.Config{})
 	url := e.srv.URL + "/v1/_admin/faults"
-	status, _, body := rawDo(t, http.MethodPost, url, nil, `{"hang_after":1.5,"lookup_lag":10,"error_burst":3,"fail":true}`)
+	status, _, body := rawDo(t, http.MethodPost, url, nil,
+		`{"hang_after":1.5,"lookup_lag":10,"error_burst":3,"fail":true,"webhook_delay":2,"webhook_reorder":true}`)
 	if status != http.StatusOK {
 		t.Fatalf("POST: %d %s", status, body)
 	}
-	want := fakeprovider.Faults{HangAfter: 1500 * time.Millisecond, LookupLag: 10 * time.Second, ErrorBurst: 3, Fail: true}
+	want := fakeprovider.Faults{HangAfter: 1500 * time.Millisecond, LookupLag: 10 * time.Second, ErrorBurst: 3, Fail: true,
+		WebhookDelay: 2 * time.Second, WebhookReorder: true}
 	if got := e.p.Faults(); got != want {
 		t.Fatalf("faults = %+v, want %+v", got, want)
 	}
@@ -319,10 +321,11 @@ func TestAdminFaultsJSON(t *testing.T) {
 	if err := json.Unmarshal(body, &m); err != nil || status != http.StatusOK {
 		t.Fatalf("GET: %d %s", status, body)
 	}
-	if m["hang_after"] != 1.5 || m["lookup_lag"] != 10.0 || m["error_burst"] != 3.0 || m["fail"] != true || m["cut_reply"] != false {
+	if m["hang_after"] != 1.5 || m["lookup_lag"] != 10.0 || m["error_burst"] != 3.0 || m["fail"] != true || m["cut_reply"] != false ||
+		m["webhook_delay"] != 2.0 || m["webhook_reorder"] != true || m["webhook_drop"] != false {
 		t.Fatalf("GET faults = %s", body)
 	}
-	for _, bad := range []string{`{`, `{"hang_after":-1}`, `{"explode":true}`, `{"error_burst":-2}`} {
+	for _, bad := range []string{`{`, `{"hang_after":-1}`, `{"explode":true}`, `{"error_burst":-2}`, `{"webhook_delay":-1}`} {
 		status, _, body := rawDo(t, http.MethodPost, url, nil, bad)
 		if status != http.StatusBadRequest || errCode(t, body) != fakeprovider.CodeInvalidFault {
 			t.Fatalf("POST %s: %d %s, want 400 invalid_fault", bad, status, body)
@@ -352,6 +355,10 @@ func TestParseFaults(t *testing.T) {
 		{"error_burst=4,fail", fakeprovider.Faults{ErrorBurst: 4, Fail: true}},
 		{"cut_reply=false,fail=true", fakeprovider.Faults{Fail: true}},
 		{"cut_reply,key=op-1,times=2", fakeprovider.Faults{CutReply: true, Key: "op-1", Times: 2}},
+		{"webhook_delay=1.5,webhook_duplicate,webhook_reorder", fakeprovider.Faults{WebhookDelay: 1500 * time.Millisecond,
+			WebhookDuplicate: true, WebhookReorder: true}},
+		{"webhook_bad_signature,webhook_old_timestamp,webhook_drop=true", fakeprovider.Faults{WebhookBadSignature: true,
+			WebhookOldTimestamp: true, WebhookDrop: true}},
 	} {
 		got, err := fakeprovider.ParseFaults(tc.spec)
 		if err != nil || got != tc.want {
@@ -364,7 +371,8 @@ func TestParseFaults(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"explode", "hang_before", "hang_before=", "pending=-3", "pending=NaN",
-		"lookup_lag=1e300", "error_burst=-1", "times", "key=", "cut_reply=maybe"} {
+		"lookup_lag=1e300", "error_burst=-1", "times", "key=", "cut_reply=maybe", "webhook_delay", "webhook_delay=-1",
+		"webhook_drop=sometimes", "webhook_explode"} {
 		if f, err := fakeprovider.ParseFaults(bad); err == nil {
 			t.Errorf("ParseFaults(%q) = %+v, want an error", bad, f)
 		} else if !strings.Contains(err.Error(), strings.TrimSpace(bad)) {
@@ -375,7 +383,9 @@ func TestParseFaults(t *testing.T) {
 
 func TestFaultsJSONRoundTrip(t *testing.T) {
 	f := fakeprovider.Faults{HangBefore: time.Second, HangAfter: 2 * time.Second, CutReply: true,
-		Pending: 3 * time.Second, LookupLag: 4 * time.Second, ErrorBurst: 5, Fail: true, Key: "op-1", Times: 6}
+		Pending: 3 * time.Second, LookupLag: 4 * time.Second, ErrorBurst: 5, Fail: true, Key: "op-1", Times: 6,
+		WebhookDelay: 7 * time.Second, WebhookDuplicate: true, WebhookReorder: true, WebhookBadSignature: true,
+		WebhookOldTimestamp: true, WebhookDrop: true}
 	b, err := json.Marshal(f)
 	if err != nil {
 		t.Fatal(err)

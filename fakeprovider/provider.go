@@ -94,6 +94,8 @@ type refund struct {
 	settleAt time.Time    // pending until then
 	final    RefundStatus // succeeded or failed
 	lag      time.Duration
+
+	webhookFaults Faults // the webhook modes of the create that made it
 }
 
 func (r *refund) status(now time.Time) RefundStatus {
@@ -332,7 +334,7 @@ func (p *Provider) create(key string, params RefundParams, f Faults) (Refund, bo
 	p.keys[key] = &keyRecord{params: params, refund: r, created: now}
 	p.stats.RefundsCreated++
 	if p.wh != nil {
-		p.refundMadeLocked(r)
+		p.refundMadeLocked(r, f)
 	}
 	p.log.Info("refund created", "refund_id", r.id, "idempotency_key", key, "payment_id", params.PaymentID,
 		"amount_minor", params.AmountMinor, "currency", params.Currency, "faults", f.String())

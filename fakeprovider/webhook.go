@@ -45,6 +45,9 @@ const (
 	// webhookParallel bounds the deliveries in flight at once, across
 	// refunds; one refund's events go one at a time.
 	webhookParallel = 16
+	// webhookOldTimestamp is how far in the past webhook_old_timestamp signs:
+	// twice the 5 minutes receivers commonly tolerate.
+	webhookOldTimestamp = 10 * time.Minute
 	// settlePoll bounds how long the sender sleeps while a refund is pending
 	// on a clock it cannot wait for (the Clock may be fixed; Advance wakes it).
 	settlePoll = time.Second
@@ -79,7 +82,8 @@ func (c Config) validateWebhooks() error {
 
 // webhooks is a Provider's webhook sender: every event it makes, and the
 // deliveries still owed. Deliveries are asynchronous and at least once; a
-// refund's events go one at a time, in order. The Provider's mu guards its state; the configuration never
+// refund's events go one at a time, in order, so that webhook_reorder means
+// something. The Provider's mu guards its state; the configuration never
 // changes, and wake, ctx and wg are safe on their own.
 type webhooks struct {
 	url         string
@@ -106,15 +110,17 @@ type webhooks struct {
 
 // event is one webhook event and its delivery state.
 type event struct {
-	truth WebhookEvent // the oracle's record; Attempts grows
-	body  []byte       // frozen at creation: a redelivery is the same event
-	due   time.Time    // wall clock: no attempt before
-	owed  int          // deliveries still owed
-	tries int          // failed attempts at the current delivery
-	busy  bool         // an attempt is in flight
+	truth  WebhookEvent // the oracle's record; Attempts grows
+	body   []byte       // frozen at creation: a redelivery is the same event
+	faults Faults       // the webhook modes of the refund's create
+	due    time.Time    // wall clock: no attempt before
+	owed   int          // deliveries still owed: 1, 2 under webhook_duplicate
+	tries  int          // failed attempts at the current delivery
+	busy   bool         // an attempt is in flight
+	held   bool         // webhook_reorder: waits for its refund's last event
 }
 
-func (e *event) pending() bool { return e.owed > 0 && !e.truth.GaveUp }
+func (e *event) pending() bool { return e.owed > 0 && !e.truth.GaveUp && !e.truth.Dropped }
 
 func newWebhooks(cfg Config) *webhooks {
 	wh := &webhooks{
@@ -187,8 +193,9 @@ func (p *Provider) Close() {
 
 // refundMadeLocked queues the events of a new refund: refund.created with its
 // status at creation, and, when it is final at once, those of its settling.
-func (p *Provider) refundMadeLocked(r *refund) {
+func (p *Provider) refundMadeLocked(r *refund, f Faults) {
 	wh := p.wh
+	r.webhookFaults = f.webhookModes()
 	wh.byPayment[r.params.PaymentID] = append(wh.byPayment[r.params.PaymentID], r)
 	p.emitLocked(r, EventRefundCreated, r.created, stripeRefundOf(r.view(r.created)))
 	if r.settleAt.After(r.created) {
@@ -244,18 +251,25 @@ func (p *Provider) settledLocked(r *refund) {
 		}
 		p.emitLocked(r, EventChargeRefunded, at, ch)
 	}
+	if r.webhookFaults.WebhookReorder {
+		p.releaseReorderedLocked(r)
+	}
 }
 
 // emitLocked makes one event about r and queues its delivery.
 func (p *Provider) emitLocked(r *refund, typ string, created time.Time, object any) {
 	wh := p.wh
 	wh.seq++
+	f := r.webhookFaults
 	ev := &event{
 		truth: WebhookEvent{
 			ID: fmt.Sprintf("evt_%06d", wh.seq), Type: typ, RefundID: r.id, OperationKey: r.params.MerchantReference,
-			IdempotencyKey: r.key, Status: r.view(created).Status, Attempts: []WebhookAttempt{},
+			IdempotencyKey: r.key, Status: r.view(created).Status, Faults: f.String(), Attempts: []WebhookAttempt{},
 		},
-		due: time.Now(), owed: 1,
+		faults: f, due: time.Now().Add(f.WebhookDelay), owed: 1, held: f.WebhookReorder,
+	}
+	if f.WebhookDuplicate {
+		ev.owed = 2
 	}
 	body, err := json.Marshal(stripeEvent{
 		ID: ev.truth.ID, Object: "event", Type: typ, Created: created.Unix(),
@@ -267,11 +281,32 @@ func (p *Provider) emitLocked(r *refund, typ string, created time.Time, object a
 	}
 	ev.body = body
 	wh.events = append(wh.events, ev)
+	if f.WebhookDrop {
+		ev.truth.Dropped = true
+		p.log.Info("fault: webhook dropped", "event_id", ev.truth.ID, "type", typ, "refund_id", r.id)
+		return
+	}
+	if f.WebhookDelay > 0 {
+		p.log.Info("fault: webhook delayed", "event_id", ev.truth.ID, "type", typ, "for", f.WebhookDelay)
+	}
 	if _, ok := wh.chains[r.id]; !ok {
 		wh.order = append(wh.order, r.id)
 	}
 	wh.chains[r.id] = append(wh.chains[r.id], ev)
 	wh.poke()
+}
+
+// releaseReorderedLocked turns r's held events loose, newest first.
+func (p *Provider) releaseReorderedLocked(r *refund) {
+	chain := p.wh.chains[r.id]
+	slices.Reverse(chain)
+	for _, ev := range chain {
+		ev.held = false
+	}
+	if len(chain) > 0 {
+		p.log.Info("fault: webhooks reordered", "refund_id", r.id, "first", chain[0].truth.Type)
+	}
+	p.wh.poke()
 }
 
 // sendWebhooks is the sender's loop: it starts every due attempt (one per
@@ -326,14 +361,14 @@ func (p *Provider) startDueLocked(now time.Time) time.Duration {
 		live = append(live, id)
 		ev := chain[0]
 		switch {
-		case ev.busy:
+		case ev.busy || ev.held:
 		case ev.due.After(now):
 			wait = min(wait, ev.due.Sub(now))
 		case wh.inFlight < webhookParallel:
 			ev.busy = true
 			wh.inFlight++
 			wh.wg.Add(1)
-			go p.attempt(ev)
+			go p.attempt(ev, len(ev.truth.Attempts) == 0)
 		}
 	}
 	clear(wh.order[len(live):])
@@ -342,13 +377,24 @@ func (p *Provider) startDueLocked(now time.Time) time.Duration {
 }
 
 // attempt makes one delivery attempt of ev, signed afresh, and records it.
-func (p *Provider) attempt(ev *event) {
+// first is whether it is the event's first attempt, which the signature
+// faults spoil.
+func (p *Provider) attempt(ev *event, first bool) {
 	wh := p.wh
 	defer wh.wg.Done()
-	signedAt := time.Now()
-	a := WebhookAttempt{At: time.Now().UTC(), Timestamp: signedAt.Unix()}
+	signedAt, secret, fault := time.Now(), wh.secret, ""
+	if first && ev.faults.WebhookOldTimestamp {
+		signedAt, fault = signedAt.Add(-webhookOldTimestamp), "webhook_old_timestamp"
+	}
+	if first && ev.faults.WebhookBadSignature {
+		secret, fault = append([]byte("wrong:"), wh.secret...), strings.TrimPrefix(fault+",webhook_bad_signature", ",")
+	}
+	if fault != "" {
+		p.log.Info("fault: webhook spoiled", "event_id", ev.truth.ID, "fault", fault)
+	}
+	a := WebhookAttempt{At: time.Now().UTC(), Timestamp: signedAt.Unix(), Fault: fault}
 	var err error
-	a.Status, err = wh.post(ev.body, sign(wh.secret, signedAt.Unix(), ev.body))
+	a.Status, err = wh.post(ev.body, sign(secret, signedAt.Unix(), ev.body))
 	if err != nil {
 		a.Error = err.Error()
 	}
@@ -364,6 +410,9 @@ func (p *Provider) attempt(ev *event) {
 		ev.truth.Delivered = true
 		ev.owed--
 		ev.tries = 0
+		if ev.owed > 0 {
+			p.log.Info("fault: webhook duplicated", "event_id", ev.truth.ID)
+		}
 	} else {
 		ev.tries++
 		if ev.tries >= wh.maxAttempts {

@@ -441,6 +441,169 @@ func TestWebhookUnreachableReceiverIsRecordedWithoutStatus(t *testing.T) {
 	}
 }
 
+func TestWebhookFaultDelay(t *testing.T) {
+	rc := newReceiver(t, nil)
+	e := newWebhookEnv(t, rc, fakeprovider.Config{})
+	start := time.Now()
+	if _, err := e.c.CreateRefund(fakeprovider.WithFault(testCtx(t), "webhook_delay=1"), "op-1", refundParams("op-1")); err != nil {
+		t.Fatal(err)
+	}
+	settled(t, e.p)
+	got := rc.verified()
+	if len(got) != 2 {
+		t.Fatalf("deliveries = %q, want both events", types(got))
+	}
+	for _, d := range got {
+		if held := d.at.Sub(start); held < time.Second {
+			t.Fatalf("%s delivered %s after the create, want ≥ 1s", d.event.Type, held)
+		}
+	}
+}
+
+func TestWebhookFaultDuplicateReusesTheEventID(t *testing.T) {
+	rc := newReceiver(t, nil)
+	e := newWebhookEnv(t, rc, fakeprovider.Config{})
+	if _, err := e.c.CreateRefund(fakeprovider.WithFault(testCtx(t), "webhook_duplicate"), "op-1", refundParams("op-1")); err != nil {
+		t.Fatal(err)
+	}
+	w := settled(t, e.p)
+	got := rc.verified()
+	if !slices.Equal(types(got), []string{"refund.created", "refund.created", "charge.refunded", "charge.refunded"}) {
+		t.Fatalf("deliveries = %q, want each event twice", types(got))
+	}
+	for i := 0; i < 4; i += 2 {
+		if got[i].event.ID != got[i+1].event.ID || string(got[i].body) != string(got[i+1].body) {
+			t.Fatalf("duplicate of %s is %s: want the same id and body", got[i].event.ID, got[i+1].event.ID)
+		}
+	}
+	for _, ev := range w.Events {
+		if ev.Deliveries != 2 || !ev.Delivered || ev.Faults != "webhook_duplicate" {
+			t.Fatalf("oracle event = %+v, want 2 deliveries under webhook_duplicate", ev)
+		}
+	}
+}
+
+func TestWebhookFaultReorderDeliversNewestFirst(t *testing.T) {
+	rc := newReceiver(t, nil)
+	e := newWebhookEnv(t, rc, fakeprovider.Config{})
+	if _, err := e.c.CreateRefund(fakeprovider.WithFault(testCtx(t), "pending=10,webhook_reorder"), "op-1", refundParams("op-1")); err != nil {
+		t.Fatal(err)
+	}
+	// refund.created is held until the refund's last event exists.
+	time.Sleep(200 * time.Millisecond)
+	if w := e.p.Oracle().Webhooks; len(rc.deliveries()) != 0 || w.Pending != 1 {
+		t.Fatalf("before settling: %d deliveries, oracle %+v; want refund.created held", len(rc.deliveries()), w)
+	}
+	e.p.Advance(10 * time.Second)
+	w := settled(t, e.p)
+	if got := types(rc.verified()); !slices.Equal(got, []string{"charge.refunded", "refund.updated", "refund.created"}) {
+		t.Fatalf("deliveries = %q, want newest first", got)
+	}
+	if got := []string{w.Events[0].Type, w.Events[1].Type, w.Events[2].Type}; !slices.Equal(got,
+		[]string{"refund.created", "refund.updated", "charge.refunded"}) {
+		t.Fatalf("oracle events = %q, want them in order of creation", got)
+	}
+}
+
+func TestWebhookFaultBadSignatureFirstThenRight(t *testing.T) {
+	rc := newReceiver(t, nil)
+	e := newWebhookEnv(t, rc, fakeprovider.Config{})
+	if _, err := e.c.CreateRefund(fakeprovider.WithFault(testCtx(t), "pending=60,webhook_bad_signature"), "op-1", refundParams("op-1")); err != nil {
+		t.Fatal(err)
+	}
+	w := settled(t, e.p)
+	got := rc.deliveries()
+	if len(got) != 2 || got[0].reject != "bad_signature" || got[1].reject != "" {
+		t.Fatalf("receiver verdicts = %+v, want bad_signature then genuine", got)
+	}
+	a := w.Events[0].Attempts
+	if len(a) != 2 || a[0].Status != 400 || a[0].Fault != "webhook_bad_signature" || a[1].Status != 200 || a[1].Fault != "" ||
+		!w.Events[0].Delivered {
+		t.Fatalf("oracle attempts = %+v, want 400 (spoiled), then 200", a)
+	}
+}
+
+func TestWebhookFaultOldTimestampFirstThenFresh(t *testing.T) {
+	rc := newReceiver(t, nil)
+	e := newWebhookEnv(t, rc, fakeprovider.Config{})
+	if _, err := e.c.CreateRefund(fakeprovider.WithFault(testCtx(t), "pending=60,webhook_old_timestamp"), "op-1", refundParams("op-1")); err != nil {
+		t.Fatal(err)
+	}
+	w := settled(t, e.p)
+	got := rc.deliveries()
+	if len(got) != 2 || got[0].reject != "stale_timestamp" || got[1].reject != "" {
+		t.Fatalf("receiver verdicts = %+v, want stale_timestamp then genuine", got)
+	}
+	if age := got[0].at.Sub(time.Unix(got[0].t, 0)); age < 9*time.Minute || age > 11*time.Minute {
+		t.Fatalf("first attempt signed %s ago, want 10 minutes", age)
+	}
+	a := w.Events[0].Attempts
+	if len(a) != 2 || a[0].Fault != "webhook_old_timestamp" || a[0].Timestamp != got[0].t || a[1].Timestamp != got[1].t {
+		t.Fatalf("oracle attempts = %+v, want the old t, then a fresh one", a)
+	}
+}
+
+func TestWebhookFaultDropNeverDelivers(t *testing.T) {
+	rc := newReceiver(t, nil)
+	e := newWebhookEnv(t, rc, fakeprovider.Config{})
+	ctx := testCtx(t)
+	dropped, err := e.c.CreateRefund(fakeprovider.WithFault(ctx, "webhook_drop"), "op-1", refundParams("op-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A later refund's events arriving shows the sender ran past the dropped ones.
+	kept, err := e.c.CreateRefund(ctx, "op-2", refundParams("op-2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := settled(t, e.p)
+	for _, d := range rc.deliveries() {
+		if r := refundOf(t, d); r.ID == dropped.ID || d.event.Type == "charge.refunded" && !strings.Contains(string(d.body), kept.ID) {
+			t.Fatalf("a dropped event arrived: %s", d.body)
+		}
+	}
+	if n := len(rc.verified()); n != 2 {
+		t.Fatalf("%d deliveries, want the 2 of the kept refund", n)
+	}
+	evs := w.ForRefund(dropped.ID)
+	if len(evs) != 2 || w.Undelivered != 2 {
+		t.Fatalf("oracle = %+v, want 2 dropped events counted undelivered", w)
+	}
+	for _, ev := range evs {
+		if !ev.Dropped || ev.Delivered || len(ev.Attempts) != 0 {
+			t.Fatalf("dropped event = %+v", ev)
+		}
+	}
+}
+
+func TestWebhookGlobalFaultsScopedByKey(t *testing.T) {
+	rc := newReceiver(t, nil)
+	e := newWebhookEnv(t, rc, fakeprovider.Config{})
+	ctx := testCtx(t)
+	if _, err := e.c.SetFaults(ctx, fakeprovider.Faults{WebhookDuplicate: true, Key: "op-1"}); err != nil {
+		t.Fatal(err)
+	}
+	a, err := e.c.CreateRefund(ctx, "op-1", refundParams("op-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := e.c.CreateRefund(ctx, "op-2", refundParams("op-2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := settled(t, e.p)
+	for _, tc := range []struct {
+		id   string
+		want int
+	}{{a.ID, 2}, {b.ID, 1}} {
+		for _, ev := range w.ForRefund(tc.id) {
+			if ev.Deliveries != tc.want {
+				t.Fatalf("%s %s: %d deliveries, want %d", tc.id, ev.Type, ev.Deliveries, tc.want)
+			}
+		}
+	}
+}
+
 func TestWebhookOracleRecordsEveryRefundDelivered(t *testing.T) {
 	rc := newReceiver(t, func(n int, d delivery) int {
 		if n%3 == 0 {
@@ -489,7 +652,7 @@ func TestWebhookOracleRecordsEveryRefundDelivered(t *testing.T) {
 
 func TestWebhooksOffWithoutURL(t *testing.T) {
 	e := newEnv(t, fakeprovider.Config{})
-	if _, err := e.c.CreateRefund(testCtx(t), "op-1", refundParams("op-1")); err != nil {
+	if _, err := e.c.CreateRefund(fakeprovider.WithFault(testCtx(t), "webhook_duplicate"), "op-1", refundParams("op-1")); err != nil {
 		t.Fatal(err)
 	}
 	if w := e.p.Oracle().Webhooks; w.Enabled || len(w.Events) != 0 {
