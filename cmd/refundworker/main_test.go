@@ -249,7 +249,8 @@ func TestRefundDoneReplyLost_T3(t *testing.T) {
 			}); err != nil {
 				t.Fatal(err)
 			}
-			a := e.worker(t, "A", "--provider-timeout", "10s")
+			// One slot: A, hanging in its call, cannot take its own job over.
+			a := e.worker(t, "A", "--provider-timeout", "10s", "--concurrency", "1")
 			proctest.WaitFor(t, 20*time.Second, "A's refund at the provider", func() bool {
 				_, ok := e.provider.Oracle().Operation(key)
 				return ok
