@@ -45,9 +45,11 @@
 //
 // # Webhooks
 //
-// With a webhook URL and secret (Config.WebhookURL, WebhookSecret) the
-// provider tells that endpoint about its refunds the way Stripe does: one POST per event, never
-// inside the API request that caused it, at least once.
+// With a webhook URL and secret (Config.WebhookURL, WebhookSecret; the
+// command's --webhook-url, --webhook-secret-file and --webhook-max-attempts)
+// the provider tells that endpoint about its refunds the way Stripe does:
+// one POST per event, never inside the API request that caused it, at least
+// once.
 //
 //	POST <webhook URL>
 //	Content-Type: application/json; charset=utf-8

@@ -1,6 +1,11 @@
 // Command fakeprovider serves the simulated payment provider of package
 // fakeprovider over HTTP, for workers and chaos tests to refund against.
 //
+// With --webhook-url and --webhook-secret-file it sends Stripe-signed
+// webhooks about its refunds to that endpoint (package fakeprovider,
+// "Webhooks"), at most --webhook-max-attempts tries each; on SIGTERM it stops
+// sending.
+//
 // Every flag falls back to an environment variable: --listen to
 // FAKEPROVIDER_LISTEN, --key-retention to FAKEPROVIDER_KEY_RETENTION, and so
 // on. Run with -h for the list.
@@ -8,6 +13,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -15,6 +21,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/jobfence/jobfence/fakeprovider"
@@ -31,6 +38,11 @@ type config struct {
 	faults          fakeprovider.Faults
 	shutdownTimeout time.Duration
 	log             cli.Log
+
+	webhookURL         string
+	webhookSecretFile  string
+	webhookSecret      string // the file's first line
+	webhookMaxAttempts int
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -42,7 +54,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		"how long an Idempotency-Key is remembered; past it a same-key resend creates a new refund")
 	fs.Func("faults", "global faults at start, in X-Fake-Fault syntax, e.g. pending=30,lookup_lag=5 or "+
 		"cut_reply,key=op-1,times=1 (modes: hang_before=N hang_after=N cut_reply pending=N lookup_lag=N "+
-		"error_burst=N fail key=K times=N; N in seconds or a Go duration)",
+		"error_burst=N fail webhook_delay=N webhook_duplicate webhook_reorder webhook_bad_signature "+
+		"webhook_old_timestamp webhook_drop key=K times=N; N in seconds or a Go duration)",
 		func(s string) error {
 			f, err := fakeprovider.ParseFaults(s)
 			if err == nil {
@@ -51,6 +64,13 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 			c.faults = f
 			return err
 		})
+	fs.StringVar(&c.webhookURL, "webhook-url", "",
+		"send Stripe-signed webhooks (refund.created, refund.updated, refund.failed, charge.refunded) to this "+
+			"endpoint, e.g. http://127.0.0.1:8443/webhooks/acme; needs --webhook-secret-file; off when empty")
+	fs.StringVar(&c.webhookSecretFile, "webhook-secret-file", "",
+		"file whose first line is the webhook signing secret (the receiver's secret for this provider)")
+	fs.IntVar(&c.webhookMaxAttempts, "webhook-max-attempts", fakeprovider.DefaultWebhookMaxAttempts,
+		"attempts at delivering one webhook event (retried after 100ms, doubling to 5s) before it is given up")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 5*time.Second,
 		"on SIGTERM, how long in-flight requests (hangs included) may finish before connections are cut")
 	c.log.Register(fs)
@@ -73,7 +93,42 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if err := c.log.Validate(); err != nil {
 		return c, err
 	}
+	if err := c.readWebhookSecret(); err != nil {
+		return c, err
+	}
 	return c, nil
+}
+
+// readWebhookSecret checks the webhook flags and reads the secret's file.
+func (c *config) readWebhookSecret() error {
+	switch {
+	case c.webhookURL == "" && c.webhookSecretFile != "":
+		return errors.New("--webhook-secret-file needs --webhook-url")
+	case c.webhookURL == "":
+		return nil
+	case c.webhookSecretFile == "":
+		return errors.New("--webhook-url needs --webhook-secret-file (the signing secret)")
+	case c.webhookMaxAttempts < 1:
+		return fmt.Errorf("--webhook-max-attempts must be at least 1, got %d", c.webhookMaxAttempts)
+	}
+	b, err := os.ReadFile(c.webhookSecretFile)
+	if err != nil {
+		return fmt.Errorf("--webhook-secret-file: %w", err)
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	if c.webhookSecret = strings.TrimSpace(line); c.webhookSecret == "" {
+		return fmt.Errorf("--webhook-secret-file %s: the first line is empty", c.webhookSecretFile)
+	}
+	if err := c.providerConfig().Validate(); err != nil {
+		return fmt.Errorf("--webhook-url: %w", err)
+	}
+	return nil
+}
+
+// providerConfig is the provider's configuration (without its logger).
+func (c config) providerConfig() fakeprovider.Config {
+	return fakeprovider.Config{KeyRetention: c.keyRetention, Faults: c.faults, WebhookURL: c.webhookURL,
+		WebhookSecret: c.webhookSecret, WebhookMaxAttempts: c.webhookMaxAttempts}
 }
 
 func run(ctx context.Context, args []string, stderr io.Writer) error {
@@ -83,7 +138,22 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	log := c.log.New(stderr)
 
-	p := fakeprovider.New(fakeprovider.Config{KeyRetention: c.keyRetention, Faults: c.faults, Logger: log})
+	pc := c.providerConfig()
+	pc.Logger = log
+	p := fakeprovider.New(pc)
+	// Deferred, the sender stops after the server has shut down (SIGTERM):
+	// attempts in flight are cancelled, nothing more is sent.
+	defer func() {
+		p.Close()
+		if w := p.Oracle().Webhooks; w.Enabled {
+			attempts := 0
+			for _, e := range w.Events {
+				attempts += len(e.Attempts)
+			}
+			log.Info("webhook sender stopped", "events", len(w.Events), "attempts", attempts, "pending", w.Pending,
+				"undelivered", w.Undelivered)
+		}
+	}()
 	lis, err := net.Listen("tcp", c.listen)
 	if err != nil {
 		return err
@@ -94,7 +164,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	log.Info("fakeprovider serving", "listen", lis.Addr().String(), "key_retention", c.keyRetention,
-		"faults", c.faults.String())
+		"faults", c.faults.String(), "webhook_url", c.webhookURL)
 
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(lis) }()

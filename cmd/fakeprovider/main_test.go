@@ -3,15 +3,26 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
 	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jobfence/jobfence/fakeprovider"
+	"github.com/jobfence/jobfence/internal/proctest"
 )
 
 func TestFlagsFallBackToEnv(t *testing.T) {
@@ -84,5 +95,170 @@ func TestRunServesAndShutsDown(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("run did not return after cancel")
+	}
+}
+
+func writeSecret(t *testing.T, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "webhook-secret")
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestWebhookFlagsReadTheSecretsFirstLine(t *testing.T) {
+	path := writeSecret(t, "whsec_first \nwhsec_second\n")
+	t.Setenv("FAKEPROVIDER_WEBHOOK_URL", "http://127.0.0.1:8443/webhooks/acme")
+	c, err := parseFlags([]string{"--webhook-secret-file", path, "--webhook-max-attempts", "3"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc := c.providerConfig()
+	if pc.WebhookURL != "http://127.0.0.1:8443/webhooks/acme" || pc.WebhookSecret != "whsec_first" || pc.WebhookMaxAttempts != 3 {
+		t.Fatalf("provider config = %+v; want the env URL, the first line, 3 attempts", pc)
+	}
+	if _, err := parseFlags(nil, io.Discard); err == nil || !strings.Contains(err.Error(), "--webhook-secret-file") {
+		t.Fatalf("a URL without a secret: err = %v, want it to name --webhook-secret-file", err)
+	}
+}
+
+func TestWebhookFlagsRejectBadValues(t *testing.T) {
+	good, empty := writeSecret(t, "whsec_1\n"), writeSecret(t, "\nwhsec_on_line_2\n")
+	for _, args := range [][]string{
+		{"--webhook-url", "http://127.0.0.1:8443/webhooks/acme"},
+		{"--webhook-secret-file", good},
+		{"--webhook-url", "http://127.0.0.1:8443/webhooks/acme", "--webhook-secret-file", empty},
+		{"--webhook-url", "http://127.0.0.1:8443/webhooks/acme", "--webhook-secret-file", good + ".missing"},
+		{"--webhook-url", "127.0.0.1:8443/webhooks/acme", "--webhook-secret-file", good},
+		{"--webhook-url", "http://127.0.0.1:8443/webhooks/acme", "--webhook-secret-file", good, "--webhook-max-attempts", "0"},
+		{"--faults", "webhook_delay=-1"},
+	} {
+		if _, err := parseFlags(args, io.Discard); err == nil {
+			t.Errorf("parseFlags(%q) accepted", args)
+		}
+	}
+}
+
+// binDir holds the command, built once for the tests that run it as a
+// process.
+var binDir string
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+var fakeproviderBin = sync.OnceValues(func() (string, error) {
+	var err error
+	if binDir, err = os.MkdirTemp("", "fakeprovider-bin-"); err != nil {
+		return "", err
+	}
+	return proctest.Build(binDir, "fakeprovider", ".")
+})
+
+// stripeReceiver counts the deliveries whose Stripe signature verifies
+// (its own HMAC code) and holds, while hold is set, every delivery until
+// its client goes away.
+type stripeReceiver struct {
+	mu       sync.Mutex
+	types    []string
+	rejected int
+	hold     bool
+	held     chan struct{}
+	gone     chan struct{}
+}
+
+func (rc *stripeReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	var t int64
+	var sig []byte
+	for part := range strings.SplitSeq(r.Header.Get("Stripe-Signature"), ",") {
+		k, v, _ := strings.Cut(part, "=")
+		if k == "t" {
+			t, _ = strconv.ParseInt(v, 10, 64)
+		} else if k == "v1" {
+			sig, _ = hex.DecodeString(v)
+		}
+	}
+	mac := hmac.New(sha256.New, []byte("whsec_cmd"))
+	mac.Write([]byte(strconv.FormatInt(t, 10) + "."))
+	mac.Write(body)
+	var ev struct{ Type string }
+	rc.mu.Lock()
+	hold := rc.hold
+	if !hmac.Equal(sig, mac.Sum(nil)) || time.Since(time.Unix(t, 0)).Abs() > 5*time.Minute || json.Unmarshal(body, &ev) != nil {
+		rc.rejected++
+		rc.mu.Unlock()
+		w.WriteHeader(http.StatusBadRequest)
+		return
+	}
+	if !hold {
+		rc.types = append(rc.types, ev.Type)
+	}
+	rc.mu.Unlock()
+	if hold {
+		rc.held <- struct{}{}
+		<-r.Context().Done()
+		close(rc.gone)
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+func TestProcessSendsSignedWebhooksAndStopsOnSIGTERM(t *testing.T) {
+	bin, err := fakeproviderBin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := &stripeReceiver{held: make(chan struct{}, 1), gone: make(chan struct{})}
+	recv := httptest.NewServer(rc)
+	defer recv.Close()
+	p := proctest.Start(t, bin, proctest.Options{
+		Args: []string{"--listen", "127.0.0.1:0", "--log-format", "json", "--webhook-url", recv.URL + "/webhooks/acme",
+			"--webhook-secret-file", writeSecret(t, "whsec_cmd\n")},
+		Ready: "fakeprovider serving",
+	})
+	c := fakeprovider.NewClient("http://"+p.Addr, nil)
+	ctx := t.Context()
+	if _, err := c.CreateRefund(ctx, "op-1", fakeprovider.RefundParams{PaymentID: "pay_1", AmountMinor: 100, Currency: "EUR"}); err != nil {
+		t.Fatal(err)
+	}
+	proctest.WaitFor(t, 10*time.Second, "both events of op-1", func() bool {
+		rc.mu.Lock()
+		defer rc.mu.Unlock()
+		return len(rc.types) == 2
+	})
+	rc.mu.Lock()
+	if strings.Join(rc.types, ",") != "refund.created,charge.refunded" || rc.rejected != 0 {
+		t.Fatalf("received %q, %d rejected; want refund.created, charge.refunded, all verified", rc.types, rc.rejected)
+	}
+	rc.hold = true
+	rc.mu.Unlock()
+
+	// A delivery in flight at SIGTERM: the sender is stopped, and says what
+	// it left undelivered.
+	if _, err := c.CreateRefund(ctx, "op-2", fakeprovider.RefundParams{PaymentID: "pay_1", AmountMinor: 100, Currency: "EUR"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-rc.held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("op-2's refund.created never arrived")
+	}
+	if err := p.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Wait(t, 15*time.Second); err != nil {
+		t.Fatalf("exit after SIGTERM: %v\n%s", err, p.Logs())
+	}
+	<-rc.gone
+	rec, ok := p.WaitRecord(time.Second, func(r map[string]any) bool { return r["msg"] == "webhook sender stopped" })
+	// op-1's 2 deliveries and the held one, cancelled and recorded before exit.
+	if !ok || rec["events"] != 4.0 || rec["attempts"] != 3.0 || rec["pending"] != 2.0 {
+		t.Fatalf("stop record = %v; want 4 events, 3 attempts, op-2's 2 events pending\n%s", rec, p.Logs())
 	}
 }
