@@ -107,6 +107,14 @@ func (c *Console) reviews(w http.ResponseWriter, r *http.Request, s *session) {
 		c.render(w, http.StatusBadRequest, "reviews", c.view(r, s, "Review queue", lv))
 		return
 	}
+	c.listPage(w, r, s, "reviews", "Review queue", req, lv)
+}
+
+// listPage renders page with the jobs req lists: a request the coordinator
+// refuses as invalid is shown on the page with the filters, any other error
+// on the error page.
+func (c *Console) listPage(w http.ResponseWriter, r *http.Request, s *session, page, title string, req *pb.ListJobsRequest,
+	lv listView) {
 	ctx, cancel := c.call(r, s.token)
 	defer cancel()
 	resp, err := c.api.ListJobs(ctx, req)
@@ -117,11 +125,11 @@ func (c *Console) reviews(w http.ResponseWriter, r *http.Request, s *session) {
 			return
 		}
 		lv.Error = e.text
-		c.render(w, http.StatusBadRequest, "reviews", c.view(r, s, "Review queue", lv))
+		c.render(w, http.StatusBadRequest, page, c.view(r, s, title, lv))
 		return
 	}
 	lv.Jobs, lv.Observations, lv.Next = resp.GetJobs(), resp.GetObservationCounts(), resp.GetNextPageToken()
-	c.render(w, http.StatusOK, "reviews", c.view(r, s, "Review queue", lv))
+	c.render(w, http.StatusOK, page, c.view(r, s, title, lv))
 }
 
 // searchFields are what a person may search by, each a lookup on its own
@@ -175,19 +183,7 @@ func (c *Console) search(w http.ResponseWriter, r *http.Request, s *session) {
 		c.render(w, http.StatusBadRequest, "search", c.view(r, s, "Search", lv))
 		return
 	}
-	resp, err := c.api.ListJobs(ctx, req)
-	if err != nil {
-		e := explain(err)
-		if e.httpStatus != http.StatusBadRequest {
-			c.failAPI(w, r, s, err)
-			return
-		}
-		lv.Error = e.text
-		c.render(w, http.StatusBadRequest, "search", c.view(r, s, "Search", lv))
-		return
-	}
-	lv.Jobs, lv.Observations, lv.Next = resp.GetJobs(), resp.GetObservationCounts(), resp.GetNextPageToken()
-	c.render(w, http.StatusOK, "search", c.view(r, s, "Search", lv))
+	c.listPage(w, r, s, "search", "Search", req, lv)
 }
 
 type jobView struct {

@@ -1,12 +1,8 @@
 package main
 
 import (
-	"context"
 	"crypto/tls"
-	"errors"
 	"log/slog"
-	"net"
-	"net/http"
 	"time"
 
 	"github.com/jobfence/jobfence/console"
@@ -18,7 +14,7 @@ import (
 // interceptors, roles and fences as any client's call (R29), without a
 // network hop or a second set of credentials to the gRPC listener.
 type consoleServer struct {
-	http *http.Server
+	web  *webServer
 	conn *server.InProcess
 }
 
@@ -33,38 +29,17 @@ func startConsole(srv *server.Server, addr string, cfg *tls.Config, log *slog.Lo
 		conn.Close()
 		return nil, err
 	}
-	lis, err := net.Listen("tcp", addr)
+	web, err := serveWeb("console", "console serving", addr, "/", h, cfg, log)
 	if err != nil {
 		conn.Close()
 		return nil, err
 	}
-	cs := &consoleServer{conn: conn, http: &http.Server{Handler: h, TLSConfig: cfg,
-		ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, MaxHeaderBytes: 16 << 10,
-		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}}
-	scheme := "http"
-	if cfg != nil {
-		scheme = "https"
-	}
-	log.Info("console serving", "listen", lis.Addr().String(), "url", scheme+"://"+lis.Addr().String()+"/")
-	go func() {
-		var err error
-		if cfg != nil {
-			err = cs.http.ServeTLS(lis, "", "")
-		} else {
-			err = cs.http.Serve(lis)
-		}
-		if !errors.Is(err, http.ErrServerClosed) {
-			log.Error("console", "error", err)
-		}
-	}()
-	return cs, nil
+	return &consoleServer{web: web, conn: conn}, nil
 }
 
 // shutdown lets the console's requests in flight finish (a bulk action among
-// them) for up to timeout, then stops its connection to the coordinator.
+// them) for up to timeout, then closes its connection to the coordinator.
 func (cs *consoleServer) shutdown(timeout time.Duration) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	_ = cs.http.Shutdown(ctx)
+	cs.web.shutdown(timeout)
 	_ = cs.conn.Close()
 }

@@ -327,7 +327,7 @@ type coordinator struct {
 	// console and webhooks, when --console-listen and --webhook-listen are
 	// set.
 	console  *consoleServer
-	webhooks *webhookServer
+	webhooks *webServer
 }
 
 // open wires a coordinator from c: the store (migrated), the providers'
