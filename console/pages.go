@@ -194,8 +194,6 @@ type jobView struct {
 	// InReview: the job is in manual review; CanResolve: and the person is
 	// an operator.
 	InReview, CanResolve bool
-	// ObsPage is the observations page token this page shows.
-	ObsPage string
 }
 
 // job shows one job: every field, its history, its receipts, its ledger row,
@@ -215,7 +213,7 @@ func (c *Console) job(w http.ResponseWriter, r *http.Request, s *session) {
 		c.failAPI(w, r, s, err)
 		return
 	}
-	v := jobView{GetJobResponse: d, ObsPage: obsPage, InReview: d.GetJob().GetState() == pb.JobState_JOB_STATE_MANUAL_REVIEW}
+	v := jobView{GetJobResponse: d, InReview: d.GetJob().GetState() == pb.JobState_JOB_STATE_MANUAL_REVIEW}
 	v.CanResolve = v.InReview && s.canAct
 	if dl := d.GetResendDeadline(); dl != nil && d.GetNow() != nil {
 		v.ResendOpen = d.GetNow().AsTime().Before(dl.AsTime())

@@ -6,8 +6,6 @@ import (
 	"net/http"
 	"sync"
 	"time"
-
-	pb "github.com/jobfence/jobfence/gen/jobfence/v1"
 )
 
 // Cookie names. The session cookie holds only a random id: the person's
@@ -27,7 +25,6 @@ type session struct {
 	id     string
 	token  string // the person's bearer token, sent with their calls only
 	name   string // the credential's name: what histories record
-	roles  []pb.Role
 	canAct bool   // operator: may resolve; a reader only reads (R29)
 	csrf   string // every POST of this session must carry it
 
@@ -103,9 +100,9 @@ func randomID() string {
 
 // start signs a person in: a new session (a new id on every sign-in, so an
 // id planted before it is worthless), its cookie set on w.
-func (ss *sessions) start(w http.ResponseWriter, token, name string, roles []pb.Role, canAct bool) *session {
+func (ss *sessions) start(w http.ResponseWriter, token, name string, canAct bool) *session {
 	now := time.Now()
-	s := &session{id: randomID(), token: token, name: name, roles: roles, canAct: canAct, csrf: randomID(),
+	s := &session{id: randomID(), token: token, name: name, canAct: canAct, csrf: randomID(),
 		created: now, lastUsed: now, previews: map[string]*bulkPreview{}}
 	ss.mu.Lock()
 	for id, old := range ss.byID {

@@ -71,7 +71,7 @@ func (c *Console) signin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	http.SetCookie(w, &http.Cookie{Name: signinCookie, Value: "", Path: "/signin", MaxAge: -1})
-	s := c.sessions.start(w, token, me.GetName(), me.GetRoles(), canAct)
+	s := c.sessions.start(w, token, me.GetName(), canAct)
 	c.log.Info("console: signed in", "operator", s.name, "role", s.Role())
 	http.Redirect(w, r, safeNext(r.PostFormValue("next")), http.StatusSeeOther)
 }
