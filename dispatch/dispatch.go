@@ -47,8 +47,9 @@ type Options struct {
 
 // Metrics are the observers a Dispatcher reports to.
 type Metrics struct {
-	// Batch sizes: claims, write-backs and enqueues per transaction.
-	ClaimTx, WriteBatch, EnqueueBatch prometheus.Observer
+	// Batch sizes: claims, write-backs, enqueues and lease renewals per
+	// transaction.
+	ClaimTx, WriteBatch, EnqueueBatch, RenewBatch prometheus.Observer
 	// Handoffs counts long polls answered in an enqueue's transaction;
 	// IdleLooks the looks idle long polls share (one per poll instant and
 	// provider filter).
@@ -67,6 +68,7 @@ type Dispatcher struct {
 	writes   *batcher[store.Writeback, store.WriteOutcome]
 	enqueues *batcher[store.EnqueueParams, store.EnqueueOutcome]
 	claims   *batcher[store.ClaimParams, store.ClaimOutcome]
+	renewals *batcher[store.Renewal, store.RenewOutcome]
 }
 
 // New returns a Dispatcher on st, with its flushers running until Close.
@@ -90,6 +92,7 @@ func New(st store.Store, o Options) *Dispatcher {
 	d.claims = newBatcher(st.ClaimMany, o.Flushers, ClaimsPerTx, batchTimeout, o.Metrics.ClaimTx)
 	d.claims.abandoned = d.release
 	d.enqueues = newBatcher(d.enqueueMany, o.Flushers, o.MaxBatch, batchTimeout, o.Metrics.EnqueueBatch)
+	d.renewals = newBatcher(st.RenewMany, o.Flushers, o.MaxBatch, batchTimeout, o.Metrics.RenewBatch)
 	return d
 }
 
@@ -107,7 +110,7 @@ func (m Metrics) withDefaults() Metrics {
 		}
 		return o
 	}
-	return Metrics{ClaimTx: h(m.ClaimTx), WriteBatch: h(m.WriteBatch), EnqueueBatch: h(m.EnqueueBatch),
+	return Metrics{ClaimTx: h(m.ClaimTx), WriteBatch: h(m.WriteBatch), EnqueueBatch: h(m.EnqueueBatch), RenewBatch: h(m.RenewBatch),
 		Handoffs: c(m.Handoffs), IdleLooks: c(m.IdleLooks)}
 }
 
@@ -129,6 +132,25 @@ func (d *Dispatcher) Write(ctx context.Context, w store.Writeback) (store.WriteO
 	return out, err
 }
 
+// Renew renews the leases rs in shared transactions (R27), each renewal
+// coalesced with those of other calls like a write-back, and answers each
+// in order. An error is the caller's context ending or ErrClosed: the
+// renewals may still land, and repeating them is safe.
+func (d *Dispatcher) Renew(ctx context.Context, rs []store.Renewal) ([]store.RenewOutcome, error) {
+	out := make([]store.RenewOutcome, len(rs))
+	errs := make([]error, len(rs))
+	var wg sync.WaitGroup
+	for i, r := range rs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out[i], errs[i] = d.renewals.do(ctx, r)
+		}()
+	}
+	wg.Wait()
+	return out, errors.Join(errs...)
+}
+
 // Drain makes waiting and future long-poll claims return at once, so that a
 // graceful stop is not held up by idle workers.
 func (d *Dispatcher) Drain() { d.waiters.stop() }
@@ -140,6 +162,7 @@ func (d *Dispatcher) Close() {
 	d.writes.close()
 	d.enqueues.close()
 	d.claims.close()
+	d.renewals.close()
 }
 
 // enqueueMany runs a batch of enqueues and, in the same transaction, the

@@ -30,7 +30,7 @@ type Role string
 // The roles of a credential.
 const (
 	RoleProducer Role = "producer" // EnqueueRefund
-	RoleWorker   Role = "worker"   // Claim, Complete, Reschedule, Escalate, ReportObservation
+	RoleWorker   Role = "worker"   // Claim, Complete, Reschedule, Escalate, RenewLeases, ReportObservation
 	RoleOperator Role = "operator" // GetJob, ListJobs, GetOverview, ResolveReview
 	RoleReader   Role = "reader"   // GetJob, ListJobs, GetOverview: sees, never acts (R29)
 )
@@ -43,6 +43,7 @@ var methodRoles = map[string][]Role{
 	pb.Coordinator_Complete_FullMethodName:          {RoleWorker},
 	pb.Coordinator_Reschedule_FullMethodName:        {RoleWorker},
 	pb.Coordinator_Escalate_FullMethodName:          {RoleWorker},
+	pb.Coordinator_RenewLeases_FullMethodName:       {RoleWorker},
 	pb.Coordinator_ReportObservation_FullMethodName: {RoleWorker},
 	pb.Coordinator_GetJob_FullMethodName:            {RoleReader, RoleOperator},
 	pb.Coordinator_ListJobs_FullMethodName:          {RoleReader, RoleOperator},

@@ -745,10 +745,11 @@ jobfence_granted_jobs_total{next_action="refund"} 1
 jobfence_jobs{state="manual_review"} 0
 jobfence_jobs{state="ready"} 1
 jobfence_jobs{state="running"} 0
-# HELP jobfence_stale_attempt_rejections_total Write-backs rejected because a newer attempt holds the job (R9), by RPC.
+# HELP jobfence_stale_attempt_rejections_total Write-backs and lease renewals rejected because they do not carry the job's current grant (R9, R25, R27), by RPC.
 # TYPE jobfence_stale_attempt_rejections_total counter
 jobfence_stale_attempt_rejections_total{rpc="Complete"} 1
 jobfence_stale_attempt_rejections_total{rpc="Escalate"} 1
+jobfence_stale_attempt_rejections_total{rpc="RenewLeases"} 0
 jobfence_stale_attempt_rejections_total{rpc="Reschedule"} 0
 # HELP jobfence_takeovers_total Jobs taken over from an expired lease (R6). Frequent takeovers point at GC pauses, too-short leases or over-claiming.
 # TYPE jobfence_takeovers_total counter

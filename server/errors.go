@@ -41,6 +41,7 @@ var (
 	ReasonInvalidArgument     = reason(pb.ErrorReason_ERROR_REASON_INVALID_ARGUMENT)
 	ReasonUnauthenticated     = reason(pb.ErrorReason_ERROR_REASON_UNAUTHENTICATED)
 	ReasonPermissionDenied    = reason(pb.ErrorReason_ERROR_REASON_PERMISSION_DENIED)
+	ReasonGrantTooOld         = reason(pb.ErrorReason_ERROR_REASON_GRANT_TOO_OLD)
 )
 
 // toStatus turns a store error into the gRPC status the client sees (this is
@@ -81,6 +82,10 @@ func statusOf(err error, job jobAttrs) (*status.Status, logLine) {
 		return withDetails(codes.InvalidArgument, ve.Error(), info(ReasonInvalidArgument, nil), br), logLine{}
 	case errors.As(err, &fe):
 		return fenceStatus(err, fe)
+	case errors.Is(err, store.ErrGrantTooOld):
+		return withDetails(codes.FailedPrecondition, err.Error()+"; the lease runs out and the job is taken over (R27)",
+			info(ReasonGrantTooOld, map[string]string{"job_id": strconv.FormatInt(job.id, 10),
+				"attempt": strconv.FormatInt(job.attempt, 10)})), logLine{}
 	case errors.Is(err, store.ErrObservationLimit):
 		return withDetails(codes.ResourceExhausted, fmt.Sprintf("the job has %d receipts on file, the most it keeps; "+
 				"this one was not filed", store.MaxObservationsPerJob), info(ReasonObservationLimit, nil)),

@@ -24,7 +24,12 @@ type Metrics struct {
 	handoffs     prometheus.Counter
 	idleLooks    prometheus.Counter
 	earlyRejects *prometheus.CounterVec
-	grpc         *grpcprom.ServerMetrics
+	renewals     *prometheus.CounterVec
+	renewBatch   prometheus.Histogram
+	// receiptToCompletion: seconds from the newest receipt of success or
+	// failure to the job's completion (R28).
+	receiptToCompletion prometheus.Histogram
+	grpc                *grpcprom.ServerMetrics
 }
 
 // NewMetrics registers the coordinator's metrics for st on reg.
@@ -36,7 +41,7 @@ func NewMetrics(reg prometheus.Registerer, st store.Store) *Metrics {
 		}),
 		stale: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "jobfence_stale_attempt_rejections_total",
-			Help: "Write-backs rejected because a newer attempt holds the job (R9), by RPC.",
+			Help: "Write-backs and lease renewals rejected because they do not carry the job's current grant (R9, R25, R27), by RPC.",
 		}, []string{"rpc"}),
 		granted: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "jobfence_granted_jobs_total",
@@ -74,16 +79,33 @@ func NewMetrics(reg prometheus.Registerer, st store.Store) *Metrics {
 			Name: "jobfence_calls_refused_unparsed_total",
 			Help: "Calls grpc-go refused before the service saw them, by method and code: requests that did not parse (malformed protobuf, invalid UTF-8).",
 		}, []string{"grpc_method", "grpc_code"}),
+		renewals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "jobfence_lease_renewals_total",
+			Help: "Grants RenewLeases was asked to renew (R27), by result: renewed, stale_attempt (taken over), not_running, grant_too_old, not_found, unavailable.",
+		}, []string{"result"}),
+		renewBatch: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "jobfence_renew_batch_size",
+			Help:    "Lease renewals coalesced into one transaction.",
+			Buckets: []float64{1, 2, 5, 10, 20, 50, 100, 200},
+		}),
+		receiptToCompletion: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "jobfence_receipt_to_completion_seconds",
+			Help:    "Seconds from the newest receipt of success or failure on file for a job (a webhook, a late answer) to its completion by a worker (R28).",
+			Buckets: []float64{.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 3600},
+		}),
 		grpc: grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram(
 			grpcprom.WithHistogramBuckets([]float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 5, 30, 60}))),
 	}
 	for _, action := range []store.NextAction{store.ActionRefund, store.ActionReconcile} {
 		m.granted.WithLabelValues(string(action)) // present at 0 from the start
 	}
-	for _, rpc := range []string{"Complete", "Reschedule", "Escalate"} {
+	for _, r := range []string{"renewed", "stale_attempt", "not_running", "grant_too_old", "not_found", "unavailable"} {
+		m.renewals.WithLabelValues(r)
+	}
+	for _, rpc := range []string{"Complete", "Reschedule", "Escalate", "RenewLeases"} {
 		m.stale.WithLabelValues(rpc)
 	}
-	reg.MustRegister(m.takeovers, m.stale, m.granted, m.jobsPerClaim, m.writeBatch, m.enqueueBatch, m.claimTxBatch, m.handoffs, m.idleLooks, m.earlyRejects, m.grpc,
+	reg.MustRegister(m.takeovers, m.stale, m.granted, m.jobsPerClaim, m.writeBatch, m.enqueueBatch, m.claimTxBatch, m.handoffs, m.idleLooks, m.earlyRejects, m.renewals, m.renewBatch, m.receiptToCompletion, m.grpc,
 		newStatsCollector(st))
 	return m
 }

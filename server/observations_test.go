@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/jobfence/jobfence/gen/jobfence/v1"
@@ -164,6 +165,44 @@ func TestGetOverviewShowsUnmatchedEvents_R28(t *testing.T) {
 		}
 		if r := got.RecentUnmatched[0].ReceivedAt.AsTime(); r.After(got.Now.AsTime()) || r.Before(got.Now.AsTime().Add(-time.Minute)) {
 			t.Fatalf("received at %v, the database's now %v", r, got.Now.AsTime())
+		}
+	})
+}
+
+// R28 over gRPC: a receipt of success filed while the job runs moves
+// nothing then; the holder learns of it in its renewal's answer, its
+// reschedule to reconcile in an hour is due now instead (expedited), the
+// next claim takes it at once, and its completion is measured from the
+// receipt (jobfence_receipt_to_completion_seconds).
+func TestReceiptDuringGrantComesDueOverGRPC_R28(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, c *coordinator) {
+		ctx := ctxFor(t)
+		a := c.claimOne(t, "worker-a", c.enqueue(t).Id)
+		obs, err := c.client.ReportObservation(ctx, &pb.ReportObservationRequest{
+			Job: &pb.ReportObservationRequest_JobId{JobId: a.Job.Id}, Source: "webhook:acme",
+			Outcome: pb.ObservationOutcome_OBSERVATION_OUTCOME_SUCCEEDED, ProviderRefundId: "re_hook",
+			ProviderEventId: "evt_during"})
+		if err != nil || obs.Expedited {
+			t.Fatalf("ReportObservation = %v, %v; want filed, not expedited (the job runs)", obs, err)
+		}
+		grant := []*pb.GrantRef{{JobId: a.Job.Id, Attempt: a.Attempt, LeaseToken: a.LeaseToken}}
+		renewed, err := c.client.RenewLeases(ctx, &pb.RenewLeasesRequest{Grants: grant})
+		if err != nil || !renewed.Renewals[0].ReceiptFiledAt.AsTime().Equal(obs.Observation.CreatedAt.AsTime()) {
+			t.Fatalf("RenewLeases = %v, %v; want the receipt's time %v", renewed, err, obs.Observation.CreatedAt.AsTime())
+		}
+		res, err := c.client.Reschedule(ctx, &pb.RescheduleRequest{JobId: a.Job.Id, Attempt: a.Attempt, LeaseToken: a.LeaseToken,
+			When: &pb.RescheduleRequest_Delay{Delay: durationpb.New(time.Hour)}, Reason: "provider pending"})
+		if err != nil || !res.Expedited || !res.Job.NextAttemptAt.AsTime().Equal(res.Job.UpdatedAt.AsTime()) {
+			t.Fatalf("Reschedule = %v, %v; want expedited, due now", res, err)
+		}
+		b := c.claimOne(t, "worker-b", a.Job.Id)
+		if _, err := c.client.Complete(ctx, &pb.CompleteRequest{JobId: b.Job.Id, Attempt: b.Attempt, LeaseToken: b.LeaseToken,
+			ProviderRefundId: "re_hook"}); err != nil {
+			t.Fatal(err)
+		}
+		if h := c.metric(t, "jobfence_receipt_to_completion_seconds").GetHistogram(); h.GetSampleCount() != 1 ||
+			h.GetSampleSum() <= 0 || h.GetSampleSum() > 30 {
+			t.Fatalf("receipt to completion = %d samples, sum %vs; want one, of seconds", h.GetSampleCount(), h.GetSampleSum())
 		}
 	})
 }

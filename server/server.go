@@ -29,6 +29,10 @@ type Options struct { // zero fields take Defaults
 	// inside it (R14, R22).
 	KeyRetention         time.Duration
 	ProviderKeyRetention map[string]time.Duration
+	// MaxGrantAge bounds how long renewals may keep one grant alive, from
+	// its claim (R27): past it RenewLeases answers GRANT_TOO_OLD, the lease
+	// runs out and the job is taken over.
+	MaxGrantAge time.Duration
 	// ClaimPollInterval is how often a long-polling Claim looks again for work
 	// it was not woken for: jobs enqueued through other replicas, delays that
 	// ran out, leases that expired. Waiting Claims look together, at the
@@ -78,6 +82,7 @@ type Server struct {
 var Defaults = Options{
 	Lease:             30 * time.Second,
 	KeyRetention:      24 * time.Hour,
+	MaxGrantAge:       store.DefaultMaxGrantAge,
 	ClaimPollInterval: 200 * time.Millisecond,
 	WriteFlushers:     2,
 	WriteBatch:        128,
@@ -92,6 +97,7 @@ func New(st store.Store, opts Options) *Server {
 	}
 	setDefault(&opts.Lease, Defaults.Lease)
 	setDefault(&opts.KeyRetention, Defaults.KeyRetention)
+	setDefault(&opts.MaxGrantAge, Defaults.MaxGrantAge)
 	setDefault(&opts.ClaimPollInterval, Defaults.ClaimPollInterval)
 	if opts.WriteFlushers == 0 {
 		opts.WriteFlushers = Defaults.WriteFlushers
@@ -110,7 +116,8 @@ func New(st store.Store, opts Options) *Server {
 		dispatch: dispatch.New(st, dispatch.Options{PollInterval: opts.ClaimPollInterval,
 			Flushers: opts.WriteFlushers, MaxBatch: opts.WriteBatch, Logger: opts.Logger,
 			Metrics: dispatch.Metrics{ClaimTx: m.claimTxBatch, WriteBatch: m.writeBatch, EnqueueBatch: m.enqueueBatch,
-				Handoffs: m.handoffs, IdleLooks: m.idleLooks}})}
+				RenewBatch: m.renewBatch,
+				Handoffs:   m.handoffs, IdleLooks: m.idleLooks}})}
 }
 
 // Drain makes waiting and future long-poll Claims return at once, so that a
@@ -202,7 +209,7 @@ func (s *Server) Reschedule(ctx context.Context, req *pb.RescheduleRequest) (*pb
 	if err != nil {
 		return nil, err
 	}
-	return &pb.RescheduleResponse{Job: jobToProto(res.Job), Replayed: res.Replayed}, nil
+	return &pb.RescheduleResponse{Job: jobToProto(res.Job), Replayed: res.Replayed, Expedited: res.Expedited}, nil
 }
 
 // Escalate implements jobfence.v1.Coordinator.
@@ -229,6 +236,9 @@ func (s *Server) write(ctx context.Context, w store.Writeback) (store.WriteResul
 	}
 	if err != nil {
 		return res, s.toStatus(ctx, err, jobAttrs{id: w.JobID, attempt: w.Attempt})
+	}
+	if w.Kind == store.EventCompleted && !res.Replayed && !res.Job.EvidenceAt.IsZero() {
+		s.metrics.receiptToCompletion.Observe(res.Job.UpdatedAt.Sub(res.Job.EvidenceAt).Seconds())
 	}
 	level := slog.LevelDebug
 	switch w.Kind {

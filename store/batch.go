@@ -25,6 +25,7 @@ type WriteOutcome struct {
 // Backends use it to answer without reading the row back; the SQL they run
 // must set the same values.
 func (w Writeback) Apply(job Job, now time.Time) Job {
+	expedited := w.ExpeditedBy(job)
 	job.State = w.ToState()
 	job.LeaseUntil = time.Time{}
 	job.UpdatedAt = now
@@ -34,6 +35,9 @@ func (w Writeback) Apply(job Job, now time.Time) Job {
 	case EventRescheduled:
 		job.NextAction = w.NextAction
 		job.NextAttemptAt = w.NextAttemptAt(now)
+		if expedited && job.NextAttemptAt.After(now) {
+			job.NextAttemptAt = now
+		}
 		job.LastReason = w.Reason
 	case EventEscalated:
 		// In review from now: a listing by state puts the job that has
@@ -50,6 +54,19 @@ func (w Writeback) Apply(job Job, now time.Time) Job {
 		}
 	}
 	return job
+}
+
+// ExpeditedBy reports whether w, applied to before (the row as it stands),
+// is a reschedule to reconcile that a receipt makes due now (R28): a receipt
+// of success or failure filed during the grant w writes back, at or after the
+// grant's time (before.UpdatedAt, see Job.EvidenceAt). Such a receipt came
+// while the job ran, when it could not move the job; the holder's reschedule
+// is where it takes effect, as if it had come a moment later. A reschedule to
+// send the refund again keeps its time: only a reconcile is always safe, and
+// the next holder is handed the receipt with its claim.
+func (w Writeback) ExpeditedBy(before Job) bool {
+	return w.Kind == EventRescheduled && w.NextAction == ActionReconcile && before.State == StateRunning &&
+		!before.EvidenceAt.IsZero() && !before.EvidenceAt.Before(before.UpdatedAt)
 }
 
 // Event is the history entry of this write-back, applied to job (the row
@@ -96,13 +113,15 @@ type BatchPlan struct {
 	// Events are the history entries of the writes in Apply, in order.
 	Events  []Event
 	applied map[int]bool
-	ws      []Writeback
+	// expedited marks the reschedules a receipt made due now (ExpeditedBy).
+	expedited map[int]bool
+	ws        []Writeback
 }
 
 // PlanBatch plans the writes ws[i] for i in idx. current holds the locked rows
 // by job id (missing jobs absent); now is the database's time.
 func PlanBatch(ws []Writeback, idx []int, current map[int64]Job, now time.Time) BatchPlan {
-	p := BatchPlan{After: make(map[int]Job, len(idx)), applied: map[int]bool{}, ws: ws}
+	p := BatchPlan{After: make(map[int]Job, len(idx)), applied: map[int]bool{}, expedited: map[int]bool{}, ws: ws}
 	rows := make(map[int64]Job, len(current))
 	for id, j := range current {
 		rows[id] = j
@@ -115,7 +134,12 @@ func PlanBatch(ws []Writeback, idx []int, current map[int64]Job, now time.Time) 
 		}
 		if w.Fenced(cur) {
 			p.Events = append(p.Events, w.Event(cur, now))
+			expedited := w.ExpeditedBy(cur)
 			cur = w.Apply(cur, now)
+			if expedited {
+				p.expedited[i] = true
+				p.Events = append(p.Events, ReceiptExpediteEvent(cur))
+			}
 			rows[w.JobID] = cur
 			p.Apply = append(p.Apply, i)
 			p.applied[i] = true
@@ -132,7 +156,7 @@ func (p BatchPlan) Outcome(i int) WriteOutcome {
 		return WriteOutcome{Err: ErrNotFound}
 	}
 	if p.applied[i] {
-		return WriteOutcome{Result: WriteResult{Job: job}}
+		return WriteOutcome{Result: WriteResult{Job: job, Expedited: p.expedited[i]}}
 	}
 	res, err := Settle(p.ws[i], job)
 	return WriteOutcome{Result: res, Err: err}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // The bounds on a job's observations (R15): what one answer carries and what
@@ -39,6 +40,22 @@ func (o Observation) ExpediteEvent(job Job) Event {
 		FromState: job.State, ToState: job.State, NextAction: job.NextAction,
 		Reason: fmt.Sprintf("receipt %d from %s: %s", o.ID, o.Source, o.Outcome), CreatedAt: job.UpdatedAt}
 }
+
+// ReceiptExpediteEvent is the history entry of a reschedule to reconcile
+// made due now by a receipt filed during the grant (Writeback.ExpeditedBy),
+// read from job as the reschedule left it: ready, due now, under the
+// grant's attempt, with no grant of its own, in the reschedule's
+// transaction and at its time (R28).
+func ReceiptExpediteEvent(job Job) Event {
+	return Event{JobID: job.ID, Attempt: job.Attempt, Kind: EventExpedited, WorkerID: ReceiptActor,
+		FromState: job.State, ToState: job.State, NextAction: job.NextAction,
+		Reason: fmt.Sprintf("a receipt of success or failure was filed at %s, during attempt %d",
+			job.EvidenceAt.UTC().Format(time.RFC3339Nano), job.Attempt), CreatedAt: job.UpdatedAt}
+}
+
+// ReceiptActor names the coordinator in the history entry of an expedite
+// that no one receipt's source can name.
+const ReceiptActor = "jobfence"
 
 // Validate reports what is wrong with a read of a job.
 func (p GetParams) Validate() error {

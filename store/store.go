@@ -97,6 +97,11 @@ type Job struct {
 	// (R25); zero for a grant made before tokens existed. Never shown to
 	// clients.
 	Grant TokenHash
+	// EvidenceAt is when the newest receipt of success or failure was filed
+	// for the job (R28); zero when none was. While the job runs, one at or
+	// after UpdatedAt (the grant's time: nothing but a claim or takeover
+	// writes updated_at into a running row) arrived during the grant.
+	EvidenceAt time.Time
 }
 
 // ClaimedJob is a job granted by Claim. Job.Attempt and LeaseToken are what
@@ -251,6 +256,10 @@ type WriteResult struct {
 	// Replayed is true when this same write had already been applied by an
 	// earlier call whose reply was lost (R21); nothing was written now.
 	Replayed bool
+	// Expedited is true when a receipt of success or failure filed during
+	// the grant made this reschedule to reconcile due now
+	// (Writeback.ExpeditedBy, R28).
+	Expedited bool
 }
 
 // ObservationParams is one receipt to file.
@@ -335,6 +344,15 @@ type Store interface {
 	// answered on its own exactly as Write would answer it, in order. Used to
 	// coalesce concurrent write-backs into one COMMIT.
 	WriteMany(ctx context.Context, ws []Writeback) []WriteOutcome
+
+	// RenewMany extends the leases of several grants in one transaction
+	// (R27), each fenced and answered on its own as Renewal.Renew decides
+	// it, in order; a job renewed twice in a batch ends with the later
+	// lease. A renewal is safe to repeat: an unknown COMMIT outcome runs the
+	// batch again, at most a few times. It writes no history: a renewal is
+	// no transition (R3). Errors per renewal: see RenewOutcome.Err, and
+	// *ValidationError.
+	RenewMany(ctx context.Context, rs []Renewal) []RenewOutcome
 
 	// Observe files a receipt (R15). duplicate is true when the same receipt
 	// was on file; nothing was added. A new receipt of success or failure

@@ -89,6 +89,7 @@ type config struct {
 	sqlitePath      string
 	lease           time.Duration
 	keyRetention    time.Duration
+	maxGrantAge     time.Duration
 	providerKeys    string
 	budgets         string
 	claimPoll       time.Duration
@@ -126,6 +127,10 @@ func parseFlags(args []string, stderr *os.File) (config, error) {
 		"embedded store file, created with its folder if absent; ignored when --mysql-dsn is set")
 	fs.DurationVar(&c.lease, "lease", server.Defaults.Lease,
 		"lease granted when a Claim names none (1s..15m); choose it from the provider call's p99 and deploy hand-over time")
+	fs.DurationVar(&c.maxGrantAge, "max-grant-age", server.Defaults.MaxGrantAge,
+		"how long lease renewals may keep one grant alive, from its claim (1s..24h); past it RenewLeases refuses "+
+			"with GRANT_TOO_OLD and the job is taken over when its lease runs out (R27). Make it longer than the "+
+			"slowest handler you accept, reconciles and retries included")
 	fs.DurationVar(&c.keyRetention, "key-retention", server.Defaults.KeyRetention,
 		"how long providers keep an idempotency key; same-key resends are safe only inside it")
 	fs.StringVar(&c.providerKeys, "provider-key-retention", "",
@@ -209,6 +214,9 @@ func parseFlags(args []string, stderr *os.File) (config, error) {
 	}
 	if c.lease < store.MinLease || c.lease > store.MaxLease {
 		return c, fmt.Errorf("--lease must be between %s and %s, got %s", store.MinLease, store.MaxLease, c.lease)
+	}
+	if c.maxGrantAge < store.MinLease || c.maxGrantAge > store.MaxGrantAge {
+		return c, fmt.Errorf("--max-grant-age must be between %s and %s, got %s", store.MinLease, store.MaxGrantAge, c.maxGrantAge)
 	}
 	if c.claimPoll < time.Millisecond || c.claimPoll > time.Minute {
 		return c, fmt.Errorf("--claim-poll-interval must be between 1ms and 1m, got %s", c.claimPoll)
@@ -378,7 +386,7 @@ func open(ctx context.Context, c config, log *slog.Logger) (co *coordinator, err
 	reg := registry(st)
 	serveDebug(c, reg, log)
 	srv := server.New(st, server.Options{
-		Lease: c.lease, KeyRetention: c.keyRetention, ProviderKeyRetention: providerKeys,
+		Lease: c.lease, MaxGrantAge: c.maxGrantAge, KeyRetention: c.keyRetention, ProviderKeyRetention: providerKeys,
 		ClaimPollInterval: c.claimPoll, WriteFlushers: c.writeFlushers, WriteBatch: c.writeBatch,
 		Auth: authn, Metrics: server.NewMetrics(reg, st), Logger: log,
 	})

@@ -21,13 +21,25 @@ VALUES
    NOW + 600000000, '%[2]s', NOW, NOW, NOW),
   ('legacy-ready', 'order-2', 'pay-2', 700, 'EUR', 'acme', 'ready', 0, 'refund', NOW, NULL, '', NULL, NOW, NOW)`
 
+// legacyReviews are what a coordinator of schema version 5 leaves: a
+// review escalated now that was due an hour ago, and a job due in an hour.
+const legacyReviews = `INSERT INTO refund_jobs (operation_key, order_id, payment_id, amount_minor, currency, provider,
+  state, attempt, next_action, next_attempt_at, lease_until, worker_id, first_sent_at, created_at, updated_at)
+VALUES
+  ('legacy-review', 'order-3', 'pay-3', 900, 'EUR', 'acme', 'manual_review', 1, 'refund', NOW - 3600000000, NULL, 'A',
+   NOW - 3600000000, NOW - 3600000000, NOW),
+  ('legacy-parked', 'order-4', 'pay-4', 900, 'EUR', 'acme', 'ready', 0, 'refund', NOW + 3600000000, NULL, '', NULL,
+   NOW, NOW)`
+
+// microsNow is the database's clock in microseconds, for NOW in the rows above.
+const microsNow = `(CAST(unixepoch('now', 'subsec') * 1000 AS INTEGER) * 1000)`
+
 // R25: an upgrade with running jobs loses nothing (storetest.UpgradeFromUntokened).
 func TestUpgradeWithRunningJobs_R25(t *testing.T) {
 	path := testdb.SQLitePath(t)
-	now := `(CAST(unixepoch('now', 'subsec') * 1000 AS INTEGER) * 1000)`
 	storetest.UpgradeWithRunningJobs(t,
 		func() (storetest.DBStore, error) { return sqlite.OpenMigratedTo(context.Background(), path, 3) },
-		strings.ReplaceAll(fmt.Sprintf(legacyJobs, storetest.LegacyAttempt, storetest.LegacyWorker), "NOW", now),
+		strings.ReplaceAll(fmt.Sprintf(legacyJobs, storetest.LegacyAttempt, storetest.LegacyWorker), "NOW", microsNow),
 		func() storetest.DBStore { return openAt(t, path) })
 }
 
@@ -37,5 +49,5 @@ func TestUpgradeDatesReviewsFromTheirEscalation(t *testing.T) {
 	path := testdb.SQLitePath(t)
 	storetest.UpgradeDatesReviewsFromTheirEscalation(t,
 		func() (storetest.DBStore, error) { return sqlite.OpenMigratedTo(context.Background(), path, 5) },
-		func() storetest.DBStore { return openAt(t, path) })
+		strings.ReplaceAll(legacyReviews, "NOW", microsNow), func() storetest.DBStore { return openAt(t, path) })
 }

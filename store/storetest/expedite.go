@@ -34,8 +34,12 @@ func wantExpedited(t *testing.T, s store.Store, before store.Job, o store.Observ
 		j.UpdatedAt.Before(o.CreatedAt) {
 		t.Fatalf("expedited job = %+v (now %v, receipt filed %v), want due now to reconcile", j, d.Now, o.CreatedAt)
 	}
+	if !j.EvidenceAt.Equal(o.CreatedAt) {
+		t.Fatalf("expedited job's evidence_at = %v, want the receipt's time %v", j.EvidenceAt, o.CreatedAt)
+	}
 	moved := before
-	moved.NextAction, moved.NextAttemptAt, moved.UpdatedAt = j.NextAction, j.NextAttemptAt, j.UpdatedAt
+	moved.NextAction, moved.NextAttemptAt, moved.UpdatedAt, moved.EvidenceAt = j.NextAction, j.NextAttemptAt, j.UpdatedAt,
+		j.EvidenceAt
 	if j != moved {
 		t.Fatalf("an expedite changed more than the schedule:\n before %+v\n after  %+v", before, j)
 	}
@@ -69,7 +73,8 @@ func testReceiptExpeditesReadyJob_R28(t *testing.T, s store.Store) {
 	}
 	failed := hook
 	failed.Outcome, failed.ProviderEventID = store.OutcomeFailed, "evt_failed"
-	observe(t, s, failed, false) // already due to reconcile: nothing to move
+	second := observe(t, s, failed, false) // already due to reconcile: nothing to move
+	moved.EvidenceAt = second.CreatedAt    // but it is the newest receipt (R28)
 	if d := get(t, s, waiting.ID); d.Job != moved || len(d.Events) != 2 {
 		t.Fatalf("after a redelivery and a receipt for a job due to reconcile: %+v, %d events; want %+v, 2",
 			d.Job, len(d.Events), moved)
@@ -116,6 +121,16 @@ func testReceiptLeavesOtherStatesAlone_R28(t *testing.T, s store.Store) {
 				ProviderEventID: fmt.Sprintf("evt_%d_%s", id, outcome)}, false)
 		}
 		after := get(t, s, id)
+		// R28: an unfinished job keeps when its newest receipt of
+		// success or failure came, and nothing else changes; a finished
+		// one keeps nothing.
+		evidence := before.Job.State != store.StateSucceeded &&
+			slices.ContainsFunc(outcomes, store.Outcome.Expedites)
+		if !after.Job.EvidenceAt.IsZero() != evidence || (evidence && !after.Job.EvidenceAt.After(before.Job.UpdatedAt)) {
+			t.Fatalf("job %d (%s) evidence_at = %v after receipts %v, want set: %v", id, before.Job.State,
+				after.Job.EvidenceAt, outcomes, evidence)
+		}
+		before.Job.EvidenceAt = after.Job.EvidenceAt
 		if after.Job != before.Job || !slices.Equal(after.Events, before.Events) {
 			t.Fatalf("receipts %v changed job %d:\n before %+v %v\n after  %+v %v", outcomes, id, before.Job,
 				kinds(before.Events), after.Job, kinds(after.Events))

@@ -286,6 +286,12 @@ func testObservations(t *testing.T, s store.Store) {
 	}
 
 	d := get(t, s, job.ID)
+	// R28: the job keeps when its newest receipt of success came, and
+	// nothing else changes.
+	if !d.Job.EvidenceAt.Equal(o3.CreatedAt) {
+		t.Fatalf("evidence_at = %v, want the newest receipt of success's time %v", d.Job.EvidenceAt, o3.CreatedAt)
+	}
+	before.EvidenceAt = d.Job.EvidenceAt
 	if d.Job != before {
 		t.Fatalf("observations changed the job:\n before %+v\n after  %+v", before, d.Job)
 	}

@@ -214,31 +214,37 @@ func UpgradeFromUntokened(t *testing.T, s store.Store, running, ready int64) {
 
 // UpgradeDatesReviewsFromTheirEscalation checks the upgrade to the schema
 // where an escalation sets next_attempt_at: openOld opens the file or
-// database at schema version 5, where a job is escalated and its
-// next_attempt_at put back to when it was due, as an earlier release left
-// it; openNew (every migration) must then show the review waiting since its
-// escalation, and a ready job's schedule untouched.
-func UpgradeDatesReviewsFromTheirEscalation(t *testing.T, openOld func() (DBStore, error), openNew func() DBStore) {
+// database at schema version 5, and legacySQL inserts what an earlier
+// release left there: a job "legacy-review" in manual_review, escalated at
+// its updated_at with next_attempt_at still when it was due, and a job
+// "legacy-parked" ready for later. openNew (every migration) must then show
+// the review waiting since its escalation, and the ready job's schedule
+// untouched. The rows are written by SQL, not through a store: the code of
+// today may read columns schema 5 does not have.
+func UpgradeDatesReviewsFromTheirEscalation(t *testing.T, openOld func() (DBStore, error), legacySQL string,
+	openNew func() DBStore) {
 	t.Helper()
 	old, err := openOld()
 	if err != nil {
 		t.Fatal(err)
 	}
-	review := enqueue(t, old, refund(t))
-	c := claimOne(t, old, "A", review.ID)
-	waitForClock(t, old, c.Job.UpdatedAt)
-	escalatedAt := write(t, old, escalate(of(c))).Job.UpdatedAt
-	ready := parked(t, old, refund(t))
-	_, err = old.DB().ExecContext(ctxFor(t), `UPDATE refund_jobs SET next_attempt_at = created_at WHERE id = ?`, review.ID)
+	_, err = old.DB().ExecContext(ctxFor(t), legacySQL)
 	old.Close()
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := openNew()
-	if got := get(t, s, review.ID).Job; got.State != store.StateManualReview || !got.NextAttemptAt.Equal(escalatedAt) {
-		t.Fatalf("review after the upgrade = %+v, want next_attempt_at %v (its escalation)", got, escalatedAt)
+	var review, ready int64
+	if err := s.DB().QueryRowContext(ctxFor(t), `SELECT
+  (SELECT id FROM refund_jobs WHERE operation_key = 'legacy-review'),
+  (SELECT id FROM refund_jobs WHERE operation_key = 'legacy-parked')`).Scan(&review, &ready); err != nil {
+		t.Fatal(err)
 	}
-	if got := get(t, s, ready.ID).Job; !got.NextAttemptAt.Equal(ready.NextAttemptAt) {
-		t.Fatalf("ready job's next_attempt_at after the upgrade = %v, want %v", got.NextAttemptAt, ready.NextAttemptAt)
+	if got := get(t, s, review).Job; got.State != store.StateManualReview || !got.NextAttemptAt.Equal(got.UpdatedAt) ||
+		!got.NextAttemptAt.After(got.CreatedAt) {
+		t.Fatalf("review after the upgrade = %+v, want next_attempt_at its escalation (updated_at)", got)
+	}
+	if got := get(t, s, ready).Job; got.State != store.StateReady || !got.NextAttemptAt.After(got.UpdatedAt) {
+		t.Fatalf("ready job after the upgrade = %+v, want it still due later", got)
 	}
 }

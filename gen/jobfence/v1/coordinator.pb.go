@@ -73,6 +73,11 @@ const (
 	ErrorReason_ERROR_REASON_UNAUTHENTICATED ErrorReason = 13
 	// PERMISSION_DENIED: the credential's roles do not allow the call.
 	ErrorReason_ERROR_REASON_PERMISSION_DENIED ErrorReason = 14
+	// FAILED_PRECONDITION (RenewLeases, per grant): the grant has lived as
+	// long as the coordinator lets one grant live (its grant_expires_at,
+	// --max-grant-age); its lease runs out and the job is taken over as
+	// usual (R27). The holder may still write back until then.
+	ErrorReason_ERROR_REASON_GRANT_TOO_OLD ErrorReason = 15
 )
 
 // Enum value maps for ErrorReason.
@@ -93,6 +98,7 @@ var (
 		12: "ERROR_REASON_INVALID_ARGUMENT",
 		13: "ERROR_REASON_UNAUTHENTICATED",
 		14: "ERROR_REASON_PERMISSION_DENIED",
+		15: "ERROR_REASON_GRANT_TOO_OLD",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":            0,
@@ -110,6 +116,7 @@ var (
 		"ERROR_REASON_INVALID_ARGUMENT":       12,
 		"ERROR_REASON_UNAUTHENTICATED":        13,
 		"ERROR_REASON_PERMISSION_DENIED":      14,
+		"ERROR_REASON_GRANT_TOO_OLD":          15,
 	}
 )
 
@@ -1565,9 +1572,13 @@ func (*RescheduleRequest_Delay) isRescheduleRequest_When() {}
 func (*RescheduleRequest_NextAttemptAt) isRescheduleRequest_When() {}
 
 type RescheduleResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Job           *Job                   `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
-	Replayed      bool                   `protobuf:"varint,2,opt,name=replayed,proto3" json:"replayed,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Job      *Job                   `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Replayed bool                   `protobuf:"varint,2,opt,name=replayed,proto3" json:"replayed,omitempty"`
+	// True when a receipt of success or failure filed during the grant made
+	// this reschedule to RECONCILE due now instead of at the time asked for
+	// (R28); the history shows an "expedited" entry after the reschedule.
+	Expedited     bool `protobuf:"varint,3,opt,name=expedited,proto3" json:"expedited,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1612,6 +1623,13 @@ func (x *RescheduleResponse) GetJob() *Job {
 func (x *RescheduleResponse) GetReplayed() bool {
 	if x != nil {
 		return x.Replayed
+	}
+	return false
+}
+
+func (x *RescheduleResponse) GetExpedited() bool {
+	if x != nil {
+		return x.Expedited
 	}
 	return false
 }
@@ -1738,6 +1756,283 @@ func (x *EscalateResponse) GetReplayed() bool {
 	return false
 }
 
+type RenewLeasesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The grants to renew, 1..100, each job at most once.
+	Grants []*GrantRef `protobuf:"bytes,1,rep,name=grants,proto3" json:"grants,omitempty"`
+	// How long each lease runs from the database's now; required, 1 s to 15
+	// min, like Claim's lease_duration.
+	LeaseDuration *durationpb.Duration `protobuf:"bytes,2,opt,name=lease_duration,json=leaseDuration,proto3" json:"lease_duration,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewLeasesRequest) Reset() {
+	*x = RenewLeasesRequest{}
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewLeasesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewLeasesRequest) ProtoMessage() {}
+
+func (x *RenewLeasesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewLeasesRequest.ProtoReflect.Descriptor instead.
+func (*RenewLeasesRequest) Descriptor() ([]byte, []int) {
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *RenewLeasesRequest) GetGrants() []*GrantRef {
+	if x != nil {
+		return x.Grants
+	}
+	return nil
+}
+
+func (x *RenewLeasesRequest) GetLeaseDuration() *durationpb.Duration {
+	if x != nil {
+		return x.LeaseDuration
+	}
+	return nil
+}
+
+// GrantRef names a grant: the job, the attempt Claim granted and its
+// lease_token (R25).
+type GrantRef struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	JobId         int64                  `protobuf:"varint,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Attempt       int64                  `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	LeaseToken    string                 `protobuf:"bytes,3,opt,name=lease_token,json=leaseToken,proto3" json:"lease_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GrantRef) Reset() {
+	*x = GrantRef{}
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GrantRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GrantRef) ProtoMessage() {}
+
+func (x *GrantRef) ProtoReflect() protoreflect.Message {
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GrantRef.ProtoReflect.Descriptor instead.
+func (*GrantRef) Descriptor() ([]byte, []int) {
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *GrantRef) GetJobId() int64 {
+	if x != nil {
+		return x.JobId
+	}
+	return 0
+}
+
+func (x *GrantRef) GetAttempt() int64 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *GrantRef) GetLeaseToken() string {
+	if x != nil {
+		return x.LeaseToken
+	}
+	return ""
+}
+
+type RenewLeasesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One per requested grant, in the request's order.
+	Renewals      []*LeaseRenewal `protobuf:"bytes,1,rep,name=renewals,proto3" json:"renewals,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewLeasesResponse) Reset() {
+	*x = RenewLeasesResponse{}
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewLeasesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewLeasesResponse) ProtoMessage() {}
+
+func (x *RenewLeasesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewLeasesResponse.ProtoReflect.Descriptor instead.
+func (*RenewLeasesResponse) Descriptor() ([]byte, []int) {
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *RenewLeasesResponse) GetRenewals() []*LeaseRenewal {
+	if x != nil {
+		return x.Renewals
+	}
+	return nil
+}
+
+// LeaseRenewal answers the renewal of one grant.
+type LeaseRenewal struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	JobId   int64                  `protobuf:"varint,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Attempt int64                  `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// Renewed: the lease's new end (database clock). Unset when refused.
+	LeaseUntil *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=lease_until,json=leaseUntil,proto3" json:"lease_until,omitempty"`
+	// Refused: why, UNSPECIFIED when renewed. STALE_ATTEMPT: the job was
+	// taken over (or the token is not the grant's): stop before sending
+	// anything new to the provider, and file any answer already received as
+	// an observation (R15). JOB_NOT_RUNNING: this grant already wrote its
+	// outcome. GRANT_TOO_OLD: see ErrorReason. NOT_FOUND: no such job.
+	Refused ErrorReason `protobuf:"varint,4,opt,name=refused,proto3,enum=jobfence.v1.ErrorReason" json:"refused,omitempty"`
+	// Refused: a message for people, and the metadata the same refusal of a
+	// write-back carries ("current_attempt", "current_state").
+	Message  string            `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
+	Metadata map[string]string `protobuf:"bytes,6,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// The end of the grant's life: no renewal extends its lease past it (R27).
+	// Set when the job is running under this grant.
+	GrantExpiresAt *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=grant_expires_at,json=grantExpiresAt,proto3" json:"grant_expires_at,omitempty"`
+	// When the newest receipt of success or failure was filed for the job
+	// during this grant, if one was (R28): what the provider told someone
+	// else while this holder worked. A reschedule to RECONCILE is then due at
+	// once.
+	ReceiptFiledAt *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=receipt_filed_at,json=receiptFiledAt,proto3" json:"receipt_filed_at,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *LeaseRenewal) Reset() {
+	*x = LeaseRenewal{}
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseRenewal) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseRenewal) ProtoMessage() {}
+
+func (x *LeaseRenewal) ProtoReflect() protoreflect.Message {
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseRenewal.ProtoReflect.Descriptor instead.
+func (*LeaseRenewal) Descriptor() ([]byte, []int) {
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *LeaseRenewal) GetJobId() int64 {
+	if x != nil {
+		return x.JobId
+	}
+	return 0
+}
+
+func (x *LeaseRenewal) GetAttempt() int64 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *LeaseRenewal) GetLeaseUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LeaseUntil
+	}
+	return nil
+}
+
+func (x *LeaseRenewal) GetRefused() ErrorReason {
+	if x != nil {
+		return x.Refused
+	}
+	return ErrorReason_ERROR_REASON_UNSPECIFIED
+}
+
+func (x *LeaseRenewal) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *LeaseRenewal) GetMetadata() map[string]string {
+	if x != nil {
+		return x.Metadata
+	}
+	return nil
+}
+
+func (x *LeaseRenewal) GetGrantExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.GrantExpiresAt
+	}
+	return nil
+}
+
+func (x *LeaseRenewal) GetReceiptFiledAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ReceiptFiledAt
+	}
+	return nil
+}
+
 type ReportObservationRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Which job: by id or by operation_key.
@@ -1766,7 +2061,7 @@ type ReportObservationRequest struct {
 
 func (x *ReportObservationRequest) Reset() {
 	*x = ReportObservationRequest{}
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[14]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1778,7 +2073,7 @@ func (x *ReportObservationRequest) String() string {
 func (*ReportObservationRequest) ProtoMessage() {}
 
 func (x *ReportObservationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[14]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1791,7 +2086,7 @@ func (x *ReportObservationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportObservationRequest.ProtoReflect.Descriptor instead.
 func (*ReportObservationRequest) Descriptor() ([]byte, []int) {
-	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{14}
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ReportObservationRequest) GetJob() isReportObservationRequest_Job {
@@ -1900,7 +2195,7 @@ type ReportObservationResponse struct {
 
 func (x *ReportObservationResponse) Reset() {
 	*x = ReportObservationResponse{}
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[15]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1912,7 +2207,7 @@ func (x *ReportObservationResponse) String() string {
 func (*ReportObservationResponse) ProtoMessage() {}
 
 func (x *ReportObservationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[15]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1925,7 +2220,7 @@ func (x *ReportObservationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportObservationResponse.ProtoReflect.Descriptor instead.
 func (*ReportObservationResponse) Descriptor() ([]byte, []int) {
-	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{15}
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ReportObservationResponse) GetObservation() *Observation {
@@ -1966,7 +2261,7 @@ type GetJobRequest struct {
 
 func (x *GetJobRequest) Reset() {
 	*x = GetJobRequest{}
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[16]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1978,7 +2273,7 @@ func (x *GetJobRequest) String() string {
 func (*GetJobRequest) ProtoMessage() {}
 
 func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[16]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1991,7 +2286,7 @@ func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
 func (*GetJobRequest) Descriptor() ([]byte, []int) {
-	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{16}
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetJobRequest) GetJob() isGetJobRequest_Job {
@@ -2075,7 +2370,7 @@ type GetJobResponse struct {
 
 func (x *GetJobResponse) Reset() {
 	*x = GetJobResponse{}
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[17]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2087,7 +2382,7 @@ func (x *GetJobResponse) String() string {
 func (*GetJobResponse) ProtoMessage() {}
 
 func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[17]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2100,7 +2395,7 @@ func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobResponse.ProtoReflect.Descriptor instead.
 func (*GetJobResponse) Descriptor() ([]byte, []int) {
-	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{17}
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetJobResponse) GetJob() *Job {
@@ -2174,7 +2469,7 @@ type LedgerEntry struct {
 
 func (x *LedgerEntry) Reset() {
 	*x = LedgerEntry{}
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[18]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2186,7 +2481,7 @@ func (x *LedgerEntry) String() string {
 func (*LedgerEntry) ProtoMessage() {}
 
 func (x *LedgerEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[18]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2199,7 +2494,7 @@ func (x *LedgerEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LedgerEntry.ProtoReflect.Descriptor instead.
 func (*LedgerEntry) Descriptor() ([]byte, []int) {
-	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{18}
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *LedgerEntry) GetProviderRefundId() string {
@@ -2272,7 +2567,7 @@ type ListJobsRequest struct {
 
 func (x *ListJobsRequest) Reset() {
 	*x = ListJobsRequest{}
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[19]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2284,7 +2579,7 @@ func (x *ListJobsRequest) String() string {
 func (*ListJobsRequest) ProtoMessage() {}
 
 func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[19]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2297,7 +2592,7 @@ func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobsRequest) Descriptor() ([]byte, []int) {
-	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{19}
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListJobsRequest) GetState() JobState {
@@ -2386,7 +2681,7 @@ type ListJobsResponse struct {
 
 func (x *ListJobsResponse) Reset() {
 	*x = ListJobsResponse{}
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[20]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2398,7 +2693,7 @@ func (x *ListJobsResponse) String() string {
 func (*ListJobsResponse) ProtoMessage() {}
 
 func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[20]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2411,7 +2706,7 @@ func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobsResponse) Descriptor() ([]byte, []int) {
-	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{20}
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListJobsResponse) GetJobs() []*Job {
@@ -2451,7 +2746,7 @@ type ResolveReviewRequest struct {
 
 func (x *ResolveReviewRequest) Reset() {
 	*x = ResolveReviewRequest{}
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[21]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2463,7 +2758,7 @@ func (x *ResolveReviewRequest) String() string {
 func (*ResolveReviewRequest) ProtoMessage() {}
 
 func (x *ResolveReviewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[21]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2476,7 +2771,7 @@ func (x *ResolveReviewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveReviewRequest.ProtoReflect.Descriptor instead.
 func (*ResolveReviewRequest) Descriptor() ([]byte, []int) {
-	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{21}
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ResolveReviewRequest) GetJobId() int64 {
@@ -2525,7 +2820,7 @@ type ResolveReviewResponse struct {
 
 func (x *ResolveReviewResponse) Reset() {
 	*x = ResolveReviewResponse{}
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[22]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2537,7 +2832,7 @@ func (x *ResolveReviewResponse) String() string {
 func (*ResolveReviewResponse) ProtoMessage() {}
 
 func (x *ResolveReviewResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[22]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2550,7 +2845,7 @@ func (x *ResolveReviewResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveReviewResponse.ProtoReflect.Descriptor instead.
 func (*ResolveReviewResponse) Descriptor() ([]byte, []int) {
-	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{22}
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ResolveReviewResponse) GetJob() *Job {
@@ -2575,7 +2870,7 @@ type WhoAmIRequest struct {
 
 func (x *WhoAmIRequest) Reset() {
 	*x = WhoAmIRequest{}
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[23]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2587,7 +2882,7 @@ func (x *WhoAmIRequest) String() string {
 func (*WhoAmIRequest) ProtoMessage() {}
 
 func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[23]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2600,7 +2895,7 @@ func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIRequest.ProtoReflect.Descriptor instead.
 func (*WhoAmIRequest) Descriptor() ([]byte, []int) {
-	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{23}
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{27}
 }
 
 type WhoAmIResponse struct {
@@ -2618,7 +2913,7 @@ type WhoAmIResponse struct {
 
 func (x *WhoAmIResponse) Reset() {
 	*x = WhoAmIResponse{}
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[24]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2630,7 +2925,7 @@ func (x *WhoAmIResponse) String() string {
 func (*WhoAmIResponse) ProtoMessage() {}
 
 func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[24]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2643,7 +2938,7 @@ func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIResponse.ProtoReflect.Descriptor instead.
 func (*WhoAmIResponse) Descriptor() ([]byte, []int) {
-	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{24}
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *WhoAmIResponse) GetName() string {
@@ -2678,7 +2973,7 @@ type GetOverviewRequest struct {
 
 func (x *GetOverviewRequest) Reset() {
 	*x = GetOverviewRequest{}
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[25]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2690,7 +2985,7 @@ func (x *GetOverviewRequest) String() string {
 func (*GetOverviewRequest) ProtoMessage() {}
 
 func (x *GetOverviewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[25]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2703,7 +2998,7 @@ func (x *GetOverviewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOverviewRequest.ProtoReflect.Descriptor instead.
 func (*GetOverviewRequest) Descriptor() ([]byte, []int) {
-	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{25}
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GetOverviewRequest) GetLimit() int32 {
@@ -2748,7 +3043,7 @@ type GetOverviewResponse struct {
 
 func (x *GetOverviewResponse) Reset() {
 	*x = GetOverviewResponse{}
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[26]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2760,7 +3055,7 @@ func (x *GetOverviewResponse) String() string {
 func (*GetOverviewResponse) ProtoMessage() {}
 
 func (x *GetOverviewResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[26]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2773,7 +3068,7 @@ func (x *GetOverviewResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOverviewResponse.ProtoReflect.Descriptor instead.
 func (*GetOverviewResponse) Descriptor() ([]byte, []int) {
-	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{26}
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GetOverviewResponse) GetNow() *timestamppb.Timestamp {
@@ -2895,7 +3190,7 @@ type UnmatchedEvent struct {
 
 func (x *UnmatchedEvent) Reset() {
 	*x = UnmatchedEvent{}
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[27]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2907,7 +3202,7 @@ func (x *UnmatchedEvent) String() string {
 func (*UnmatchedEvent) ProtoMessage() {}
 
 func (x *UnmatchedEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[27]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2920,7 +3215,7 @@ func (x *UnmatchedEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnmatchedEvent.ProtoReflect.Descriptor instead.
 func (*UnmatchedEvent) Descriptor() ([]byte, []int) {
-	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{27}
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *UnmatchedEvent) GetId() int64 {
@@ -3004,7 +3299,7 @@ type StaleRejection struct {
 
 func (x *StaleRejection) Reset() {
 	*x = StaleRejection{}
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[28]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3016,7 +3311,7 @@ func (x *StaleRejection) String() string {
 func (*StaleRejection) ProtoMessage() {}
 
 func (x *StaleRejection) ProtoReflect() protoreflect.Message {
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[28]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3029,7 +3324,7 @@ func (x *StaleRejection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StaleRejection.ProtoReflect.Descriptor instead.
 func (*StaleRejection) Descriptor() ([]byte, []int) {
-	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{28}
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *StaleRejection) GetAt() *timestamppb.Timestamp {
@@ -3089,7 +3384,7 @@ type ProviderBudget struct {
 
 func (x *ProviderBudget) Reset() {
 	*x = ProviderBudget{}
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[29]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3101,7 +3396,7 @@ func (x *ProviderBudget) String() string {
 func (*ProviderBudget) ProtoMessage() {}
 
 func (x *ProviderBudget) ProtoReflect() protoreflect.Message {
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[29]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3114,7 +3409,7 @@ func (x *ProviderBudget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProviderBudget.ProtoReflect.Descriptor instead.
 func (*ProviderBudget) Descriptor() ([]byte, []int) {
-	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{29}
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ProviderBudget) GetProvider() string {
@@ -3267,10 +3562,11 @@ const file_jobfence_v1_coordinator_proto_rawDesc = "" +
 	"\x06reason\x18\x06 \x01(\tR\x06reason\x12\x1f\n" +
 	"\vlease_token\x18\a \x01(\tR\n" +
 	"leaseTokenB\x06\n" +
-	"\x04when\"T\n" +
+	"\x04when\"r\n" +
 	"\x12RescheduleResponse\x12\"\n" +
 	"\x03job\x18\x01 \x01(\v2\x10.jobfence.v1.JobR\x03job\x12\x1a\n" +
-	"\breplayed\x18\x02 \x01(\bR\breplayed\"{\n" +
+	"\breplayed\x18\x02 \x01(\bR\breplayed\x12\x1c\n" +
+	"\texpedited\x18\x03 \x01(\bR\texpedited\"{\n" +
 	"\x0fEscalateRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\x03R\x05jobId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x03R\aattempt\x12\x16\n" +
@@ -3279,7 +3575,30 @@ const file_jobfence_v1_coordinator_proto_rawDesc = "" +
 	"leaseToken\"R\n" +
 	"\x10EscalateResponse\x12\"\n" +
 	"\x03job\x18\x01 \x01(\v2\x10.jobfence.v1.JobR\x03job\x12\x1a\n" +
-	"\breplayed\x18\x02 \x01(\bR\breplayed\"\xe1\x02\n" +
+	"\breplayed\x18\x02 \x01(\bR\breplayed\"\x85\x01\n" +
+	"\x12RenewLeasesRequest\x12-\n" +
+	"\x06grants\x18\x01 \x03(\v2\x15.jobfence.v1.GrantRefR\x06grants\x12@\n" +
+	"\x0elease_duration\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\rleaseDuration\"\\\n" +
+	"\bGrantRef\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\x03R\x05jobId\x12\x18\n" +
+	"\aattempt\x18\x02 \x01(\x03R\aattempt\x12\x1f\n" +
+	"\vlease_token\x18\x03 \x01(\tR\n" +
+	"leaseToken\"L\n" +
+	"\x13RenewLeasesResponse\x125\n" +
+	"\brenewals\x18\x01 \x03(\v2\x19.jobfence.v1.LeaseRenewalR\brenewals\"\xd8\x03\n" +
+	"\fLeaseRenewal\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\x03R\x05jobId\x12\x18\n" +
+	"\aattempt\x18\x02 \x01(\x03R\aattempt\x12;\n" +
+	"\vlease_until\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"leaseUntil\x122\n" +
+	"\arefused\x18\x04 \x01(\x0e2\x18.jobfence.v1.ErrorReasonR\arefused\x12\x18\n" +
+	"\amessage\x18\x05 \x01(\tR\amessage\x12C\n" +
+	"\bmetadata\x18\x06 \x03(\v2'.jobfence.v1.LeaseRenewal.MetadataEntryR\bmetadata\x12D\n" +
+	"\x10grant_expires_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x0egrantExpiresAt\x12D\n" +
+	"\x10receipt_filed_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\x0ereceiptFiledAt\x1a;\n" +
+	"\rMetadataEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe1\x02\n" +
 	"\x18ReportObservationRequest\x12\x17\n" +
 	"\x06job_id\x18\x01 \x01(\x03H\x00R\x05jobId\x12%\n" +
 	"\roperation_key\x18\x02 \x01(\tH\x00R\foperationKey\x12\x18\n" +
@@ -3397,7 +3716,7 @@ const file_jobfence_v1_coordinator_proto_rawDesc = "" +
 	"\bprovider\x18\x01 \x01(\tR\bprovider\x12&\n" +
 	"\x0frate_per_second\x18\x02 \x01(\x01R\rratePerSecond\x12\x14\n" +
 	"\x05burst\x18\x03 \x01(\x01R\x05burst\x12\x1c\n" +
-	"\tavailable\x18\x04 \x01(\x01R\tavailable*\xa3\x04\n" +
+	"\tavailable\x18\x04 \x01(\x01R\tavailable*\xc3\x04\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aERROR_REASON_STALE_ATTEMPT\x10\x01\x12 \n" +
@@ -3414,7 +3733,8 @@ const file_jobfence_v1_coordinator_proto_rawDesc = "" +
 	"\x16ERROR_REASON_NOT_FOUND\x10\v\x12!\n" +
 	"\x1dERROR_REASON_INVALID_ARGUMENT\x10\f\x12 \n" +
 	"\x1cERROR_REASON_UNAUTHENTICATED\x10\r\x12\"\n" +
-	"\x1eERROR_REASON_PERMISSION_DENIED\x10\x0e*\x87\x01\n" +
+	"\x1eERROR_REASON_PERMISSION_DENIED\x10\x0e\x12\x1e\n" +
+	"\x1aERROR_REASON_GRANT_TOO_OLD\x10\x0f*\x87\x01\n" +
 	"\bJobState\x12\x19\n" +
 	"\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fJOB_STATE_READY\x10\x01\x12\x15\n" +
@@ -3441,14 +3761,15 @@ const file_jobfence_v1_coordinator_proto_rawDesc = "" +
 	"\rROLE_PRODUCER\x10\x01\x12\x0f\n" +
 	"\vROLE_WORKER\x10\x02\x12\x11\n" +
 	"\rROLE_OPERATOR\x10\x03\x12\x0f\n" +
-	"\vROLE_READER\x10\x042\xe3\x06\n" +
+	"\vROLE_READER\x10\x042\xb5\a\n" +
 	"\vCoordinator\x12V\n" +
 	"\rEnqueueRefund\x12!.jobfence.v1.EnqueueRefundRequest\x1a\".jobfence.v1.EnqueueRefundResponse\x12>\n" +
 	"\x05Claim\x12\x19.jobfence.v1.ClaimRequest\x1a\x1a.jobfence.v1.ClaimResponse\x12G\n" +
 	"\bComplete\x12\x1c.jobfence.v1.CompleteRequest\x1a\x1d.jobfence.v1.CompleteResponse\x12M\n" +
 	"\n" +
 	"Reschedule\x12\x1e.jobfence.v1.RescheduleRequest\x1a\x1f.jobfence.v1.RescheduleResponse\x12G\n" +
-	"\bEscalate\x12\x1c.jobfence.v1.EscalateRequest\x1a\x1d.jobfence.v1.EscalateResponse\x12b\n" +
+	"\bEscalate\x12\x1c.jobfence.v1.EscalateRequest\x1a\x1d.jobfence.v1.EscalateResponse\x12P\n" +
+	"\vRenewLeases\x12\x1f.jobfence.v1.RenewLeasesRequest\x1a .jobfence.v1.RenewLeasesResponse\x12b\n" +
 	"\x11ReportObservation\x12%.jobfence.v1.ReportObservationRequest\x1a&.jobfence.v1.ReportObservationResponse\x12A\n" +
 	"\x06GetJob\x12\x1a.jobfence.v1.GetJobRequest\x1a\x1b.jobfence.v1.GetJobResponse\x12G\n" +
 	"\bListJobs\x12\x1c.jobfence.v1.ListJobsRequest\x1a\x1d.jobfence.v1.ListJobsResponse\x12V\n" +
@@ -3470,7 +3791,7 @@ func file_jobfence_v1_coordinator_proto_rawDescGZIP() []byte {
 }
 
 var file_jobfence_v1_coordinator_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_jobfence_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_jobfence_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_jobfence_v1_coordinator_proto_goTypes = []any{
 	(ErrorReason)(0),                  // 0: jobfence.v1.ErrorReason
 	(JobState)(0),                     // 1: jobfence.v1.JobState
@@ -3492,113 +3813,128 @@ var file_jobfence_v1_coordinator_proto_goTypes = []any{
 	(*RescheduleResponse)(nil),        // 17: jobfence.v1.RescheduleResponse
 	(*EscalateRequest)(nil),           // 18: jobfence.v1.EscalateRequest
 	(*EscalateResponse)(nil),          // 19: jobfence.v1.EscalateResponse
-	(*ReportObservationRequest)(nil),  // 20: jobfence.v1.ReportObservationRequest
-	(*ReportObservationResponse)(nil), // 21: jobfence.v1.ReportObservationResponse
-	(*GetJobRequest)(nil),             // 22: jobfence.v1.GetJobRequest
-	(*GetJobResponse)(nil),            // 23: jobfence.v1.GetJobResponse
-	(*LedgerEntry)(nil),               // 24: jobfence.v1.LedgerEntry
-	(*ListJobsRequest)(nil),           // 25: jobfence.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),          // 26: jobfence.v1.ListJobsResponse
-	(*ResolveReviewRequest)(nil),      // 27: jobfence.v1.ResolveReviewRequest
-	(*ResolveReviewResponse)(nil),     // 28: jobfence.v1.ResolveReviewResponse
-	(*WhoAmIRequest)(nil),             // 29: jobfence.v1.WhoAmIRequest
-	(*WhoAmIResponse)(nil),            // 30: jobfence.v1.WhoAmIResponse
-	(*GetOverviewRequest)(nil),        // 31: jobfence.v1.GetOverviewRequest
-	(*GetOverviewResponse)(nil),       // 32: jobfence.v1.GetOverviewResponse
-	(*UnmatchedEvent)(nil),            // 33: jobfence.v1.UnmatchedEvent
-	(*StaleRejection)(nil),            // 34: jobfence.v1.StaleRejection
-	(*ProviderBudget)(nil),            // 35: jobfence.v1.ProviderBudget
-	nil,                               // 36: jobfence.v1.ListJobsResponse.ObservationCountsEntry
-	(*timestamppb.Timestamp)(nil),     // 37: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),       // 38: google.protobuf.Duration
+	(*RenewLeasesRequest)(nil),        // 20: jobfence.v1.RenewLeasesRequest
+	(*GrantRef)(nil),                  // 21: jobfence.v1.GrantRef
+	(*RenewLeasesResponse)(nil),       // 22: jobfence.v1.RenewLeasesResponse
+	(*LeaseRenewal)(nil),              // 23: jobfence.v1.LeaseRenewal
+	(*ReportObservationRequest)(nil),  // 24: jobfence.v1.ReportObservationRequest
+	(*ReportObservationResponse)(nil), // 25: jobfence.v1.ReportObservationResponse
+	(*GetJobRequest)(nil),             // 26: jobfence.v1.GetJobRequest
+	(*GetJobResponse)(nil),            // 27: jobfence.v1.GetJobResponse
+	(*LedgerEntry)(nil),               // 28: jobfence.v1.LedgerEntry
+	(*ListJobsRequest)(nil),           // 29: jobfence.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),          // 30: jobfence.v1.ListJobsResponse
+	(*ResolveReviewRequest)(nil),      // 31: jobfence.v1.ResolveReviewRequest
+	(*ResolveReviewResponse)(nil),     // 32: jobfence.v1.ResolveReviewResponse
+	(*WhoAmIRequest)(nil),             // 33: jobfence.v1.WhoAmIRequest
+	(*WhoAmIResponse)(nil),            // 34: jobfence.v1.WhoAmIResponse
+	(*GetOverviewRequest)(nil),        // 35: jobfence.v1.GetOverviewRequest
+	(*GetOverviewResponse)(nil),       // 36: jobfence.v1.GetOverviewResponse
+	(*UnmatchedEvent)(nil),            // 37: jobfence.v1.UnmatchedEvent
+	(*StaleRejection)(nil),            // 38: jobfence.v1.StaleRejection
+	(*ProviderBudget)(nil),            // 39: jobfence.v1.ProviderBudget
+	nil,                               // 40: jobfence.v1.LeaseRenewal.MetadataEntry
+	nil,                               // 41: jobfence.v1.ListJobsResponse.ObservationCountsEntry
+	(*timestamppb.Timestamp)(nil),     // 42: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),       // 43: google.protobuf.Duration
 }
 var file_jobfence_v1_coordinator_proto_depIdxs = []int32{
 	1,  // 0: jobfence.v1.Job.state:type_name -> jobfence.v1.JobState
 	2,  // 1: jobfence.v1.Job.next_action:type_name -> jobfence.v1.NextAction
-	37, // 2: jobfence.v1.Job.next_attempt_at:type_name -> google.protobuf.Timestamp
-	37, // 3: jobfence.v1.Job.lease_until:type_name -> google.protobuf.Timestamp
-	37, // 4: jobfence.v1.Job.first_sent_at:type_name -> google.protobuf.Timestamp
-	37, // 5: jobfence.v1.Job.created_at:type_name -> google.protobuf.Timestamp
-	37, // 6: jobfence.v1.Job.updated_at:type_name -> google.protobuf.Timestamp
+	42, // 2: jobfence.v1.Job.next_attempt_at:type_name -> google.protobuf.Timestamp
+	42, // 3: jobfence.v1.Job.lease_until:type_name -> google.protobuf.Timestamp
+	42, // 4: jobfence.v1.Job.first_sent_at:type_name -> google.protobuf.Timestamp
+	42, // 5: jobfence.v1.Job.created_at:type_name -> google.protobuf.Timestamp
+	42, // 6: jobfence.v1.Job.updated_at:type_name -> google.protobuf.Timestamp
 	6,  // 7: jobfence.v1.ClaimedJob.job:type_name -> jobfence.v1.Job
-	37, // 8: jobfence.v1.ClaimedJob.lease_until:type_name -> google.protobuf.Timestamp
+	42, // 8: jobfence.v1.ClaimedJob.lease_until:type_name -> google.protobuf.Timestamp
 	2,  // 9: jobfence.v1.ClaimedJob.next_action:type_name -> jobfence.v1.NextAction
 	9,  // 10: jobfence.v1.ClaimedJob.observations:type_name -> jobfence.v1.Observation
-	37, // 11: jobfence.v1.ClaimedJob.resend_deadline:type_name -> google.protobuf.Timestamp
-	37, // 12: jobfence.v1.ClaimedJob.claimed_at:type_name -> google.protobuf.Timestamp
+	42, // 11: jobfence.v1.ClaimedJob.resend_deadline:type_name -> google.protobuf.Timestamp
+	42, // 12: jobfence.v1.ClaimedJob.claimed_at:type_name -> google.protobuf.Timestamp
 	1,  // 13: jobfence.v1.JobEvent.from_state:type_name -> jobfence.v1.JobState
 	1,  // 14: jobfence.v1.JobEvent.to_state:type_name -> jobfence.v1.JobState
 	2,  // 15: jobfence.v1.JobEvent.next_action:type_name -> jobfence.v1.NextAction
-	37, // 16: jobfence.v1.JobEvent.created_at:type_name -> google.protobuf.Timestamp
+	42, // 16: jobfence.v1.JobEvent.created_at:type_name -> google.protobuf.Timestamp
 	4,  // 17: jobfence.v1.Observation.outcome:type_name -> jobfence.v1.ObservationOutcome
-	37, // 18: jobfence.v1.Observation.created_at:type_name -> google.protobuf.Timestamp
-	37, // 19: jobfence.v1.EnqueueRefundRequest.not_before:type_name -> google.protobuf.Timestamp
+	42, // 18: jobfence.v1.Observation.created_at:type_name -> google.protobuf.Timestamp
+	42, // 19: jobfence.v1.EnqueueRefundRequest.not_before:type_name -> google.protobuf.Timestamp
 	6,  // 20: jobfence.v1.EnqueueRefundResponse.job:type_name -> jobfence.v1.Job
-	38, // 21: jobfence.v1.ClaimRequest.lease_duration:type_name -> google.protobuf.Duration
-	38, // 22: jobfence.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
+	43, // 21: jobfence.v1.ClaimRequest.lease_duration:type_name -> google.protobuf.Duration
+	43, // 22: jobfence.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
 	7,  // 23: jobfence.v1.ClaimResponse.jobs:type_name -> jobfence.v1.ClaimedJob
-	38, // 24: jobfence.v1.ClaimResponse.retry_after:type_name -> google.protobuf.Duration
+	43, // 24: jobfence.v1.ClaimResponse.retry_after:type_name -> google.protobuf.Duration
 	6,  // 25: jobfence.v1.CompleteResponse.job:type_name -> jobfence.v1.Job
 	2,  // 26: jobfence.v1.RescheduleRequest.next_action:type_name -> jobfence.v1.NextAction
-	38, // 27: jobfence.v1.RescheduleRequest.delay:type_name -> google.protobuf.Duration
-	37, // 28: jobfence.v1.RescheduleRequest.next_attempt_at:type_name -> google.protobuf.Timestamp
+	43, // 27: jobfence.v1.RescheduleRequest.delay:type_name -> google.protobuf.Duration
+	42, // 28: jobfence.v1.RescheduleRequest.next_attempt_at:type_name -> google.protobuf.Timestamp
 	6,  // 29: jobfence.v1.RescheduleResponse.job:type_name -> jobfence.v1.Job
 	6,  // 30: jobfence.v1.EscalateResponse.job:type_name -> jobfence.v1.Job
-	4,  // 31: jobfence.v1.ReportObservationRequest.outcome:type_name -> jobfence.v1.ObservationOutcome
-	9,  // 32: jobfence.v1.ReportObservationResponse.observation:type_name -> jobfence.v1.Observation
-	6,  // 33: jobfence.v1.GetJobResponse.job:type_name -> jobfence.v1.Job
-	8,  // 34: jobfence.v1.GetJobResponse.events:type_name -> jobfence.v1.JobEvent
-	9,  // 35: jobfence.v1.GetJobResponse.observations:type_name -> jobfence.v1.Observation
-	37, // 36: jobfence.v1.GetJobResponse.resend_deadline:type_name -> google.protobuf.Timestamp
-	24, // 37: jobfence.v1.GetJobResponse.ledger:type_name -> jobfence.v1.LedgerEntry
-	37, // 38: jobfence.v1.GetJobResponse.now:type_name -> google.protobuf.Timestamp
-	37, // 39: jobfence.v1.LedgerEntry.recorded_at:type_name -> google.protobuf.Timestamp
-	1,  // 40: jobfence.v1.ListJobsRequest.state:type_name -> jobfence.v1.JobState
-	37, // 41: jobfence.v1.ListJobsRequest.created_after:type_name -> google.protobuf.Timestamp
-	37, // 42: jobfence.v1.ListJobsRequest.created_before:type_name -> google.protobuf.Timestamp
-	6,  // 43: jobfence.v1.ListJobsResponse.jobs:type_name -> jobfence.v1.Job
-	36, // 44: jobfence.v1.ListJobsResponse.observation_counts:type_name -> jobfence.v1.ListJobsResponse.ObservationCountsEntry
-	3,  // 45: jobfence.v1.ResolveReviewRequest.resolution:type_name -> jobfence.v1.ReviewResolution
-	6,  // 46: jobfence.v1.ResolveReviewResponse.job:type_name -> jobfence.v1.Job
-	5,  // 47: jobfence.v1.WhoAmIResponse.roles:type_name -> jobfence.v1.Role
-	37, // 48: jobfence.v1.GetOverviewResponse.now:type_name -> google.protobuf.Timestamp
-	37, // 49: jobfence.v1.GetOverviewResponse.oldest_unfinished_created_at:type_name -> google.protobuf.Timestamp
-	6,  // 50: jobfence.v1.GetOverviewResponse.oldest_reviews:type_name -> jobfence.v1.Job
-	8,  // 51: jobfence.v1.GetOverviewResponse.recent_takeovers:type_name -> jobfence.v1.JobEvent
-	34, // 52: jobfence.v1.GetOverviewResponse.recent_stale_rejections:type_name -> jobfence.v1.StaleRejection
-	37, // 53: jobfence.v1.GetOverviewResponse.coordinator_started_at:type_name -> google.protobuf.Timestamp
-	35, // 54: jobfence.v1.GetOverviewResponse.budgets:type_name -> jobfence.v1.ProviderBudget
-	33, // 55: jobfence.v1.GetOverviewResponse.recent_unmatched:type_name -> jobfence.v1.UnmatchedEvent
-	4,  // 56: jobfence.v1.UnmatchedEvent.outcome:type_name -> jobfence.v1.ObservationOutcome
-	37, // 57: jobfence.v1.UnmatchedEvent.received_at:type_name -> google.protobuf.Timestamp
-	37, // 58: jobfence.v1.StaleRejection.at:type_name -> google.protobuf.Timestamp
-	10, // 59: jobfence.v1.Coordinator.EnqueueRefund:input_type -> jobfence.v1.EnqueueRefundRequest
-	12, // 60: jobfence.v1.Coordinator.Claim:input_type -> jobfence.v1.ClaimRequest
-	14, // 61: jobfence.v1.Coordinator.Complete:input_type -> jobfence.v1.CompleteRequest
-	16, // 62: jobfence.v1.Coordinator.Reschedule:input_type -> jobfence.v1.RescheduleRequest
-	18, // 63: jobfence.v1.Coordinator.Escalate:input_type -> jobfence.v1.EscalateRequest
-	20, // 64: jobfence.v1.Coordinator.ReportObservation:input_type -> jobfence.v1.ReportObservationRequest
-	22, // 65: jobfence.v1.Coordinator.GetJob:input_type -> jobfence.v1.GetJobRequest
-	25, // 66: jobfence.v1.Coordinator.ListJobs:input_type -> jobfence.v1.ListJobsRequest
-	27, // 67: jobfence.v1.Coordinator.ResolveReview:input_type -> jobfence.v1.ResolveReviewRequest
-	29, // 68: jobfence.v1.Coordinator.WhoAmI:input_type -> jobfence.v1.WhoAmIRequest
-	31, // 69: jobfence.v1.Coordinator.GetOverview:input_type -> jobfence.v1.GetOverviewRequest
-	11, // 70: jobfence.v1.Coordinator.EnqueueRefund:output_type -> jobfence.v1.EnqueueRefundResponse
-	13, // 71: jobfence.v1.Coordinator.Claim:output_type -> jobfence.v1.ClaimResponse
-	15, // 72: jobfence.v1.Coordinator.Complete:output_type -> jobfence.v1.CompleteResponse
-	17, // 73: jobfence.v1.Coordinator.Reschedule:output_type -> jobfence.v1.RescheduleResponse
-	19, // 74: jobfence.v1.Coordinator.Escalate:output_type -> jobfence.v1.EscalateResponse
-	21, // 75: jobfence.v1.Coordinator.ReportObservation:output_type -> jobfence.v1.ReportObservationResponse
-	23, // 76: jobfence.v1.Coordinator.GetJob:output_type -> jobfence.v1.GetJobResponse
-	26, // 77: jobfence.v1.Coordinator.ListJobs:output_type -> jobfence.v1.ListJobsResponse
-	28, // 78: jobfence.v1.Coordinator.ResolveReview:output_type -> jobfence.v1.ResolveReviewResponse
-	30, // 79: jobfence.v1.Coordinator.WhoAmI:output_type -> jobfence.v1.WhoAmIResponse
-	32, // 80: jobfence.v1.Coordinator.GetOverview:output_type -> jobfence.v1.GetOverviewResponse
-	70, // [70:81] is the sub-list for method output_type
-	59, // [59:70] is the sub-list for method input_type
-	59, // [59:59] is the sub-list for extension type_name
-	59, // [59:59] is the sub-list for extension extendee
-	0,  // [0:59] is the sub-list for field type_name
+	21, // 31: jobfence.v1.RenewLeasesRequest.grants:type_name -> jobfence.v1.GrantRef
+	43, // 32: jobfence.v1.RenewLeasesRequest.lease_duration:type_name -> google.protobuf.Duration
+	23, // 33: jobfence.v1.RenewLeasesResponse.renewals:type_name -> jobfence.v1.LeaseRenewal
+	42, // 34: jobfence.v1.LeaseRenewal.lease_until:type_name -> google.protobuf.Timestamp
+	0,  // 35: jobfence.v1.LeaseRenewal.refused:type_name -> jobfence.v1.ErrorReason
+	40, // 36: jobfence.v1.LeaseRenewal.metadata:type_name -> jobfence.v1.LeaseRenewal.MetadataEntry
+	42, // 37: jobfence.v1.LeaseRenewal.grant_expires_at:type_name -> google.protobuf.Timestamp
+	42, // 38: jobfence.v1.LeaseRenewal.receipt_filed_at:type_name -> google.protobuf.Timestamp
+	4,  // 39: jobfence.v1.ReportObservationRequest.outcome:type_name -> jobfence.v1.ObservationOutcome
+	9,  // 40: jobfence.v1.ReportObservationResponse.observation:type_name -> jobfence.v1.Observation
+	6,  // 41: jobfence.v1.GetJobResponse.job:type_name -> jobfence.v1.Job
+	8,  // 42: jobfence.v1.GetJobResponse.events:type_name -> jobfence.v1.JobEvent
+	9,  // 43: jobfence.v1.GetJobResponse.observations:type_name -> jobfence.v1.Observation
+	42, // 44: jobfence.v1.GetJobResponse.resend_deadline:type_name -> google.protobuf.Timestamp
+	28, // 45: jobfence.v1.GetJobResponse.ledger:type_name -> jobfence.v1.LedgerEntry
+	42, // 46: jobfence.v1.GetJobResponse.now:type_name -> google.protobuf.Timestamp
+	42, // 47: jobfence.v1.LedgerEntry.recorded_at:type_name -> google.protobuf.Timestamp
+	1,  // 48: jobfence.v1.ListJobsRequest.state:type_name -> jobfence.v1.JobState
+	42, // 49: jobfence.v1.ListJobsRequest.created_after:type_name -> google.protobuf.Timestamp
+	42, // 50: jobfence.v1.ListJobsRequest.created_before:type_name -> google.protobuf.Timestamp
+	6,  // 51: jobfence.v1.ListJobsResponse.jobs:type_name -> jobfence.v1.Job
+	41, // 52: jobfence.v1.ListJobsResponse.observation_counts:type_name -> jobfence.v1.ListJobsResponse.ObservationCountsEntry
+	3,  // 53: jobfence.v1.ResolveReviewRequest.resolution:type_name -> jobfence.v1.ReviewResolution
+	6,  // 54: jobfence.v1.ResolveReviewResponse.job:type_name -> jobfence.v1.Job
+	5,  // 55: jobfence.v1.WhoAmIResponse.roles:type_name -> jobfence.v1.Role
+	42, // 56: jobfence.v1.GetOverviewResponse.now:type_name -> google.protobuf.Timestamp
+	42, // 57: jobfence.v1.GetOverviewResponse.oldest_unfinished_created_at:type_name -> google.protobuf.Timestamp
+	6,  // 58: jobfence.v1.GetOverviewResponse.oldest_reviews:type_name -> jobfence.v1.Job
+	8,  // 59: jobfence.v1.GetOverviewResponse.recent_takeovers:type_name -> jobfence.v1.JobEvent
+	38, // 60: jobfence.v1.GetOverviewResponse.recent_stale_rejections:type_name -> jobfence.v1.StaleRejection
+	42, // 61: jobfence.v1.GetOverviewResponse.coordinator_started_at:type_name -> google.protobuf.Timestamp
+	39, // 62: jobfence.v1.GetOverviewResponse.budgets:type_name -> jobfence.v1.ProviderBudget
+	37, // 63: jobfence.v1.GetOverviewResponse.recent_unmatched:type_name -> jobfence.v1.UnmatchedEvent
+	4,  // 64: jobfence.v1.UnmatchedEvent.outcome:type_name -> jobfence.v1.ObservationOutcome
+	42, // 65: jobfence.v1.UnmatchedEvent.received_at:type_name -> google.protobuf.Timestamp
+	42, // 66: jobfence.v1.StaleRejection.at:type_name -> google.protobuf.Timestamp
+	10, // 67: jobfence.v1.Coordinator.EnqueueRefund:input_type -> jobfence.v1.EnqueueRefundRequest
+	12, // 68: jobfence.v1.Coordinator.Claim:input_type -> jobfence.v1.ClaimRequest
+	14, // 69: jobfence.v1.Coordinator.Complete:input_type -> jobfence.v1.CompleteRequest
+	16, // 70: jobfence.v1.Coordinator.Reschedule:input_type -> jobfence.v1.RescheduleRequest
+	18, // 71: jobfence.v1.Coordinator.Escalate:input_type -> jobfence.v1.EscalateRequest
+	20, // 72: jobfence.v1.Coordinator.RenewLeases:input_type -> jobfence.v1.RenewLeasesRequest
+	24, // 73: jobfence.v1.Coordinator.ReportObservation:input_type -> jobfence.v1.ReportObservationRequest
+	26, // 74: jobfence.v1.Coordinator.GetJob:input_type -> jobfence.v1.GetJobRequest
+	29, // 75: jobfence.v1.Coordinator.ListJobs:input_type -> jobfence.v1.ListJobsRequest
+	31, // 76: jobfence.v1.Coordinator.ResolveReview:input_type -> jobfence.v1.ResolveReviewRequest
+	33, // 77: jobfence.v1.Coordinator.WhoAmI:input_type -> jobfence.v1.WhoAmIRequest
+	35, // 78: jobfence.v1.Coordinator.GetOverview:input_type -> jobfence.v1.GetOverviewRequest
+	11, // 79: jobfence.v1.Coordinator.EnqueueRefund:output_type -> jobfence.v1.EnqueueRefundResponse
+	13, // 80: jobfence.v1.Coordinator.Claim:output_type -> jobfence.v1.ClaimResponse
+	15, // 81: jobfence.v1.Coordinator.Complete:output_type -> jobfence.v1.CompleteResponse
+	17, // 82: jobfence.v1.Coordinator.Reschedule:output_type -> jobfence.v1.RescheduleResponse
+	19, // 83: jobfence.v1.Coordinator.Escalate:output_type -> jobfence.v1.EscalateResponse
+	22, // 84: jobfence.v1.Coordinator.RenewLeases:output_type -> jobfence.v1.RenewLeasesResponse
+	25, // 85: jobfence.v1.Coordinator.ReportObservation:output_type -> jobfence.v1.ReportObservationResponse
+	27, // 86: jobfence.v1.Coordinator.GetJob:output_type -> jobfence.v1.GetJobResponse
+	30, // 87: jobfence.v1.Coordinator.ListJobs:output_type -> jobfence.v1.ListJobsResponse
+	32, // 88: jobfence.v1.Coordinator.ResolveReview:output_type -> jobfence.v1.ResolveReviewResponse
+	34, // 89: jobfence.v1.Coordinator.WhoAmI:output_type -> jobfence.v1.WhoAmIResponse
+	36, // 90: jobfence.v1.Coordinator.GetOverview:output_type -> jobfence.v1.GetOverviewResponse
+	79, // [79:91] is the sub-list for method output_type
+	67, // [67:79] is the sub-list for method input_type
+	67, // [67:67] is the sub-list for extension type_name
+	67, // [67:67] is the sub-list for extension extendee
+	0,  // [0:67] is the sub-list for field type_name
 }
 
 func init() { file_jobfence_v1_coordinator_proto_init() }
@@ -3610,11 +3946,11 @@ func file_jobfence_v1_coordinator_proto_init() {
 		(*RescheduleRequest_Delay)(nil),
 		(*RescheduleRequest_NextAttemptAt)(nil),
 	}
-	file_jobfence_v1_coordinator_proto_msgTypes[14].OneofWrappers = []any{
+	file_jobfence_v1_coordinator_proto_msgTypes[18].OneofWrappers = []any{
 		(*ReportObservationRequest_JobId)(nil),
 		(*ReportObservationRequest_OperationKey)(nil),
 	}
-	file_jobfence_v1_coordinator_proto_msgTypes[16].OneofWrappers = []any{
+	file_jobfence_v1_coordinator_proto_msgTypes[20].OneofWrappers = []any{
 		(*GetJobRequest_JobId)(nil),
 		(*GetJobRequest_OperationKey)(nil),
 	}
@@ -3624,7 +3960,7 @@ func file_jobfence_v1_coordinator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_jobfence_v1_coordinator_proto_rawDesc), len(file_jobfence_v1_coordinator_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   31,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -24,6 +24,7 @@ const (
 	Coordinator_Complete_FullMethodName          = "/jobfence.v1.Coordinator/Complete"
 	Coordinator_Reschedule_FullMethodName        = "/jobfence.v1.Coordinator/Reschedule"
 	Coordinator_Escalate_FullMethodName          = "/jobfence.v1.Coordinator/Escalate"
+	Coordinator_RenewLeases_FullMethodName       = "/jobfence.v1.Coordinator/RenewLeases"
 	Coordinator_ReportObservation_FullMethodName = "/jobfence.v1.Coordinator/ReportObservation"
 	Coordinator_GetJob_FullMethodName            = "/jobfence.v1.Coordinator/GetJob"
 	Coordinator_ListJobs_FullMethodName          = "/jobfence.v1.Coordinator/ListJobs"
@@ -67,6 +68,15 @@ type CoordinatorClient interface {
 	// Escalate moves a running job to MANUAL_REVIEW (R14, R16), fenced by attempt
 	// and lease token exactly like Complete.
 	Escalate(ctx context.Context, in *EscalateRequest, opts ...grpc.CallOption) (*EscalateResponse, error)
+	// RenewLeases extends the leases of grants the caller holds, up to 100 in
+	// one call (R27): each lease then ends lease_duration from the database's
+	// now (R12), never later than its grant's grant_expires_at. Each grant is
+	// fenced by attempt and lease token exactly like Complete, and answered on
+	// its own: a lease that has expired is still renewed as long as no
+	// takeover has committed (R8); after one the grant answers STALE_ATTEMPT.
+	// A renewal never bumps the attempt and never changes the token: it is
+	// the same grant. Safe to repeat.
+	RenewLeases(ctx context.Context, in *RenewLeasesRequest, opts ...grpc.CallOption) (*RenewLeasesResponse, error)
 	// ReportObservation files what a worker, webhook or reconciler learned from the
 	// provider. It is accepted from stale workers too, is deduplicated, and never
 	// changes the job (R15): the current holder verifies it and closes the job
@@ -148,6 +158,16 @@ func (c *coordinatorClient) Escalate(ctx context.Context, in *EscalateRequest, o
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(EscalateResponse)
 	err := c.cc.Invoke(ctx, Coordinator_Escalate_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *coordinatorClient) RenewLeases(ctx context.Context, in *RenewLeasesRequest, opts ...grpc.CallOption) (*RenewLeasesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RenewLeasesResponse)
+	err := c.cc.Invoke(ctx, Coordinator_RenewLeases_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -249,6 +269,15 @@ type CoordinatorServer interface {
 	// Escalate moves a running job to MANUAL_REVIEW (R14, R16), fenced by attempt
 	// and lease token exactly like Complete.
 	Escalate(context.Context, *EscalateRequest) (*EscalateResponse, error)
+	// RenewLeases extends the leases of grants the caller holds, up to 100 in
+	// one call (R27): each lease then ends lease_duration from the database's
+	// now (R12), never later than its grant's grant_expires_at. Each grant is
+	// fenced by attempt and lease token exactly like Complete, and answered on
+	// its own: a lease that has expired is still renewed as long as no
+	// takeover has committed (R8); after one the grant answers STALE_ATTEMPT.
+	// A renewal never bumps the attempt and never changes the token: it is
+	// the same grant. Safe to repeat.
+	RenewLeases(context.Context, *RenewLeasesRequest) (*RenewLeasesResponse, error)
 	// ReportObservation files what a worker, webhook or reconciler learned from the
 	// provider. It is accepted from stale workers too, is deduplicated, and never
 	// changes the job (R15): the current holder verifies it and closes the job
@@ -300,6 +329,9 @@ func (UnimplementedCoordinatorServer) Reschedule(context.Context, *RescheduleReq
 }
 func (UnimplementedCoordinatorServer) Escalate(context.Context, *EscalateRequest) (*EscalateResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Escalate not implemented")
+}
+func (UnimplementedCoordinatorServer) RenewLeases(context.Context, *RenewLeasesRequest) (*RenewLeasesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RenewLeases not implemented")
 }
 func (UnimplementedCoordinatorServer) ReportObservation(context.Context, *ReportObservationRequest) (*ReportObservationResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReportObservation not implemented")
@@ -426,6 +458,24 @@ func _Coordinator_Escalate_Handler(srv interface{}, ctx context.Context, dec fun
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(CoordinatorServer).Escalate(ctx, req.(*EscalateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Coordinator_RenewLeases_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RenewLeasesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).RenewLeases(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_RenewLeases_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).RenewLeases(ctx, req.(*RenewLeasesRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -564,6 +614,10 @@ var Coordinator_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Escalate",
 			Handler:    _Coordinator_Escalate_Handler,
+		},
+		{
+			MethodName: "RenewLeases",
+			Handler:    _Coordinator_RenewLeases_Handler,
 		},
 		{
 			MethodName: "ReportObservation",

@@ -19,7 +19,8 @@ import (
 type RowUpdate struct {
 	// Table is the UPDATE's target, with any index hint.
 	Table string
-	// Fixed are the SET clauses every row shares, with their arguments.
+	// Fixed are the SET clauses every row shares, with their arguments;
+	// none when empty.
 	Fixed     string
 	FixedArgs []any
 	// Cols are the columns set per row; Vals[i] holds row i's values for them.
@@ -50,7 +51,10 @@ func (u RowUpdate) SQL() (string, []any) {
 	args := append([]any(nil), u.FixedArgs...)
 	b.WriteString("UPDATE " + u.Table + " SET " + u.Fixed)
 	for c, col := range u.Cols {
-		b.WriteString(", " + col + " = ")
+		if c > 0 || u.Fixed != "" {
+			b.WriteString(", ")
+		}
+		b.WriteString(col + " = ")
 		vals := make([]any, len(u.IDs))
 		for i := range u.IDs {
 			vals[i] = u.Vals[i][c]

@@ -35,6 +35,12 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, %s, ?)`
 	// database's now (R12), one value for the whole statement.
 	expediteJob = `UPDATE refund_jobs SET next_attempt_at = %[1]s, next_action = 'reconcile', updated_at = %[1]s
  WHERE id = ? AND state = 'ready' AND (next_attempt_at > %[1]s OR next_action <> 'reconcile')`
+
+	// markEvidence records on an unfinished job when a receipt of success
+	// or failure was filed (store.Job.EvidenceAt, R28). It never touches
+	// state, attempt, lease, grant or updated_at: a running row's
+	// updated_at stays its grant's time.
+	markEvidence = `UPDATE refund_jobs SET evidence_at = ? WHERE id = ? AND state <> 'succeeded'`
 )
 
 // JobByRef reads one job by id or, when the id is zero, by operation key.
@@ -161,6 +167,9 @@ func (b *Backend) observeTx(ctx context.Context, tx Tx, p store.ObservationParam
 	if err != nil || !obs.Outcome.Expedites() {
 		return obs, false, err
 	}
+	if _, err := tx.ExecContext(ctx, markEvidence, b.At(obs.CreatedAt), obs.JobID); err != nil {
+		return store.Observation{}, false, err
+	}
 	obs.Expedited, err = b.expedite(ctx, tx, obs)
 	return obs, false, err
 }
@@ -177,9 +186,10 @@ func (b *Backend) observeTx(ctx context.Context, tx Tx, p store.ObservationParam
 // safe.
 //
 // Locking: the job was read without a lock (JobByRef), and the receipt's
-// insert locks only its own row of refund_observations; expediteJob takes the
-// job's row lock, by primary key, last, and re-checks state = 'ready' on the
-// row as committed then, never on that earlier read. A claim locks due rows
+// insert locks only its own row of refund_observations; markEvidence, then
+// expediteJob, take the job's row lock, by primary key, last, and
+// expediteJob re-checks state = 'ready' on the row as committed then, never
+// on that earlier read. A claim locks due rows
 // FOR UPDATE SKIP LOCKED (or, in the embedded store, holds the only write
 // lock): if it holds the row first, expediteJob waits for its COMMIT, then
 // finds the job running and matches nothing; if expediteJob holds it first,

@@ -111,19 +111,29 @@ func (b *Backend) settleUnknown(ctx context.Context, ws []store.Writeback, idx [
 // plans the batch against them (store.PlanBatch). It returns the plan and the
 // clock.
 func PlanWrites(ctx context.Context, tx Tx, query string, ws []store.Writeback, idx []int) (store.BatchPlan, time.Time, error) {
-	ids := store.JobIDs(ws, idx)
+	current, now, err := lockJobs(ctx, tx, query, store.JobIDs(ws, idx))
+	if err != nil {
+		return store.BatchPlan{}, now, err
+	}
+	return store.PlanBatch(ws, idx, current, now), now, nil
+}
+
+// lockJobs reads the rows of the jobs ids with query (its %s takes the id
+// placeholders, its first column is the database clock), by id, and the
+// clock. Missing jobs are absent.
+func lockJobs(ctx context.Context, tx Tx, query string, ids []int64) (map[int64]store.Job, time.Time, error) {
 	var now time.Time
 	jobs, err := QueryAll(ctx, tx, func(row Scanner) (store.Job, error) {
 		return ScanJob(Prefixed{Row: row, First: []any{Time{&now}}})
 	}, fmt.Sprintf(query, Placeholders(len(ids))), Int64Args(ids)...)
 	if err != nil {
-		return store.BatchPlan{}, now, err
+		return nil, now, err
 	}
 	current := make(map[int64]store.Job, len(jobs))
 	for _, j := range jobs {
 		current[j.ID] = j
 	}
-	return store.PlanBatch(ws, idx, current, now), now, nil
+	return current, now, nil
 }
 
 // writeKind is one fenced UPDATE of a batch: the rows of every write of its
@@ -133,7 +143,7 @@ type writeKind struct {
 	set   string // the SET clauses every row shares; each ? is the database's now
 	from  store.State
 	cols  []string
-	vals  func(w store.Writeback, now time.Time) []any
+	vals  func(w store.Writeback, after store.Job) []any // after: the row as the plan leaves it
 	// holder: the writes are a grant holder's, fenced by its lease token
 	// (R25); an operator's resolution is not.
 	holder bool
@@ -152,26 +162,26 @@ func resolvedAs(r store.Resolution) func(store.Writeback) bool {
 func writeKinds(at func(time.Time) any) []writeKind {
 	return []writeKind{
 		{ofKind(store.EventCompleted), "state = 'succeeded', lease_until = NULL, updated_at = ?", store.StateRunning,
-			[]string{"provider_refund_id"}, func(w store.Writeback, _ time.Time) []any {
+			[]string{"provider_refund_id"}, func(w store.Writeback, _ store.Job) []any {
 				return []any{w.ProviderRefundID}
 			}, true},
 		{ofKind(store.EventRescheduled), "state = 'ready', lease_until = NULL, updated_at = ?", store.StateRunning,
-			[]string{"next_action", "next_attempt_at", "last_reason"}, func(w store.Writeback, now time.Time) []any {
-				return []any{w.NextAction, at(w.NextAttemptAt(now)), w.Reason}
+			[]string{"next_action", "next_attempt_at", "last_reason"}, func(w store.Writeback, after store.Job) []any {
+				return []any{w.NextAction, at(after.NextAttemptAt), w.Reason} // R28: due now when ExpeditedBy
 			}, true},
 		// next_attempt_at: when the job entered review, so that a listing of
 		// the reviews by state shows the longest waiting first.
 		{ofKind(store.EventEscalated), "state = 'manual_review', lease_until = NULL, next_attempt_at = ?, updated_at = ?",
-			store.StateRunning, []string{"last_reason"}, func(w store.Writeback, _ time.Time) []any {
+			store.StateRunning, []string{"last_reason"}, func(w store.Writeback, _ store.Job) []any {
 				return []any{w.Reason}
 			}, true},
 		{resolvedAs(store.ResolutionRefunded), "state = 'succeeded', updated_at = ?", store.StateManualReview,
-			[]string{"provider_refund_id", "last_reason"}, func(w store.Writeback, _ time.Time) []any {
+			[]string{"provider_refund_id", "last_reason"}, func(w store.Writeback, _ store.Job) []any {
 				return []any{w.ProviderRefundID, w.Reason}
 			}, false},
 		{resolvedAs(store.ResolutionReconcile), "state = 'ready', next_action = 'reconcile', updated_at = ?",
-			store.StateManualReview, []string{"next_attempt_at", "last_reason"}, func(w store.Writeback, now time.Time) []any {
-				return []any{at(now), w.Reason}
+			store.StateManualReview, []string{"next_attempt_at", "last_reason"}, func(w store.Writeback, after store.Job) []any {
+				return []any{at(after.NextAttemptAt), w.Reason}
 			}, false},
 	}
 }
@@ -204,7 +214,7 @@ func (b *Backend) writeTx(ctx context.Context, tx Tx, ws []store.Writeback, idx 
 			if k.holder {
 				u.Grants = append(u.Grants, ws[i].Grant())
 			}
-			u.Vals = append(u.Vals, k.vals(ws[i], now))
+			u.Vals = append(u.Vals, k.vals(ws[i], plan.After[i]))
 		}
 		if err := u.ExecAll(ctx, tx, "write-back"); err != nil {
 			return plan, err

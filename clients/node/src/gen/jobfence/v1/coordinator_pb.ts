@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file jobfence/v1/coordinator.proto.
  */
 export const file_jobfence_v1_coordinator: GenFile = /*@__PURE__*/
-  fileDesc("Ch1qb2JmZW5jZS92MS9jb29yZGluYXRvci5wcm90bxILam9iZmVuY2UudjEiqgQKA0pvYhIKCgJpZBgBIAEoAxIVCg1vcGVyYXRpb25fa2V5GAIgASgJEhAKCG9yZGVyX2lkGAMgASgJEhIKCnBheW1lbnRfaWQYBCABKAkSFAoMYW1vdW50X21pbm9yGAUgASgDEhAKCGN1cnJlbmN5GAYgASgJEhAKCHByb3ZpZGVyGAcgASgJEiQKBXN0YXRlGAggASgOMhUuam9iZmVuY2UudjEuSm9iU3RhdGUSDwoHYXR0ZW1wdBgJIAEoAxIsCgtuZXh0X2FjdGlvbhgKIAEoDjIXLmpvYmZlbmNlLnYxLk5leHRBY3Rpb24SMwoPbmV4dF9hdHRlbXB0X2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgtsZWFzZV91bnRpbBgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGgoScHJvdmlkZXJfcmVmdW5kX2lkGA0gASgJEhEKCXdvcmtlcl9pZBgOIAEoCRITCgtsYXN0X3JlYXNvbhgPIAEoCRIxCg1maXJzdF9zZW50X2F0GBAgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpjcmVhdGVkX2F0GBEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GBIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCLyAgoKQ2xhaW1lZEpvYhIdCgNqb2IYASABKAsyEC5qb2JmZW5jZS52MS5Kb2ISDwoHYXR0ZW1wdBgCIAEoAxIvCgtsZWFzZV91bnRpbBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLAoLbmV4dF9hY3Rpb24YBCABKA4yFy5qb2JmZW5jZS52MS5OZXh0QWN0aW9uEhAKCHRha2VvdmVyGAUgASgIEi4KDG9ic2VydmF0aW9ucxgGIAMoCzIYLmpvYmZlbmNlLnYxLk9ic2VydmF0aW9uEjMKD3Jlc2VuZF9kZWFkbGluZRgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKY2xhaW1lZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEwoLbGVhc2VfdG9rZW4YCSABKAkSGQoRb2JzZXJ2YXRpb25fY291bnQYCiABKAMitgIKCEpvYkV2ZW50EgoKAmlkGAEgASgDEg4KBmpvYl9pZBgCIAEoAxIPCgdhdHRlbXB0GAMgASgDEgwKBGtpbmQYBCABKAkSEQoJd29ya2VyX2lkGAUgASgJEikKCmZyb21fc3RhdGUYBiABKA4yFS5qb2JmZW5jZS52MS5Kb2JTdGF0ZRInCgh0b19zdGF0ZRgHIAEoDjIVLmpvYmZlbmNlLnYxLkpvYlN0YXRlEiwKC25leHRfYWN0aW9uGAggASgOMhcuam9iZmVuY2UudjEuTmV4dEFjdGlvbhIaChJwcm92aWRlcl9yZWZ1bmRfaWQYCSABKAkSDgoGcmVhc29uGAogASgJEi4KCmNyZWF0ZWRfYXQYCyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIsICCgtPYnNlcnZhdGlvbhIKCgJpZBgBIAEoAxIOCgZqb2JfaWQYAiABKAMSFQoNb3BlcmF0aW9uX2tleRgDIAEoCRIYChByZXBvcnRlZF9hdHRlbXB0GAQgASgDEhMKC2pvYl9hdHRlbXB0GAUgASgDEg4KBnNvdXJjZRgGIAEoCRIwCgdvdXRjb21lGAcgASgOMh8uam9iZmVuY2UudjEuT2JzZXJ2YXRpb25PdXRjb21lEhoKEnByb3ZpZGVyX3JlZnVuZF9pZBgIIAEoCRIZChFwcm92aWRlcl9ldmVudF9pZBgJIAEoCRIOCgZkZXRhaWwYCiABKAkSLgoKY3JlYXRlZF9hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGAoQYXR0ZW1wdF92ZXJpZmllZBgMIAEoCCK9AQoURW5xdWV1ZVJlZnVuZFJlcXVlc3QSFQoNb3BlcmF0aW9uX2tleRgBIAEoCRIQCghvcmRlcl9pZBgCIAEoCRISCgpwYXltZW50X2lkGAMgASgJEhQKDGFtb3VudF9taW5vchgEIAEoAxIQCghjdXJyZW5jeRgFIAEoCRIQCghwcm92aWRlchgGIAEoCRIuCgpub3RfYmVmb3JlGAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJHChVFbnF1ZXVlUmVmdW5kUmVzcG9uc2USHQoDam9iGAEgASgLMhAuam9iZmVuY2UudjEuSm9iEg8KB2NyZWF0ZWQYAiABKAgioQEKDENsYWltUmVxdWVzdBIRCgl3b3JrZXJfaWQYASABKAkSEAoIbWF4X2pvYnMYAiABKAUSMQoObGVhc2VfZHVyYXRpb24YAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEAoIcHJvdmlkZXIYBCABKAkSJwoEd2FpdBgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJmCg1DbGFpbVJlc3BvbnNlEiUKBGpvYnMYASADKAsyFy5qb2JmZW5jZS52MS5DbGFpbWVkSm9iEi4KC3JldHJ5X2FmdGVyGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uImMKD0NvbXBsZXRlUmVxdWVzdBIOCgZqb2JfaWQYASABKAMSDwoHYXR0ZW1wdBgCIAEoAxIaChJwcm92aWRlcl9yZWZ1bmRfaWQYAyABKAkSEwoLbGVhc2VfdG9rZW4YBCABKAkiQwoQQ29tcGxldGVSZXNwb25zZRIdCgNqb2IYASABKAsyEC5qb2JmZW5jZS52MS5Kb2ISEAoIcmVwbGF5ZWQYAiABKAgi8gEKEVJlc2NoZWR1bGVSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoAxIPCgdhdHRlbXB0GAIgASgDEiwKC25leHRfYWN0aW9uGAMgASgOMhcuam9iZmVuY2UudjEuTmV4dEFjdGlvbhIqCgVkZWxheRgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbkgAEjUKD25leHRfYXR0ZW1wdF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBIABIOCgZyZWFzb24YBiABKAkSEwoLbGVhc2VfdG9rZW4YByABKAlCBgoEd2hlbiJFChJSZXNjaGVkdWxlUmVzcG9uc2USHQoDam9iGAEgASgLMhAuam9iZmVuY2UudjEuSm9iEhAKCHJlcGxheWVkGAIgASgIIlcKD0VzY2FsYXRlUmVxdWVzdBIOCgZqb2JfaWQYASABKAMSDwoHYXR0ZW1wdBgCIAEoAxIOCgZyZWFzb24YAyABKAkSEwoLbGVhc2VfdG9rZW4YBCABKAkiQwoQRXNjYWxhdGVSZXNwb25zZRIdCgNqb2IYASABKAsyEC5qb2JmZW5jZS52MS5Kb2ISEAoIcmVwbGF5ZWQYAiABKAgi+wEKGFJlcG9ydE9ic2VydmF0aW9uUmVxdWVzdBIQCgZqb2JfaWQYASABKANIABIXCg1vcGVyYXRpb25fa2V5GAIgASgJSAASDwoHYXR0ZW1wdBgDIAEoAxIOCgZzb3VyY2UYBCABKAkSMAoHb3V0Y29tZRgFIAEoDjIfLmpvYmZlbmNlLnYxLk9ic2VydmF0aW9uT3V0Y29tZRIaChJwcm92aWRlcl9yZWZ1bmRfaWQYBiABKAkSGQoRcHJvdmlkZXJfZXZlbnRfaWQYByABKAkSDgoGZGV0YWlsGAggASgJEhMKC2xlYXNlX3Rva2VuGAkgASgJQgUKA2pvYiJwChlSZXBvcnRPYnNlcnZhdGlvblJlc3BvbnNlEi0KC29ic2VydmF0aW9uGAEgASgLMhguam9iZmVuY2UudjEuT2JzZXJ2YXRpb24SEQoJZHVwbGljYXRlGAIgASgIEhEKCWV4cGVkaXRlZBgDIAEoCCKCAQoNR2V0Sm9iUmVxdWVzdBIQCgZqb2JfaWQYASABKANIABIXCg1vcGVyYXRpb25fa2V5GAIgASgJSAASHgoWb2JzZXJ2YXRpb25zX3BhZ2Vfc2l6ZRgDIAEoBRIfChdvYnNlcnZhdGlvbnNfcGFnZV90b2tlbhgEIAEoCUIFCgNqb2IizwIKDkdldEpvYlJlc3BvbnNlEh0KA2pvYhgBIAEoCzIQLmpvYmZlbmNlLnYxLkpvYhIlCgZldmVudHMYAiADKAsyFS5qb2JmZW5jZS52MS5Kb2JFdmVudBIuCgxvYnNlcnZhdGlvbnMYAyADKAsyGC5qb2JmZW5jZS52MS5PYnNlcnZhdGlvbhIZChFvYnNlcnZhdGlvbl9jb3VudBgEIAEoAxIkChxuZXh0X29ic2VydmF0aW9uc19wYWdlX3Rva2VuGAUgASgJEjMKD3Jlc2VuZF9kZWFkbGluZRgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKAoGbGVkZ2VyGAcgASgLMhguam9iZmVuY2UudjEuTGVkZ2VyRW50cnkSJwoDbm93GAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKTAQoLTGVkZ2VyRW50cnkSGgoScHJvdmlkZXJfcmVmdW5kX2lkGAEgASgJEhQKDGFtb3VudF9taW5vchgCIAEoAxIQCghjdXJyZW5jeRgDIAEoCRIPCgdhdHRlbXB0GAQgASgDEi8KC3JlY29yZGVkX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKwAgoPTGlzdEpvYnNSZXF1ZXN0EiQKBXN0YXRlGAEgASgOMhUuam9iZmVuY2UudjEuSm9iU3RhdGUSEAoIcHJvdmlkZXIYAiABKAkSEAoIb3JkZXJfaWQYAyABKAkSEQoJcGFnZV9zaXplGAQgASgFEhIKCnBhZ2VfdG9rZW4YBSABKAkSEgoKcGF5bWVudF9pZBgGIAEoCRIaChJwcm92aWRlcl9yZWZ1bmRfaWQYByABKAkSFQoNcmVhc29uX3ByZWZpeBgIIAEoCRIxCg1jcmVhdGVkX2FmdGVyGAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIyCg5jcmVhdGVkX2JlZm9yZRgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAi1wEKEExpc3RKb2JzUmVzcG9uc2USHgoEam9icxgBIAMoCzIQLmpvYmZlbmNlLnYxLkpvYhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkSUAoSb2JzZXJ2YXRpb25fY291bnRzGAMgAygLMjQuam9iZmVuY2UudjEuTGlzdEpvYnNSZXNwb25zZS5PYnNlcnZhdGlvbkNvdW50c0VudHJ5GjgKFk9ic2VydmF0aW9uQ291bnRzRW50cnkSCwoDa2V5GAEgASgDEg0KBXZhbHVlGAIgASgDOgI4ASKUAQoUUmVzb2x2ZVJldmlld1JlcXVlc3QSDgoGam9iX2lkGAEgASgDEg8KB2F0dGVtcHQYAiABKAMSMQoKcmVzb2x1dGlvbhgDIAEoDjIdLmpvYmZlbmNlLnYxLlJldmlld1Jlc29sdXRpb24SGgoScHJvdmlkZXJfcmVmdW5kX2lkGAQgASgJEgwKBG5vdGUYBSABKAkiSAoVUmVzb2x2ZVJldmlld1Jlc3BvbnNlEh0KA2pvYhgBIAEoCzIQLmpvYmZlbmNlLnYxLkpvYhIQCghyZXBsYXllZBgCIAEoCCIPCg1XaG9BbUlSZXF1ZXN0IlcKDldob0FtSVJlc3BvbnNlEgwKBG5hbWUYASABKAkSIAoFcm9sZXMYAiADKA4yES5qb2JmZW5jZS52MS5Sb2xlEhUKDWF1dGhlbnRpY2F0ZWQYAyABKAgiIwoSR2V0T3ZlcnZpZXdSZXF1ZXN0Eg0KBWxpbWl0GAEgASgFItoEChNHZXRPdmVydmlld1Jlc3BvbnNlEicKA25vdxgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEgoKcmVhZHlfam9icxgCIAEoAxIUCgxydW5uaW5nX2pvYnMYAyABKAMSGgoSbWFudWFsX3Jldmlld19qb2JzGAQgASgDEkAKHG9sZGVzdF91bmZpbmlzaGVkX2NyZWF0ZWRfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEigKDm9sZGVzdF9yZXZpZXdzGAYgAygLMhAuam9iZmVuY2UudjEuSm9iEi8KEHJlY2VudF90YWtlb3ZlcnMYByADKAsyFS5qb2JmZW5jZS52MS5Kb2JFdmVudBIYChB0YWtlb3ZlcnNfd2luZG93GAggASgDEjwKF3JlY2VudF9zdGFsZV9yZWplY3Rpb25zGAkgAygLMhsuam9iZmVuY2UudjEuU3RhbGVSZWplY3Rpb24SJAocc3RhbGVfcmVqZWN0aW9uc19zaW5jZV9zdGFydBgKIAEoAxI6ChZjb29yZGluYXRvcl9zdGFydGVkX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCgdidWRnZXRzGAwgAygLMhsuam9iZmVuY2UudjEuUHJvdmlkZXJCdWRnZXQSGAoQdW5tYXRjaGVkX2V2ZW50cxgNIAEoAxI1ChByZWNlbnRfdW5tYXRjaGVkGA4gAygLMhsuam9iZmVuY2UudjEuVW5tYXRjaGVkRXZlbnQigwIKDlVubWF0Y2hlZEV2ZW50EgoKAmlkGAEgASgDEhAKCHByb3ZpZGVyGAIgASgJEhkKEXByb3ZpZGVyX2V2ZW50X2lkGAMgASgJEhIKCmV2ZW50X3R5cGUYBCABKAkSGgoScHJvdmlkZXJfcmVmdW5kX2lkGAUgASgJEhUKDW9wZXJhdGlvbl9rZXkYBiABKAkSMAoHb3V0Y29tZRgHIAEoDjIfLmpvYmZlbmNlLnYxLk9ic2VydmF0aW9uT3V0Y29tZRIOCgZkZXRhaWwYCCABKAkSLwoLcmVjZWl2ZWRfYXQYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIo8BCg5TdGFsZVJlamVjdGlvbhImCgJhdBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGam9iX2lkGAIgASgDEg8KB2F0dGVtcHQYAyABKAMSFwoPY3VycmVudF9hdHRlbXB0GAQgASgDEgsKA3JwYxgFIAEoCRIOCgZjYWxsZXIYBiABKAkiXQoOUHJvdmlkZXJCdWRnZXQSEAoIcHJvdmlkZXIYASABKAkSFwoPcmF0ZV9wZXJfc2Vjb25kGAIgASgBEg0KBWJ1cnN0GAMgASgBEhEKCWF2YWlsYWJsZRgEIAEoASqjBAoLRXJyb3JSZWFzb24SHAoYRVJST1JfUkVBU09OX1VOU1BFQ0lGSUVEEAASHgoaRVJST1JfUkVBU09OX1NUQUxFX0FUVEVNUFQQARIgChxFUlJPUl9SRUFTT05fSk9CX05PVF9SVU5OSU5HEAISIgoeRVJST1JfUkVBU09OX0pPQl9OT1RfSU5fUkVWSUVXEAMSJwojRVJST1JfUkVBU09OX09QRVJBVElPTl9LRVlfQ09ORkxJQ1QQBBImCiJFUlJPUl9SRUFTT05fQ0xBSU1fT1VUQ09NRV9VTktOT1dOEAUSJgoiRVJST1JfUkVBU09OX1dSSVRFX09VVENPTUVfVU5LTk9XThAGEiUKIUVSUk9SX1JFQVNPTl9EQVRBQkFTRV9VTkFWQUlMQUJMRRAHEh4KGkVSUk9SX1JFQVNPTl9EQVRBQkFTRV9GVUxMEAgSJwojRVJST1JfUkVBU09OX0RBVEFCQVNFX0FDQ0VTU19ERU5JRUQQCRIiCh5FUlJPUl9SRUFTT05fT0JTRVJWQVRJT05fTElNSVQQChIaChZFUlJPUl9SRUFTT05fTk9UX0ZPVU5EEAsSIQodRVJST1JfUkVBU09OX0lOVkFMSURfQVJHVU1FTlQQDBIgChxFUlJPUl9SRUFTT05fVU5BVVRIRU5USUNBVEVEEA0SIgoeRVJST1JfUkVBU09OX1BFUk1JU1NJT05fREVOSUVEEA4qhwEKCEpvYlN0YXRlEhkKFUpPQl9TVEFURV9VTlNQRUNJRklFRBAAEhMKD0pPQl9TVEFURV9SRUFEWRABEhUKEUpPQl9TVEFURV9SVU5OSU5HEAISFwoTSk9CX1NUQVRFX1NVQ0NFRURFRBADEhsKF0pPQl9TVEFURV9NQU5VQUxfUkVWSUVXEAQqXAoKTmV4dEFjdGlvbhIbChdORVhUX0FDVElPTl9VTlNQRUNJRklFRBAAEhYKEk5FWFRfQUNUSU9OX1JFRlVORBABEhkKFU5FWFRfQUNUSU9OX1JFQ09OQ0lMRRACKnYKEFJldmlld1Jlc29sdXRpb24SIQodUkVWSUVXX1JFU09MVVRJT05fVU5TUEVDSUZJRUQQABIeChpSRVZJRVdfUkVTT0xVVElPTl9SRUZVTkRFRBABEh8KG1JFVklFV19SRVNPTFVUSU9OX1JFQ09OQ0lMRRACKsABChJPYnNlcnZhdGlvbk91dGNvbWUSIwofT0JTRVJWQVRJT05fT1VUQ09NRV9VTlNQRUNJRklFRBAAEiEKHU9CU0VSVkFUSU9OX09VVENPTUVfU1VDQ0VFREVEEAESHwobT0JTRVJWQVRJT05fT1VUQ09NRV9QRU5ESU5HEAISHgoaT0JTRVJWQVRJT05fT1VUQ09NRV9GQUlMRUQQAxIhCh1PQlNFUlZBVElPTl9PVVRDT01FX05PVF9GT1VORBAEKmQKBFJvbGUSFAoQUk9MRV9VTlNQRUNJRklFRBAAEhEKDVJPTEVfUFJPRFVDRVIQARIPCgtST0xFX1dPUktFUhACEhEKDVJPTEVfT1BFUkFUT1IQAxIPCgtST0xFX1JFQURFUhAEMuMGCgtDb29yZGluYXRvchJWCg1FbnF1ZXVlUmVmdW5kEiEuam9iZmVuY2UudjEuRW5xdWV1ZVJlZnVuZFJlcXVlc3QaIi5qb2JmZW5jZS52MS5FbnF1ZXVlUmVmdW5kUmVzcG9uc2USPgoFQ2xhaW0SGS5qb2JmZW5jZS52MS5DbGFpbVJlcXVlc3QaGi5qb2JmZW5jZS52MS5DbGFpbVJlc3BvbnNlEkcKCENvbXBsZXRlEhwuam9iZmVuY2UudjEuQ29tcGxldGVSZXF1ZXN0Gh0uam9iZmVuY2UudjEuQ29tcGxldGVSZXNwb25zZRJNCgpSZXNjaGVkdWxlEh4uam9iZmVuY2UudjEuUmVzY2hlZHVsZVJlcXVlc3QaHy5qb2JmZW5jZS52MS5SZXNjaGVkdWxlUmVzcG9uc2USRwoIRXNjYWxhdGUSHC5qb2JmZW5jZS52MS5Fc2NhbGF0ZVJlcXVlc3QaHS5qb2JmZW5jZS52MS5Fc2NhbGF0ZVJlc3BvbnNlEmIKEVJlcG9ydE9ic2VydmF0aW9uEiUuam9iZmVuY2UudjEuUmVwb3J0T2JzZXJ2YXRpb25SZXF1ZXN0GiYuam9iZmVuY2UudjEuUmVwb3J0T2JzZXJ2YXRpb25SZXNwb25zZRJBCgZHZXRKb2ISGi5qb2JmZW5jZS52MS5HZXRKb2JSZXF1ZXN0Ghsuam9iZmVuY2UudjEuR2V0Sm9iUmVzcG9uc2USRwoITGlzdEpvYnMSHC5qb2JmZW5jZS52MS5MaXN0Sm9ic1JlcXVlc3QaHS5qb2JmZW5jZS52MS5MaXN0Sm9ic1Jlc3BvbnNlElYKDVJlc29sdmVSZXZpZXcSIS5qb2JmZW5jZS52MS5SZXNvbHZlUmV2aWV3UmVxdWVzdBoiLmpvYmZlbmNlLnYxLlJlc29sdmVSZXZpZXdSZXNwb25zZRJBCgZXaG9BbUkSGi5qb2JmZW5jZS52MS5XaG9BbUlSZXF1ZXN0Ghsuam9iZmVuY2UudjEuV2hvQW1JUmVzcG9uc2USUAoLR2V0T3ZlcnZpZXcSHy5qb2JmZW5jZS52MS5HZXRPdmVydmlld1JlcXVlc3QaIC5qb2JmZW5jZS52MS5HZXRPdmVydmlld1Jlc3BvbnNlYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("Ch1qb2JmZW5jZS92MS9jb29yZGluYXRvci5wcm90bxILam9iZmVuY2UudjEiqgQKA0pvYhIKCgJpZBgBIAEoAxIVCg1vcGVyYXRpb25fa2V5GAIgASgJEhAKCG9yZGVyX2lkGAMgASgJEhIKCnBheW1lbnRfaWQYBCABKAkSFAoMYW1vdW50X21pbm9yGAUgASgDEhAKCGN1cnJlbmN5GAYgASgJEhAKCHByb3ZpZGVyGAcgASgJEiQKBXN0YXRlGAggASgOMhUuam9iZmVuY2UudjEuSm9iU3RhdGUSDwoHYXR0ZW1wdBgJIAEoAxIsCgtuZXh0X2FjdGlvbhgKIAEoDjIXLmpvYmZlbmNlLnYxLk5leHRBY3Rpb24SMwoPbmV4dF9hdHRlbXB0X2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgtsZWFzZV91bnRpbBgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGgoScHJvdmlkZXJfcmVmdW5kX2lkGA0gASgJEhEKCXdvcmtlcl9pZBgOIAEoCRITCgtsYXN0X3JlYXNvbhgPIAEoCRIxCg1maXJzdF9zZW50X2F0GBAgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpjcmVhdGVkX2F0GBEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GBIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCLyAgoKQ2xhaW1lZEpvYhIdCgNqb2IYASABKAsyEC5qb2JmZW5jZS52MS5Kb2ISDwoHYXR0ZW1wdBgCIAEoAxIvCgtsZWFzZV91bnRpbBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLAoLbmV4dF9hY3Rpb24YBCABKA4yFy5qb2JmZW5jZS52MS5OZXh0QWN0aW9uEhAKCHRha2VvdmVyGAUgASgIEi4KDG9ic2VydmF0aW9ucxgGIAMoCzIYLmpvYmZlbmNlLnYxLk9ic2VydmF0aW9uEjMKD3Jlc2VuZF9kZWFkbGluZRgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKY2xhaW1lZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEwoLbGVhc2VfdG9rZW4YCSABKAkSGQoRb2JzZXJ2YXRpb25fY291bnQYCiABKAMitgIKCEpvYkV2ZW50EgoKAmlkGAEgASgDEg4KBmpvYl9pZBgCIAEoAxIPCgdhdHRlbXB0GAMgASgDEgwKBGtpbmQYBCABKAkSEQoJd29ya2VyX2lkGAUgASgJEikKCmZyb21fc3RhdGUYBiABKA4yFS5qb2JmZW5jZS52MS5Kb2JTdGF0ZRInCgh0b19zdGF0ZRgHIAEoDjIVLmpvYmZlbmNlLnYxLkpvYlN0YXRlEiwKC25leHRfYWN0aW9uGAggASgOMhcuam9iZmVuY2UudjEuTmV4dEFjdGlvbhIaChJwcm92aWRlcl9yZWZ1bmRfaWQYCSABKAkSDgoGcmVhc29uGAogASgJEi4KCmNyZWF0ZWRfYXQYCyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIsICCgtPYnNlcnZhdGlvbhIKCgJpZBgBIAEoAxIOCgZqb2JfaWQYAiABKAMSFQoNb3BlcmF0aW9uX2tleRgDIAEoCRIYChByZXBvcnRlZF9hdHRlbXB0GAQgASgDEhMKC2pvYl9hdHRlbXB0GAUgASgDEg4KBnNvdXJjZRgGIAEoCRIwCgdvdXRjb21lGAcgASgOMh8uam9iZmVuY2UudjEuT2JzZXJ2YXRpb25PdXRjb21lEhoKEnByb3ZpZGVyX3JlZnVuZF9pZBgIIAEoCRIZChFwcm92aWRlcl9ldmVudF9pZBgJIAEoCRIOCgZkZXRhaWwYCiABKAkSLgoKY3JlYXRlZF9hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGAoQYXR0ZW1wdF92ZXJpZmllZBgMIAEoCCK9AQoURW5xdWV1ZVJlZnVuZFJlcXVlc3QSFQoNb3BlcmF0aW9uX2tleRgBIAEoCRIQCghvcmRlcl9pZBgCIAEoCRISCgpwYXltZW50X2lkGAMgASgJEhQKDGFtb3VudF9taW5vchgEIAEoAxIQCghjdXJyZW5jeRgFIAEoCRIQCghwcm92aWRlchgGIAEoCRIuCgpub3RfYmVmb3JlGAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJHChVFbnF1ZXVlUmVmdW5kUmVzcG9uc2USHQoDam9iGAEgASgLMhAuam9iZmVuY2UudjEuSm9iEg8KB2NyZWF0ZWQYAiABKAgioQEKDENsYWltUmVxdWVzdBIRCgl3b3JrZXJfaWQYASABKAkSEAoIbWF4X2pvYnMYAiABKAUSMQoObGVhc2VfZHVyYXRpb24YAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEAoIcHJvdmlkZXIYBCABKAkSJwoEd2FpdBgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJmCg1DbGFpbVJlc3BvbnNlEiUKBGpvYnMYASADKAsyFy5qb2JmZW5jZS52MS5DbGFpbWVkSm9iEi4KC3JldHJ5X2FmdGVyGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uImMKD0NvbXBsZXRlUmVxdWVzdBIOCgZqb2JfaWQYASABKAMSDwoHYXR0ZW1wdBgCIAEoAxIaChJwcm92aWRlcl9yZWZ1bmRfaWQYAyABKAkSEwoLbGVhc2VfdG9rZW4YBCABKAkiQwoQQ29tcGxldGVSZXNwb25zZRIdCgNqb2IYASABKAsyEC5qb2JmZW5jZS52MS5Kb2ISEAoIcmVwbGF5ZWQYAiABKAgi8gEKEVJlc2NoZWR1bGVSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoAxIPCgdhdHRlbXB0GAIgASgDEiwKC25leHRfYWN0aW9uGAMgASgOMhcuam9iZmVuY2UudjEuTmV4dEFjdGlvbhIqCgVkZWxheRgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbkgAEjUKD25leHRfYXR0ZW1wdF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBIABIOCgZyZWFzb24YBiABKAkSEwoLbGVhc2VfdG9rZW4YByABKAlCBgoEd2hlbiJYChJSZXNjaGVkdWxlUmVzcG9uc2USHQoDam9iGAEgASgLMhAuam9iZmVuY2UudjEuSm9iEhAKCHJlcGxheWVkGAIgASgIEhEKCWV4cGVkaXRlZBgDIAEoCCJXCg9Fc2NhbGF0ZVJlcXVlc3QSDgoGam9iX2lkGAEgASgDEg8KB2F0dGVtcHQYAiABKAMSDgoGcmVhc29uGAMgASgJEhMKC2xlYXNlX3Rva2VuGAQgASgJIkMKEEVzY2FsYXRlUmVzcG9uc2USHQoDam9iGAEgASgLMhAuam9iZmVuY2UudjEuSm9iEhAKCHJlcGxheWVkGAIgASgIIm4KElJlbmV3TGVhc2VzUmVxdWVzdBIlCgZncmFudHMYASADKAsyFS5qb2JmZW5jZS52MS5HcmFudFJlZhIxCg5sZWFzZV9kdXJhdGlvbhgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJACghHcmFudFJlZhIOCgZqb2JfaWQYASABKAMSDwoHYXR0ZW1wdBgCIAEoAxITCgtsZWFzZV90b2tlbhgDIAEoCSJCChNSZW5ld0xlYXNlc1Jlc3BvbnNlEisKCHJlbmV3YWxzGAEgAygLMhkuam9iZmVuY2UudjEuTGVhc2VSZW5ld2FsIvQCCgxMZWFzZVJlbmV3YWwSDgoGam9iX2lkGAEgASgDEg8KB2F0dGVtcHQYAiABKAMSLwoLbGVhc2VfdW50aWwYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEikKB3JlZnVzZWQYBCABKA4yGC5qb2JmZW5jZS52MS5FcnJvclJlYXNvbhIPCgdtZXNzYWdlGAUgASgJEjkKCG1ldGFkYXRhGAYgAygLMicuam9iZmVuY2UudjEuTGVhc2VSZW5ld2FsLk1ldGFkYXRhRW50cnkSNAoQZ3JhbnRfZXhwaXJlc19hdBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASNAoQcmVjZWlwdF9maWxlZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAaLwoNTWV0YWRhdGFFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIvsBChhSZXBvcnRPYnNlcnZhdGlvblJlcXVlc3QSEAoGam9iX2lkGAEgASgDSAASFwoNb3BlcmF0aW9uX2tleRgCIAEoCUgAEg8KB2F0dGVtcHQYAyABKAMSDgoGc291cmNlGAQgASgJEjAKB291dGNvbWUYBSABKA4yHy5qb2JmZW5jZS52MS5PYnNlcnZhdGlvbk91dGNvbWUSGgoScHJvdmlkZXJfcmVmdW5kX2lkGAYgASgJEhkKEXByb3ZpZGVyX2V2ZW50X2lkGAcgASgJEg4KBmRldGFpbBgIIAEoCRITCgtsZWFzZV90b2tlbhgJIAEoCUIFCgNqb2IicAoZUmVwb3J0T2JzZXJ2YXRpb25SZXNwb25zZRItCgtvYnNlcnZhdGlvbhgBIAEoCzIYLmpvYmZlbmNlLnYxLk9ic2VydmF0aW9uEhEKCWR1cGxpY2F0ZRgCIAEoCBIRCglleHBlZGl0ZWQYAyABKAgiggEKDUdldEpvYlJlcXVlc3QSEAoGam9iX2lkGAEgASgDSAASFwoNb3BlcmF0aW9uX2tleRgCIAEoCUgAEh4KFm9ic2VydmF0aW9uc19wYWdlX3NpemUYAyABKAUSHwoXb2JzZXJ2YXRpb25zX3BhZ2VfdG9rZW4YBCABKAlCBQoDam9iIs8CCg5HZXRKb2JSZXNwb25zZRIdCgNqb2IYASABKAsyEC5qb2JmZW5jZS52MS5Kb2ISJQoGZXZlbnRzGAIgAygLMhUuam9iZmVuY2UudjEuSm9iRXZlbnQSLgoMb2JzZXJ2YXRpb25zGAMgAygLMhguam9iZmVuY2UudjEuT2JzZXJ2YXRpb24SGQoRb2JzZXJ2YXRpb25fY291bnQYBCABKAMSJAocbmV4dF9vYnNlcnZhdGlvbnNfcGFnZV90b2tlbhgFIAEoCRIzCg9yZXNlbmRfZGVhZGxpbmUYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEigKBmxlZGdlchgHIAEoCzIYLmpvYmZlbmNlLnYxLkxlZGdlckVudHJ5EicKA25vdxgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAikwEKC0xlZGdlckVudHJ5EhoKEnByb3ZpZGVyX3JlZnVuZF9pZBgBIAEoCRIUCgxhbW91bnRfbWlub3IYAiABKAMSEAoIY3VycmVuY3kYAyABKAkSDwoHYXR0ZW1wdBgEIAEoAxIvCgtyZWNvcmRlZF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAisAIKD0xpc3RKb2JzUmVxdWVzdBIkCgVzdGF0ZRgBIAEoDjIVLmpvYmZlbmNlLnYxLkpvYlN0YXRlEhAKCHByb3ZpZGVyGAIgASgJEhAKCG9yZGVyX2lkGAMgASgJEhEKCXBhZ2Vfc2l6ZRgEIAEoBRISCgpwYWdlX3Rva2VuGAUgASgJEhIKCnBheW1lbnRfaWQYBiABKAkSGgoScHJvdmlkZXJfcmVmdW5kX2lkGAcgASgJEhUKDXJlYXNvbl9wcmVmaXgYCCABKAkSMQoNY3JlYXRlZF9hZnRlchgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMgoOY3JlYXRlZF9iZWZvcmUYCiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wItcBChBMaXN0Sm9ic1Jlc3BvbnNlEh4KBGpvYnMYASADKAsyEC5qb2JmZW5jZS52MS5Kb2ISFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJElAKEm9ic2VydmF0aW9uX2NvdW50cxgDIAMoCzI0LmpvYmZlbmNlLnYxLkxpc3RKb2JzUmVzcG9uc2UuT2JzZXJ2YXRpb25Db3VudHNFbnRyeRo4ChZPYnNlcnZhdGlvbkNvdW50c0VudHJ5EgsKA2tleRgBIAEoAxINCgV2YWx1ZRgCIAEoAzoCOAEilAEKFFJlc29sdmVSZXZpZXdSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoAxIPCgdhdHRlbXB0GAIgASgDEjEKCnJlc29sdXRpb24YAyABKA4yHS5qb2JmZW5jZS52MS5SZXZpZXdSZXNvbHV0aW9uEhoKEnByb3ZpZGVyX3JlZnVuZF9pZBgEIAEoCRIMCgRub3RlGAUgASgJIkgKFVJlc29sdmVSZXZpZXdSZXNwb25zZRIdCgNqb2IYASABKAsyEC5qb2JmZW5jZS52MS5Kb2ISEAoIcmVwbGF5ZWQYAiABKAgiDwoNV2hvQW1JUmVxdWVzdCJXCg5XaG9BbUlSZXNwb25zZRIMCgRuYW1lGAEgASgJEiAKBXJvbGVzGAIgAygOMhEuam9iZmVuY2UudjEuUm9sZRIVCg1hdXRoZW50aWNhdGVkGAMgASgIIiMKEkdldE92ZXJ2aWV3UmVxdWVzdBINCgVsaW1pdBgBIAEoBSLaBAoTR2V0T3ZlcnZpZXdSZXNwb25zZRInCgNub3cYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCnJlYWR5X2pvYnMYAiABKAMSFAoMcnVubmluZ19qb2JzGAMgASgDEhoKEm1hbnVhbF9yZXZpZXdfam9icxgEIAEoAxJAChxvbGRlc3RfdW5maW5pc2hlZF9jcmVhdGVkX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIoCg5vbGRlc3RfcmV2aWV3cxgGIAMoCzIQLmpvYmZlbmNlLnYxLkpvYhIvChByZWNlbnRfdGFrZW92ZXJzGAcgAygLMhUuam9iZmVuY2UudjEuSm9iRXZlbnQSGAoQdGFrZW92ZXJzX3dpbmRvdxgIIAEoAxI8ChdyZWNlbnRfc3RhbGVfcmVqZWN0aW9ucxgJIAMoCzIbLmpvYmZlbmNlLnYxLlN0YWxlUmVqZWN0aW9uEiQKHHN0YWxlX3JlamVjdGlvbnNfc2luY2Vfc3RhcnQYCiABKAMSOgoWY29vcmRpbmF0b3Jfc3RhcnRlZF9hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLAoHYnVkZ2V0cxgMIAMoCzIbLmpvYmZlbmNlLnYxLlByb3ZpZGVyQnVkZ2V0EhgKEHVubWF0Y2hlZF9ldmVudHMYDSABKAMSNQoQcmVjZW50X3VubWF0Y2hlZBgOIAMoCzIbLmpvYmZlbmNlLnYxLlVubWF0Y2hlZEV2ZW50IoMCCg5Vbm1hdGNoZWRFdmVudBIKCgJpZBgBIAEoAxIQCghwcm92aWRlchgCIAEoCRIZChFwcm92aWRlcl9ldmVudF9pZBgDIAEoCRISCgpldmVudF90eXBlGAQgASgJEhoKEnByb3ZpZGVyX3JlZnVuZF9pZBgFIAEoCRIVCg1vcGVyYXRpb25fa2V5GAYgASgJEjAKB291dGNvbWUYByABKA4yHy5qb2JmZW5jZS52MS5PYnNlcnZhdGlvbk91dGNvbWUSDgoGZGV0YWlsGAggASgJEi8KC3JlY2VpdmVkX2F0GAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKPAQoOU3RhbGVSZWplY3Rpb24SJgoCYXQYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBmpvYl9pZBgCIAEoAxIPCgdhdHRlbXB0GAMgASgDEhcKD2N1cnJlbnRfYXR0ZW1wdBgEIAEoAxILCgNycGMYBSABKAkSDgoGY2FsbGVyGAYgASgJIl0KDlByb3ZpZGVyQnVkZ2V0EhAKCHByb3ZpZGVyGAEgASgJEhcKD3JhdGVfcGVyX3NlY29uZBgCIAEoARINCgVidXJzdBgDIAEoARIRCglhdmFpbGFibGUYBCABKAEqwwQKC0Vycm9yUmVhc29uEhwKGEVSUk9SX1JFQVNPTl9VTlNQRUNJRklFRBAAEh4KGkVSUk9SX1JFQVNPTl9TVEFMRV9BVFRFTVBUEAESIAocRVJST1JfUkVBU09OX0pPQl9OT1RfUlVOTklORxACEiIKHkVSUk9SX1JFQVNPTl9KT0JfTk9UX0lOX1JFVklFVxADEicKI0VSUk9SX1JFQVNPTl9PUEVSQVRJT05fS0VZX0NPTkZMSUNUEAQSJgoiRVJST1JfUkVBU09OX0NMQUlNX09VVENPTUVfVU5LTk9XThAFEiYKIkVSUk9SX1JFQVNPTl9XUklURV9PVVRDT01FX1VOS05PV04QBhIlCiFFUlJPUl9SRUFTT05fREFUQUJBU0VfVU5BVkFJTEFCTEUQBxIeChpFUlJPUl9SRUFTT05fREFUQUJBU0VfRlVMTBAIEicKI0VSUk9SX1JFQVNPTl9EQVRBQkFTRV9BQ0NFU1NfREVOSUVEEAkSIgoeRVJST1JfUkVBU09OX09CU0VSVkFUSU9OX0xJTUlUEAoSGgoWRVJST1JfUkVBU09OX05PVF9GT1VORBALEiEKHUVSUk9SX1JFQVNPTl9JTlZBTElEX0FSR1VNRU5UEAwSIAocRVJST1JfUkVBU09OX1VOQVVUSEVOVElDQVRFRBANEiIKHkVSUk9SX1JFQVNPTl9QRVJNSVNTSU9OX0RFTklFRBAOEh4KGkVSUk9SX1JFQVNPTl9HUkFOVF9UT09fT0xEEA8qhwEKCEpvYlN0YXRlEhkKFUpPQl9TVEFURV9VTlNQRUNJRklFRBAAEhMKD0pPQl9TVEFURV9SRUFEWRABEhUKEUpPQl9TVEFURV9SVU5OSU5HEAISFwoTSk9CX1NUQVRFX1NVQ0NFRURFRBADEhsKF0pPQl9TVEFURV9NQU5VQUxfUkVWSUVXEAQqXAoKTmV4dEFjdGlvbhIbChdORVhUX0FDVElPTl9VTlNQRUNJRklFRBAAEhYKEk5FWFRfQUNUSU9OX1JFRlVORBABEhkKFU5FWFRfQUNUSU9OX1JFQ09OQ0lMRRACKnYKEFJldmlld1Jlc29sdXRpb24SIQodUkVWSUVXX1JFU09MVVRJT05fVU5TUEVDSUZJRUQQABIeChpSRVZJRVdfUkVTT0xVVElPTl9SRUZVTkRFRBABEh8KG1JFVklFV19SRVNPTFVUSU9OX1JFQ09OQ0lMRRACKsABChJPYnNlcnZhdGlvbk91dGNvbWUSIwofT0JTRVJWQVRJT05fT1VUQ09NRV9VTlNQRUNJRklFRBAAEiEKHU9CU0VSVkFUSU9OX09VVENPTUVfU1VDQ0VFREVEEAESHwobT0JTRVJWQVRJT05fT1VUQ09NRV9QRU5ESU5HEAISHgoaT0JTRVJWQVRJT05fT1VUQ09NRV9GQUlMRUQQAxIhCh1PQlNFUlZBVElPTl9PVVRDT01FX05PVF9GT1VORBAEKmQKBFJvbGUSFAoQUk9MRV9VTlNQRUNJRklFRBAAEhEKDVJPTEVfUFJPRFVDRVIQARIPCgtST0xFX1dPUktFUhACEhEKDVJPTEVfT1BFUkFUT1IQAxIPCgtST0xFX1JFQURFUhAEMrUHCgtDb29yZGluYXRvchJWCg1FbnF1ZXVlUmVmdW5kEiEuam9iZmVuY2UudjEuRW5xdWV1ZVJlZnVuZFJlcXVlc3QaIi5qb2JmZW5jZS52MS5FbnF1ZXVlUmVmdW5kUmVzcG9uc2USPgoFQ2xhaW0SGS5qb2JmZW5jZS52MS5DbGFpbVJlcXVlc3QaGi5qb2JmZW5jZS52MS5DbGFpbVJlc3BvbnNlEkcKCENvbXBsZXRlEhwuam9iZmVuY2UudjEuQ29tcGxldGVSZXF1ZXN0Gh0uam9iZmVuY2UudjEuQ29tcGxldGVSZXNwb25zZRJNCgpSZXNjaGVkdWxlEh4uam9iZmVuY2UudjEuUmVzY2hlZHVsZVJlcXVlc3QaHy5qb2JmZW5jZS52MS5SZXNjaGVkdWxlUmVzcG9uc2USRwoIRXNjYWxhdGUSHC5qb2JmZW5jZS52MS5Fc2NhbGF0ZVJlcXVlc3QaHS5qb2JmZW5jZS52MS5Fc2NhbGF0ZVJlc3BvbnNlElAKC1JlbmV3TGVhc2VzEh8uam9iZmVuY2UudjEuUmVuZXdMZWFzZXNSZXF1ZXN0GiAuam9iZmVuY2UudjEuUmVuZXdMZWFzZXNSZXNwb25zZRJiChFSZXBvcnRPYnNlcnZhdGlvbhIlLmpvYmZlbmNlLnYxLlJlcG9ydE9ic2VydmF0aW9uUmVxdWVzdBomLmpvYmZlbmNlLnYxLlJlcG9ydE9ic2VydmF0aW9uUmVzcG9uc2USQQoGR2V0Sm9iEhouam9iZmVuY2UudjEuR2V0Sm9iUmVxdWVzdBobLmpvYmZlbmNlLnYxLkdldEpvYlJlc3BvbnNlEkcKCExpc3RKb2JzEhwuam9iZmVuY2UudjEuTGlzdEpvYnNSZXF1ZXN0Gh0uam9iZmVuY2UudjEuTGlzdEpvYnNSZXNwb25zZRJWCg1SZXNvbHZlUmV2aWV3EiEuam9iZmVuY2UudjEuUmVzb2x2ZVJldmlld1JlcXVlc3QaIi5qb2JmZW5jZS52MS5SZXNvbHZlUmV2aWV3UmVzcG9uc2USQQoGV2hvQW1JEhouam9iZmVuY2UudjEuV2hvQW1JUmVxdWVzdBobLmpvYmZlbmNlLnYxLldob0FtSVJlc3BvbnNlElAKC0dldE92ZXJ2aWV3Eh8uam9iZmVuY2UudjEuR2V0T3ZlcnZpZXdSZXF1ZXN0GiAuam9iZmVuY2UudjEuR2V0T3ZlcnZpZXdSZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * Job is one refund and its scheduling state. Times are the database's UTC
@@ -687,6 +687,15 @@ export type RescheduleResponse = Message<"jobfence.v1.RescheduleResponse"> & {
    * @generated from field: bool replayed = 2;
    */
   replayed: boolean;
+
+  /**
+   * True when a receipt of success or failure filed during the grant made
+   * this reschedule to RECONCILE due now instead of at the time asked for
+   * (R28); the history shows an "expedited" entry after the reschedule.
+   *
+   * @generated from field: bool expedited = 3;
+   */
+  expedited: boolean;
 };
 
 /**
@@ -753,6 +762,155 @@ export type EscalateResponse = Message<"jobfence.v1.EscalateResponse"> & {
  */
 export const EscalateResponseSchema: GenMessage<EscalateResponse> = /*@__PURE__*/
   messageDesc(file_jobfence_v1_coordinator, 13);
+
+/**
+ * @generated from message jobfence.v1.RenewLeasesRequest
+ */
+export type RenewLeasesRequest = Message<"jobfence.v1.RenewLeasesRequest"> & {
+  /**
+   * The grants to renew, 1..100, each job at most once.
+   *
+   * @generated from field: repeated jobfence.v1.GrantRef grants = 1;
+   */
+  grants: GrantRef[];
+
+  /**
+   * How long each lease runs from the database's now; required, 1 s to 15
+   * min, like Claim's lease_duration.
+   *
+   * @generated from field: google.protobuf.Duration lease_duration = 2;
+   */
+  leaseDuration?: Duration | undefined;
+};
+
+/**
+ * Describes the message jobfence.v1.RenewLeasesRequest.
+ * Use `create(RenewLeasesRequestSchema)` to create a new message.
+ */
+export const RenewLeasesRequestSchema: GenMessage<RenewLeasesRequest> = /*@__PURE__*/
+  messageDesc(file_jobfence_v1_coordinator, 14);
+
+/**
+ * GrantRef names a grant: the job, the attempt Claim granted and its
+ * lease_token (R25).
+ *
+ * @generated from message jobfence.v1.GrantRef
+ */
+export type GrantRef = Message<"jobfence.v1.GrantRef"> & {
+  /**
+   * @generated from field: int64 job_id = 1;
+   */
+  jobId: bigint;
+
+  /**
+   * @generated from field: int64 attempt = 2;
+   */
+  attempt: bigint;
+
+  /**
+   * @generated from field: string lease_token = 3;
+   */
+  leaseToken: string;
+};
+
+/**
+ * Describes the message jobfence.v1.GrantRef.
+ * Use `create(GrantRefSchema)` to create a new message.
+ */
+export const GrantRefSchema: GenMessage<GrantRef> = /*@__PURE__*/
+  messageDesc(file_jobfence_v1_coordinator, 15);
+
+/**
+ * @generated from message jobfence.v1.RenewLeasesResponse
+ */
+export type RenewLeasesResponse = Message<"jobfence.v1.RenewLeasesResponse"> & {
+  /**
+   * One per requested grant, in the request's order.
+   *
+   * @generated from field: repeated jobfence.v1.LeaseRenewal renewals = 1;
+   */
+  renewals: LeaseRenewal[];
+};
+
+/**
+ * Describes the message jobfence.v1.RenewLeasesResponse.
+ * Use `create(RenewLeasesResponseSchema)` to create a new message.
+ */
+export const RenewLeasesResponseSchema: GenMessage<RenewLeasesResponse> = /*@__PURE__*/
+  messageDesc(file_jobfence_v1_coordinator, 16);
+
+/**
+ * LeaseRenewal answers the renewal of one grant.
+ *
+ * @generated from message jobfence.v1.LeaseRenewal
+ */
+export type LeaseRenewal = Message<"jobfence.v1.LeaseRenewal"> & {
+  /**
+   * @generated from field: int64 job_id = 1;
+   */
+  jobId: bigint;
+
+  /**
+   * @generated from field: int64 attempt = 2;
+   */
+  attempt: bigint;
+
+  /**
+   * Renewed: the lease's new end (database clock). Unset when refused.
+   *
+   * @generated from field: google.protobuf.Timestamp lease_until = 3;
+   */
+  leaseUntil?: Timestamp | undefined;
+
+  /**
+   * Refused: why, UNSPECIFIED when renewed. STALE_ATTEMPT: the job was
+   * taken over (or the token is not the grant's): stop before sending
+   * anything new to the provider, and file any answer already received as
+   * an observation (R15). JOB_NOT_RUNNING: this grant already wrote its
+   * outcome. GRANT_TOO_OLD: see ErrorReason. NOT_FOUND: no such job.
+   *
+   * @generated from field: jobfence.v1.ErrorReason refused = 4;
+   */
+  refused: ErrorReason;
+
+  /**
+   * Refused: a message for people, and the metadata the same refusal of a
+   * write-back carries ("current_attempt", "current_state").
+   *
+   * @generated from field: string message = 5;
+   */
+  message: string;
+
+  /**
+   * @generated from field: map<string, string> metadata = 6;
+   */
+  metadata: { [key: string]: string };
+
+  /**
+   * The end of the grant's life: no renewal extends its lease past it (R27).
+   * Set when the job is running under this grant.
+   *
+   * @generated from field: google.protobuf.Timestamp grant_expires_at = 7;
+   */
+  grantExpiresAt?: Timestamp | undefined;
+
+  /**
+   * When the newest receipt of success or failure was filed for the job
+   * during this grant, if one was (R28): what the provider told someone
+   * else while this holder worked. A reschedule to RECONCILE is then due at
+   * once.
+   *
+   * @generated from field: google.protobuf.Timestamp receipt_filed_at = 8;
+   */
+  receiptFiledAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message jobfence.v1.LeaseRenewal.
+ * Use `create(LeaseRenewalSchema)` to create a new message.
+ */
+export const LeaseRenewalSchema: GenMessage<LeaseRenewal> = /*@__PURE__*/
+  messageDesc(file_jobfence_v1_coordinator, 17);
 
 /**
  * @generated from message jobfence.v1.ReportObservationRequest
@@ -829,7 +987,7 @@ export type ReportObservationRequest = Message<"jobfence.v1.ReportObservationReq
  * Use `create(ReportObservationRequestSchema)` to create a new message.
  */
 export const ReportObservationRequestSchema: GenMessage<ReportObservationRequest> = /*@__PURE__*/
-  messageDesc(file_jobfence_v1_coordinator, 14);
+  messageDesc(file_jobfence_v1_coordinator, 18);
 
 /**
  * @generated from message jobfence.v1.ReportObservationResponse
@@ -863,7 +1021,7 @@ export type ReportObservationResponse = Message<"jobfence.v1.ReportObservationRe
  * Use `create(ReportObservationResponseSchema)` to create a new message.
  */
 export const ReportObservationResponseSchema: GenMessage<ReportObservationResponse> = /*@__PURE__*/
-  messageDesc(file_jobfence_v1_coordinator, 15);
+  messageDesc(file_jobfence_v1_coordinator, 19);
 
 /**
  * @generated from message jobfence.v1.GetJobRequest
@@ -906,7 +1064,7 @@ export type GetJobRequest = Message<"jobfence.v1.GetJobRequest"> & {
  * Use `create(GetJobRequestSchema)` to create a new message.
  */
 export const GetJobRequestSchema: GenMessage<GetJobRequest> = /*@__PURE__*/
-  messageDesc(file_jobfence_v1_coordinator, 16);
+  messageDesc(file_jobfence_v1_coordinator, 20);
 
 /**
  * @generated from message jobfence.v1.GetJobResponse
@@ -975,7 +1133,7 @@ export type GetJobResponse = Message<"jobfence.v1.GetJobResponse"> & {
  * Use `create(GetJobResponseSchema)` to create a new message.
  */
 export const GetJobResponseSchema: GenMessage<GetJobResponse> = /*@__PURE__*/
-  messageDesc(file_jobfence_v1_coordinator, 17);
+  messageDesc(file_jobfence_v1_coordinator, 21);
 
 /**
  * LedgerEntry is the ledger row written in the completion's transaction (R10).
@@ -1016,7 +1174,7 @@ export type LedgerEntry = Message<"jobfence.v1.LedgerEntry"> & {
  * Use `create(LedgerEntrySchema)` to create a new message.
  */
 export const LedgerEntrySchema: GenMessage<LedgerEntry> = /*@__PURE__*/
-  messageDesc(file_jobfence_v1_coordinator, 18);
+  messageDesc(file_jobfence_v1_coordinator, 22);
 
 /**
  * @generated from message jobfence.v1.ListJobsRequest
@@ -1104,7 +1262,7 @@ export type ListJobsRequest = Message<"jobfence.v1.ListJobsRequest"> & {
  * Use `create(ListJobsRequestSchema)` to create a new message.
  */
 export const ListJobsRequestSchema: GenMessage<ListJobsRequest> = /*@__PURE__*/
-  messageDesc(file_jobfence_v1_coordinator, 19);
+  messageDesc(file_jobfence_v1_coordinator, 23);
 
 /**
  * @generated from message jobfence.v1.ListJobsResponse
@@ -1139,7 +1297,7 @@ export type ListJobsResponse = Message<"jobfence.v1.ListJobsResponse"> & {
  * Use `create(ListJobsResponseSchema)` to create a new message.
  */
 export const ListJobsResponseSchema: GenMessage<ListJobsResponse> = /*@__PURE__*/
-  messageDesc(file_jobfence_v1_coordinator, 20);
+  messageDesc(file_jobfence_v1_coordinator, 24);
 
 /**
  * @generated from message jobfence.v1.ResolveReviewRequest
@@ -1182,7 +1340,7 @@ export type ResolveReviewRequest = Message<"jobfence.v1.ResolveReviewRequest"> &
  * Use `create(ResolveReviewRequestSchema)` to create a new message.
  */
 export const ResolveReviewRequestSchema: GenMessage<ResolveReviewRequest> = /*@__PURE__*/
-  messageDesc(file_jobfence_v1_coordinator, 21);
+  messageDesc(file_jobfence_v1_coordinator, 25);
 
 /**
  * @generated from message jobfence.v1.ResolveReviewResponse
@@ -1206,7 +1364,7 @@ export type ResolveReviewResponse = Message<"jobfence.v1.ResolveReviewResponse">
  * Use `create(ResolveReviewResponseSchema)` to create a new message.
  */
 export const ResolveReviewResponseSchema: GenMessage<ResolveReviewResponse> = /*@__PURE__*/
-  messageDesc(file_jobfence_v1_coordinator, 22);
+  messageDesc(file_jobfence_v1_coordinator, 26);
 
 /**
  * @generated from message jobfence.v1.WhoAmIRequest
@@ -1219,7 +1377,7 @@ export type WhoAmIRequest = Message<"jobfence.v1.WhoAmIRequest"> & {
  * Use `create(WhoAmIRequestSchema)` to create a new message.
  */
 export const WhoAmIRequestSchema: GenMessage<WhoAmIRequest> = /*@__PURE__*/
-  messageDesc(file_jobfence_v1_coordinator, 23);
+  messageDesc(file_jobfence_v1_coordinator, 27);
 
 /**
  * @generated from message jobfence.v1.WhoAmIResponse
@@ -1252,7 +1410,7 @@ export type WhoAmIResponse = Message<"jobfence.v1.WhoAmIResponse"> & {
  * Use `create(WhoAmIResponseSchema)` to create a new message.
  */
 export const WhoAmIResponseSchema: GenMessage<WhoAmIResponse> = /*@__PURE__*/
-  messageDesc(file_jobfence_v1_coordinator, 24);
+  messageDesc(file_jobfence_v1_coordinator, 28);
 
 /**
  * @generated from message jobfence.v1.GetOverviewRequest
@@ -1272,7 +1430,7 @@ export type GetOverviewRequest = Message<"jobfence.v1.GetOverviewRequest"> & {
  * Use `create(GetOverviewRequestSchema)` to create a new message.
  */
 export const GetOverviewRequestSchema: GenMessage<GetOverviewRequest> = /*@__PURE__*/
-  messageDesc(file_jobfence_v1_coordinator, 25);
+  messageDesc(file_jobfence_v1_coordinator, 29);
 
 /**
  * @generated from message jobfence.v1.GetOverviewResponse
@@ -1375,7 +1533,7 @@ export type GetOverviewResponse = Message<"jobfence.v1.GetOverviewResponse"> & {
  * Use `create(GetOverviewResponseSchema)` to create a new message.
  */
 export const GetOverviewResponseSchema: GenMessage<GetOverviewResponse> = /*@__PURE__*/
-  messageDesc(file_jobfence_v1_coordinator, 26);
+  messageDesc(file_jobfence_v1_coordinator, 30);
 
 /**
  * UnmatchedEvent is a verified provider event that matched no job: kept,
@@ -1439,7 +1597,7 @@ export type UnmatchedEvent = Message<"jobfence.v1.UnmatchedEvent"> & {
  * Use `create(UnmatchedEventSchema)` to create a new message.
  */
 export const UnmatchedEventSchema: GenMessage<UnmatchedEvent> = /*@__PURE__*/
-  messageDesc(file_jobfence_v1_coordinator, 27);
+  messageDesc(file_jobfence_v1_coordinator, 31);
 
 /**
  * StaleRejection is one write-back refused as STALE_ATTEMPT (R9, R25).
@@ -1489,7 +1647,7 @@ export type StaleRejection = Message<"jobfence.v1.StaleRejection"> & {
  * Use `create(StaleRejectionSchema)` to create a new message.
  */
 export const StaleRejectionSchema: GenMessage<StaleRejection> = /*@__PURE__*/
-  messageDesc(file_jobfence_v1_coordinator, 28);
+  messageDesc(file_jobfence_v1_coordinator, 32);
 
 /**
  * ProviderBudget is one provider's token bucket (R19).
@@ -1527,7 +1685,7 @@ export type ProviderBudget = Message<"jobfence.v1.ProviderBudget"> & {
  * Use `create(ProviderBudgetSchema)` to create a new message.
  */
 export const ProviderBudgetSchema: GenMessage<ProviderBudget> = /*@__PURE__*/
-  messageDesc(file_jobfence_v1_coordinator, 29);
+  messageDesc(file_jobfence_v1_coordinator, 33);
 
 /**
  * ErrorReason lists the reasons of the google.rpc.ErrorInfo (domain
@@ -1654,6 +1812,16 @@ export enum ErrorReason {
    * @generated from enum value: ERROR_REASON_PERMISSION_DENIED = 14;
    */
   PERMISSION_DENIED = 14,
+
+  /**
+   * FAILED_PRECONDITION (RenewLeases, per grant): the grant has lived as
+   * long as the coordinator lets one grant live (its grant_expires_at,
+   * --max-grant-age); its lease runs out and the job is taken over as
+   * usual (R27). The holder may still write back until then.
+   *
+   * @generated from enum value: ERROR_REASON_GRANT_TOO_OLD = 15;
+   */
+  GRANT_TOO_OLD = 15,
 }
 
 /**
@@ -1938,6 +2106,23 @@ export const Coordinator: GenService<{
     methodKind: "unary";
     input: typeof EscalateRequestSchema;
     output: typeof EscalateResponseSchema;
+  },
+  /**
+   * RenewLeases extends the leases of grants the caller holds, up to 100 in
+   * one call (R27): each lease then ends lease_duration from the database's
+   * now (R12), never later than its grant's grant_expires_at. Each grant is
+   * fenced by attempt and lease token exactly like Complete, and answered on
+   * its own: a lease that has expired is still renewed as long as no
+   * takeover has committed (R8); after one the grant answers STALE_ATTEMPT.
+   * A renewal never bumps the attempt and never changes the token: it is
+   * the same grant. Safe to repeat.
+   *
+   * @generated from rpc jobfence.v1.Coordinator.RenewLeases
+   */
+  renewLeases: {
+    methodKind: "unary";
+    input: typeof RenewLeasesRequestSchema;
+    output: typeof RenewLeasesResponseSchema;
   },
   /**
    * ReportObservation files what a worker, webhook or reconciler learned from the
