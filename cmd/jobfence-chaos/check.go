@@ -71,6 +71,9 @@ type checkInput struct {
 	// have (re-driven, answered created: true).
 	Failover     *failoverInput
 	EnqueuesLost []string
+	// Webhooks: the provider was given the coordinators' webhook endpoint
+	// (--webhooks), so every refund it made owes receipts (invariant 9).
+	Webhooks bool
 }
 
 // invariant is the verdict on one invariant.
@@ -96,6 +99,12 @@ type verdict struct {
 	// not have, observations filed before the kill that are not on file.
 	GrantsLost, WritesLost, EnqueuesLost, ObservationsLost int
 	lostCompletions                                        int // of WritesLost
+	// Webhooks (invariants 8 and 9): events the provider delivered,
+	// receipts with a webhook source on file, expedites in the histories,
+	// receipts lost, event ids on file more than once, and after a failover
+	// the receipts it legitimately lost.
+	WebhooksDelivered, WebhookObservations, Expedited       int
+	ReceiptsLost, DuplicateReceipts, ReceiptsLostInFailover int
 }
 
 // Failed reports whether any invariant failed.
@@ -115,7 +124,7 @@ func (i *invariant) note(format string, args ...any) {
 	i.Details = append(i.Details, fmt.Sprintf(format, args...))
 }
 
-// check evaluates the seven invariants (docs/CHAOS.md, "The invariants") in
+// check evaluates the nine invariants (docs/CHAOS.md, "The invariants") in
 // order, on what the input was indexed into once: the jobs and their
 // histories (checkFacts) and where each acknowledged write-back is in the
 // surviving history (placeAcks).
@@ -128,35 +137,45 @@ func check(in checkInput) verdict {
 	i2, jobs := checkPresentAndFinal(in.Acked, in.DB, in.Oracle, in.Failover, in.EnqueuesLost, x)
 	i3 := checkAttemptsIncreased(in.DB, x)
 	i4, staleAttempts := checkNoStaleWrite(in.Acks, in.StaleRejections, in.Failover, x)
-	i5, receipts := checkLateSuccessesObserved(in.Receipts, in.DB.Observations, in.Failover, x)
+	i5, receipts := checkLateSuccessesObserved(in.Receipts, workerObservations(in.DB.Observations), in.Failover, x)
 	i6 := checkLedger(in.DB, in.Oracle, in.Failover, completionsLost, x)
 	i7, grants := checkGrants(in.Grants, writes, in.DB, in.Failover, x)
+	i8, expedites := checkReceiptsChangeNoState(in.DB, x)
+	i9, hooks := checkWebhookReceipts(in, x)
 
 	return verdict{
-		Invariants:            []*invariant{i1, i2, i3, i4, i5, i6, i7},
-		DoubleRefunds:         doubleRefunds,
-		Lost:                  jobs.Lost,
-		StaleWritesAccepted:   staleAttempts + grants.StaleWrites,
-		UnobservedLateSuccess: receipts.Unobserved,
-		Succeeded:             jobs.Succeeded,
-		Review:                jobs.Review,
-		Pending:               jobs.Pending,
-		GrantsLost:            grants.GrantsLost,
-		WritesLost:            writesLost,
-		EnqueuesLost:          jobs.EnqueuesLost,
-		ObservationsLost:      receipts.Lost,
-		lostCompletions:       completionsLost,
+		Invariants:             []*invariant{i1, i2, i3, i4, i5, i6, i7, i8, i9},
+		DoubleRefunds:          doubleRefunds,
+		Lost:                   jobs.Lost,
+		StaleWritesAccepted:    staleAttempts + grants.StaleWrites,
+		UnobservedLateSuccess:  receipts.Unobserved,
+		Succeeded:              jobs.Succeeded,
+		Review:                 jobs.Review,
+		Pending:                jobs.Pending,
+		GrantsLost:             grants.GrantsLost,
+		WritesLost:             writesLost,
+		EnqueuesLost:           jobs.EnqueuesLost,
+		ObservationsLost:       receipts.Lost,
+		lostCompletions:        completionsLost,
+		WebhooksDelivered:      hooks.Delivered,
+		WebhookObservations:    hooks.Observations,
+		Expedited:              expedites,
+		ReceiptsLost:           hooks.Lost,
+		DuplicateReceipts:      hooks.Duplicates,
+		ReceiptsLostInFailover: hooks.LostInFailover,
 	}
 }
 
 // summaryLine is the campaign's last line: its size and the verdict's
 // numbers, with the failover's losses when it ran one.
 func (v verdict) summaryLine(seed uint64, jobs, faults int, failover string, enqueuesLost int) string {
-	s := fmt.Sprintf("seed=%d jobs=%d faults=%d double_refunds=%d lost=%d stale_writes_accepted=%d unobserved_late_success=%d",
-		seed, jobs, faults, v.DoubleRefunds, v.Lost, v.StaleWritesAccepted, v.UnobservedLateSuccess)
+	s := fmt.Sprintf("seed=%d jobs=%d faults=%d double_refunds=%d lost=%d stale_writes_accepted=%d unobserved_late_success=%d "+
+		"webhooks_delivered=%d webhook_observations=%d expedited=%d webhook_receipts_lost=%d duplicate_receipts=%d",
+		seed, jobs, faults, v.DoubleRefunds, v.Lost, v.StaleWritesAccepted, v.UnobservedLateSuccess, v.WebhooksDelivered,
+		v.WebhookObservations, v.Expedited, v.ReceiptsLost, v.DuplicateReceipts)
 	if failover != "" {
-		s += fmt.Sprintf(" failover=%s grants_lost_in_failover=%d writes_lost_in_failover=%d enqueues_lost_in_failover=%d",
-			failover, v.GrantsLost, v.WritesLost, enqueuesLost)
+		s += fmt.Sprintf(" failover=%s grants_lost_in_failover=%d writes_lost_in_failover=%d enqueues_lost_in_failover=%d "+
+			"receipts_lost_in_failover=%d", failover, v.GrantsLost, v.WritesLost, enqueuesLost, v.ReceiptsLostInFailover)
 	}
 	return s
 }
@@ -734,6 +753,294 @@ func checkGrants(grants []grantLog, writes []ackedWrite, db dbState, fo *failove
 	return i7, t
 }
 
+// webhookSourcePrefix starts the source of every receipt a webhook filed
+// ("webhook:<provider>"); a worker's is "worker:<id>".
+const webhookSourcePrefix = "webhook:"
+
+// workerObservations are the receipts workers filed (invariant 5 is about
+// theirs; a webhook's receipt names no attempt).
+func workerObservations(obs []observationRow) []observationRow {
+	var out []observationRow
+	for _, o := range obs {
+		if !strings.HasPrefix(o.Source, webhookSourcePrefix) {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// checkReceiptsChangeNoState is invariant 8 (R15, R28, R29): evidence moves
+// work, never state. In each history (walkHistory) every expedite took a
+// ready job to ready, due to reconcile, under the attempt of the event
+// before it and holding no grant; a resolution holds no grant; and, where
+// the history keeps grants (R25), every claim and takeover minted one. With
+// invariant 3 (no kind of event but these) and invariant 7 (every holder's
+// write-back under the grant of its attempt), every change of a job is a
+// claim, a takeover, its holder's fenced write or a person's resolution.
+// expedites counts the expedited events (the summary's expedited).
+func checkReceiptsChangeNoState(db dbState, x *checkFacts) (i8 *invariant, expedites int) {
+	i8 = &invariant{N: 8, Name: "no receipt changed a job: only claims, takeovers, holders' fenced write-backs and " +
+		"people's resolutions did; an expedite only made a ready job due (R15, R28, R29)"}
+	claims, takeovers, writes, resolutions, byWebhook := 0, 0, 0, 0, 0
+	for _, w := range x.walked {
+		claims += w.h.claims
+		takeovers += w.h.takeovers
+		writes += w.h.writes
+		resolutions += w.h.resolutions
+		expedites += w.h.expedites
+		byWebhook += w.h.webhookExpedites
+		for _, p := range w.h.evidenceProblems {
+			i8.fail("job %d (%s): %s%s", w.job.ID, w.job.Key, p, x.historyOf(w.job))
+		}
+	}
+	if db.Tokens {
+		for _, e := range db.Events {
+			if (e.Kind == "claimed" || e.Kind == "taken_over") && e.Grant == "" {
+				j := x.jobByID[e.JobID]
+				i8.fail("job %d (%s): %s event %d under attempt %d by %s minted no grant: a job running without a "+
+					"lease token could be written by anyone who knows the attempt (R25)%s", e.JobID, j.Key, e.Kind, e.ID,
+					e.Attempt, e.WorkerID, x.historyOf(j))
+			}
+		}
+	}
+	i8.Summary = fmt.Sprintf("%d expedites (%d by webhooks' receipts, %d by workers'), each ready → ready under the "+
+		"attempt before it, with no grant; changes of jobs: %d claims and %d takeovers", expedites, byWebhook,
+		expedites-byWebhook, claims, takeovers)
+	if db.Tokens {
+		i8.Summary += " each minting a grant"
+	}
+	i8.Summary += fmt.Sprintf(", %d holders' write-backs under their grants (invariant 7), %d resolutions", writes, resolutions)
+	return i8, expedites
+}
+
+// webhookTally is what invariant 9 counts for the verdict.
+type webhookTally struct {
+	Delivered    int // events the provider delivered at least once (webhooks_delivered)
+	Observations int // receipts with a webhook source on file (webhook_observations)
+	// Lost are events owed a receipt that has none: never delivered, given
+	// up, kept in the unmatched log although their job exists, or answered
+	// 2xx and not on file (webhook_receipts_lost).
+	Lost int
+	// Duplicates are provider event ids on file more than once
+	// (duplicate_receipts).
+	Duplicates int
+	// LostInFailover are receipts an async failover legitimately lost:
+	// stored by the old primary only, or unmatched for an enqueue it lost.
+	LostInFailover int
+}
+
+// receiptEventID is the provider_event_id the coordinator files event e
+// under: its id, and for charge.refunded (which lists every refund of the
+// charge) ':' and the refund it reports.
+func receiptEventID(e fakeprovider.WebhookEvent) string {
+	if e.Type == fakeprovider.EventChargeRefunded {
+		return e.ID + ":" + e.RefundID
+	}
+	return e.ID
+}
+
+// checkWebhookReceipts is invariant 9 (R15, R28), against the provider's
+// own record of its webhooks (the oracle): no receipt lost, none twice.
+// Every refund the provider made has a receipt with source
+// webhook:<provider> in refund_observations — unless every event of it was
+// dropped by a webhook-drop fault, the one thing that may keep a receipt
+// from the coordinators (counted and left out). Event by event: every event
+// not dropped was delivered, and is on file once under its event id, on the
+// job of its operation key, with its refund id and outcome; never in the
+// unmatched log, since its job exists; no delivery attempt the provider
+// spoiled on purpose (a wrong secret, a stale timestamp) was answered 2xx;
+// no provider event id is on file twice, whatever the redeliveries and
+// duplicates; and no webhook receipt names an event the provider never
+// sent. After an async failover, a delivered event is lost with the old
+// primary when every 2xx answer it got was to an attempt sent before the
+// proxies pointed at the new primary, and an event of an enqueue the
+// failover lost may have reached the new primary before the re-drive, which
+// keeps it unmatched: counted, not failed; a lossless failover loses none.
+func checkWebhookReceipts(in checkInput, x *checkFacts) (i9 *invariant, t webhookTally) {
+	i9 = &invariant{N: 9, Name: "every refund the provider made has its webhook receipts in the observation log, one per " +
+		"event, and no spoiled delivery was taken (R15, R28)"}
+	source := webhookSourcePrefix + providerName
+	byEventID := map[string][]observationRow{}
+	var eventIDs []string
+	for _, o := range in.DB.Observations {
+		if strings.HasPrefix(o.Source, webhookSourcePrefix) {
+			t.Observations++
+			if o.Source != source || o.ProviderEventID == "" {
+				i9.fail("observation %d of job %d has source %q and provider_event_id %q: a webhook's receipt is filed "+
+					"under %s with the provider's event id", o.ID, o.JobID, o.Source, o.ProviderEventID, source)
+			}
+		}
+		if o.ProviderEventID != "" {
+			if byEventID[o.ProviderEventID] == nil {
+				eventIDs = append(eventIDs, o.ProviderEventID)
+			}
+			byEventID[o.ProviderEventID] = append(byEventID[o.ProviderEventID], o)
+		}
+	}
+	for _, id := range eventIDs {
+		if obs := byEventID[id]; len(obs) > 1 {
+			t.Duplicates++
+			var desc []string
+			for _, o := range obs {
+				desc = append(desc, fmt.Sprintf("observation %d of job %d (%s)", o.ID, o.JobID, o.Key))
+			}
+			i9.fail("DUPLICATE RECEIPT: provider event %s is on file %d times: %s; a redelivery is the receipt on file (R28)",
+				id, len(obs), strings.Join(desc, ", "))
+		}
+	}
+	wh := in.Oracle.Webhooks
+	if !in.Webhooks {
+		i9.Summary = fmt.Sprintf("webhooks off (--webhooks=false): no receipt owed; %d receipts on file name a provider "+
+			"event, none twice", len(eventIDs)-t.Duplicates)
+		return i9, t
+	}
+	if !wh.Enabled {
+		i9.fail("the provider sent no webhooks (its oracle says they are off) although the campaign gave it the coordinators' " +
+			"endpoint: no receipt was put to the test")
+	}
+
+	unmatched := map[string]unmatchedRow{}
+	for _, u := range in.DB.Unmatched {
+		unmatched[u.ProviderEventID] = u
+	}
+	sent := map[string]bool{} // every event id the provider made, and every receipt id of them
+	for _, e := range wh.Events {
+		sent[e.ID], sent[receiptEventID(e)] = true, true
+	}
+	enqueueLost := map[string]bool{}
+	for _, k := range in.EnqueuesLost {
+		enqueueLost[k] = true
+	}
+	fo := in.Failover
+	lossy := fo != nil && !fo.lossless()
+
+	received := map[string]bool{} // by refund id: a receipt of one of its events is on file, or excused
+	dropped, deliveries, duplicated, spoiled := 0, 0, 0, 0
+	spoiledBy := map[string]int{} // by fault: bad_signature, old_timestamp
+	for _, e := range wh.Events {
+		j := x.jobByKey[e.OperationKey]
+		what := fmt.Sprintf("event %s (%s of refund %s, %s, key %s, job %d)", e.ID, e.Type, e.RefundID, e.Status,
+			e.OperationKey, j.ID)
+		var okAt []time.Time // when the attempts answered 2xx were sent
+		for _, a := range e.Attempts {
+			ok := a.Status >= 200 && a.Status < 300
+			if ok {
+				okAt = append(okAt, a.At)
+			}
+			if a.Fault == "" {
+				continue
+			}
+			spoiled++
+			for _, f := range strings.Split(a.Fault, ",") {
+				spoiledBy[strings.TrimPrefix(f, "webhook_")]++
+			}
+			if ok {
+				i9.fail("SPOILED DELIVERY TAKEN: %s: the attempt sent at %s under %s was answered %d; a delivery that "+
+					"fails verification must be refused before anything is stored (R28)", what, a.At.Format("15:04:05.000"),
+					a.Fault, a.Status)
+			}
+		}
+		if e.Dropped {
+			dropped++
+			continue
+		}
+		deliveries += e.Deliveries
+		if e.Deliveries > 1 {
+			duplicated++
+		}
+		if e.Delivered {
+			t.Delivered++
+		}
+		id := receiptEventID(e)
+		if obs := byEventID[id]; len(obs) > 0 {
+			received[e.RefundID] = true
+			o := obs[0]
+			if o.Source != source || o.ProviderRefundID != e.RefundID || o.Key != e.OperationKey ||
+				o.Outcome != string(e.Status) {
+				i9.fail("MISFILED: %s is on file as observation %d of job %d (%s) from %s, refund %s, outcome %s%s", what,
+					o.ID, o.JobID, o.Key, o.Source, o.ProviderRefundID, o.Outcome, x.historyOf(j))
+			}
+			continue
+		}
+		u, isUnmatched := unmatched[id]
+		switch {
+		case isUnmatched && lossy && enqueueLost[e.OperationKey]:
+			t.LostInFailover++
+			received[e.RefundID] = true
+			i9.note("%s reached the new primary before the re-drive of its enqueue, lost in the failover: kept in the "+
+				"unmatched log (%d)", what, u.ID)
+		case isUnmatched:
+			t.Lost++
+			i9.fail("RECEIPT LOST: %s is in the unmatched log (%d, key %q, refund %q), not on its job%s", what, u.ID, u.Key,
+				u.ProviderRefundID, x.historyOf(j))
+		case !e.Delivered:
+			t.Lost++
+			last := "none"
+			if n := len(e.Attempts); n > 0 {
+				a := e.Attempts[n-1]
+				last = fmt.Sprintf("%d %s", a.Status, a.Error)
+			}
+			i9.fail("RECEIPT LOST: %s was never delivered: %d attempts (gave up: %v), the last answered %s", what,
+				len(e.Attempts), e.GaveUp, strings.TrimSpace(last))
+		case lossy && len(okAt) > 0 && !slices.ContainsFunc(okAt, func(at time.Time) bool { return !at.Before(fo.Repointed) }):
+			t.LostInFailover++
+			received[e.RefundID] = true
+			i9.note("%s was stored by the old primary only (answered 2xx to attempts sent before the repoint): lost in the "+
+				"failover", what)
+		default:
+			t.Lost++
+			i9.fail("RECEIPT LOST: %s was answered 2xx %d times (first sent at %s) but no observation has provider event "+
+				"id %s%s", what, e.Deliveries, okAt[0].Format("15:04:05.000"), id, x.historyOf(j))
+		}
+	}
+	for id := range byEventID {
+		evt, _, _ := strings.Cut(id, ":")
+		if strings.HasPrefix(byEventID[id][0].Source, webhookSourcePrefix) && !sent[id] && !sent[evt] {
+			i9.fail("observation %d of job %d names provider event %s, which the provider never sent", byEventID[id][0].ID,
+				byEventID[id][0].JobID, id)
+		}
+	}
+	for _, u := range in.DB.Unmatched {
+		if evt, _, _ := strings.Cut(u.ProviderEventID, ":"); !sent[u.ProviderEventID] && !sent[evt] {
+			i9.fail("unmatched event %d names provider event %s (%s, key %q), which the provider never sent", u.ID,
+				u.ProviderEventID, u.EventType, u.Key)
+		}
+	}
+
+	allDropped := 0
+	for _, r := range in.Oracle.Refunds {
+		evs := wh.ForRefund(r.ID)
+		j := x.jobByKey[r.MerchantReference]
+		switch {
+		case len(evs) > 0 && !slices.ContainsFunc(evs, func(e fakeprovider.WebhookEvent) bool { return !e.Dropped }):
+			// webhook-drop: the provider never sent a receipt of it; the
+			// job was closed by its workers' reconcile alone.
+			allDropped++
+		case received[r.ID]:
+		case len(evs) == 0:
+			i9.fail("NO RECEIPT: refund %s (%s, key %s, job %d): the provider made no webhook event of it", r.ID, r.Status,
+				r.MerchantReference, j.ID)
+		default:
+			var ids []string
+			for _, e := range evs {
+				ids = append(ids, e.ID+" "+e.Type)
+			}
+			i9.fail("NO RECEIPT: refund %s (%s, key %s, job %d) has no receipt from %s in refund_observations; its events: %s",
+				r.ID, r.Status, r.MerchantReference, j.ID, source, strings.Join(ids, ", "))
+		}
+	}
+	i9.Summary = fmt.Sprintf("%d refunds at the provider, each with a receipt from %s on file (%d left out: every event "+
+		"dropped); %d events (%d dropped), %d delivered in %d answers 2xx (%d more than once); %d attempts spoiled on purpose "+
+		"(%s), none taken; %d receipts on file with a webhook source, %d provider event ids on file more than once; %d "+
+		"events in the unmatched log", len(in.Oracle.Refunds)-allDropped, source, allDropped, len(wh.Events), dropped,
+		t.Delivered, deliveries, duplicated, spoiled, formatCounts(spoiledBy), t.Observations, t.Duplicates, len(in.DB.Unmatched))
+	if fo != nil {
+		i9.Summary += fmt.Sprintf("; failover (%s): %d receipts lost with the old primary or kept unmatched for an enqueue it "+
+			"lost", fo.Mode, t.LostInFailover)
+	}
+	return i9, t
+}
+
 // describeGrant names what a history has for an attempt's grant.
 func describeGrant(fp string, had bool) string {
 	switch {
@@ -754,6 +1061,23 @@ func describeRefunds(rs []fakeprovider.Refund) string {
 		parts[i] = r.ID + " " + string(r.Status)
 	}
 	return strings.Join(parts, ", ")
+}
+
+// formatCounts prints a count map as "a=1 b=2", in key order.
+func formatCounts(m map[string]int) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s=%d", k, m[k])
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, " ")
 }
 
 func or(s, def string) string {

@@ -70,11 +70,33 @@ func TestWalkHistoryJudgesExpedites_R28(t *testing.T) {
 	if len(h.attemptProblems)+len(h.staleWrites)+len(h.grantProblems) > 0 {
 		t.Fatalf("a fenced expedite judged %+v", h)
 	}
+	if h.expedites != 1 || h.webhookExpedites != 0 {
+		t.Errorf("expedites counted %d (%d by webhooks), want 1 (0)", h.expedites, h.webhookExpedites)
+	}
 	bad := slices.Clone(clean[:5])
 	bad = append(bad, expedite(6, 2, "running", "ready"))
 	h = walkHistory(jobRow{ID: 1, State: "ready", Attempt: 2, NextAction: "reconcile"}, bad)
-	if len(h.staleWrites) != 1 || !strings.Contains(h.staleWrites[0], "expedited event 6") {
+	if len(h.evidenceProblems) != 1 || !strings.Contains(h.evidenceProblems[0], "expedited event 6") ||
+		!strings.Contains(h.evidenceProblems[0], "from running to ready") {
 		t.Fatalf("an expedite of a running job passed: %+v", h)
+	}
+
+	// A webhook's expedite that claimed the job, one under an attempt the
+	// job never had, and one carrying a grant: each a receipt that changed
+	// the job, not evidence.
+	for name, e := range map[string]eventRow{
+		"to running": expedite(4, 1, "ready", "running"),
+		"attempt":    expedite(4, 2, "ready", "ready"),
+		"grant":      func() eventRow { e := expedite(4, 1, "ready", "ready"); e.Grant = "aaaa00000001"; return e }(),
+	} {
+		e.WorkerID = "webhook:acme"
+		evs := slices.Clone(clean[:3])
+		evs = append(evs, e)
+		h := walkHistory(jobRow{ID: 1, State: e.ToState, Attempt: e.Attempt, NextAction: "reconcile"}, evs)
+		if len(h.evidenceProblems) != 1 || !strings.Contains(h.evidenceProblems[0], "expedited event 4 by webhook:acme") ||
+			h.webhookExpedites != 1 {
+			t.Errorf("%s: expedite judged %+v", name, h)
+		}
 	}
 }
 
@@ -618,5 +640,234 @@ func TestMayPredateKill(t *testing.T) {
 		if got := fo.mayPredateKill(c.worker, base.Add(c.at)); got != c.want {
 			t.Errorf("%s at +%s: %v, want %v", c.worker, c.at, got, c.want)
 		}
+	}
+}
+
+// webhookCampaign is campaign() with the provider's webhooks: each refund
+// has its refund.created and charge.refunded, delivered (refund 1's
+// created first refused, signed with a wrong secret) and on file once each
+// as a receipt of webhook:acme; job 2's history has the expedite a webhook's
+// receipt made while it waited to reconcile.
+func webhookCampaign() checkInput {
+	in := campaign()
+	in.Webhooks = true
+	in.DB.Tokens = true
+	for i := range in.DB.Events {
+		if e := &in.DB.Events[i]; e.Kind != "enqueued" {
+			e.Grant = fmt.Sprintf("aaaa0000000%d", e.JobID)
+		}
+	}
+	at := time.Now()
+	ok := fakeprovider.WebhookAttempt{At: at, Status: 200}
+	in.Oracle.Webhooks.Enabled = true
+	for n, j := range in.DB.Jobs {
+		refund := j.ProviderRefundID
+		created := fakeprovider.WebhookEvent{ID: fmt.Sprintf("evt_%d1", j.ID), Type: fakeprovider.EventRefundCreated,
+			RefundID: refund, OperationKey: j.Key, IdempotencyKey: j.Key, Status: fakeprovider.StatusSucceeded,
+			Attempts: []fakeprovider.WebhookAttempt{ok}, Deliveries: 1, Delivered: true}
+		if n == 0 {
+			created.Faults = "webhook_bad_signature"
+			created.Attempts = []fakeprovider.WebhookAttempt{{At: at, Status: 400, Fault: "webhook_bad_signature"}, ok}
+		}
+		charge := created
+		charge.ID, charge.Type, charge.Faults = fmt.Sprintf("evt_%d2", j.ID), fakeprovider.EventChargeRefunded, ""
+		charge.Attempts = []fakeprovider.WebhookAttempt{ok}
+		in.Oracle.Webhooks.Events = append(in.Oracle.Webhooks.Events, created, charge)
+		for _, id := range []string{created.ID, charge.ID + ":" + refund} {
+			in.DB.Observations = append(in.DB.Observations, observationRow{ID: int64(len(in.DB.Observations) + 1),
+				JobID: j.ID, Key: j.Key, Source: "webhook:acme", Outcome: "succeeded", ProviderRefundID: refund,
+				ProviderEventID: id})
+		}
+	}
+	// Job 2: the worker's call timed out, it rescheduled to reconcile, the
+	// webhook made it due now, the reconcile completed it (R28).
+	evs := in.DB.Events[3:]
+	resched := eventRow{ID: 22, JobID: 2, Attempt: 1, Kind: "rescheduled", FromState: "running", ToState: "ready",
+		NextAction: "reconcile", Grant: "aaaa00000002"}
+	expedite := eventRow{ID: 23, JobID: 2, Attempt: 1, Kind: "expedited", WorkerID: "webhook:acme", FromState: "ready",
+		ToState: "ready", NextAction: "reconcile"}
+	reclaim := eventRow{ID: 24, JobID: 2, Attempt: 2, Kind: "claimed", FromState: "ready", ToState: "running",
+		NextAction: "reconcile", Grant: "bbbb00000002"}
+	done := eventRow{ID: 25, JobID: 2, Attempt: 2, Kind: "completed", FromState: "running", ToState: "succeeded",
+		NextAction: "reconcile", ProviderRefundID: "re_2", Grant: "bbbb00000002"}
+	in.DB.Events = append(in.DB.Events[:3:3], evs[0], evs[1], resched, expedite, reclaim, done)
+	in.DB.Jobs[1].Attempt, in.DB.Jobs[1].NextAction = 2, "reconcile"
+	in.DB.Ledger[1].Attempt = 2
+	return in
+}
+
+func TestCheckPassesACampaignWithWebhooks_R28(t *testing.T) {
+	v := check(webhookCampaign())
+	if v.Failed() || v.WebhooksDelivered != 4 || v.WebhookObservations != 4 || v.Expedited != 1 || v.ReceiptsLost != 0 {
+		t.Fatalf("clean campaign with webhooks: delivered=%d observations=%d expedited=%d lost=%d\n%s", v.WebhooksDelivered,
+			v.WebhookObservations, v.Expedited, v.ReceiptsLost, verdictText(v))
+	}
+	line := v.summaryLine(1, 2, 0, "", 0)
+	if !strings.Contains(line, "webhooks_delivered=4 webhook_observations=4 expedited=1 webhook_receipts_lost=0 duplicate_receipts=0") {
+		t.Errorf("summary line: %s", line)
+	}
+	if !strings.Contains(v.Invariants[7].Summary, "1 expedites (1 by webhooks' receipts, 0 by workers')") {
+		t.Errorf("invariant 8: %s", v.Invariants[7].Summary)
+	}
+}
+
+// A receipt that changed a job: the expedite took job 2 from ready to
+// running (a claim with nobody holding it).
+func TestCheckFindsAReceiptThatChangedAJob_R28(t *testing.T) {
+	in := webhookCampaign()
+	in.DB.Events[6].ToState = "running"
+	in.DB.Events[7].FromState = "running"
+	v := check(in)
+	if !v.Invariants[7].Failed {
+		t.Fatalf("an expedite that moved the job's state passed:\n%s", verdictText(v))
+	}
+	if got := verdictText(v); !strings.Contains(got, "job 2 (") ||
+		!strings.Contains(got, "expedited event 23 by webhook:acme under attempt 1") {
+		t.Errorf("the failure does not name the job and the event:\n%s", got)
+	}
+}
+
+// R25: where the history keeps grants, a claim without one is a job
+// running without a lease token.
+func TestCheckFindsAClaimThatMintedNoGrant_R25(t *testing.T) {
+	in := webhookCampaign()
+	in.DB.Events[7].Grant, in.DB.Events[8].Grant = "", ""
+	v := check(in)
+	if !v.Invariants[7].Failed || !strings.Contains(verdictText(v), "claimed event 24 under attempt 2 by  minted no grant") {
+		t.Fatalf("a claim without a grant passed:\n%s", verdictText(v))
+	}
+	in.DB.Tokens = false // a database from before R25: grants without fingerprints
+	if v := check(in); v.Invariants[7].Failed {
+		t.Fatalf("without lease_token_hash a claim has no grant to show:\n%s", verdictText(v))
+	}
+}
+
+func TestCheckFindsALostWebhookReceipt_R28(t *testing.T) {
+	in := webhookCampaign()
+	in.DB.Observations = in.DB.Observations[:2] // job 2's receipts are gone
+	v := check(in)
+	if !v.Invariants[8].Failed || v.ReceiptsLost != 2 {
+		t.Fatalf("lost receipts passed: lost=%d\n%s", v.ReceiptsLost, verdictText(v))
+	}
+	got := verdictText(v)
+	for _, want := range []string{"NO RECEIPT: refund re_2 (succeeded, key " + in.Specs[1].Key + ", job 2)",
+		"RECEIPT LOST: event evt_21 (refund.created of refund re_2", "no observation has provider event id evt_22:re_2"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("missing %q in:\n%s", want, got)
+		}
+	}
+
+	// Never delivered: the provider gave up.
+	in = webhookCampaign()
+	in.DB.Observations = in.DB.Observations[:3]
+	e := &in.Oracle.Webhooks.Events[3]
+	e.Attempts = []fakeprovider.WebhookAttempt{{Status: 503}, {Status: 0, Error: "connection refused"}}
+	e.Deliveries, e.Delivered, e.GaveUp = 0, false, true
+	if v := check(in); !v.Invariants[8].Failed || !strings.Contains(verdictText(v), "was never delivered: 2 attempts (gave up: true)") {
+		t.Fatalf("an event given up passed:\n%s", verdictText(v))
+	}
+
+	// Kept in the unmatched log although its job exists.
+	in = webhookCampaign()
+	in.DB.Observations = in.DB.Observations[:3]
+	in.DB.Unmatched = []unmatchedRow{{ID: 1, Provider: "acme", ProviderEventID: "evt_22:re_2", EventType: "charge.refunded",
+		ProviderRefundID: "re_2", Key: in.Specs[1].Key, Outcome: "succeeded"}}
+	if v := check(in); !v.Invariants[8].Failed || !strings.Contains(verdictText(v), "is in the unmatched log (1") {
+		t.Fatalf("an unmatched receipt of an existing job passed:\n%s", verdictText(v))
+	}
+
+	// Filed with another outcome than the provider's event.
+	in = webhookCampaign()
+	in.DB.Observations[0].Outcome = "failed"
+	if v := check(in); !v.Invariants[8].Failed || !strings.Contains(verdictText(v), "MISFILED: event evt_11") {
+		t.Fatalf("a misfiled receipt passed:\n%s", verdictText(v))
+	}
+}
+
+func TestCheckFindsADuplicateWebhookReceipt_R28(t *testing.T) {
+	in := webhookCampaign()
+	dup := in.DB.Observations[1]
+	dup.ID = 99
+	in.DB.Observations = append(in.DB.Observations, dup)
+	v := check(in)
+	if !v.Invariants[8].Failed || v.DuplicateReceipts != 1 ||
+		!strings.Contains(verdictText(v), "DUPLICATE RECEIPT: provider event evt_12:re_1 is on file 2 times") {
+		t.Fatalf("a duplicate receipt passed: duplicates=%d\n%s", v.DuplicateReceipts, verdictText(v))
+	}
+	// The same event filed on two jobs is as much a duplicate.
+	in.DB.Observations[len(in.DB.Observations)-1].JobID = 2
+	if v := check(in); v.DuplicateReceipts != 1 {
+		t.Fatalf("an event filed on two jobs: duplicates=%d", v.DuplicateReceipts)
+	}
+	// Even with webhooks off nothing may be on file twice.
+	in.Webhooks = false
+	if v := check(in); !v.Invariants[8].Failed {
+		t.Fatalf("webhooks off, duplicate passed:\n%s", verdictText(v))
+	}
+}
+
+func TestCheckFindsASpoiledDeliveryTaken_R28(t *testing.T) {
+	in := webhookCampaign()
+	in.Oracle.Webhooks.Events[0].Attempts[0].Status = 200
+	v := check(in)
+	if !v.Invariants[8].Failed || !strings.Contains(verdictText(v), "SPOILED DELIVERY TAKEN: event evt_11") {
+		t.Fatalf("a delivery with a wrong signature answered 2xx passed:\n%s", verdictText(v))
+	}
+}
+
+// webhook-drop: a refund whose every event was dropped owes no receipt; one
+// with an event delivered still does.
+func TestCheckLeavesOutRefundsWhoseEveryEventWasDropped(t *testing.T) {
+	in := webhookCampaign()
+	in.DB.Observations = in.DB.Observations[:2]
+	for i := 2; i < 4; i++ {
+		e := &in.Oracle.Webhooks.Events[i]
+		e.Dropped, e.Delivered, e.Deliveries, e.Attempts = true, false, 0, nil
+	}
+	v := check(in)
+	if v.Failed() || !strings.Contains(v.Invariants[8].Summary, "(1 left out: every event dropped); 4 events (2 dropped)") {
+		t.Fatalf("dropped events judged:\n%s", verdictText(v))
+	}
+	in.Oracle.Webhooks.Events[3].Dropped = false
+	in.Oracle.Webhooks.Events[3].Attempts = []fakeprovider.WebhookAttempt{{At: time.Now(), Status: 200}}
+	in.Oracle.Webhooks.Events[3].Delivered, in.Oracle.Webhooks.Events[3].Deliveries = true, 1
+	if v := check(in); !v.Invariants[8].Failed || !strings.Contains(verdictText(v), "NO RECEIPT: refund re_2") {
+		t.Fatalf("a refund with a delivered event and no receipt passed:\n%s", verdictText(v))
+	}
+}
+
+// After an async failover a receipt the old primary stored is lost with it;
+// one delivered after the repoint must be on the new primary; semi-sync
+// loses none.
+func TestCheckWebhookReceiptsLostInAFailover_R26(t *testing.T) {
+	in := webhookCampaign()
+	base := time.Now()
+	in.Failover = asyncFailover(base)
+	in.DB.Observations = in.DB.Observations[:3]
+	in.Oracle.Webhooks.Events[3].Attempts[0].At = base.Add(9 * time.Second)
+	v := check(in)
+	if v.Failed() || v.ReceiptsLostInFailover != 1 || v.ReceiptsLost != 0 {
+		t.Fatalf("async: a receipt stored by the old primary: lost_in_failover=%d lost=%d\n%s", v.ReceiptsLostInFailover,
+			v.ReceiptsLost, verdictText(v))
+	}
+	in.Oracle.Webhooks.Events[3].Attempts[0].At = base.Add(12 * time.Second)
+	if v := check(in); !v.Invariants[8].Failed || v.ReceiptsLost != 1 {
+		t.Fatalf("async: a receipt delivered after the repoint and missing passed:\n%s", verdictText(v))
+	}
+	in.Oracle.Webhooks.Events[3].Attempts[0].At = base.Add(9 * time.Second)
+	in.Failover.Mode = failoverSemiSync
+	if v := check(in); !v.Invariants[8].Failed {
+		t.Fatalf("semi-sync lost a stored receipt, yet:\n%s", verdictText(v))
+	}
+
+	// An enqueue the async failover lost: the event reached the new primary
+	// before the re-drive and is kept unmatched.
+	in.Failover.Mode = failoverAsync
+	in.Oracle.Webhooks.Events[3].Attempts[0].At = base.Add(12 * time.Second)
+	in.DB.Unmatched = []unmatchedRow{{ID: 1, Provider: "acme", ProviderEventID: "evt_22:re_2", EventType: "charge.refunded",
+		ProviderRefundID: "re_2", Key: in.Specs[1].Key, Outcome: "succeeded"}}
+	in.EnqueuesLost = []string{in.Specs[1].Key}
+	if v := check(in); v.Invariants[8].Failed || v.ReceiptsLostInFailover != 1 {
+		t.Fatalf("an unmatched receipt of an enqueue lost in the failover:\n%s", verdictText(v))
 	}
 }

@@ -44,6 +44,21 @@ type (
 		Source           string
 		Outcome          string
 		ProviderRefundID string
+		// ProviderEventID is the provider's event id of a webhook's receipt
+		// (a charge.refunded event's id, ':' and the refund's, per refund it
+		// lists); "" for a worker's.
+		ProviderEventID string
+	}
+	// unmatchedRow is a verified provider event that named no job
+	// (refund_unmatched_events, R28).
+	unmatchedRow struct {
+		ID               int64
+		Provider         string
+		ProviderEventID  string
+		EventType        string
+		ProviderRefundID string
+		Key              string
+		Outcome          string
 	}
 	ledgerRow struct {
 		JobID            int64
@@ -61,6 +76,10 @@ type dbState struct {
 	Events       []eventRow
 	Observations []observationRow
 	Ledger       []ledgerRow
+	Unmatched    []unmatchedRow
+	// Tokens: the history keeps each grant's lease_token_hash (R25), so
+	// every claim and takeover must carry one.
+	Tokens bool
 }
 
 // readDB reads the campaign's tables in one read-only, repeatable-read
@@ -94,7 +113,8 @@ func readDB(ctx context.Context, db *sql.DB) (dbState, error) {
 		return st, err
 	}
 	grant := "''"
-	if tokenCols > 0 {
+	st.Tokens = tokenCols > 0
+	if st.Tokens {
 		grant = "LOWER(HEX(LEFT(lease_token_hash, 6)))"
 	}
 	err = scanRows(ctx, tx, `SELECT id, job_id, attempt, kind, worker_id, from_state, to_state, next_action,
@@ -109,9 +129,10 @@ func readDB(ctx context.Context, db *sql.DB) (dbState, error) {
 		return st, err
 	}
 	err = scanRows(ctx, tx, `SELECT id, job_id, operation_key, reported_attempt, job_attempt, source, outcome,
-  provider_refund_id FROM refund_observations ORDER BY id`, func(r *sql.Rows) error {
+  provider_refund_id, provider_event_id FROM refund_observations ORDER BY id`, func(r *sql.Rows) error {
 		var o observationRow
-		err := r.Scan(&o.ID, &o.JobID, &o.Key, &o.ReportedAttempt, &o.JobAttempt, &o.Source, &o.Outcome, &o.ProviderRefundID)
+		err := r.Scan(&o.ID, &o.JobID, &o.Key, &o.ReportedAttempt, &o.JobAttempt, &o.Source, &o.Outcome, &o.ProviderRefundID,
+			&o.ProviderEventID)
 		st.Observations = append(st.Observations, o)
 		return err
 	})
@@ -125,6 +146,16 @@ func readDB(ctx context.Context, db *sql.DB) (dbState, error) {
 			st.Ledger = append(st.Ledger, l)
 			return err
 		})
+	if err != nil {
+		return st, err
+	}
+	err = scanRows(ctx, tx, `SELECT id, provider, provider_event_id, event_type, provider_refund_id, operation_key, outcome
+  FROM refund_unmatched_events ORDER BY id`, func(r *sql.Rows) error {
+		var u unmatchedRow
+		err := r.Scan(&u.ID, &u.Provider, &u.ProviderEventID, &u.EventType, &u.ProviderRefundID, &u.Key, &u.Outcome)
+		st.Unmatched = append(st.Unmatched, u)
+		return err
+	})
 	return st, err
 }
 

@@ -8,10 +8,13 @@ import (
 
 // history is what walkHistory found in one job's events.
 type history struct {
-	claims, takeovers, writes int
-	attemptProblems           []string // invariant 3
-	staleWrites               []string // invariant 4
-	grantProblems             []string // invariant 7
+	claims, takeovers, writes   int
+	resolutions                 int
+	expedites, webhookExpedites int      // expedited events, and those a webhook's receipt made (R28)
+	attemptProblems             []string // invariant 3
+	staleWrites                 []string // invariant 4
+	grantProblems               []string // invariant 7
+	evidenceProblems            []string // invariant 8
 }
 
 // walkHistory replays one job's events in id order: the attempt must start at
@@ -80,18 +83,37 @@ func walkHistory(j jobRow, evs []eventRow) history {
 			}
 			completed = completed || e.Kind == "completed"
 		case "resolved":
+			h.resolutions++
 			if e.Attempt != cur || state != "manual_review" {
 				h.staleWrites = append(h.staleWrites, fmt.Sprintf("resolved event %d under attempt %d while the current attempt was %d "+
 					"and the job %s", e.ID, e.Attempt, cur, state))
 			}
+			if e.Grant != "" {
+				// R29: a person holds no grant; the attempt they saw fences them.
+				h.evidenceProblems = append(h.evidenceProblems, fmt.Sprintf("resolved event %d by %s carries grant %s: "+
+					"an operator's resolution holds none", e.ID, e.WorkerID, e.Grant))
+			}
 			completed = completed || e.ToState == "succeeded"
 		case "expedited":
-			// R28: a receipt made a waiting job due to reconcile: it moves
-			// work, never state, and holds no grant.
-			if e.Attempt != cur || state != "ready" || e.ToState != "ready" || e.NextAction != "reconcile" || e.Grant != "" {
-				h.staleWrites = append(h.staleWrites, fmt.Sprintf("expedited event %d under attempt %d (current %d) "+
-					"took the job from %s to %s, next %s, grant %s: a receipt may only make a ready job due to reconcile",
-					e.ID, e.Attempt, cur, state, e.ToState, e.NextAction, or(e.Grant, "(none)")))
+			// R28: a receipt (a webhook's or a worker's late one) made a
+			// waiting job due to reconcile: it moves work, never state —
+			// ready to ready under the attempt the job already had, with no
+			// grant, since only a holder's fenced write changes a job (R15).
+			h.expedites++
+			if strings.HasPrefix(e.WorkerID, webhookSourcePrefix) {
+				h.webhookExpedites++
+			}
+			prev := int64(-1)
+			if n > 0 {
+				prev = evs[n-1].Attempt
+			}
+			if e.Attempt != cur || e.Attempt != prev || state != "ready" || e.FromState != "ready" || e.ToState != "ready" ||
+				e.NextAction != "reconcile" || e.Grant != "" {
+				h.evidenceProblems = append(h.evidenceProblems, fmt.Sprintf("expedited event %d by %s under attempt %d "+
+					"(the event before it: attempt %d; the current grant's: %d) took the job from %s to %s, next %s, grant %s: "+
+					"a receipt may only make a ready job due to reconcile, under its attempt, holding no grant",
+					e.ID, or(e.WorkerID, "(no source)"), e.Attempt, prev, cur, e.FromState, e.ToState, e.NextAction,
+					or(e.Grant, "(none)")))
 			}
 		default:
 			h.attemptProblems = append(h.attemptProblems, fmt.Sprintf("event %d of unknown kind %q", e.ID, e.Kind))
