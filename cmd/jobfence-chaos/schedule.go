@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/jobfence/jobfence/fakeprovider"
 )
 
 // faultKind names one kind of fault.
@@ -49,6 +51,17 @@ const (
 	faultProviderLookupLag  faultKind = "provider-lookup-lag"
 	faultProviderErrors     faultKind = "provider-error-burst"
 	faultProviderFail       faultKind = "provider-fail"
+	// The provider's webhooks (R28), on the events of the refunds it makes
+	// while the fault lasts: held back before their first delivery,
+	// delivered twice, delivered newest first, first delivery signed with a
+	// wrong secret or a stale timestamp (the provider delivers again), or
+	// never sent at all (webhook-drop: only when named, see optInKinds).
+	faultWebhookDelay        faultKind = "webhook-delay"
+	faultWebhookDuplicate    faultKind = "webhook-duplicate"
+	faultWebhookReorder      faultKind = "webhook-reorder"
+	faultWebhookBadSignature faultKind = "webhook-bad-signature"
+	faultWebhookOldTimestamp faultKind = "webhook-old-timestamp"
+	faultWebhookDrop         faultKind = "webhook-drop"
 )
 
 // faultGroups maps the group names of --faults to their kinds.
@@ -58,16 +71,25 @@ var faultGroups = map[string][]faultKind{
 	"db":          {faultDBReset, faultDBLatency, faultDBDown, faultDBBlackhole, faultDBCommitCut},
 	"provider": {faultProviderHangBefore, faultProviderHangAfter, faultProviderCutReply, faultProviderPending,
 		faultProviderLookupLag, faultProviderErrors, faultProviderFail},
+	"webhook": {faultWebhookDelay, faultWebhookDuplicate, faultWebhookReorder, faultWebhookBadSignature,
+		faultWebhookOldTimestamp},
 }
+
+// optInKinds are kinds that neither "all" nor a group draws: a campaign has
+// them only when --faults names them. A dropped webhook is a receipt the
+// provider never sends, so the check of R28's receipts must leave its
+// refund out (known from the provider's own record); by default every
+// refund's receipt is owed.
+var optInKinds = []faultKind{faultWebhookDrop}
 
 // allFaultKinds lists every kind --faults may name, in a stable order.
 // db-failover is not one of them: --failover plans it.
 func allFaultKinds() []faultKind {
 	var out []faultKind
-	for _, g := range []string{"worker", "coordinator", "db", "provider"} {
+	for _, g := range []string{"worker", "coordinator", "db", "provider", "webhook"} {
 		out = append(out, faultGroups[g]...)
 	}
-	return out
+	return append(out, optInKinds...)
 }
 
 // parseFaultKinds reads --faults: "all", or a comma-separated list of kinds
@@ -84,7 +106,9 @@ func parseFaultKinds(s string) (map[faultKind]bool, error) {
 		case part == "":
 		case part == "all":
 			for k := range known {
-				out[k] = true
+				if !slices.Contains(optInKinds, k) {
+					out[k] = true
+				}
 			}
 		case faultGroups[part] != nil:
 			for _, k := range faultGroups[part] {
@@ -104,7 +128,7 @@ type fault struct {
 	N      int           // its number in the campaign, from 1, in order of At
 	At     time.Duration // when it starts, from the start of the fault window
 	Kind   faultKind
-	Target string // worker-N, replica-X or provider
+	Target string // worker-N, replica-X, replica-X-db, provider, provider-webhooks or database
 	Slot   int    // worker slot or replica index
 	For    time.Duration
 
@@ -112,13 +136,34 @@ type fault struct {
 	Count           int           // db-commit-cut, provider-cut-reply, provider-error-burst
 	Deliver         bool          // db-commit-cut: COMMIT reaches the server before the cut
 	Stream          string        // db-reset, db-blackhole: "downstream" (replies) or "upstream" (requests)
-	Amount          time.Duration // provider hang, pending time or lookup lag
+	Amount          time.Duration // provider hang, pending time or lookup lag; webhook-delay's hold
 	Delay           time.Duration // worker-stop-in-job: from the claim's log record to SIGSTOP
 	AfterRefund     bool          // worker-stop-in-job: SIGSTOP when the provider logs the claimed job's refund
 	Hold            time.Duration // worker-zombie: how long the new holder stays frozen after the zombie wakes
 	Lag             time.Duration // provider-cut-reply, provider-hang-after: lookup lag of the refunds made
 	Mode            string        // db-failover: async or semi-sync
 	Pause           time.Duration // db-failover: the workers' pause before the hold-back
+}
+
+// webhookModes are the fake provider's webhook faults of a webhook-* fault
+// (for the events of the refunds made while it lasts); zero for any other.
+func (f fault) webhookModes() fakeprovider.Faults {
+	var m fakeprovider.Faults
+	switch f.Kind {
+	case faultWebhookDelay:
+		m.WebhookDelay = f.Amount
+	case faultWebhookDuplicate:
+		m.WebhookDuplicate = true
+	case faultWebhookReorder:
+		m.WebhookReorder = true
+	case faultWebhookBadSignature:
+		m.WebhookBadSignature = true
+	case faultWebhookOldTimestamp:
+		m.WebhookOldTimestamp = true
+	case faultWebhookDrop:
+		m.WebhookDrop = true
+	}
+	return m
 }
 
 // String describes the fault for the timeline.
@@ -166,6 +211,18 @@ func (f fault) String() string {
 		s += fmt.Sprintf(" next %d requests answer 503", f.Count)
 	case faultProviderFail:
 		s += " next create is declined"
+	case faultWebhookDelay:
+		s += fmt.Sprintf(" events of new refunds held %s before their first delivery, for %s", round(f.Amount), round(f.For))
+	case faultWebhookDuplicate:
+		s += fmt.Sprintf(" events of new refunds delivered twice, for %s", round(f.For))
+	case faultWebhookReorder:
+		s += fmt.Sprintf(" events of new refunds held until the last one, then delivered newest first, for %s", round(f.For))
+	case faultWebhookBadSignature:
+		s += fmt.Sprintf(" first delivery of each new event signed with a wrong secret, for %s", round(f.For))
+	case faultWebhookOldTimestamp:
+		s += fmt.Sprintf(" first delivery of each new event signed 10 minutes in the past, for %s", round(f.For))
+	case faultWebhookDrop:
+		s += fmt.Sprintf(" events of new refunds never sent, for %s", round(f.For))
 	case faultDBFailover:
 		where, zombie := "on the primary only", "a zombie of a lost grant writes after its re-grant"
 		if f.Mode == failoverSemiSync {
@@ -201,6 +258,9 @@ type planParams struct {
 	Rate float64
 	// Failover, when set (async or semi-sync), adds one db-failover.
 	Failover string
+	// Webhooks: the provider sends webhooks (--webhooks), so the webhook
+	// lane is planned.
+	Webhooks bool
 }
 
 // lane is a sequence of faults on one target; a lane's faults never overlap.
@@ -242,6 +302,14 @@ func plan(seed uint64, p planParams) []fault {
 	lanes = append(lanes, lane{target: "provider", gap: [2]time.Duration{1 * time.Second, 5 * time.Second},
 		kinds: []weighted{{faultProviderHangBefore, 2}, {faultProviderHangAfter, 3}, {faultProviderCutReply, 3},
 			{faultProviderPending, 2}, {faultProviderLookupLag, 2}, {faultProviderErrors, 2}, {faultProviderFail, 1}}})
+	if p.Webhooks {
+		// A lane of its own, so that the provider lane's plan is the same
+		// with webhooks or without; the two lanes' faults are merged at the
+		// provider (system.setProviderFaults).
+		lanes = append(lanes, lane{target: webhookTarget, gap: [2]time.Duration{1 * time.Second, 4 * time.Second},
+			kinds: []weighted{{faultWebhookDelay, 3}, {faultWebhookDuplicate, 3}, {faultWebhookReorder, 2},
+				{faultWebhookBadSignature, 2}, {faultWebhookOldTimestamp, 2}, {faultWebhookDrop, 1}}})
+	}
 
 	var out []fault
 	for _, l := range lanes {
@@ -379,9 +447,20 @@ func draw(kind faultKind, rng *rand.Rand, uniform func(lo, hi time.Duration) tim
 		f.For = time.Second
 	case faultProviderFail:
 		f.For = uniform(500*time.Millisecond, 3*time.Second)
+	case faultWebhookDelay:
+		// Some land while the job waits a second to reconcile (the receipt
+		// makes it due now, R28), some after it completed (a late receipt
+		// that must change nothing).
+		f.Amount = uniform(300*time.Millisecond, 6*time.Second)
+		f.For = uniform(2*time.Second, 8*time.Second)
+	case faultWebhookDuplicate, faultWebhookReorder, faultWebhookBadSignature, faultWebhookOldTimestamp, faultWebhookDrop:
+		f.For = uniform(2*time.Second, 8*time.Second)
 	}
 	return f
 }
+
+// webhookTarget is the lane of the webhook faults.
+const webhookTarget = "provider-webhooks"
 
 // failoverTarget is the lane of the db-failover fault.
 const failoverTarget = "database"

@@ -160,3 +160,61 @@ func TestFailoverFlag(t *testing.T) {
 		}
 	}
 }
+
+// --webhooks adds the webhook lane and moves no other lane's faults; "all"
+// and the webhook group leave webhook-drop out, naming it brings it in.
+func TestPlanWebhookLane(t *testing.T) {
+	all, _ := parseFaultKinds("all")
+	if all[faultWebhookDrop] || !all[faultWebhookDuplicate] {
+		t.Fatalf("--faults all: webhook-drop %v, webhook-duplicate %v", all[faultWebhookDrop], all[faultWebhookDuplicate])
+	}
+	p := testParams(all)
+	without := plan(11, p)
+	p.Webhooks = true
+	with := plan(11, p)
+	var rest []fault
+	kinds := map[faultKind]int{}
+	for _, f := range with {
+		if f.Target == webhookTarget {
+			kinds[f.Kind]++
+			if f.webhookModes().IsZero() || (f.Kind == faultWebhookDelay && f.Amount <= 0) {
+				t.Errorf("fault %d (%s) sets no webhook mode: %+v", f.N, f, f.webhookModes())
+			}
+			continue
+		}
+		f.N = 0
+		rest = append(rest, f)
+	}
+	for i := range without {
+		without[i].N = 0
+	}
+	if !reflect.DeepEqual(rest, without) {
+		t.Error("the webhook lane moved other faults")
+	}
+	for _, k := range faultGroups["webhook"] {
+		if kinds[k] == 0 {
+			t.Errorf("a one-minute plan has no %s: %v", k, kinds)
+		}
+	}
+	if kinds[faultWebhookDrop] > 0 {
+		t.Errorf("webhook-drop drawn without being named: %v", kinds)
+	}
+	if !reflect.DeepEqual(with, plan(11, p)) {
+		t.Error("the same seed gave two plans with webhooks")
+	}
+
+	named, err := parseFaultKinds("webhook-drop,all")
+	if err != nil || !named[faultWebhookDrop] || !named[faultWorkerKill] {
+		t.Fatalf("--faults webhook-drop,all: %v %v", named, err)
+	}
+	p.Kinds = named
+	drops := 0
+	for _, f := range plan(11, p) {
+		if f.Kind == faultWebhookDrop {
+			drops++
+		}
+	}
+	if drops == 0 {
+		t.Error("webhook-drop named but never drawn in a minute")
+	}
+}
