@@ -32,19 +32,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		c.seed = rand.Uint64()>>1 + 1
 	}
 	faults := plan(c.seed, planParams{Window: c.duration, Workers: c.workers + c.nodeWorkers, Replicas: c.replicas,
-		Lease: c.lease, Kinds: c.faults, Rate: c.faultRate, Failover: c.failover})
+		Lease: c.lease, Kinds: c.faults, Rate: c.faultRate, Failover: c.failover, Webhooks: c.webhooks})
 	tl := &timeline{start: time.Now(), w: stdout}
 	mode, database := "", "--mysql-dsn DSN"
 	if c.failover != "" {
 		mode, database = " failover="+c.failover, "--failover "+c.failover
 	}
 	fmt.Fprintf(stdout, "jobfence-chaos: seed=%d duration=%s jobs=%d workers=%d node-workers=%d replicas=%d lease=%s "+
-		"provider-timeout=%s%s; %d faults planned\n", c.seed, c.duration, c.jobs, c.workers, c.nodeWorkers, c.replicas, c.lease,
-		c.providerTimeout, mode, len(faults))
+		"provider-timeout=%s webhooks=%v%s; %d faults planned\n", c.seed, c.duration, c.jobs, c.workers, c.nodeWorkers, c.replicas,
+		c.lease, c.providerTimeout, c.webhooks, mode, len(faults))
 	fmt.Fprintf(stdout, "replay with: jobfence-chaos %s --seed %d --duration %s --jobs %d --workers %d "+
-		"--node-workers %d --replicas %d --concurrency %d --lease %s --provider-timeout %s --faults %s --fault-rate %g\n",
-		database, c.seed, c.duration, c.jobs, c.workers, c.nodeWorkers, c.replicas, c.concurrency, c.lease, c.providerTimeout,
-		c.faultsSpec, c.faultRate)
+		"--node-workers %d --replicas %d --concurrency %d --lease %s --provider-timeout %s --faults %s --fault-rate %g "+
+		"--webhooks=%v\n", database, c.seed, c.duration, c.jobs, c.workers, c.nodeWorkers, c.replicas, c.concurrency, c.lease,
+		c.providerTimeout, c.faultsSpec, c.faultRate, c.webhooks)
 
 	if c.dryRun {
 		for _, f := range faults {
@@ -168,6 +168,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	tl.printf("stopping workers (they drain)")
 	s.stopWorkers()
+	if s.front != nil {
+		// The coordinators still serve: what the provider owes (held,
+		// retried, duplicated events) reaches them before the checks.
+		s.drainWebhooks(ctx)
+	}
 	octx, endOracle := context.WithTimeout(ctx, 10*time.Second)
 	oracle, err := s.pay.Oracle(octx)
 	endOracle()
@@ -183,7 +188,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("read the database: %w", err)
 	}
 
-	in := checkInput{Specs: specs, Acked: prod.acked, DB: state, Oracle: oracle}
+	in := checkInput{Specs: specs, Acked: prod.acked, DB: state, Oracle: oracle, Webhooks: c.webhooks}
 	frozen := map[string][]span{}
 	for _, w := range s.workers {
 		for _, wp := range w.procs {
@@ -219,6 +224,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		"COMMITs cut: %d after reaching the server, %d before\n", cc["job taken over; next action reconcile"],
 		cc["fenced write rejected"], cc["claim outcome unknown; nothing granted"], cc["write outcome unknown"],
 		cc["observation filed"], s.cutsDelivered.Load(), s.cutsDropped.Load())
+	if s.front != nil {
+		refused, notStored := s.webhookRefusals()
+		fmt.Fprintf(stdout, "webhooks: deliveries answered through the front: %s; refused by the coordinators: %s; "+
+			"%d events not stored (answered 503, delivered again)\n", s.front.summary(), formatCounts(refused), notStored)
+	}
 	fmt.Fprintf(stdout, "producer: %d of %d refunds acknowledged, %d enqueue retries\n", len(prod.acked), len(specs), prod.retries)
 	if pair != nil {
 		s.fo.mu.Lock()
@@ -321,29 +331,53 @@ func (s *system) replicaDSN(r *replica) string {
 	return d.FormatDSN()
 }
 
-// start brings the deployment up: the provider, a proxy and a coordinator
-// per replica, the workers spread over the replicas.
+// start brings the deployment up: the provider (and, with webhooks, the
+// front it delivers them to), a proxy and a coordinator per replica, the
+// workers spread over the replicas.
 func (s *system) start(ctx context.Context, dbName string) error {
 	s.dbName = dbName
-	if err := s.startProvider(); err != nil {
-		return err
-	}
 	for i := range s.cfg.replicas {
 		name := replicaName(i)
 		px, err := newDBProxy(name, s.cfg.dsn.Addr)
 		if err != nil {
 			return err
 		}
-		listen, err := freeLoopbackPort()
-		if err != nil {
+		r := &replica{idx: i, name: name, proxy: px}
+		s.replicas = append(s.replicas, r)
+		if r.listen, err = freeLoopbackPort(); err != nil {
 			return err
 		}
-		r := &replica{idx: i, name: name, listen: listen, proxy: px}
-		s.replicas = append(s.replicas, r)
-		if err := s.startReplica(r); err != nil {
-			return fmt.Errorf("%s: %w", name, err)
+		if s.cfg.webhooks {
+			if r.webhookListen, err = freeLoopbackPort(); err != nil {
+				return err
+			}
 		}
-		s.tl.printf("%s serving on %s, database through %s", name, listen, px.Addr())
+	}
+	if s.cfg.webhooks {
+		var err error
+		if s.webhookSecrets, s.providerSecret, err = writeWebhookSecrets(s.dir); err != nil {
+			return fmt.Errorf("webhook secrets: %w", err)
+		}
+		if s.front, err = startWebhookFront(s.replicas); err != nil {
+			return fmt.Errorf("webhook front: %w", err)
+		}
+	}
+	if err := s.startProvider(); err != nil {
+		return err
+	}
+	for _, r := range s.replicas {
+		if err := s.startReplica(r); err != nil {
+			return fmt.Errorf("%s: %w", r.name, err)
+		}
+		webhooks := ""
+		if r.webhookListen != "" {
+			webhooks = ", webhooks on " + r.webhookListen
+		}
+		s.tl.printf("%s serving on %s%s, database through %s", r.name, r.listen, webhooks, r.proxy.Addr())
+	}
+	if s.front != nil {
+		s.tl.printf("provider's webhooks: to %s, spread over the replicas' webhook listeners (at most %d attempts each)",
+			s.front.url(), webhookMaxAttempts)
 	}
 	for i := range s.cfg.workers + s.cfg.nodeWorkers {
 		w := &workerSlot{idx: i, replica: s.replicas[i%len(s.replicas)], node: i >= s.cfg.workers}

@@ -36,6 +36,10 @@ type config struct {
 	logDir          string
 	keep            bool
 	dryRun          bool
+	// webhooks: the provider sends its signed webhooks, through a front
+	// spread over the replicas' --webhook-listen, and the webhook lane of
+	// faults runs (R28).
+	webhooks bool
 	// failover is "" (none), failoverAsync or failoverSemiSync: the campaign
 	// runs its own MariaDB primary and replica and fails over once.
 	failover string
@@ -85,6 +89,10 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		"run a real database failover once in the fault window: async (lossy replication) or semi-sync (lossless, "+
 			"AFTER_SYNC); the campaign then starts its own MariaDB primary and replica (mariadbd must be installed) "+
 			"and --mysql-dsn is not needed (ignored)")
+	fs.BoolVar(&c.webhooks, "webhooks", true,
+		"the provider sends Stripe-signed webhooks to the coordinators' --webhook-listen (through a front spread over "+
+			"the replicas), webhook faults are drawn (delays, duplicates, reordering, bad signatures, old timestamps) "+
+			"and every refund's receipts are checked in the observation log; --webhooks=false runs without")
 	fs.BoolVar(&c.dryRun, "dry-run", false, "print the fault plan of these flags and seed, and exit without running anything")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: jobfence-chaos --mysql-dsn DSN [--duration D] [--seed S] [flags]\n"+
@@ -92,7 +100,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 			"Runs the fake provider, coordinator replicas (each behind its own fault-injecting database proxy) and\n"+
 			"refundworker processes on loopback, injects faults drawn from the seed for --duration, heals, settles and\n"+
 			"checks that no refund was lost or made twice. Ends with one line:\n"+
-			"  seed=S jobs=N faults=F double_refunds=0 lost=0 stale_writes_accepted=0 unobserved_late_success=0\n"+
+			"  seed=S jobs=N faults=F double_refunds=0 lost=0 stale_writes_accepted=0 unobserved_late_success=0 "+
+			"webhooks_delivered=D webhook_observations=O expedited=E webhook_receipts_lost=0 duplicate_receipts=0\n"+
 			"(with --failover followed by failover=MODE grants_lost_in_failover=N writes_lost_in_failover=W "+
 			"enqueues_lost_in_failover=E)\n"+
 			"and exits 1 when an invariant failed. docs/CHAOS.md explains the invariants.\n\n"+

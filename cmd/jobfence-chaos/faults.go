@@ -99,6 +99,9 @@ func (s *system) apply(ctx context.Context, f fault) (string, error) {
 		return "", nil
 	case faultDBReset, faultDBLatency, faultDBDown, faultDBBlackhole, faultDBCommitCut:
 		return s.applyDB(ctx, f)
+	case faultWebhookDelay, faultWebhookDuplicate, faultWebhookReorder, faultWebhookBadSignature,
+		faultWebhookOldTimestamp, faultWebhookDrop:
+		return s.applyWebhook(ctx, f)
 	default:
 		return s.applyProvider(ctx, f)
 	}
@@ -285,14 +288,14 @@ func (s *system) applyProvider(ctx context.Context, f fault) (string, error) {
 	// window's, so that a fault set at the window's end is still cleared.
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if _, err := s.pay.SetFaults(actx, fs); err != nil {
+	if err := s.setAPIFaults(actx, fs); err != nil {
 		return "", fmt.Errorf("set provider faults: %w", err)
 	}
 	s.tl.printf("fault #%d %s", f.N, f)
 	sleepCtx(ctx, f.For)
 	cctx, cancel2 := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel2()
-	if err := s.pay.ClearFaults(cctx); err != nil {
+	if err := s.setAPIFaults(cctx, fakeprovider.Faults{}); err != nil {
 		return "", fmt.Errorf("clear provider faults: %w", err)
 	}
 	return "", nil

@@ -94,6 +94,9 @@ type replica struct {
 	name   string
 	listen string // fixed, so that workers and restarts find it
 	proxy  *dbProxy
+	// webhookListen is its --webhook-listen, fixed like listen, so that
+	// the webhook front finds a restarted coordinator; "" without webhooks.
+	webhookListen string
 
 	mu     sync.Mutex
 	proc   *proc
@@ -152,6 +155,15 @@ type system struct {
 	providerURL string
 	pay         *fakeprovider.Client
 
+	// With --webhooks: the coordinators' secrets file and the provider's
+	// secret file, and the front the provider delivers to.
+	webhookSecrets, providerSecret string
+	front                          *webhookFront
+	// The provider's global faults, the provider lane's half and the
+	// webhook lane's (setAPIFaults, setWebhookModes).
+	provMu                sync.Mutex
+	apiFaults, hookFaults fakeprovider.Faults
+
 	replicas []*replica
 	workers  []*workerSlot
 
@@ -192,9 +204,12 @@ func freeLoopbackPort() (string, error) {
 
 // startProvider runs the fake provider on a free port.
 func (s *system) startProvider() error {
-	p, err := startProc("fakeprovider", s.bins.provider,
-		[]string{"--listen", "127.0.0.1:0", "--log-format", "json", "--shutdown-timeout", "1s"}, nil,
-		filepath.Join(s.dir, "fakeprovider.log"))
+	args := []string{"--listen", "127.0.0.1:0", "--log-format", "json", "--shutdown-timeout", "1s"}
+	if s.front != nil {
+		args = append(args, "--webhook-url", s.front.url(), "--webhook-secret-file", s.providerSecret,
+			"--webhook-max-attempts", strconv.Itoa(webhookMaxAttempts))
+	}
+	p, err := startProc("fakeprovider", s.bins.provider, args, nil, filepath.Join(s.dir, "fakeprovider.log"))
 	if err != nil {
 		return err
 	}
@@ -218,14 +233,19 @@ func (s *system) startReplica(r *replica) error {
 	r.starts++
 	n := r.starts
 	r.mu.Unlock()
-	p, err := startProc(r.name, s.bins.coordinator, []string{
+	args := []string{
 		"--listen", r.listen,
 		"--lease", s.cfg.lease.String(),
 		"--claim-poll-interval", "200ms",
 		"--mysql-max-conns", "8",
 		"--shutdown-timeout", "3s",
 		"--log-format", "json",
-	}, []string{"JOBFENCE_MYSQL_DSN=" + s.replicaDSN(r)}, filepath.Join(s.dir, fmt.Sprintf("%s.%d.log", r.name, n)))
+	}
+	if r.webhookListen != "" {
+		args = append(args, "--webhook-listen", r.webhookListen, "--webhook-secrets-file", s.webhookSecrets)
+	}
+	p, err := startProc(r.name, s.bins.coordinator, args, []string{"JOBFENCE_MYSQL_DSN=" + s.replicaDSN(r)},
+		filepath.Join(s.dir, fmt.Sprintf("%s.%d.log", r.name, n)))
 	if err != nil {
 		return err
 	}
@@ -328,7 +348,7 @@ func (s *system) watch(p *proc) {
 // workers continued, dead coordinators and workers started again.
 func (s *system) heal(ctx context.Context) error {
 	var errs []error
-	if err := s.pay.ClearFaults(ctx); err != nil {
+	if err := s.clearProviderFaults(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("clear provider faults: %w", err))
 	}
 	for _, r := range s.replicas {
@@ -412,6 +432,7 @@ func (s *system) close() {
 			r.proxy.Close()
 		}
 	}
+	s.front.close()
 }
 
 // coordinatorCounts counts, over every coordinator process, the log records
