@@ -49,6 +49,21 @@
 // observations when it is fenced off (R15), never acts on a failed claim
 // (R7), and drains on shutdown (rolling deploys).
 //
+// # Lease renewal
+//
+// While a handler runs, the Worker renews the job's lease at about a third
+// of the lease it was granted (WorkerOptions.RenewInterval), every job due
+// in one RenewLeases call (R27). A worker that dies or freezes stops
+// renewing, so a short lease (a few seconds) recovers its jobs quickly
+// without taking over live ones whose provider calls are slow. When a
+// renewal finds the grant gone (taken over: STALE_ATTEMPT), the handler's
+// context is cancelled with ErrGrantLost: check ctx.Err() before sending a
+// request, and send under SendContext(ctx), so that a request already on
+// the wire still gets its answer, which the Worker files as an observation
+// (R15). Renewal stops at the coordinator's --max-grant-age (GRANT_TOO_OLD):
+// the lease then runs out and the job is taken over as usual.
+// WorkerOptions.NoLeaseRenewal turns renewal off.
+//
 // # Receipts that outlive the process
 //
 // A receipt the coordinator cannot take now — ReportObservation failed with

@@ -38,6 +38,7 @@ var (
 	ReasonInvalidArgument     = reasonName(pb.ErrorReason_ERROR_REASON_INVALID_ARGUMENT)
 	ReasonUnauthenticated     = reasonName(pb.ErrorReason_ERROR_REASON_UNAUTHENTICATED)
 	ReasonPermissionDenied    = reasonName(pb.ErrorReason_ERROR_REASON_PERMISSION_DENIED)
+	ReasonGrantTooOld         = reasonName(pb.ErrorReason_ERROR_REASON_GRANT_TOO_OLD)
 )
 
 func reasonName(r pb.ErrorReason) string { return strings.TrimPrefix(r.String(), "ERROR_REASON_") }
@@ -96,6 +97,11 @@ var (
 	ErrObservationLimit = errors.New("jobfence: observation limit reached")
 	// ErrPermissionDenied: the credential's roles do not allow this call.
 	ErrPermissionDenied = errors.New("jobfence: permission denied")
+	// ErrGrantTooOld: a renewal refused because the grant has lived as long
+	// as the coordinator lets one grant live (--max-grant-age, R27). Renew
+	// no more; the holder may still write back until its lease runs out and
+	// the job is taken over.
+	ErrGrantTooOld = errors.New("jobfence: grant too old to renew")
 	// ErrUnavailable matches every error with gRPC code UNAVAILABLE: the
 	// coordinator or its database could not be reached, or a commit was cut
 	// off (ErrClaimOutcomeUnknown, ErrWriteOutcomeUnknown,
@@ -119,6 +125,7 @@ var reasonSentinels = map[string]error{
 	ReasonInvalidArgument:     ErrInvalidArgument,
 	ReasonUnauthenticated:     ErrUnauthenticated,
 	ReasonPermissionDenied:    ErrPermissionDenied,
+	ReasonGrantTooOld:         ErrGrantTooOld,
 }
 
 // Error is an error answered by the coordinator (or by the gRPC transport on

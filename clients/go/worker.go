@@ -61,14 +61,24 @@ type WorkerOptions struct {
 	// worker claims only as many as it has free slots (R18).
 	Concurrency int
 	// Lease is the lease to ask for (1s..15m); zero: the coordinator's
-	// default. There is no lease renewal (R18): choose it above the provider
-	// call's p99 and the deploy hand-over time (R17).
+	// default. The worker renews it while the handler runs (R27), so it
+	// bounds how long a crashed or paused worker holds a job, not how long
+	// a provider call may take: a short lease (e.g. 5s) recovers a dead
+	// worker's job quickly without taking over live ones.
 	Lease time.Duration
+	// RenewInterval is how often a running job's lease is renewed; zero: a
+	// third of the lease it was granted, within ±10 %. All the jobs due
+	// are renewed in one RenewLeases call.
+	RenewInterval time.Duration
+	// NoLeaseRenewal turns renewal off: a job's lease then must outlast its
+	// provider call (ProviderTimeout plus LateAnswerGrace, R17).
+	NoLeaseRenewal bool
 	// Provider limits claims to this provider's jobs, when set.
 	Provider string
 	// ProviderTimeout is the deadline of each handler call (default
-	// DefaultProviderTimeout). Keep it well under Lease (R17), or slow calls
-	// turn into takeovers; the fencing keeps them harmless either way.
+	// DefaultProviderTimeout). With NoLeaseRenewal keep it well under Lease
+	// (R17), or slow calls turn into takeovers; the fencing keeps them
+	// harmless either way.
 	ProviderTimeout time.Duration
 	// LateAnswerGrace is how long, after the provider-call deadline, a
 	// handler that ignores its context is waited for (default
@@ -145,6 +155,8 @@ const (
 	WorkerSpooled       WorkerEventKind = "spooled"           // an observation not filed was spooled (Err set, R28)
 	WorkerRefiled       WorkerEventKind = "refiled"           // a spooled receipt was filed (Duplicate set; Job has only ids)
 	WorkerResendRefused WorkerEventKind = "resend_refused"    // a resend was refused before calling the provider
+	WorkerGrantLost     WorkerEventKind = "grant_lost"        // a renewal found the grant gone; the handler was cancelled (Err set, R27)
+	WorkerRenewFailed   WorkerEventKind = "renew_failed"      // a renewal call failed; tried again soon (Err set)
 )
 
 // WorkerEvent reports one thing a Worker did, for metrics and tests (M1).
@@ -173,6 +185,9 @@ type WorkerStats struct {
 	LateAnswers   int64 // handlers that outlived their deadline and grace
 	Spooled       int64 // receipts written to the receipt spool (R28)
 	Refiled       int64 // spooled receipts the coordinator took, duplicates included
+	Renewals      int64 // leases renewed (R27)
+	RenewFailures int64 // renewal calls that failed (each tried again)
+	GrantsLost    int64 // grants a renewal found gone: handlers cancelled (R27)
 }
 
 // ErrDrainTimeout is returned by Run when in-flight jobs were still running
@@ -185,8 +200,11 @@ var ErrWorkerStarted = errors.New("jobfence: worker already started")
 
 // Worker runs the claim → provider call → fenced write-back loop:
 //
-//   - it claims only what it can start now, max_jobs = free slots (R18), and
-//     never renews a lease;
+//   - it claims only what it can start now, max_jobs = free slots (R18);
+//   - while a handler runs it renews the job's lease, all due jobs in one
+//     call (R27), and when a renewal finds the grant gone (taken over) it
+//     cancels the handler's context with ErrGrantLost, so that the handler
+//     sends nothing new;
 //   - it dispatches by next action: refund to Handler.Refund, anything else
 //     to Handler.Reconcile (R14);
 //   - before a same-key resend it checks the coordinator's resend deadline
@@ -229,9 +247,13 @@ type Worker struct {
 	backlog    atomic.Bool
 	refileKick chan struct{}
 
+	// renewer renews the leases of running jobs (R27); nil with
+	// NoLeaseRenewal.
+	renewer *renewer
+
 	stats struct {
 		claimed, takeovers, claimFailures, completed, rescheduled, escalated, replayed,
-		stale, writeFailures, observations, late, spooled, refiled atomic.Int64
+		stale, writeFailures, observations, late, spooled, refiled, renewals, renewFailures, grantsLost atomic.Int64
 	}
 }
 
@@ -269,7 +291,7 @@ func NewWorker(c *Client, h Handler, o WorkerOptions) (*Worker, error) {
 	for name, d := range map[string]time.Duration{
 		"Lease": o.Lease, "ProviderTimeout": o.ProviderTimeout, "LateAnswerGrace": o.LateAnswerGrace,
 		"PollInterval": o.PollInterval, "ClaimBackoff": o.ClaimBackoff, "MaxClaimBackoff": o.MaxClaimBackoff,
-		"DrainTimeout": o.DrainTimeout,
+		"DrainTimeout": o.DrainTimeout, "RenewInterval": o.RenewInterval,
 	} {
 		if d < 0 {
 			return nil, fmt.Errorf("jobfence: %s must not be negative, got %s", name, d)
@@ -283,6 +305,9 @@ func NewWorker(c *Client, h Handler, o WorkerOptions) (*Worker, error) {
 		client: c, handler: h, o: o, log: log.With("worker_id", o.WorkerID),
 		stop: make(chan struct{}), done: make(chan struct{}), freed: make(chan struct{}, 1),
 		refileKick: make(chan struct{}, 1),
+	}
+	if !o.NoLeaseRenewal {
+		w.renewer = newRenewer(w)
 	}
 	if o.ReceiptSpool == ReceiptSpoolOff {
 		return w, nil
@@ -322,7 +347,8 @@ func (w *Worker) Stats() WorkerStats {
 		Completed: s.completed.Load(), Rescheduled: s.rescheduled.Load(), Escalated: s.escalated.Load(),
 		Replayed: s.replayed.Load(), StaleRejected: s.stale.Load(), WriteFailures: s.writeFailures.Load(),
 		Observations: s.observations.Load(), LateAnswers: s.late.Load(), Spooled: s.spooled.Load(),
-		Refiled: s.refiled.Load(),
+		Refiled: s.refiled.Load(), Renewals: s.renewals.Load(), RenewFailures: s.renewFailures.Load(),
+		GrantsLost: s.grantsLost.Load(),
 	}
 }
 
@@ -387,6 +413,13 @@ func (w *Worker) Run(ctx context.Context) error {
 			}
 			w.closeSpool()
 		}()
+	}
+
+	if w.renewer != nil {
+		// Renewals go on through the drain, while handlers run (R27).
+		quit, stopped := make(chan struct{}), make(chan struct{})
+		go func() { defer close(stopped); w.renewer.run(jobCtx, quit) }()
+		defer func() { close(quit); <-stopped }()
 	}
 
 	w.claimLoop(jobCtx)
@@ -567,6 +600,12 @@ func (w *Worker) work(ctx context.Context, c ClaimedJob) {
 func (w *Worker) call(ctx context.Context, log *slog.Logger, c ClaimedJob) Result {
 	pctx, cancel := context.WithTimeout(ctx, w.o.ProviderTimeout)
 	defer cancel()
+	// The handler's context also ends when a renewal finds the grant gone
+	// (R27); pctx, which bounds the wait for its answer, does not: a request
+	// already sent (SendContext) is waited for, and its answer filed (R15).
+	// The write-back's context is ctx: its refusal files the answer.
+	hctx, released := w.handlerContext(pctx, c)
+	defer released() // renew no more once the handler returned or timed out
 	answer := make(chan Result, 1)
 	go func() {
 		defer func() {
@@ -575,10 +614,10 @@ func (w *Worker) call(ctx context.Context, log *slog.Logger, c ClaimedJob) Resul
 			}
 		}()
 		if c.NextAction == ActionRefund {
-			answer <- w.handler.Refund(pctx, c)
+			answer <- w.handler.Refund(hctx, c)
 		} else {
 			// R14: anything but a first send asks the provider first.
-			answer <- w.handler.Reconcile(pctx, c)
+			answer <- w.handler.Reconcile(hctx, c)
 		}
 	}()
 	select {

@@ -60,6 +60,8 @@ type config struct {
 	workerID        string
 	concurrency     int
 	lease           time.Duration
+	renewInterval   time.Duration
+	noRenewal       bool
 	providerTimeout time.Duration
 	sameKeyResends  bool
 	resendMargin    time.Duration
@@ -96,9 +98,14 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		"this worker's name in job histories and observation sources (worker:<id>) (default refundworker-<hostname>-<pid>)")
 	fs.IntVar(&c.concurrency, "concurrency", 4, "jobs worked at once (1..100); only that many are claimed (R18)")
 	fs.DurationVar(&c.lease, "lease", 30*time.Second,
-		"lease to ask for (1s..15m); above the provider call's p99 and the deploy hand-over time (R17)")
+		"lease to ask for (1s..15m); renewed while a job's provider calls run (R27), so it bounds how long a dead "+
+			"or frozen worker holds a job: a few seconds recovers quickly")
+	fs.DurationVar(&c.renewInterval, "renew-interval", 0,
+		"how often a running job's lease is renewed; 0: a third of the lease (R27)")
+	fs.BoolVar(&c.noRenewal, "no-lease-renewal", false,
+		"never renew a lease: --lease must then outlast --provider-timeout and the deploy hand-over time (R17)")
 	fs.DurationVar(&c.providerTimeout, "provider-timeout", 3*time.Second,
-		"deadline of each provider call; keep it well under --lease (R17)")
+		"deadline of each provider call; with --no-lease-renewal keep it well under --lease (R17)")
 	fs.BoolVar(&c.sameKeyResends, "same-key-resends", true,
 		"the provider guarantees that a same-key, same-body resend inside its idempotency-key window returns the first "+
 			"result (fakeprovider does); false: every \"no record\" reconcile goes to manual review (R14, R16). "+
@@ -142,6 +149,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	switch {
 	case c.concurrency < 1 || c.concurrency > 100:
 		return c, fmt.Errorf("--concurrency must be 1..100, got %d", c.concurrency)
+	case c.renewInterval < 0 || (c.renewInterval > 0 && c.renewInterval >= c.lease):
+		return c, fmt.Errorf("--renew-interval must be 0 (a third of the lease) or shorter than --lease, got %s", c.renewInterval)
 	case c.lease < time.Second || c.lease > 15*time.Minute:
 		return c, fmt.Errorf("--lease must be between 1s and 15m, got %s", c.lease)
 	case c.providerTimeout <= 0:
@@ -176,8 +185,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	log := c.log.New(stderr)
-	if c.providerTimeout >= c.lease {
-		log.Warn("--provider-timeout is not shorter than --lease: slow provider calls will be taken over (R17)",
+	if c.noRenewal && c.providerTimeout >= c.lease {
+		log.Warn("--provider-timeout is not shorter than --lease and leases are not renewed: slow provider calls will be taken over (R17)",
 			"provider_timeout", c.providerTimeout, "lease", c.lease)
 	}
 
@@ -198,6 +207,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		WorkerID:        c.workerID,
 		Concurrency:     c.concurrency,
 		Lease:           c.lease,
+		RenewInterval:   c.renewInterval,
+		NoLeaseRenewal:  c.noRenewal,
 		Provider:        c.providerName,
 		ProviderTimeout: c.providerTimeout,
 		Policy: jobfence.ProviderPolicy{

@@ -22,8 +22,15 @@ type refunds struct {
 // unknown: before giving up, it asks the provider once by reference (a
 // reconcile under this same attempt, R14), so a late worker still learns —
 // and, if it was taken over meanwhile, files — what really happened (R15).
+//
+// A grant lost before the request goes out sends nothing (R27); one lost
+// while it is in flight still waits for its answer (jobfence.SendContext),
+// which the Worker files as an observation (R15).
 func (r *refunds) Refund(ctx context.Context, j jobfence.ClaimedJob) jobfence.Result {
-	ref, err := r.pay.CreateRefund(ctx, j.Job.OperationKey, fakeprovider.RefundParams{
+	if err := ctx.Err(); err != nil {
+		return jobfence.Unknown(context.Cause(ctx))
+	}
+	ref, err := r.pay.CreateRefund(jobfence.SendContext(ctx), j.Job.OperationKey, fakeprovider.RefundParams{
 		PaymentID: j.Job.PaymentID, AmountMinor: j.Job.AmountMinor, Currency: j.Job.Currency,
 		MerchantReference: j.Job.OperationKey,
 	})
