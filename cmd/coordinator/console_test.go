@@ -245,9 +245,12 @@ func driveToReview(t *testing.T, ctx context.Context, fleet *jobfence.Client) re
 	if err := pay.RegisterPayment(ctx, job.PaymentID, job.AmountMinor, job.Currency); err != nil {
 		t.Fatal(err)
 	}
+	// A 1s lease that is not renewed, and a reply 3s late: the worker's
+	// other slot takes the job over (R17 without R27).
 	handler := refundHandler(pay, "hang_after=3,lookup_lag=600")
 	w, err := jobfence.NewWorker(fleet, handler, jobfence.WorkerOptions{WorkerID: "worker-e2e", Concurrency: 2,
-		Lease: time.Second, ProviderTimeout: 10 * time.Second, PollInterval: 50 * time.Millisecond, Provider: "acme"})
+		Lease: time.Second, NoLeaseRenewal: true, ProviderTimeout: 10 * time.Second, PollInterval: 50 * time.Millisecond,
+		Provider: "acme"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,12 +22,36 @@ const reconcileLater = time.Minute
 // TestWebhookClosesACutReplyBeforeItsReconcile_T3_R28 is T3 with the
 // provider's webhook: the refund is made but its reply is cut, so the worker
 // reschedules a reconcile a minute later (R14); the provider's signed
-// refund.created webhook reaches the coordinator binary's --webhook-listen,
-// is filed as an observation and makes the job due now (R28); a worker
-// reconciles and completes it through the fenced path, seconds after the cut
-// instead of a minute. No webhook changes the job's state itself.
+// refund.created webhook reaches the coordinator binary's --webhook-listen
+// and is filed as an observation (R28). Arriving after the reschedule, it
+// makes the ready job due now (expedited by webhook:acme); arriving while the
+// worker still runs the job, it moves nothing then, and the worker's
+// reschedule comes due at once instead (expedited by the coordinator). Either
+// way a worker reconciles and completes it through the fenced path, seconds
+// after the cut instead of a minute. No webhook changes the job's state
+// itself.
 func TestWebhookClosesACutReplyBeforeItsReconcile_T3_R28(t *testing.T) {
 	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		// faults: the webhook a second after the cut reply, after the
+		// worker's reschedule has committed; or at once, with the handler
+		// holding its answer until the receipt is on file.
+		faults      string
+		waitForHook bool
+		expediter   string
+	}{
+		{"after the reschedule", "cut_reply,webhook_delay=1", false, "webhook:acme"},
+		{"while the job runs", "cut_reply", true, "jobfence"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			webhookClosesCutReply(t, tc.faults, tc.waitForHook, tc.expediter)
+		})
+	}
+}
+
+func webhookClosesCutReply(t *testing.T, faults string, waitForHook bool, expediter string) {
 	const secret = "whsec_e2e_0123456789abcdef"
 	secrets := filepath.Join(t.TempDir(), "webhook-secrets")
 	if err := os.WriteFile(secrets, []byte("acme stripe "+secret+"\n"), 0o600); err != nil {
@@ -60,10 +84,20 @@ func TestWebhookClosesACutReplyBeforeItsReconcile_T3_R28(t *testing.T) {
 	if err := pay.RegisterPayment(ctx, job.PaymentID, job.AmountMinor, job.Currency); err != nil {
 		t.Fatal(err)
 	}
-	// The webhook a second after the cut reply: after the worker's
-	// reschedule has committed. (One arriving while the job still runs is
-	// filed but does not yet move it.)
-	handler := refundHandler(pay, "cut_reply,webhook_delay=1")
+	handler := refundHandler(pay, faults)
+	if waitForHook {
+		refund := handler.RefundFunc
+		handler.RefundFunc = func(ctx context.Context, j jobfence.ClaimedJob) jobfence.Result {
+			res := refund(ctx, j)
+			proctest.WaitFor(t, 10*time.Second, "the webhook's receipt while the job runs", func() bool {
+				d, err := client.GetJob(ctx, j.Job.ID)
+				return err == nil && slices.ContainsFunc(d.Observations, func(o jobfence.Observation) bool {
+					return o.Source == "webhook:acme"
+				})
+			})
+			return res
+		}
+	}
 	w, err := jobfence.NewWorker(client, handler, jobfence.WorkerOptions{WorkerID: "worker-t3", Concurrency: 2,
 		Lease: 30 * time.Second, ProviderTimeout: 5 * time.Second, PollInterval: 50 * time.Millisecond,
 		Policy: jobfence.ProviderPolicy{UnknownDelay: reconcileLater}, ReceiptSpool: "off"})
@@ -93,8 +127,8 @@ func TestWebhookClosesACutReplyBeforeItsReconcile_T3_R28(t *testing.T) {
 	var kinds []string
 	for _, e := range d.Events {
 		kinds = append(kinds, e.Kind)
-		if e.Kind == jobfence.EventExpedited && e.WorkerID != "webhook:acme" {
-			t.Fatalf("expedited by %q, want the webhook", e.WorkerID)
+		if e.Kind == jobfence.EventExpedited && e.WorkerID != expediter {
+			t.Fatalf("expedited by %q, want %q", e.WorkerID, expediter)
 		}
 	}
 	want := []string{jobfence.EventEnqueued, jobfence.EventClaimed, jobfence.EventRescheduled, jobfence.EventExpedited,
