@@ -3,18 +3,33 @@
 BUF     := go tool -modfile=tools/buf/go.mod buf
 GRPCURL := go tool -modfile=tools/grpcurl/go.mod grpcurl
 
-.PHONY: all generate generate-node lint test run check-generated
+.PHONY: all generate generate-node generate-python lint test run check-generated
 
 all: generate lint test
 
-## generate: regenerate gen/ and clients/node/src/gen/ from proto/ (committed; CI fails on a diff)
-generate: generate-node
+## generate: regenerate gen/, clients/node/src/gen/ and the Python client's generated modules from proto/ (committed; CI fails on a diff)
+generate: generate-node generate-python
 	$(BUF) generate
 
 ## generate-node: regenerate the TypeScript client's clients/node/src/gen/ (needs `npm ci` in clients/node)
 generate-node:
 	@test -x clients/node/node_modules/.bin/protoc-gen-es || { echo "run npm ci in clients/node first"; exit 1; }
 	cd clients/node && go tool -modfile=$(CURDIR)/tools/buf/go.mod buf generate
+
+# The Python client's generated modules: protoc's built-in python and pyi
+# generators and grpc_python_plugin, pinned to Debian bookworm's protoc 3.21
+# (another protoc writes other bytes). jobfence/v1 lands in the package itself,
+# so the plugin's absolute `from jobfence.v1 import` resolves; google.rpc
+# (vendored under clients/python/proto) goes to jobfence/_googleapis.
+PY_GEN := clients/python/src/jobfence/v1 clients/python/src/jobfence/_googleapis
+
+## generate-python: regenerate the Python client's $(PY_GEN) (apt-get install protobuf-compiler protobuf-compiler-grpc)
+generate-python:
+	@protoc --version 2>/dev/null | grep -q '^libprotoc 3\.21\.' && command -v grpc_python_plugin >/dev/null || \
+	  { echo "generate-python needs protoc 3.21 and grpc_python_plugin: apt-get install protobuf-compiler protobuf-compiler-grpc"; exit 1; }
+	rm -f $(addsuffix /*_pb2*.py*,$(PY_GEN)) clients/python/src/jobfence/_googleapis/google/rpc/*_pb2*.py*
+	cd clients/python && go tool -modfile=$(CURDIR)/tools/buf/go.mod buf generate && \
+	  go tool -modfile=$(CURDIR)/tools/buf/go.mod buf generate --template buf.gen.googleapis.yaml
 
 ## lint: buf lint, gofmt and go vet
 lint:
@@ -30,7 +45,7 @@ test:
 run:
 	go run ./cmd/coordinator
 
-## check-generated: fail if gen/ or clients/node/src/gen/ is not what proto/ generates
+## check-generated: fail if gen/, clients/node/src/gen/ or the Python client's generated modules are not what proto/ generates
 check-generated: generate
-	@git diff --exit-code --stat -- gen/ clients/node/src/gen/ || { echo "generated code is stale: run make generate and commit"; exit 1; }
-	@test -z "$$(git status --porcelain -- gen/ clients/node/src/gen/)" || { git status --porcelain -- gen/ clients/node/src/gen/; echo "generated code has untracked files"; exit 1; }
+	@git diff --exit-code --stat -- gen/ clients/node/src/gen/ $(PY_GEN) || { echo "generated code is stale: run make generate and commit"; exit 1; }
+	@test -z "$$(git status --porcelain -- gen/ clients/node/src/gen/ $(PY_GEN))" || { git status --porcelain -- gen/ clients/node/src/gen/ $(PY_GEN); echo "generated code has untracked files"; exit 1; }
