@@ -1,0 +1,89 @@
+"""The example refund worker (examples/refund_worker.py) as a process, against
+a real coordinator on MariaDB and the fake provider over HTTP: refunds made
+once under their operation key (R1, R2), a cut reply reconciled instead of
+resent blindly (T3, R14), and a clean drain on SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import sys
+import urllib.request
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from jobfence import JobState
+
+from harness import Coordinator, Proc, eventually, go_binary, start_coordinator
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "refund_worker.py"
+
+
+def admin(url: str, method: str, path: str, body: Any = None) -> Any:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url + path, data=data, method=method, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=15) as r:
+        text = r.read()
+    return json.loads(text) if text else None
+
+
+@pytest.fixture(scope="module")
+def coord() -> Iterator[Coordinator]:
+    c = start_coordinator()
+    yield c
+    c.stop()
+
+
+def start_provider() -> tuple[Proc, str]:
+    p = Proc("fakeprovider", [go_binary("fakeprovider", "JOBFENCE_FAKEPROVIDER_BIN"), "--listen", "127.0.0.1:0",
+                              "--log-format", "json", "--shutdown-timeout", "1s"])
+    rec = p.wait_for(lambda r: r.get("msg") == "fakeprovider serving", '"fakeprovider serving"')
+    return p, f"http://{rec['listen']}"
+
+
+def test_refund_worker_refunds_once_and_drains_on_sigterm(coord: Coordinator) -> None:
+    provider, url = start_provider()
+    worker = None
+    try:
+        # T3: the provider refunds and cuts the reply of the first two sends.
+        admin(url, "POST", "/v1/_admin/faults", {"cut_reply": True, "times": 2})
+        c = coord.client()
+        keys = [f"pyex-{i}" for i in range(12)]
+        for i, k in enumerate(keys):
+            admin(url, "POST", "/v1/_admin/payments", {"payment_id": f"pay-{k}", "amount_minor": 2**53 + i,
+                                                         "currency": "EUR"})
+            c.enqueue_refund(operation_key=k, order_id=f"order-{k}", payment_id=f"pay-{k}", amount_minor=2**53 + i,
+                             currency="EUR", provider="pyex")
+        worker = Proc("py-worker", [sys.executable, str(EXAMPLE), "--provider", url, "--provider-name", "pyex",
+                                    "--worker-id", "py-ex-1", "--lease", "5s", "--provider-timeout", "2s",
+                                    "--unknown-delay", "200ms", "--claim-wait", "2s", "--log-level", "debug"],
+                      env={"REFUNDWORKER_COORDINATOR": coord.address, "REFUNDWORKER_CONCURRENCY": "3"})
+        worker.wait_for(lambda r: r.get("msg") == "refund-worker started", "its start")
+
+        def all_done() -> bool:
+            return all(c.get_job(operation_key=k).job.state is JobState.SUCCEEDED for k in keys)
+
+        eventually(all_done, 60, "every job succeeded")
+        assert worker.stop(30) == 0, worker.tail()
+        stopped = worker.wait_for(lambda r: r.get("msg") == "refund-worker stopped", "its stop record")
+        assert stopped["drained"] is True and stopped["stats"]["completed"] == len(keys), stopped
+        oracle = admin(url, "GET", "/v1/_oracle")
+        assert oracle["double_refunds"] == 0 and len(oracle["refunds"]) == len(keys)
+        for op in oracle["operations"]:
+            # R1, R2: the operation key is the Idempotency-Key and the reference, never with the attempt.
+            assert op["idempotency_keys"] == op["merchant_references"] and op["refunds"] == 1, op
+        for k in keys:
+            d = c.get_job(operation_key=k)
+            assert [e.kind for e in d.events].count("completed") == 1
+        # Every line about a job names its grant, never its token (R25).
+        for r in worker.records:
+            if "job_id" in r:
+                assert len(str(r.get("grant"))) == 12, r
+                assert not any("token" in key for key in r), r
+        # The cut replies really happened, and were reconciled, not resent as new refunds.
+        assert oracle["stats"]["cut_replies"] == 2 and oracle["stats"]["refunds_created"] == len(keys), oracle["stats"]
+    finally:
+        if worker is not None:
+            worker.stop(5)
+        provider.stop(5)
