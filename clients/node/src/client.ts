@@ -1,13 +1,16 @@
 // A typed client for jobfence.v1.Coordinator over the gRPC protocol.
 
 import type { MessageInitShape } from "@bufbuild/protobuf";
-import { createClient, type Client, type Interceptor } from "@connectrpc/connect";
+import { durationFromMs, timestampDate, type Timestamp } from "@bufbuild/protobuf/wkt";
+import { Code, createClient, type Client, type Interceptor } from "@connectrpc/connect";
 import { Http2SessionManager, createGrpcTransport } from "@connectrpc/connect-node";
 import type { SecureClientSessionOptions } from "node:http2";
 
-import { toCoordinatorError } from "./errors.js";
+import { CoordinatorError, refusalError, toCoordinatorError } from "./errors.js";
 import {
   Coordinator,
+  ErrorReason,
+  type ClaimedJob,
   type ClaimRequestSchema,
   type ClaimResponse,
   type CompleteRequestSchema,
@@ -18,6 +21,7 @@ import {
   type EscalateResponse,
   type GetJobRequestSchema,
   type GetJobResponse,
+  type LeaseRenewal,
   type ListJobsRequestSchema,
   type ListJobsResponse,
   type ResolveReviewRequestSchema,
@@ -95,6 +99,86 @@ export type GetJobInit = MessageInitShape<typeof GetJobRequestSchema>;
 export type ListJobsInit = MessageInitShape<typeof ListJobsRequestSchema>;
 export type ResolveReviewInit = MessageInitShape<typeof ResolveReviewRequestSchema>;
 
+/** MaxRenewBatch is the most grants one RenewLeases call renews (R27). */
+export const MaxRenewBatch = 100;
+
+/**
+ * Grant names a grant to renew (R25): the job, the attempt Claim granted and
+ * that claim's lease token. `grantOf(claimed)` makes one.
+ */
+export interface Grant {
+  jobId: bigint;
+  attempt: bigint;
+  /** `ClaimedJob.leaseToken`: a secret, never logged (R25). */
+  leaseToken: string;
+}
+
+/** grantOf is the grant a claimed job holds. */
+export function grantOf(claimed: ClaimedJob): Grant {
+  return { jobId: claimed.job?.id ?? 0n, attempt: claimed.attempt, leaseToken: claimed.leaseToken };
+}
+
+/** RenewLeasesOptions apply to one renewLeases call. */
+export interface RenewLeasesOptions extends CallOptions {
+  /**
+   * How long each lease runs from the coordinator's now (1 s..15 min, R12);
+   * the coordinator's default lease when unset, like Claim's.
+   */
+  leaseMs?: number;
+}
+
+/**
+ * Renewal answers the renewal of one grant (R27), one per grant in the
+ * request's order: `kind: "renewed"` with the lease's new end, or
+ * `kind: "refused"`.
+ */
+export type Renewal = Renewed | RenewalRefused;
+
+interface RenewalOf {
+  jobId: bigint;
+  attempt: bigint;
+  /**
+   * The end of the grant's life: no renewal extends its lease past it (R27).
+   * Set while the job runs under this grant.
+   */
+  grantExpiresAt: Date | undefined;
+  /**
+   * When the newest receipt of success or failure was filed for the job
+   * during this grant, if one was (R28): what the provider told someone else
+   * while this holder worked. A reschedule to RECONCILE is then due at once.
+   */
+  receiptFiledAt: Date | undefined;
+}
+
+/** Renewed: the grant's lease now ends at `leaseUntil` (the database's clock, R12). */
+export interface Renewed extends RenewalOf {
+  kind: "renewed";
+  leaseUntil: Date;
+}
+
+/**
+ * RenewalRefused: the grant's lease was not renewed. Branch on `reason` (a
+ * Reason value) or on `error`'s class, never on its message (R24):
+ * - Reason.StaleAttempt (StaleAttemptError): taken over, or not this grant:
+ *   stop before sending anything new to the provider and file any answer
+ *   already received as an observation (R15). `error.currentAttempt` and
+ *   `error.currentState` say where the job stands.
+ * - Reason.JobNotRunning (JobNotRunningError): this grant already wrote its
+ *   outcome.
+ * - Reason.GrantTooOld (GrantTooOldError): renew no more; the grant is still
+ *   valid until a takeover commits after its lease runs out (R8).
+ * - Reason.NotFound (NotFoundError): no such job.
+ * - A reason whose error `isRetryableWrite` (DATABASE_UNAVAILABLE,
+ *   WRITE_OUTCOME_UNKNOWN): this grant was not decided; renew it again.
+ */
+export interface RenewalRefused extends RenewalOf {
+  kind: "refused";
+  /** The ErrorInfo reason, a Reason value. */
+  reason: string;
+  /** The refusal as the same refusal of a write-back decodes (R24). */
+  error: CoordinatorError;
+}
+
 /**
  * CoordinatorClient calls jobfence.v1.Coordinator. Every method rejects with
  * a CoordinatorError subclass chosen by the ErrorInfo reason (R24):
@@ -169,6 +253,30 @@ export class CoordinatorClient {
   }
 
   /**
+   * renewLeases extends the leases of grants the caller holds (R27), up to
+   * MaxRenewBatch per call, each job at most once: each lease then ends
+   * `leaseMs` from the database's now (R12), never past its grant's
+   * `grantExpiresAt`. Each grant is fenced by attempt and lease token like
+   * complete (R25) and answered on its own, in order (see Renewal): a lease
+   * that ran out is still renewed as long as no takeover has committed (R8);
+   * a renewal never bumps the attempt. The whole call rejects only with
+   * InvalidArgumentError (the field named: grants, grants[i].job_id,
+   * grants[i].attempt, lease_duration), UNAVAILABLE (nothing was decided),
+   * PERMISSION_DENIED or UNAUTHENTICATED. Renewing is idempotent: repeat the
+   * call when `isRetryableWrite(err)`, as for a write-back (the Worker does,
+   * at its next renewal, sooner).
+   */
+  async renewLeases(grants: readonly Grant[], opts?: RenewLeasesOptions): Promise<Renewal[]> {
+    const { leaseMs, ...callOpts } = opts ?? {};
+    const req = {
+      grants: grants.map((g) => ({ jobId: g.jobId, attempt: g.attempt, leaseToken: g.leaseToken })),
+      leaseDuration: leaseMs === undefined ? undefined : durationFromMs(leaseMs),
+    };
+    const resp = await this.call((o) => this.raw.renewLeases(req, o), callOpts);
+    return resp.renewals.map(renewalOf);
+  }
+
+  /**
    * reportObservation files a provider receipt; it never changes the job
    * (R15). With the `leaseToken` of the reported attempt's grant, the stored
    * observation has `attemptVerified: true` (R25); without it the receipt is
@@ -214,6 +322,30 @@ export class CoordinatorClient {
       throw toCoordinatorError(err);
     }
   }
+}
+
+// renewalOf decodes one grant's answer; a refusal by its reason (R24).
+function renewalOf(r: LeaseRenewal): Renewal {
+  const of: RenewalOf = {
+    jobId: r.jobId,
+    attempt: r.attempt,
+    grantExpiresAt: dateOf(r.grantExpiresAt),
+    receiptFiledAt: dateOf(r.receiptFiledAt),
+  };
+  if (r.refused === ErrorReason.UNSPECIFIED && r.leaseUntil !== undefined) {
+    return { kind: "renewed", ...of, leaseUntil: timestampDate(r.leaseUntil) };
+  }
+  if (r.refused === ErrorReason.UNSPECIFIED) {
+    // Neither renewed nor refused: not an answer this SDK can act on.
+    const error = new CoordinatorError("the coordinator answered a renewal with neither a lease nor a refusal", Code.Internal, undefined, {});
+    return { kind: "refused", ...of, reason: "", error };
+  }
+  const error = refusalError(r.refused, r.message, r.metadata, r.jobId, r.attempt);
+  return { kind: "refused", ...of, reason: error.reason ?? "", error };
+}
+
+function dateOf(t: Timestamp | undefined): Date | undefined {
+  return t === undefined ? undefined : timestampDate(t);
 }
 
 function metadataInterceptor(token: CoordinatorClientOptions["token"], metadata: CoordinatorClientOptions["metadata"]): Interceptor {

@@ -38,6 +38,7 @@ export const Reason = {
   ObservationLimit: reasonName(ErrorReason.OBSERVATION_LIMIT),
   NotFound: reasonName(ErrorReason.NOT_FOUND),
   InvalidArgument: reasonName(ErrorReason.INVALID_ARGUMENT),
+  GrantTooOld: reasonName(ErrorReason.GRANT_TOO_OLD),
 } as const;
 
 /**
@@ -147,6 +148,24 @@ export class DatabaseUnavailableError extends CoordinatorError {}
 /** NotFoundError (NOT_FOUND): no such job. */
 export class NotFoundError extends CoordinatorError {}
 
+/**
+ * GrantTooOldError (GRANT_TOO_OLD, FAILED_PRECONDITION): a renewal refused
+ * because the grant has lived as long as the coordinator lets one grant live
+ * (its `grantExpiresAt`, the coordinator's --max-grant-age, R27). Renew it no
+ * more. The grant is still valid: its holder may write back until a takeover
+ * commits after its lease runs out (R8).
+ */
+export class GrantTooOldError extends CoordinatorError {
+  readonly jobId: bigint;
+  readonly attempt: bigint;
+
+  constructor(message: string, code: Code, reason: string, metadata: Record<string, string>, cause?: unknown) {
+    super(message, code, reason, metadata, cause);
+    this.jobId = int64(metadata["job_id"]);
+    this.attempt = int64(metadata["attempt"]);
+  }
+}
+
 /** FieldViolation names one bad request field. */
 export interface FieldViolation {
   /** The proto field name, e.g. "max_jobs". */
@@ -187,32 +206,118 @@ export function toCoordinatorError(err: unknown): CoordinatorError {
   const ce = ConnectError.from(err);
   const details = errorDetails(ce);
   const ei = details.info;
-  const msg = ce.rawMessage;
-  const meta = ei?.metadata ?? {};
-  switch (ei?.reason) {
+  return errorOf(ce.rawMessage, ce.code, ei?.reason, ei?.metadata ?? {}, details.violations, ce);
+}
+
+// errorOf is the CoordinatorError subclass of an ErrorInfo reason (R24).
+function errorOf(msg: string, code: Code, reason: string | undefined, meta: Record<string, string>,
+  violations: FieldViolation[], cause: unknown): CoordinatorError {
+  switch (reason) {
     case Reason.StaleAttempt:
-      return new StaleAttemptError(msg, ce.code, ei.reason, meta, ce);
+      return new StaleAttemptError(msg, code, reason, meta, cause);
     case Reason.JobNotRunning:
-      return new JobNotRunningError(msg, ce.code, ei.reason, meta, ce);
+      return new JobNotRunningError(msg, code, reason, meta, cause);
     case Reason.JobNotInReview:
-      return new JobNotInReviewError(msg, ce.code, ei.reason, meta, ce);
+      return new JobNotInReviewError(msg, code, reason, meta, cause);
     case Reason.OperationKeyConflict:
-      return new OperationKeyConflictError(msg, ce.code, ei.reason, meta, ce);
+      return new OperationKeyConflictError(msg, code, reason, meta, cause);
     case Reason.ClaimOutcomeUnknown:
-      return new ClaimOutcomeUnknownError(msg, ce.code, ei.reason, meta, ce);
+      return new ClaimOutcomeUnknownError(msg, code, reason, meta, cause);
     case Reason.WriteOutcomeUnknown:
-      return new WriteOutcomeUnknownError(msg, ce.code, ei.reason, meta, ce);
+      return new WriteOutcomeUnknownError(msg, code, reason, meta, cause);
     case Reason.DatabaseUnavailable:
-      return new DatabaseUnavailableError(msg, ce.code, ei.reason, meta, ce);
+      return new DatabaseUnavailableError(msg, code, reason, meta, cause);
     case Reason.NotFound:
-      return new NotFoundError(msg, ce.code, ei.reason, meta, ce);
+      return new NotFoundError(msg, code, reason, meta, cause);
+    case Reason.GrantTooOld:
+      return new GrantTooOldError(msg, code, reason, meta, cause);
     case Reason.InvalidArgument:
-      return new InvalidArgumentError(msg, ce.code, ei.reason, meta, details.violations, ce);
+      return new InvalidArgumentError(msg, code, reason, meta, violations, cause);
   }
-  if (ce.code === Code.InvalidArgument && details.violations.length > 0) {
-    return new InvalidArgumentError(msg, ce.code, ei?.reason, meta, details.violations, ce);
+  if (code === Code.InvalidArgument && violations.length > 0) {
+    return new InvalidArgumentError(msg, code, reason, meta, violations, cause);
   }
-  return new CoordinatorError(msg, ce.code, ei?.reason, meta, ce);
+  return new CoordinatorError(msg, code, reason, meta, cause);
+}
+
+/**
+ * refusalError is the error of one grant's refusal in a RenewLeases answer
+ * (R27): the class, code and metadata the same refusal of a write-back
+ * carries, chosen by the reason, never by the message (R24) — a
+ * StaleAttemptError for STALE_ATTEMPT, and so on. `jobId` and `attempt` name
+ * the grant when the metadata does not.
+ */
+export function refusalError(reason: ErrorReason, message: string, metadata: Record<string, string>,
+  jobId: bigint, attempt: bigint): CoordinatorError {
+  // A reason newer than this SDK keeps its number.
+  const name = (reasonName(reason) as string | undefined) ?? `ERROR_REASON_${reason}`;
+  const meta = { job_id: jobId.toString(), attempt: attempt.toString(), ...metadata };
+  return errorOf(message, reasonCode(reason), name, meta, [], undefined);
+}
+
+// reasonCode is the gRPC code each reason comes with (the proto's ErrorReason).
+function reasonCode(r: ErrorReason): Code {
+  switch (r) {
+    case ErrorReason.NOT_FOUND:
+      return Code.NotFound;
+    case ErrorReason.OPERATION_KEY_CONFLICT:
+      return Code.AlreadyExists;
+    case ErrorReason.CLAIM_OUTCOME_UNKNOWN:
+    case ErrorReason.WRITE_OUTCOME_UNKNOWN:
+    case ErrorReason.DATABASE_UNAVAILABLE:
+    case ErrorReason.DATABASE_FULL:
+    case ErrorReason.DATABASE_ACCESS_DENIED:
+      return Code.Unavailable;
+    case ErrorReason.OBSERVATION_LIMIT:
+      return Code.ResourceExhausted;
+    case ErrorReason.INVALID_ARGUMENT:
+      return Code.InvalidArgument;
+    case ErrorReason.UNAUTHENTICATED:
+      return Code.Unauthenticated;
+    case ErrorReason.PERMISSION_DENIED:
+      return Code.PermissionDenied;
+    default:
+      return Code.FailedPrecondition;
+  }
+}
+
+/**
+ * GrantLostError is the reason a handler's `signal` is aborted with when the
+ * Worker learns that the grant the handler works under is gone (R27): a
+ * renewal answered STALE_ATTEMPT (the job was taken over, R8: the takeover's
+ * commit ends the grant), JOB_NOT_RUNNING (the grant already wrote its
+ * outcome) or NOT_FOUND. Stop before sending anything new to the provider;
+ * an answer already received is still worth returning: the Worker's
+ * write-back is refused by the fence and the answer is filed as an
+ * observation (R15). `refusal` is the coordinator's refusal, decoded by
+ * reason; `currentAttempt` and `currentState` say where the job stands
+ * (0 and UNSPECIFIED when the refusal does not say). It never carries the
+ * lease token (R25).
+ */
+export class GrantLostError extends Error {
+  readonly jobId: bigint;
+  readonly attempt: bigint;
+  /** The refusal's reason: Reason.StaleAttempt, Reason.JobNotRunning or Reason.NotFound. */
+  readonly reason: string;
+  readonly currentAttempt: bigint;
+  readonly currentState: JobState;
+  readonly refusal: CoordinatorError;
+
+  constructor(jobId: bigint, attempt: bigint, refusal: CoordinatorError) {
+    const fenced = refusal instanceof FencedWriteError ? refusal : undefined;
+    const where = fenced && fenced.currentAttempt > 0n
+      ? `; the job is at attempt ${fenced.currentAttempt}, ${JobState[fenced.currentState] ?? "state unknown"}`
+      : "";
+    super(`grant lost: job ${jobId} attempt ${attempt} may write no more (${refusal.reason ?? "refused"}${where}); ` +
+      "send nothing new to the provider (R27)", { cause: refusal });
+    this.name = "GrantLostError";
+    this.jobId = jobId;
+    this.attempt = attempt;
+    this.reason = refusal.reason ?? "";
+    this.currentAttempt = fenced?.currentAttempt ?? 0n;
+    this.currentState = fenced?.currentState ?? JobState.UNSPECIFIED;
+    this.refusal = refusal;
+  }
 }
 
 /**

@@ -1,8 +1,8 @@
-// Package entry point: the typed Coordinator client, the Worker runtime and its
-// receipt spool (R28), the decision helper, the grant fingerprint (R25) and
-// the error classes.
+// Package entry point: the typed Coordinator client, the Worker runtime with
+// its lease renewal (R27) and its receipt spool (R28), the decision helper,
+// the grant fingerprint (R25) and the error classes.
 
-export { CoordinatorClient } from "./client.js";
+export { CoordinatorClient, MaxRenewBatch, grantOf } from "./client.js";
 export type {
   CallOptions,
   ClaimInit,
@@ -11,7 +11,12 @@ export type {
   EnqueueRefundInit,
   EscalateInit,
   GetJobInit,
+  Grant,
   ListJobsInit,
+  RenewLeasesOptions,
+  Renewal,
+  RenewalRefused,
+  Renewed,
   ReportObservationInit,
   ResolveReviewInit,
   RescheduleInit,
@@ -37,6 +42,8 @@ export {
   DatabaseUnavailableError,
   ErrorDomain,
   FencedWriteError,
+  GrantLostError,
+  GrantTooOldError,
   InvalidArgumentError,
   JobNotRunningError,
   JobNotInReviewError,

@@ -17,12 +17,18 @@ import {
   NotFoundError,
   ObservationOutcome,
   OperationKeyConflictError,
+  MaxRenewBatch,
+  Reason,
   ReviewResolution,
   StaleAttemptError,
+  grantOf,
   isRetryableWrite,
   toCoordinatorError,
   type CoordinatorClient,
   type Job,
+  type LeaseRenewal,
+  type Renewal,
+  type RenewLeasesResponse,
 } from "../src/index.js";
 import { refund, startCoordinator, type Coordinator } from "./harness.js";
 
@@ -172,6 +178,141 @@ describe("CoordinatorClient", () => {
         return true;
       });
     }
+  });
+
+  it("renews a held grant and answers every other grant's refusal by its reason, never its message (R27, R24)", async () => {
+    // held: claimed, its lease already run out with nobody taking over (R8);
+    // takenOver: claimed by A, taken over by B; done: completed; plus a
+    // grant with the right attempt and another token (R25), and a missing job.
+    const held = await claimOne("node-a", (await client.enqueueRefund(refund())).job!);
+    await coord.expireLease(held.job!.id);
+    const takenJob = (await client.enqueueRefund(refund())).job!;
+    const a = await claimOne("node-a", takenJob);
+    await coord.expireLease(takenJob.id);
+    const b = await claimOne("node-b", takenJob);
+    const done = await claimOne("node-a", (await client.enqueueRefund(refund())).job!);
+    await client.complete({ ...grantOf(done), providerRefundId: "re_done" });
+    const forged = await claimOne("node-a", (await client.enqueueRefund(refund())).job!);
+    // R28: a receipt of success filed during held's grant.
+    await client.reportObservation({
+      job: { case: "jobId", value: held.job!.id }, source: "webhook", outcome: ObservationOutcome.SUCCEEDED, providerRefundId: "re_hook",
+    });
+
+    // Every refusal's message says something else: decoding goes by reason.
+    let answered: LeaseRenewal[] = [];
+    const misleading = coord.client({
+      interceptors: [(next) => async (req) => {
+        const res = await next(req);
+        if (req.method.name === "RenewLeases" && !res.stream) {
+          answered = (res.message as unknown as RenewLeasesResponse).renewals;
+          for (const r of answered) {
+            r.message = "NOT_FOUND: job not found (a message to mislead)";
+          }
+        }
+        return res;
+      }],
+    });
+    const renewals = await misleading.renewLeases([
+      grantOf(held),
+      grantOf(a),
+      grantOf(done),
+      { ...grantOf(forged), leaseToken: b.leaseToken },
+      { jobId: 987_654_321n, attempt: 1n, leaseToken: held.leaseToken },
+    ], { leaseMs: 120_000 });
+    assert.equal(answered.length, 5);
+    assert.deepEqual(renewals.map((r) => [r.kind, r.jobId, r.attempt]), [
+      ["renewed", held.job!.id, held.attempt],
+      ["refused", takenJob.id, a.attempt],
+      ["refused", done.job!.id, done.attempt],
+      ["refused", forged.job!.id, forged.attempt],
+      ["refused", 987_654_321n, 1n],
+    ], "one answer per grant, in order");
+    const [renewed, stale, notRunning, otherToken, missing] = renewals as [Renewal, Renewal, Renewal, Renewal, Renewal];
+
+    assert.ok(renewed.kind === "renewed");
+    const got = await client.getJob({ job: { case: "jobId", value: held.job!.id } });
+    assert.deepEqual(renewed.leaseUntil, timestampDate(got.job!.leaseUntil!), "the lease the database holds now");
+    assert.ok(renewed.leaseUntil.getTime() - timestampDate(got.now!).getTime() > 110_000, "120 s from the database's now (R12)");
+    assert.equal(got.job!.attempt, held.attempt, "a renewal never bumps the attempt");
+    assert.deepEqual(got.events.map((e) => e.kind), ["enqueued", "claimed"], "nor writes the history");
+    assert.ok(renewed.grantExpiresAt !== undefined && renewed.grantExpiresAt >= renewed.leaseUntil);
+    assert.ok(renewed.receiptFiledAt !== undefined, "the webhook's receipt during the grant (R28)");
+
+    assert.ok(stale.kind === "refused");
+    assert.equal(stale.reason, Reason.StaleAttempt);
+    assert.ok(stale.error instanceof StaleAttemptError, String(stale.error));
+    assert.equal(stale.error.code, Code.FailedPrecondition);
+    assert.equal(stale.error.jobId, takenJob.id);
+    assert.equal(stale.error.attempt, a.attempt);
+    assert.equal(stale.error.currentAttempt, b.attempt);
+    assert.equal(stale.error.currentState, JobState.RUNNING);
+    assert.equal(stale.grantExpiresAt, undefined, "not running under this grant");
+    const bNow = (await client.getJob({ job: { case: "jobId", value: takenJob.id } })).job!;
+    assert.deepEqual(timestampDate(bNow.leaseUntil!), timestampDate(b.leaseUntil!), "the new holder's lease is untouched");
+
+    assert.ok(notRunning.kind === "refused" && notRunning.reason === Reason.JobNotRunning);
+    assert.ok(notRunning.error instanceof JobNotRunningError);
+    assert.equal(notRunning.error.currentState, JobState.SUCCEEDED);
+
+    assert.ok(otherToken.kind === "refused" && otherToken.reason === Reason.StaleAttempt, "the right attempt is not enough (R25)");
+    assert.ok(otherToken.error instanceof StaleAttemptError);
+    assert.equal(otherToken.error.currentAttempt, forged.attempt);
+
+    assert.ok(missing.kind === "refused" && missing.reason === Reason.NotFound);
+    assert.ok(missing.error instanceof NotFoundError);
+    assert.equal(missing.error.code, Code.NotFound);
+
+    for (const r of renewals) {
+      assert.ok(r.kind === "renewed" || !isRetryableWrite(r.error), "a refusal is final");
+      const text = JSON.stringify(r, (_k, v: unknown) => (typeof v === "bigint" ? v.toString() : v));
+      assert.ok(![held, a, b, done, forged].some((c) => text.includes(c.leaseToken)), "no lease token in an answer");
+    }
+  });
+
+  it("rejects a bad renewal as a whole with InvalidArgumentError naming the field (R27)", async () => {
+    const claimed = await claimOne("node-a", (await client.enqueueRefund(refund())).job!);
+    const g = grantOf(claimed);
+    const cases: Array<[string, () => Promise<unknown>]> = [
+      ["grants", () => client.renewLeases([])],
+      ["grants", () => client.renewLeases(Array.from({ length: MaxRenewBatch + 1 }, (_, i) => ({ ...g, jobId: BigInt(i + 1) })))],
+      ["grants[1].job_id", () => client.renewLeases([g, g])],
+      ["grants[0].attempt", () => client.renewLeases([{ ...g, attempt: 0n }])],
+      ["grants[0].job_id", () => client.renewLeases([{ ...g, jobId: 0n }])],
+      ["lease_duration", () => client.renewLeases([g], { leaseMs: 500 })],
+      ["lease_duration", () => client.renewLeases([g], { leaseMs: 16 * 60_000 })],
+    ];
+    for (const [field, call] of cases) {
+      await assert.rejects(call(), (err) => {
+        assert.ok(err instanceof InvalidArgumentError, `${field}: ${String(err)}`);
+        assert.equal(err.code, Code.InvalidArgument);
+        assert.equal(err.reason, Reason.InvalidArgument);
+        assert.ok(err.fields.includes(field), `${field}: violations ${JSON.stringify(err.fieldViolations)}`);
+        return true;
+      });
+    }
+    // Nothing was renewed, and the grant itself is fine.
+    const [r] = await client.renewLeases([g], { leaseMs: 60_000 });
+    assert.equal(r!.kind, "renewed");
+  });
+
+  it("repeats nothing itself: an unreachable coordinator's renewal is UNAVAILABLE, safe to repeat (R27, R21)", async () => {
+    const claimed = await claimOne("node-a", (await client.enqueueRefund(refund())).job!);
+    let cut = true;
+    const lossy = coord.client({
+      interceptors: [(next) => async (req) => {
+        const res = await next(req); // renewed at the coordinator…
+        if (req.method.name === "RenewLeases" && cut) {
+          cut = false; // …and the reply is lost
+          throw new ConnectError("test: reply lost", Code.Unavailable);
+        }
+        return res;
+      }],
+    });
+    const lost = await lossy.renewLeases([grantOf(claimed)]).then(() => undefined, (e: unknown) => e);
+    assert.ok(lost instanceof CoordinatorError && lost.code === Code.Unavailable);
+    assert.equal(isRetryableWrite(lost), true);
+    const [again] = await lossy.renewLeases([grantOf(claimed)]);
+    assert.equal(again!.kind, "renewed", "the same renewal again is fine: it is idempotent");
   });
 
   it("returns the existing job for the same refund and OperationKeyConflictError for different values (R1)", async () => {
