@@ -1,13 +1,13 @@
 // Worker: claims what it can start now, calls the user's provider handlers and
 // writes the outcome back under the claimed grant (attempt and lease token).
 
-import { durationFromMs } from "@bufbuild/protobuf/wkt";
+import { durationFromMs, timestampMs } from "@bufbuild/protobuf/wkt";
 import { Code } from "@connectrpc/connect";
 import { performance } from "node:perf_hooks";
 
-import type { CoordinatorClient } from "./client.js";
+import { MaxRenewBatch, grantOf, type CoordinatorClient, type Renewal } from "./client.js";
 import { coordinatorNow, decideReconcile, resendAllowed, sendsAgain, type ProviderResult, type WriteDecision } from "./decide.js";
-import { CoordinatorError, FencedWriteError, Reason, isRetryableWrite, toCoordinatorError } from "./errors.js";
+import { CoordinatorError, FencedWriteError, GrantLostError, Reason, isRetryableWrite, toCoordinatorError } from "./errors.js";
 import { NextAction, ObservationOutcome, type ClaimedJob, type Job } from "./gen/jobfence/v1/coordinator_pb.js";
 import { grantFingerprint, type ClaimedJobView } from "./grant.js";
 import { ReceiptRefileIntervalMs, ReceiptSpool, ReceiptSpoolOff, defaultReceiptSpool, type SpooledReceipt } from "./spool.js";
@@ -40,7 +40,14 @@ export interface WorkerJob {
    * write-back, so a handler can neither leak it nor need it.
    */
   readonly claimed: ClaimedJobView;
-  /** Aborted when the provider-call deadline passes: cancel the request. */
+  /**
+   * Aborted when the provider-call deadline passes, and when the Worker
+   * learns that this grant is lost (R27: a renewal answered STALE_ATTEMPT,
+   * JOB_NOT_RUNNING or NOT_FOUND; `signal.reason` is then a GrantLostError):
+   * cancel the request and send nothing new to the provider. An answer
+   * already received is still worth returning: it is filed as an
+   * observation when the fence refuses the write-back (R15).
+   */
   readonly signal: AbortSignal;
   /** The provider-call timeout in milliseconds. */
   readonly timeoutMs: number;
@@ -86,6 +93,48 @@ export type WorkerEvent =
   | ({ type: "write_failed"; error: CoordinatorError } & JobIds)
   | ({ type: "stale"; error: FencedWriteError; decision: WriteDecision } & JobIds)
   | ({
+      /** The lease of a job whose handler runs was renewed (R27). */
+      type: "renewed";
+      leaseUntil: Date;
+      grantExpiresAt: Date | undefined;
+      /** A receipt of success or failure was filed for the job during this grant (R28). */
+      receiptFiledAt: Date | undefined;
+    } & JobIds)
+  | ({
+      /**
+       * A renewal said the grant is gone (STALE_ATTEMPT, JOB_NOT_RUNNING or
+       * NOT_FOUND, R27): the handler's signal was aborted with a
+       * GrantLostError; its answer, if it returns one, is filed as an
+       * observation when the fence refuses the write-back (R15).
+       */
+      type: "grant_lost";
+      reason: string;
+      error: CoordinatorError;
+    } & JobIds)
+  | ({
+      /**
+       * GRANT_TOO_OLD (R27): the grant reached the coordinator's
+       * --max-grant-age and is renewed no more. The handler runs on: the
+       * grant stays valid until a takeover commits after its lease runs out
+       * (R8).
+       */
+      type: "grant_too_old";
+      grantExpiresAt: Date | undefined;
+      error: CoordinatorError;
+    } & JobIds)
+  | {
+      /**
+       * A RenewLeases call failed (UNAVAILABLE, a cut deadline, a transport
+       * error), or left these grants undecided: they are renewed again in
+       * `retryInMs` (a tenth of the lease after a failure that may pass).
+       * Handlers are never aborted for it.
+       */
+      type: "renewal_failed";
+      error: CoordinatorError;
+      grants: JobIds[];
+      retryInMs: number;
+    }
+  | ({
       type: "observation";
       outcome: ObservationOutcome;
       providerRefundId: string;
@@ -130,16 +179,43 @@ export interface WorkerOptions {
   handlers: Handlers;
   /** How many jobs may be in flight at once (1..100). Default 1. */
   concurrency?: number;
-  /** The lease to ask for (1 s..15 min); the coordinator's default when unset (R17). */
+  /**
+   * The lease to ask for (1 s..15 min), in claims and renewals; the
+   * coordinator's default when unset (R17).
+   */
   leaseMs?: number;
   /** Claim only jobs of this provider. */
   provider?: string;
   /**
    * The provider-call deadline: a handler still running after it is aborted
-   * and the outcome counts as unknown. Must be shorter than the lease (R17).
-   * Default 10 s.
+   * and the outcome counts as unknown. Default 10 s. Without renewal
+   * (`renewLeases: false`) it must be shorter than the lease (R17); a
+   * renewing worker may wait out provider calls longer than the lease (R27
+   * amends R17, R18), up to the coordinator's --max-grant-age.
    */
   providerCallTimeoutMs?: number;
+  /**
+   * Renew the lease of every job while its handler runs (R27, amends R18).
+   * One timer per worker renews all held jobs that are due in one
+   * RenewLeases call (batches of up to 100), each about every
+   * `renewIntervalMs`; a job is renewed no more once its handler returns or
+   * its provider-call deadline passes. When a renewal says the grant is lost
+   * (STALE_ATTEMPT: taken over; JOB_NOT_RUNNING; NOT_FOUND), the handler's
+   * signal is aborted with a GrantLostError (`grant_lost`); what it still
+   * returns goes the usual way: the fence refuses the write-back and the
+   * answer is filed as an observation (R15). GRANT_TOO_OLD (the grant reached
+   * the coordinator's --max-grant-age) stops the job's renewals and aborts
+   * nothing (`grant_too_old`): the grant is valid until a takeover commits
+   * (R8). A failed RenewLeases call aborts nothing either; it is repeated at
+   * a tenth of the lease (`renewal_failed`). Default true.
+   */
+  renewLeases?: boolean;
+  /**
+   * How often a held job's lease is renewed, ±10 % jitter. Default a third
+   * of the job's lease, as the claim granted it (its leaseUntil − claimedAt,
+   * both the coordinator's clock, R12). Must be shorter than `leaseMs`.
+   */
+  renewIntervalMs?: number;
   /**
    * Whether the provider guarantees same-key, same-body resends are safe
    * (R14); per provider name when a function. Default false: a "no record"
@@ -206,7 +282,10 @@ export interface WorkerOptions {
  * Worker runs the claim → provider call → fenced write-back loop.
  *
  * - It claims only as many jobs as it has free slots (R18): no batch is
- *   claimed to be held in memory, no lease is renewed.
+ *   claimed to be held in memory.
+ * - While a handler runs, it renews the job's lease (R27, `renewLeases`), and
+ *   aborts the handler's signal with a GrantLostError once a renewal says the
+ *   grant is lost.
  * - It dispatches by next_action: REFUND to handlers.refund, anything else to
  *   handlers.reconcile (R14).
  * - Before a same-key resend it checks the coordinator's resend_deadline
@@ -231,8 +310,15 @@ export class Worker {
   private readonly client: CoordinatorClient;
   // The part of a Claim's deadline beyond its long poll.
   private readonly claimTimeoutMs = 10_000;
-  private readonly opts: Required<Omit<WorkerOptions, "leaseMs" | "provider" | "onEvent" | "client" | "handlers" | "receiptSpool">> &
-    Pick<WorkerOptions, "leaseMs" | "provider" | "onEvent" | "handlers">;
+  private readonly opts:
+    Required<Omit<WorkerOptions, "leaseMs" | "provider" | "onEvent" | "client" | "handlers" | "receiptSpool" | "renewIntervalMs">> &
+    Pick<WorkerOptions, "leaseMs" | "provider" | "onEvent" | "handlers" | "renewIntervalMs">;
+  // The jobs whose handler runs, by job id, renewed by one timer (R27).
+  // renewing is the renewal pass in flight; the timer is set only between
+  // passes, for the earliest due job.
+  private readonly held = new Map<bigint, Held>();
+  private renewTimer: NodeJS.Timeout | undefined;
+  private renewing: Promise<void> | undefined;
   // The receipt spool (R28); undefined when off. backlog: it holds receipts
   // the coordinator was away for, so that the next successful call kicks a
   // refile pass. refiling chains the passes, one at a time.
@@ -275,6 +361,8 @@ export class Worker {
       writeRetries: options.writeRetries ?? 6,
       writeRetryDelayMs: options.writeRetryDelayMs ?? 100,
       lateAnswerGraceMs: options.lateAnswerGraceMs ?? providerCallTimeoutMs,
+      renewLeases: options.renewLeases ?? true,
+      renewIntervalMs: options.renewIntervalMs,
       onEvent: options.onEvent,
     };
     if (!Number.isInteger(this.opts.concurrency) || this.opts.concurrency < 1 || this.opts.concurrency > 100) {
@@ -286,10 +374,19 @@ export class Worker {
     if (!(providerCallTimeoutMs > 0)) {
       throw new RangeError(`providerCallTimeoutMs must be positive, got ${providerCallTimeoutMs}`);
     }
-    // R17: the provider call must end well inside the lease, or every slow
-    // call turns into a takeover.
-    if (this.opts.leaseMs !== undefined && providerCallTimeoutMs >= this.opts.leaseMs) {
-      throw new RangeError(`providerCallTimeoutMs (${providerCallTimeoutMs}) must be shorter than leaseMs (${this.opts.leaseMs})`);
+    // R17: without renewal the provider call must end well inside the lease,
+    // or every slow call turns into a takeover. A renewing worker keeps its
+    // lease for as long as the call runs (R27 amends R17, R18).
+    if (!this.opts.renewLeases && this.opts.leaseMs !== undefined && providerCallTimeoutMs >= this.opts.leaseMs) {
+      throw new RangeError(`providerCallTimeoutMs (${providerCallTimeoutMs}) must be shorter than leaseMs (${this.opts.leaseMs}) ` +
+        "when leases are not renewed");
+    }
+    const every = this.opts.renewIntervalMs;
+    if (every !== undefined && !(every > 0 && Number.isFinite(every))) {
+      throw new RangeError(`renewIntervalMs must be positive, got ${every}`);
+    }
+    if (every !== undefined && this.opts.leaseMs !== undefined && every >= this.opts.leaseMs) {
+      throw new RangeError(`renewIntervalMs (${every}) must be shorter than leaseMs (${this.opts.leaseMs})`);
     }
     if (options.receiptSpool !== ReceiptSpoolOff) {
       this.spool = ReceiptSpool.open(options.receiptSpool || defaultReceiptSpool(this.opts.workerId));
@@ -355,6 +452,9 @@ export class Worker {
     while (this.active.size > 0) {
       await Promise.allSettled([...this.active]);
     }
+    // Every handler has returned: nothing is held, nothing renewed.
+    clearTimeout(this.renewTimer);
+    await this.renewing;
     if (this.late.size > 0) {
       await Promise.race([Promise.allSettled([...this.late]), delay(this.opts.lateAnswerGraceMs)]);
     }
@@ -449,6 +549,7 @@ export class Worker {
     }
 
     const abort = new AbortController();
+    const held = this.hold(claimed, abort, claimedAt);
     const view: WorkerJob = {
       ...ids,
       nextAction: claimed.nextAction,
@@ -470,6 +571,9 @@ export class Worker {
     });
     const first = await Promise.race([settled, deadline]);
     clearTimeout(timer);
+    // The handler returned, or the worker stops waiting for it: the grant
+    // is renewed no more (R27); the write-back decides what it still may do.
+    this.release(held);
 
     let answer: ProviderResult | undefined;
     let decision: WriteDecision;
@@ -503,6 +607,172 @@ export class Worker {
       });
     }
     await this.writeBack(claimed, decision, answer);
+  }
+
+  // hold starts renewing a job whose handler is about to run (R27): its
+  // first renewal is due about a third of its lease after the claim
+  // returned. Undefined when renewal is off or the lease is unknown.
+  private hold(claimed: ClaimedJob, abort: AbortController, claimedAt: number): Held | undefined {
+    const job = claimed.job!;
+    const leaseMs = grantedLeaseMs(claimed) ?? this.opts.leaseMs;
+    if (!this.opts.renewLeases || leaseMs === undefined) {
+      return undefined;
+    }
+    const older = this.held.get(job.id);
+    if (older !== undefined && older.claimed.attempt < claimed.attempt) {
+      // This worker took its own job over: that takeover's commit ended the
+      // older grant (R8), whatever its renewal would have said.
+      this.loseGrant(older, new FencedWriteError(
+        `job ${job.id} was taken over by this worker's own claim of attempt ${claimed.attempt}`,
+        Code.FailedPrecondition, Reason.StaleAttempt,
+        { job_id: job.id.toString(), attempt: older.claimed.attempt.toString(), current_attempt: claimed.attempt.toString() },
+      ));
+    }
+    const intervalMs = this.opts.renewIntervalMs ?? leaseMs / 3;
+    const h: Held = { claimed, ids: jobIds(claimed), abort, leaseMs, intervalMs, due: claimedAt + jitter(intervalMs) };
+    this.held.set(job.id, h);
+    this.scheduleRenewals();
+    return h;
+  }
+
+  // release ends a job's renewals once its handler returned (R27).
+  private release(h: Held | undefined): void {
+    if (h !== undefined && this.held.get(h.claimed.job!.id) === h) {
+      this.held.delete(h.claimed.job!.id);
+    }
+    if (this.held.size === 0) {
+      clearTimeout(this.renewTimer);
+      this.renewTimer = undefined;
+    }
+  }
+
+  // scheduleRenewals sets the one renewal timer for the earliest due job,
+  // unless a pass is in flight (it schedules the next when it ends).
+  private scheduleRenewals(): void {
+    if (this.renewing !== undefined) {
+      return;
+    }
+    clearTimeout(this.renewTimer);
+    this.renewTimer = undefined;
+    if (this.held.size === 0) {
+      return;
+    }
+    let next = Infinity;
+    for (const h of this.held.values()) {
+      next = Math.min(next, h.due);
+    }
+    this.renewTimer = setTimeout(() => {
+      this.renewTimer = undefined;
+      this.renewing = this.renewDue().finally(() => {
+        this.renewing = undefined;
+        this.scheduleRenewals();
+      });
+    }, Math.max(0, next - performance.now()));
+  }
+
+  // renewDue renews every held job that is due, or due within a fifth of
+  // its interval (the width of its jitter: jobs claimed together stay
+  // together), in as few RenewLeases calls as the batch bound allows (R27).
+  private async renewDue(): Promise<void> {
+    const now = performance.now();
+    const due = [...this.held.values()].filter((h) => h.due <= now + h.intervalMs / 5);
+    const batches: Held[][] = [];
+    for (let i = 0; i < due.length; i += MaxRenewBatch) {
+      batches.push(due.slice(i, i + MaxRenewBatch));
+    }
+    await Promise.all(batches.map((b) => this.renewBatch(b)));
+  }
+
+  private async renewBatch(batch: Held[]): Promise<void> {
+    const sent = performance.now();
+    // A renewal that takes longer than the interval is as good as failed:
+    // the next one is tried sooner.
+    const timeoutMs = Math.min(10_000, Math.max(1_000, Math.min(...batch.map((h) => h.intervalMs))));
+    let renewals: Renewal[];
+    try {
+      renewals = await this.client.renewLeases(batch.map((h) => grantOf(h.claimed)), { leaseMs: this.opts.leaseMs, timeoutMs });
+    } catch (e) {
+      // Never an abort: the grant holds until a takeover commits (R8), and
+      // a renewal after the lease ran out still lands until then (R27).
+      const error = toCoordinatorError(e);
+      this.renewalFailed(batch, error, isRetryableWrite(error));
+      return;
+    }
+    this.kickRefile();
+    const undecided: Held[] = [];
+    let undecidedError: CoordinatorError | undefined;
+    for (const [i, h] of batch.entries()) {
+      if (this.held.get(h.claimed.job!.id) !== h) {
+        continue; // the handler returned meanwhile
+      }
+      const r = renewals[i];
+      if (r === undefined || r.jobId !== h.claimed.job!.id || r.attempt !== h.claimed.attempt) {
+        undecided.push(h);
+        undecidedError ??= new CoordinatorError("RenewLeases answered out of order", Code.Internal, undefined, {});
+        continue;
+      }
+      if (r.kind === "renewed") {
+        h.due = sent + jitter(h.intervalMs);
+        this.emit({ type: "renewed", ...h.ids, leaseUntil: r.leaseUntil, grantExpiresAt: r.grantExpiresAt, receiptFiledAt: r.receiptFiledAt });
+        continue;
+      }
+      switch (r.reason) {
+        case Reason.StaleAttempt:
+        case Reason.JobNotRunning:
+        case Reason.NotFound:
+          this.loseGrant(h, r.error);
+          continue;
+        case Reason.GrantTooOld:
+          // R27: renew no more; the lease runs out and the job is taken over
+          // as usual. Until that takeover commits the grant may still write
+          // (R8), so the handler runs on.
+          this.held.delete(h.claimed.job!.id);
+          this.emit({ type: "grant_too_old", ...h.ids, grantExpiresAt: r.grantExpiresAt, error: r.error });
+          continue;
+        default:
+          // Not decided for this grant (DATABASE_UNAVAILABLE,
+          // WRITE_OUTCOME_UNKNOWN, a reason newer than this SDK): again.
+          undecided.push(h);
+          undecidedError ??= r.error;
+      }
+    }
+    if (undecided.length > 0) {
+      this.renewalFailed(undecided, undecidedError!, isRetryableWrite(undecidedError!));
+    }
+  }
+
+  // renewalFailed schedules the next renewal of grants a call did not
+  // renew: a tenth of the lease away when the failure may pass, the usual
+  // interval otherwise (an older coordinator, a denied credential).
+  private renewalFailed(batch: Held[], error: CoordinatorError, soon: boolean): void {
+    const now = performance.now();
+    const grants: JobIds[] = [];
+    let retryInMs = Infinity;
+    for (const h of batch) {
+      if (this.held.get(h.claimed.job!.id) !== h) {
+        continue;
+      }
+      const wait = jitter(soon ? h.leaseMs / 10 : h.intervalMs);
+      h.due = now + wait;
+      retryInMs = Math.min(retryInMs, wait);
+      grants.push(h.ids);
+    }
+    if (grants.length > 0) {
+      this.emit({ type: "renewal_failed", error, grants, retryInMs: Math.round(retryInMs) });
+    }
+  }
+
+  // loseGrant stops a handler whose grant is gone (R27): its signal is
+  // aborted with a GrantLostError, so that it sends nothing new to the
+  // provider. What it returns still goes through writeBack: the fence
+  // refuses it and the answer is filed as an observation (R15).
+  private loseGrant(h: Held, refusal: CoordinatorError): void {
+    const job = h.claimed.job!;
+    if (this.held.get(job.id) === h) {
+      this.held.delete(job.id);
+    }
+    this.emit({ type: "grant_lost", ...h.ids, reason: refusal.reason ?? "", error: refusal });
+    h.abort.abort(new GrantLostError(job.id, h.claimed.attempt, refusal));
   }
 
   // writeBack makes the fenced write under the claimed grant: its attempt
@@ -757,6 +1027,35 @@ export class Worker {
 }
 
 type Settled = { ok: true; result: unknown } | { ok: false; error: unknown };
+
+// Held is a job whose handler runs, renewed by the worker's one timer (R27).
+interface Held {
+  claimed: ClaimedJob;
+  ids: JobIds;
+  // Aborts the handler's signal.
+  abort: AbortController;
+  // The lease the claim granted, and the time between two renewals.
+  leaseMs: number;
+  intervalMs: number;
+  // performance.now() when the next renewal is due.
+  due: number;
+}
+
+// grantedLeaseMs is the lease a claim granted: its leaseUntil − claimedAt,
+// both the coordinator's clock (R12). Undefined when either is missing.
+function grantedLeaseMs(claimed: ClaimedJob): number | undefined {
+  if (claimed.leaseUntil === undefined || claimed.claimedAt === undefined) {
+    return undefined;
+  }
+  const ms = timestampMs(claimed.leaseUntil) - timestampMs(claimed.claimedAt);
+  return ms > 0 ? ms : undefined;
+}
+
+// jitter spreads renewals by ±10 %, so that workers started together do not
+// renew in step.
+function jitter(ms: number): number {
+  return ms * (0.9 + Math.random() * 0.2);
+}
 
 // jobIds names the job and its grant in events: the fingerprint, never the
 // lease token (R25).

@@ -494,9 +494,9 @@ describe("Worker", () => {
     assert.ok(!events.some((e) => e.type === "claim_failed"));
   });
 
-  it("rejects a provider-call deadline that does not fit in the lease (R17)", () => {
+  it("rejects a provider-call deadline that does not fit in the lease of a worker that does not renew (R17, R27)", () => {
     const handlers = providerHandlers(new FakeProvider());
-    assert.throws(() => new Worker({ client: admin, workerId: "w", handlers, leaseMs: 5_000, providerCallTimeoutMs: 5_000 }), RangeError);
+    assert.throws(() => new Worker({ client: admin, workerId: "w", handlers, leaseMs: 5_000, providerCallTimeoutMs: 5_000, renewLeases: false }), RangeError);
     assert.throws(() => new Worker({ client: admin, workerId: "w", handlers, concurrency: 0 }), RangeError);
   });
 });
