@@ -592,6 +592,9 @@ export interface Stats {
   claim_failures: number;
   spooled: number;
   refiled: number;
+  renewals: number;
+  renew_failures: number;
+  grants_lost: number;
 }
 
 // jobFields names a job and its grant in a log line: the grant's fingerprint
@@ -679,6 +682,30 @@ function track(stats: Stats, log: Logger, e: WorkerEvent): void {
     case "spool_error":
       log.log("error", "receipt spool", { spool: e.spool, error: errorText(e.error) });
       return;
+    case "renewed":
+      stats.renewals++;
+      log.log("debug", "lease renewed", {
+        ...jobFields(e), lease_until: e.leaseUntil.toISOString(), grant_expires_at: e.grantExpiresAt?.toISOString() ?? "",
+        ...(e.receiptFiledAt === undefined ? {} : { receipt_filed_at: e.receiptFiledAt.toISOString() }),
+      });
+      return;
+    case "grant_lost":
+      stats.grants_lost++;
+      log.log("warn", "grant lost: the provider call is cancelled and nothing new is sent (R27)", {
+        ...jobFields(e), reason: e.reason, error: e.error.message,
+      });
+      return;
+    case "grant_too_old":
+      log.log("warn", "grant too old to renew; it holds until its lease runs out and a takeover commits (R27, R8)", {
+        ...jobFields(e), grant_expires_at: e.grantExpiresAt?.toISOString() ?? "",
+      });
+      return;
+    case "renewal_failed":
+      stats.renew_failures++;
+      log.log("warn", "lease renewal failed; tried again sooner, nothing aborted (R27)", {
+        jobs: e.grants.length, retry_in_ms: e.retryInMs, error: e.error.message, code: e.error.code, reason: e.error.reason,
+      });
+      return;
     case "claim_failed":
       stats.claim_failures++;
       log.log("warn", "claim failed; nothing acted on (R7)", { error: e.error.message, reason: e.error.reason });
@@ -729,7 +756,7 @@ async function main(): Promise<number> {
   const stats: Stats = {
     claimed: 0, takeovers: 0, reconciles: 0, completed: 0, rescheduled: 0, escalated: 0, replayed: 0,
     stale_rejected: 0, observations: 0, unknown_outcomes: 0, provider_deadlines: 0, resends_refused: 0, write_failures: 0, claim_failures: 0,
-    spooled: 0, refiled: 0,
+    spooled: 0, refiled: 0, renewals: 0, renew_failures: 0, grants_lost: 0,
   };
   const worker = new Worker({
     client,
