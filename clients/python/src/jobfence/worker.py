@@ -511,9 +511,11 @@ class Worker:
                     break
                 self._cv.wait(left)
             active = self._active
-        for t in list(self._late):
+        with self._cv:
+            late = list(self._late)
+        for t in late:
             t.join(max(0.0, end - time.monotonic()))
-        if active > 0 or any(t.is_alive() for t in self._late):
+        if active > 0 or any(t.is_alive() for t in late):
             self._cut.set()
             self._log.warning("drain timeout: cutting in-flight jobs off; their leases will expire",
                               extra={"active": active})
@@ -596,11 +598,16 @@ class Worker:
                           extra={**_job_fields(c), "deadline": o.provider_timeout})
 
         def late() -> None:
-            answered.wait()
-            self._observe(c, box[0], "answer arrived after the provider-call deadline")
+            try:
+                answered.wait()
+                self._observe(c, box[0], "answer arrived after the provider-call deadline")
+            finally:
+                with self._cv:
+                    self._late.discard(threading.current_thread())
 
         lt = threading.Thread(target=late, name=f"jobfence-late-{c.job.id}", daemon=True)
-        self._late.add(lt)
+        with self._cv:
+            self._late.add(lt)
         lt.start()
         return Result.unknown(ProviderDeadlineError(f"provider call outlived its deadline of {o.provider_timeout:g}s"))
 
