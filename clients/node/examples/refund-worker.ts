@@ -73,6 +73,9 @@ export interface Config {
   workerId: string;
   concurrency: number;
   leaseMs: number;
+  /** 0: a third of each job's lease (R27). */
+  renewIntervalMs: number;
+  noLeaseRenewal: boolean;
   providerTimeoutMs: number;
   sameKeyResends: boolean;
   resendMarginMs: number;
@@ -112,8 +115,19 @@ const flags = {
     usage: "this worker's name in job histories and observation sources (default refund-worker-node-<hostname>-<pid>)",
   },
   concurrency: { kind: "int", default: "4", usage: "jobs worked at once (1..100); only that many are claimed (R18)" },
-  lease: { kind: "duration", default: "30s", usage: "lease to ask for (1s..15m); above the provider call's p99 and the deploy hand-over time (R17)" },
-  "provider-timeout": { kind: "duration", default: "3s", usage: "deadline of each provider call; shorter than --lease (R17)" },
+  lease: {
+    kind: "duration",
+    default: "30s",
+    usage: "lease to ask for (1s..15m); renewed while a job's provider calls run (R27), so it bounds how long a dead " +
+      "worker's jobs wait for a takeover (R17)",
+  },
+  "renew-interval": { kind: "duration", default: "0", usage: "how often a running job's lease is renewed; 0: a third of the lease (R27)" },
+  "no-lease-renewal": {
+    kind: "bool",
+    default: "false",
+    usage: "never renew a lease: --lease must then outlast --provider-timeout and the deploy hand-over time (R17)",
+  },
+  "provider-timeout": { kind: "duration", default: "3s", usage: "deadline of each provider call; with --no-lease-renewal shorter than --lease (R17)" },
   "same-key-resends": {
     kind: "bool",
     default: "true",
@@ -215,6 +229,8 @@ export function parseConfig(argv: string[], env: NodeJS.ProcessEnv): Config | "h
     workerId: str("worker-id") || `refund-worker-node-${hostname()}-${process.pid}`.slice(0, 128),
     concurrency: int("concurrency"),
     leaseMs: dur("lease"),
+    renewIntervalMs: dur("renew-interval"),
+    noLeaseRenewal: bool("no-lease-renewal"),
     providerTimeoutMs: dur("provider-timeout"),
     sameKeyResends: bool("same-key-resends"),
     resendMarginMs: dur("resend-margin"),
@@ -239,10 +255,15 @@ export function parseConfig(argv: string[], env: NodeJS.ProcessEnv): Config | "h
       throw new UsageError(`--concurrency must be 1..100, got ${c.concurrency}`);
     case !(c.leaseMs >= 1_000 && c.leaseMs <= 15 * 60_000):
       throw new UsageError(`--lease must be between 1s and 15m, got ${c.leaseMs} ms`);
-    case !(c.providerTimeoutMs > 0 && c.providerTimeoutMs < c.leaseMs):
-      // R17: the Worker cuts every provider call at this deadline, so the
-      // write-back lands inside the lease.
-      throw new UsageError(`--provider-timeout must be positive and shorter than --lease, got ${c.providerTimeoutMs} ms`);
+    case c.renewIntervalMs !== 0 && c.renewIntervalMs >= c.leaseMs:
+      throw new UsageError(`--renew-interval must be 0 (a third of the lease) or shorter than --lease, got ${c.renewIntervalMs} ms`);
+    case !(c.providerTimeoutMs > 0):
+      throw new UsageError(`--provider-timeout must be positive, got ${c.providerTimeoutMs} ms`);
+    case c.noLeaseRenewal && c.providerTimeoutMs >= c.leaseMs:
+      // R17: the Worker cuts every provider call at this deadline, so that an
+      // unrenewed lease outlasts it and the write-back lands inside it. A
+      // renewed lease lasts as long as the call (R27).
+      throw new UsageError(`--provider-timeout must be shorter than --lease with --no-lease-renewal, got ${c.providerTimeoutMs} ms`);
     case !(c.claimWaitMs >= 0 && c.claimWaitMs <= 60_000):
       throw new UsageError(`--claim-wait must be 0..60s, got ${c.claimWaitMs} ms`);
     case c.callTimeoutMs <= 0:
@@ -764,6 +785,8 @@ async function main(): Promise<number> {
     handlers: handlers(pay),
     concurrency: c.concurrency,
     leaseMs: c.leaseMs,
+    renewLeases: !c.noLeaseRenewal,
+    renewIntervalMs: c.renewIntervalMs === 0 ? undefined : c.renewIntervalMs,
     provider: c.providerName,
     providerCallTimeoutMs: c.providerTimeoutMs,
     sameKeyResendSafe: c.sameKeyResends,
@@ -793,7 +816,7 @@ async function main(): Promise<number> {
   worker.start();
   log.log("info", "refund-worker started", {
     coordinator: c.coordinator, provider: c.provider, provider_name: c.providerName, concurrency: c.concurrency,
-    lease_ms: c.leaseMs, provider_timeout_ms: c.providerTimeoutMs, pid: process.pid,
+    lease_ms: c.leaseMs, lease_renewal: !c.noLeaseRenewal, provider_timeout_ms: c.providerTimeoutMs, pid: process.pid,
   });
 
   const sig = await signalled;

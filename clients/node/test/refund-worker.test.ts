@@ -42,8 +42,19 @@ describe("refund-worker configuration", () => {
     assert.equal(parseConfig(["-h"], {}), "help");
   });
 
-  it("refuses a provider timeout that does not fit in the lease (R17) and a plaintext token off loopback", () => {
-    assert.throws(() => parseConfig(["--lease", "2s", "--provider-timeout", "2s"], {}), UsageError);
+  it("renews leases unless told not to (R27), and then refuses a provider timeout that does not fit in the lease (R17)", () => {
+    const c = parseConfig(["--lease", "2s", "--provider-timeout", "4s"], {});
+    assert.ok(c !== "help" && !c.noLeaseRenewal && c.renewIntervalMs === 0, "renewed leases may be outlasted by a provider call");
+    const every = parseConfig(["--lease", "2s", "--renew-interval", "500ms"], {});
+    assert.ok(every !== "help" && every.renewIntervalMs === 500);
+    assert.throws(() => parseConfig(["--lease", "2s", "--renew-interval", "2s"], {}), /--renew-interval/);
+    assert.throws(() => parseConfig(["--lease", "2s", "--provider-timeout", "2s", "--no-lease-renewal"], {}), UsageError);
+    assert.throws(() => parseConfig(["--lease", "2s", "--provider-timeout", "2s"], { REFUNDWORKER_NO_LEASE_RENEWAL: "true" }), UsageError);
+    const off = parseConfig(["--lease", "2s", "--provider-timeout", "1s", "--no-lease-renewal"], {});
+    assert.ok(off !== "help" && off.noLeaseRenewal);
+  });
+
+  it("refuses bad values and a plaintext token off loopback", () => {
     assert.throws(() => parseConfig([], { REFUNDWORKER_CONCURRENCY: "0" }), /REFUNDWORKER_CONCURRENCY|concurrency/);
     assert.throws(() => parseConfig(["--lease", "soon"], {}), /--lease/);
     assert.throws(() => parseConfig(["--coordinator", "10.0.0.1:50051", "--token-file", "/t"], {}), /TLS/);
