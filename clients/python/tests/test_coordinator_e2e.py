@@ -26,6 +26,7 @@ from jobfence import (
     RetryPolicy,
     StaleAttemptError,
     UnauthenticatedError,
+    UnavailableError,
 )
 
 from harness import Coordinator, kinds, refund, start_coordinator
@@ -222,5 +223,36 @@ def test_credentials_unauthenticated_and_permission_denied(tmp_path) -> None:
             coord.client(retry=RetryPolicy(attempts=1)).claim("py-w", 1)
         with pytest.raises(PermissionDeniedError):
             client("reader-token").claim("py-w", 1)
+    finally:
+        coord.stop()
+
+
+def test_tls_with_a_bearer_token(tmp_path) -> None:
+    # A self-signed certificate for 127.0.0.1: over TLS the token goes without
+    # plaintext_tokens; a client that does not trust the certificate fails
+    # before any token is sent.
+    import subprocess
+
+    import grpc
+
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                    "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=jobfence-test",
+                    "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"py-worker worker,producer sha256:{hashlib.sha256(b'tls-token').hexdigest()}\n")
+    coord = start_coordinator("--tls-cert", str(cert), "--tls-key", str(key), "--tokens-file", str(tokens))
+    try:
+        creds = grpc.ssl_channel_credentials(cert.read_bytes())
+        c = coord.client(tls=creds, token="tls-token")
+        r = refund()
+        job, created = c.enqueue_refund(**r)
+        assert created
+        assert claim_one(c, "py-tls", r["provider"]).job.id == job.id
+        untrusting = coord.client(tls=True, token="tls-token", retry=RetryPolicy(attempts=1), call_timeout=5)
+        with pytest.raises(UnavailableError):
+            untrusting.claim("py-tls", 1)
+        with pytest.raises(UnauthenticatedError):
+            coord.client(tls=creds, token="wrong", retry=RetryPolicy(attempts=1)).claim("py-tls", 1)
     finally:
         coord.stop()
