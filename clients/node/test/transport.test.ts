@@ -232,6 +232,9 @@ describe("CoordinatorClient transport", () => {
   it("applies the per-call deadline", async () => {
     const c = client();
     try {
+      // The connection first: on a busy machine the TLS handshake alone can
+      // outlast the 150 ms, and the call would then never reach the server.
+      await c.getJob({ job: { case: "jobId", value: maxInt64 } });
       const t0 = Date.now();
       await assert.rejects(c.reportObservation({}, { timeoutMs: 150 }), (err) => {
         assert.ok(err instanceof CoordinatorError);
