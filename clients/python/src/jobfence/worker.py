@@ -695,7 +695,7 @@ class Worker:
                             extra={**f, **receipt, "error": str(err)})
             return
 
-    # -- helpers -------------------------------------------------------------
+    # -- internals -----------------------------------------------------------
 
     def _count(self, name: str, n: int = 1) -> None:
         with self._stats_lock:
