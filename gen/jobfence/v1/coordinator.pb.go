@@ -1760,8 +1760,8 @@ type RenewLeasesRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The grants to renew, 1..100, each job at most once.
 	Grants []*GrantRef `protobuf:"bytes,1,rep,name=grants,proto3" json:"grants,omitempty"`
-	// How long each lease runs from the database's now; required, 1 s to 15
-	// min, like Claim's lease_duration.
+	// How long each lease runs from the database's now: 1 s to 15 min, the
+	// coordinator's default lease when unset, like Claim's lease_duration.
 	LeaseDuration *durationpb.Duration `protobuf:"bytes,2,opt,name=lease_duration,json=leaseDuration,proto3" json:"lease_duration,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -775,8 +775,8 @@ export type RenewLeasesRequest = Message<"jobfence.v1.RenewLeasesRequest"> & {
   grants: GrantRef[];
 
   /**
-   * How long each lease runs from the database's now; required, 1 s to 15
-   * min, like Claim's lease_duration.
+   * How long each lease runs from the database's now: 1 s to 15 min, the
+   * coordinator's default lease when unset, like Claim's lease_duration.
    *
    * @generated from field: google.protobuf.Duration lease_duration = 2;
    */
