@@ -38,8 +38,10 @@ type coordinator struct {
 	client pb.CoordinatorClient
 	conn   *grpc.ClientConn
 	store  store.Store
-	server *server.Server
-	reg    *prometheus.Registry
+	// watched is store as the server sees it, counting what tests wait for.
+	watched *watchedStore
+	server  *server.Server
+	reg     *prometheus.Registry
 	// dropNext, when set to a method name, makes the server commit that call
 	// and then lose its reply, as a cut connection would (T4).
 	dropNext atomic.Value
@@ -48,6 +50,7 @@ type coordinator struct {
 func start(t *testing.T, b testdb.Backend, configure ...func(*server.Options)) *coordinator {
 	t.Helper()
 	c := &coordinator{store: b.Open(t), reg: prometheus.NewRegistry()}
+	c.watched = &watchedStore{Store: c.store}
 	c.dropNext.Store("")
 	opts := server.Options{
 		Metrics:              server.NewMetrics(c.reg, c.store),
@@ -59,7 +62,7 @@ func start(t *testing.T, b testdb.Backend, configure ...func(*server.Options)) *
 	for _, f := range configure {
 		f(&opts)
 	}
-	srv := server.New(c.store, opts)
+	srv := server.New(c.watched, opts)
 	lossy := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 		resp, err := h(ctx, req)
 		if err == nil && c.dropNext.CompareAndSwap(info.FullMethod, "") {
@@ -86,12 +89,26 @@ func start(t *testing.T, b testdb.Backend, configure ...func(*server.Options)) *
 	return c
 }
 
-// forEachBackend runs fn as a parallel subtest against every store backend.
-func forEachBackend(t *testing.T, fn func(t *testing.T, c *coordinator)) {
+// watchedStore is the coordinator's store as the tests watch it: it counts
+// the claims that claim transactions have answered.
+type watchedStore struct {
+	store.Store
+	claimed atomic.Int64
+}
+
+func (s *watchedStore) ClaimMany(ctx context.Context, ps []store.ClaimParams) []store.ClaimOutcome {
+	out := s.Store.ClaimMany(ctx, ps)
+	s.claimed.Add(int64(len(ps)))
+	return out
+}
+
+// forEachBackend runs fn as a parallel subtest against every store backend,
+// on a coordinator started with configure.
+func forEachBackend(t *testing.T, fn func(t *testing.T, c *coordinator), configure ...func(*server.Options)) {
 	for _, b := range testdb.Backends() {
 		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()
-			fn(t, start(t, b))
+			fn(t, start(t, b, configure...))
 		})
 	}
 }
@@ -481,78 +498,103 @@ func (c *coordinator) metric(t *testing.T, name string) *dto.Metric {
 	return nil
 }
 
-// parked waits until n claims have run through claim transactions (the
-// long polls' first, empty claims) and the callers have had a moment to
-// park and arm.
+// parked waits until claim transactions have answered n claims (the long
+// polls' first, empty claims) and gives their callers a moment to park and
+// arm, which costs them no database round trip. It counts the claims as the
+// store answers them: the claim transactions' batch-size metric is observed
+// as a transaction begins, and a slow one (say, on a new connection in place
+// of an idle one the server had closed) has then not answered yet.
 func (c *coordinator) parked(t *testing.T, n int) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for c.metric(t, "jobfence_claim_tx_batch_size").GetHistogram().GetSampleSum() < float64(n) {
+	for c.watched.claimed.Load() < int64(n) {
 		if time.Now().After(deadline) {
-			t.Fatalf("fewer than %d claims ran", n)
+			t.Fatalf("claim transactions answered fewer than %d claims", n)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
 	time.Sleep(50 * time.Millisecond)
 }
 
-// TestClaimLongPollWakesOnEnqueue: with a poll interval far beyond the wait,
-// only the enqueue can hand the job to the waiting claimer, and it does so in
-// its own transaction: the claim is answered by the hand-off, not by a claim
-// transaction of its own.
+// TestClaimLongPollWakesOnEnqueue: with a poll interval far beyond the test,
+// only an enqueue can answer a waiting claimer. One parked with its empty
+// claim is answered by the hand-off, in the enqueue's own transaction, not
+// by a claim transaction of its own; one the hand-off did not serve is woken
+// and claims at once. Each job is granted once.
 func TestClaimLongPollWakesOnEnqueue(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, c *coordinator) {
 		ctx := ctxFor(t)
-		got := make(chan *pb.ClaimResponse, 1)
-		go func() {
-			resp, err := c.client.Claim(ctx, &pb.ClaimRequest{WorkerId: "idle", MaxJobs: 1, Wait: durationpb.New(20 * time.Second)})
-			if err != nil {
-				t.Error(err)
-			}
-			got <- resp
-		}()
-		c.parked(t, 1)
-		job := c.enqueue(t)
-		select {
-		case resp := <-got:
-			if resp == nil || len(resp.Jobs) != 1 || resp.Jobs[0].Job.Id != job.Id || resp.Jobs[0].Attempt != 1 {
-				t.Fatalf("long poll = %v, want job %d attempt 1", resp, job.Id)
-			}
-		case <-time.After(15 * time.Second):
-			t.Fatal("the waiting claimer was not woken by the enqueue")
+		// longPoll starts a long poll and returns once it waits, armed.
+		longPoll := func(req *pb.ClaimRequest) <-chan *pb.ClaimResponse {
+			t.Helper()
+			answered := c.watched.claimed.Load()
+			got := make(chan *pb.ClaimResponse, 1)
+			go func() {
+				resp, err := c.client.Claim(ctx, req)
+				if err != nil {
+					t.Errorf("long poll %s: %v", req.WorkerId, err)
+				}
+				got <- resp
+			}()
+			c.parked(t, int(answered)+1)
+			return got
 		}
-		if n := c.counter(t, "jobfence_handoff_claims_total"); n != 1 {
-			t.Fatalf("%v claims answered by a hand-off, want 1", n)
+		gets := func(what string, got <-chan *pb.ClaimResponse, id int64) {
+			t.Helper()
+			select {
+			case resp := <-got:
+				if len(resp.GetJobs()) != 1 || resp.Jobs[0].Job.Id != id || resp.Jobs[0].Attempt != 1 {
+					t.Fatalf("%s = %v, want job %d attempt 1", what, resp, id)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("%s was not woken by the enqueue of job %d", what, id)
+			}
 		}
+		handoffs := func(want float64) {
+			t.Helper()
+			if n := c.counter(t, "jobfence_handoff_claims_total"); n != want {
+				t.Fatalf("%v claims answered by a hand-off, want %v", n, want)
+			}
+		}
+		wait := durationpb.New(20 * time.Second)
 
-		// A wake goes to a waiter that would claim the job: the older waiter
-		// only takes globex jobs, so the acme job must wake the newer one.
-		globex := make(chan *pb.ClaimResponse, 1)
-		go func() {
-			resp, _ := c.client.Claim(ctx, &pb.ClaimRequest{WorkerId: "g", MaxJobs: 1, Provider: "globex",
-				Wait: durationpb.New(3 * time.Second)})
-			globex <- resp
-		}()
-		c.parked(t, 2)
-		go func() {
-			resp, _ := c.client.Claim(ctx, &pb.ClaimRequest{WorkerId: "any", MaxJobs: 1, Wait: durationpb.New(20 * time.Second)})
-			got <- resp
-		}()
-		c.parked(t, 3)
+		idle := longPoll(&pb.ClaimRequest{WorkerId: "idle", MaxJobs: 1, Wait: wait})
+		job := c.enqueue(t)
+		gets("long poll", idle, job.Id)
+		handoffs(1)
+
+		// A hand-off goes to a waiter that would claim the job: the older waiter
+		// only takes globex jobs, so the acme job must go to the newer one.
+		globex := longPoll(&pb.ClaimRequest{WorkerId: "g", MaxJobs: 1, Provider: "globex",
+			Wait: durationpb.New(3 * time.Second)})
+		unfiltered := longPoll(&pb.ClaimRequest{WorkerId: "any", MaxJobs: 1, Wait: wait})
 		acme := c.enqueue(t)
-		select {
-		case resp := <-got:
-			if resp == nil || len(resp.Jobs) != 1 || resp.Jobs[0].Job.Id != acme.Id {
-				t.Fatalf("unfiltered long poll = %v, want job %d", resp, acme.Id)
-			}
-		case <-time.After(15 * time.Second):
-			t.Fatal("the acme job woke the globex-only waiter instead of the one that takes it")
-		}
+		gets("unfiltered long poll", unfiltered, acme.Id)
 		if resp := <-globex; resp == nil || len(resp.Jobs) != 0 {
 			t.Fatalf("globex-only waiter got %v", resp)
 		}
-		if n := c.counter(t, "jobfence_handoff_claims_total"); n != 2 {
-			t.Fatalf("%v claims answered by a hand-off, want 2", n)
+		handoffs(2)
+
+		// The hand-off takes the oldest due work first (Q1): a job enqueued as
+		// through another replica, which woke nobody, goes to the first
+		// waiter, and the new job it leaves wakes the second, which claims it
+		// at once instead of at the next poll instant.
+		first := longPoll(&pb.ClaimRequest{WorkerId: "first", MaxJobs: 1, Wait: wait})
+		second := longPoll(&pb.ClaimRequest{WorkerId: "second", MaxJobs: 1, Wait: wait})
+		older, _, err := c.store.Enqueue(ctx, store.EnqueueParams{OperationKey: "unannounced", OrderID: "o",
+			PaymentID: "p", AmountMinor: 100, Currency: "EUR", Provider: "acme"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		left := c.enqueue(t)
+		gets("first waiter", first, older.ID)
+		gets("second waiter", second, left.Id)
+		handoffs(3)
+		for _, id := range []int64{job.Id, acme.Id, older.ID, left.Id} {
+			got, err := c.client.GetJob(ctx, &pb.GetJobRequest{Job: &pb.GetJobRequest_JobId{JobId: id}})
+			if err != nil || got.Job.State != pb.JobState_JOB_STATE_RUNNING || got.Job.Attempt != 1 {
+				t.Fatalf("job %d = %v, %v; want running at attempt 1, granted once", id, got, err)
+			}
 		}
 
 		// Nothing to do: an empty answer once the wait is over.
@@ -562,7 +604,7 @@ func TestClaimLongPollWakesOnEnqueue(t *testing.T) {
 		}
 		_, err = c.client.Claim(ctx, &pb.ClaimRequest{WorkerId: "idle", MaxJobs: 1, Wait: durationpb.New(2 * time.Minute)})
 		errorInfo(t, err, codes.InvalidArgument, server.ReasonInvalidArgument)
-	})
+	}, func(o *server.Options) { o.ClaimPollInterval = time.Hour })
 }
 
 // TestDrainReleasesWaitingClaims: a graceful stop is not held up by idle
