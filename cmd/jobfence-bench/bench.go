@@ -88,7 +88,7 @@ func newBench(ctx context.Context, c config, stdout, stderr io.Writer) (*bench, 
 	}
 	b.db = b.st.DB()
 	if isLoopback(cfg) {
-		b.dbPID = findProcess("mariadbd", "mysqld")
+		b.dbPID = b.serverPID(ctx)
 	}
 	return b, nil
 }

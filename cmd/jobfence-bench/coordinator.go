@@ -260,24 +260,60 @@ func findProcess(names ...string) int {
 		if err != nil {
 			continue
 		}
-		data, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue // gone meanwhile
-		}
-		// "pid (comm) state ...": the name may hold spaces and parentheses.
-		open, end := strings.IndexByte(string(data), '('), strings.LastIndexByte(string(data), ')')
-		if open < 0 || end < open {
-			continue
-		}
-		comm, rest := string(data[open+1:end]), strings.Fields(string(data[end+1:]))
-		if len(rest) == 0 || rest[0] == "Z" || rest[0] == "X" {
-			continue
-		}
-		if slices.Contains(names, comm) {
+		if liveProcess(pid, names...) { // one gone meanwhile is not
 			return pid
 		}
 	}
 	return 0
+}
+
+// serverPID is the pid of the database server the bench is connected to, on
+// this machine: the one its pid file (@@pid_file) names, when that is a live
+// mariadbd or mysqld; else the first live process of that name, which on a
+// machine running several servers may be another one. 0 when none is found.
+func (b *bench) serverPID(ctx context.Context) int {
+	var pidFile, dataDir string
+	if err := b.admin.QueryRowContext(ctx, `SELECT @@pid_file, @@datadir`).Scan(&pidFile, &dataDir); err == nil {
+		if !filepath.IsAbs(pidFile) {
+			pidFile = filepath.Join(dataDir, pidFile)
+		}
+		if data, err := os.ReadFile(pidFile); err == nil {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(data))); err == nil && liveProcess(pid, "mariadbd", "mysqld") {
+				b.logf("database server pid %d (%s)", pid, pidFile)
+				return pid
+			}
+		}
+	}
+	pid := findProcess("mariadbd", "mysqld")
+	if pid != 0 {
+		b.logf("database server pid %d, found by name (its pid file is not readable here)", pid)
+	}
+	return pid
+}
+
+// liveProcess reports whether pid is a live process whose command name is
+// one of names.
+func liveProcess(pid int, names ...string) bool {
+	comm, state, ok := procNameState(pid)
+	return ok && state != "Z" && state != "X" && slices.Contains(names, comm)
+}
+
+// procNameState is a process's command name and state from /proc/<pid>/stat.
+func procNameState(pid int) (comm, state string, ok bool) {
+	data, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return "", "", false
+	}
+	// "pid (comm) state ...": the name may hold spaces and parentheses.
+	open, end := strings.IndexByte(string(data), '('), strings.LastIndexByte(string(data), ')')
+	if open < 0 || end < open {
+		return "", "", false
+	}
+	rest := strings.Fields(string(data[end+1:]))
+	if len(rest) == 0 {
+		return "", "", false
+	}
+	return string(data[open+1 : end]), rest[0], true
 }
 
 // cpuMeter measures CPU time of the coordinator, the database server and the
