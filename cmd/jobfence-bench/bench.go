@@ -161,7 +161,7 @@ func (b *bench) run(ctx context.Context) error {
 	}
 	b.summary("calibration", "db_rtt_us", us(cal.dbRTT), "db_commit_us", us(cal.commit), "grpc_rtt_us", us(cal.grpcRTT))
 
-	if b.cfg.runs('b') || b.cfg.runs('c') || b.cfg.runs('e') {
+	if b.cfg.runs('b') || b.cfg.runs('c') || b.cfg.runs('e') || b.cfg.runs('g') {
 		if err := b.resolveCoordinator(ctx); err != nil {
 			return err
 		}
@@ -192,6 +192,11 @@ func (b *bench) run(ctx context.Context) error {
 	}
 	if b.cfg.runs('e') {
 		if err := b.latency(ctx); err != nil {
+			return err
+		}
+	}
+	if b.cfg.runs('g') {
+		if err := b.renewal(ctx); err != nil {
 			return err
 		}
 	}

@@ -110,3 +110,74 @@ func TestFindProcessPassesOverZombies(t *testing.T) {
 		t.Fatalf("findProcess(%q) = %d, want the live process %d (zombie %d)", name, pid, live.Process.Pid, dead.Process.Pid)
 	}
 }
+
+// TestRenewCountsFromMetrics: scenario G reads renewals, their refusals,
+// transactions and rows from the coordinator's /metrics text.
+func TestRenewCountsFromMetrics(t *testing.T) {
+	before, err := parseMetrics(strings.NewReader(`# HELP jobfence_lease_renewals_total Grants …
+# TYPE jobfence_lease_renewals_total counter
+jobfence_lease_renewals_total{result="renewed"} 10
+jobfence_renew_batch_size_sum 10
+jobfence_renew_batch_size_count 2
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := parseMetrics(strings.NewReader(`jobfence_lease_renewals_total{result="not_running"} 3
+jobfence_lease_renewals_total{result="renewed"} 110
+jobfence_renew_batch_size_bucket{le="+Inf"} 7
+jobfence_renew_batch_size_sum 113
+jobfence_renew_batch_size_count 7
+jobfence_takeovers_total 1
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := renewCountsBetween(before, after, 4)
+	if c.renewed != 100 || c.txs != 5 || c.rows != 103 || c.takeovers != 1 || c.calls != 4 {
+		t.Errorf("counts %+v", c)
+	}
+	if got := c.refusedList(); got != "not_running:3" || c.refusedTotal() != 3 {
+		t.Errorf("refused %q (%v)", got, c.refusedTotal())
+	}
+	if got := (renewCounts{}).refusedList(); got != "none" {
+		t.Errorf("no refusals: %q", got)
+	}
+}
+
+// TestHolderArgsRoundTrip: the worker process of scenario G parses the
+// command line the bench gives it.
+func TestHolderArgsRoundTrip(t *testing.T) {
+	want := holderConfig{coordinator: "127.0.0.1:1", workerID: "w", provider: holdProvider, jobs: 20,
+		lease: 5 * time.Second, renewInterval: time.Second, noRenewal: true, hold: time.Minute}
+	args := want.args()
+	if args[0] != holderCommand {
+		t.Fatalf("args %q", args)
+	}
+	got, err := parseHolderFlags(args[1:], &strings.Builder{})
+	if err != nil || got != want {
+		t.Errorf("parsed %+v, %v; want %+v", got, err, want)
+	}
+}
+
+// TestScenarioGIsNotDefault: scenario G takes minutes and kills processes;
+// CI's --quick runs only the default set.
+func TestScenarioGIsNotDefault(t *testing.T) {
+	dsn := []string{"--mysql-dsn", "root@tcp(127.0.0.1:3306)/"}
+	c, err := parseFlags(append(dsn, "--quick"), &strings.Builder{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.runs('g') {
+		t.Errorf("--quick runs scenario g (scenarios %q)", c.scenarios)
+	}
+	if c, err = parseFlags(append(dsn, "--scenarios", "g"), &strings.Builder{}); err != nil || !c.runs('g') {
+		t.Errorf("--scenarios g: %v", err)
+	}
+	for _, bad := range [][]string{{"--takeover-kill-after", "40s"}, {"--renew-hold", "30s"},
+		{"--renew-interval", "3s"}, {"--takeover-jobs", "101"}} {
+		if _, err := parseFlags(append(append(dsn, "--scenarios", "g"), bad...), &strings.Builder{}); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+}

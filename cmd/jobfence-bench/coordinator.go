@@ -56,15 +56,19 @@ type coordinator struct {
 
 	mu   sync.Mutex
 	tail []string // its last log lines, for error reports
+	// metricsAddr is where it serves /metrics, once it says so (started
+	// with --metrics-listen).
+	metricsAddr string
 }
 
 // startCoordinator starts a coordinator process on the bench database, on a
-// free loopback port, and waits until it serves.
-func (b *bench) startCoordinator(ctx context.Context) error {
+// free loopback port, with extra flags after --coordinator-flags, and waits
+// until it serves.
+func (b *bench) startCoordinator(ctx context.Context, extra ...string) error {
 	if err := b.stopCoordinator(); err != nil {
 		return err
 	}
-	c, err := b.launchCoordinator(ctx, b.dsn)
+	c, err := b.launchCoordinator(ctx, b.dsn, extra...)
 	if err != nil {
 		return err
 	}
@@ -73,10 +77,13 @@ func (b *bench) startCoordinator(ctx context.Context) error {
 }
 
 // launchCoordinator starts a coordinator process on the database of dsn, on a
-// free loopback port, and waits until it serves.
-func (b *bench) launchCoordinator(ctx context.Context, dsn string) (*coordinator, error) {
+// free loopback port, with extra flags after --coordinator-flags, and waits
+// until it serves (and serves its metrics, when extra names
+// --metrics-listen).
+func (b *bench) launchCoordinator(ctx context.Context, dsn string, extra ...string) (*coordinator, error) {
 	args := append([]string{"--mysql-dsn", dsn, "--listen", "127.0.0.1:0", "--log-format", "json",
 		"--mysql-max-conns", strconv.Itoa(b.cfg.maxConns)}, b.cfg.coordFlags...)
+	args = append(args, extra...)
 	cmd := exec.Command(b.coordBin, args...)
 	cmd.Env = withoutJobfenceEnv(os.Environ())
 	stderr, err := cmd.StderrPipe()
@@ -87,7 +94,7 @@ func (b *bench) launchCoordinator(ctx context.Context, dsn string) (*coordinator
 		return nil, fmt.Errorf("start the coordinator: %w", err)
 	}
 	c := &coordinator{cmd: cmd, done: make(chan error, 1)}
-	ready := make(chan string, 1)
+	ready, metrics := make(chan string, 1), make(chan struct{})
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
@@ -99,11 +106,22 @@ func (b *bench) launchCoordinator(ctx context.Context, dsn string) (*coordinator
 			}
 			c.mu.Unlock()
 			var rec struct{ Msg, Listen string }
-			if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "coordinator serving" {
+			if json.Unmarshal([]byte(line), &rec) != nil {
+				continue
+			}
+			switch rec.Msg {
+			case "coordinator serving":
 				select {
 				case ready <- rec.Listen:
 				default:
 				}
+			case "metrics serving":
+				c.mu.Lock()
+				if c.metricsAddr == "" {
+					c.metricsAddr = rec.Listen
+					close(metrics)
+				}
+				c.mu.Unlock()
 			}
 		}
 		c.done <- cmd.Wait()
@@ -120,6 +138,14 @@ func (b *bench) launchCoordinator(ctx context.Context, dsn string) (*coordinator
 		cmd.Process.Kill() //nolint:errcheck
 		<-c.done
 		return nil, ctx.Err()
+	}
+	if slices.Contains(extra, "--metrics-listen") {
+		select {
+		case <-metrics:
+		case <-time.After(10 * time.Second):
+			c.stop() //nolint:errcheck
+			return nil, fmt.Errorf("the coordinator serves no metrics 10s after it started serving\n%s", c.logs())
+		}
 	}
 	b.logf("coordinator pid %d serving on %s", cmd.Process.Pid, c.addr)
 	return c, nil
@@ -150,6 +176,13 @@ func withoutJobfenceEnv(env []string) []string {
 }
 
 func (c *coordinator) pid() int { return c.cmd.Process.Pid }
+
+// metrics is the address of its /metrics, empty when it serves none.
+func (c *coordinator) metrics() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.metricsAddr
+}
 
 func (c *coordinator) logs() string {
 	c.mu.Lock()

@@ -8,6 +8,9 @@
 //	D  the coordinator's CPU per job and peak RSS under C's load
 //	E  enqueue→completed latency at a steady 100 / 500 / 1,000 jobs/s with long-polling workers
 //	F  the operator console's pages (the review queue first) at the full history, server time
+//	G  lease renewal (R27): how soon a SIGKILLed worker's jobs are taken over with a short
+//	   renewed lease and a long plain one, and what renewals cost the database and the
+//	   coordinator, at a steady rate and alone; not in the default set
 //
 // Every run creates a fresh database on the server named by --mysql-dsn and drops
 // it at the end (unless --keep). It exits non-zero when a scenario fails
@@ -32,6 +35,11 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == holderCommand {
+		// Scenario G's worker process, the bench binary started again.
+		cli.Main("jobfence-bench "+holderCommand, holderMain)
+		return
+	}
 	cli.Main("jobfence-bench", func(ctx context.Context) error { return run(ctx, os.Args[1:], os.Stdout, os.Stderr) })
 }
 
@@ -64,6 +72,18 @@ type config struct {
 	latencyWorkers  int
 	latencySlots    int
 	claimWait       time.Duration
+
+	takeoverJobs      int           // jobs the killed worker holds (G)
+	takeoverKillAfter time.Duration // from its last claim to the kill
+	takeoverLease     time.Duration // the renewed lease
+	plainLease        time.Duration // the lease without renewal, in both measurements of G
+	renewRate         int
+	renewDuration     time.Duration // producer run per cost run (quick)
+	renewHold         time.Duration // each job's provider call in the cost runs
+	renewLease        time.Duration // the renewed lease of the cost runs
+	renewInterval     time.Duration // 0: a third of the lease, as the SDK's default
+	renewWorkers      int
+	renewPairs        int // cost runs without and with renewal, alternating (quick)
 }
 
 func (c config) mode() string {
@@ -94,7 +114,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		"extra flags for the coordinator process, space-separated, e.g. '--claim-poll-interval 50ms'")
 	fs.StringVar(&c.scenarios, "scenarios", "abcef",
 		"which scenarios to run: letters of a (candidate query), b (Claim RPC), c (end-to-end; d comes with it), e (latency), "+
-			"f (console pages)")
+			"f (console pages), g (lease renewal: takeover after a killed worker, and renewals' cost; two to three minutes)")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write the bench process's CPU profile to this file")
 	fs.IntVar(&c.maxConns, "mysql-max-conns", 32,
 		"connection pool of the coordinator (--mysql-max-conns) and of the in-process direct baseline")
@@ -114,10 +134,24 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.latencyDuration, "latency-duration", 20*time.Second, "producer run per rate in scenario E (quick: 2s)")
 	fs.IntVar(&c.latencyWorkers, "latency-workers", 8, "long-polling workers of scenario E")
 	fs.IntVar(&c.latencySlots, "latency-slots", 4, "jobs each scenario E worker handles at once (its max_jobs when idle)")
-	fs.DurationVar(&c.claimWait, "claim-wait", 5*time.Second, "Claim long-poll wait of scenario E workers")
+	fs.DurationVar(&c.claimWait, "claim-wait", 5*time.Second, "Claim long-poll wait of scenario E and G workers")
+	fs.IntVar(&c.takeoverJobs, "takeover-jobs", 20, "scenario G: jobs the worker process holds when it is killed (1..100)")
+	fs.DurationVar(&c.takeoverKillAfter, "takeover-kill-after", 7*time.Second,
+		"scenario G: how long after its last claim the worker process is killed (SIGKILL)")
+	fs.DurationVar(&c.takeoverLease, "takeover-lease", 5*time.Second, "scenario G: the lease the killed worker renews")
+	fs.DurationVar(&c.plainLease, "plain-lease", 30*time.Second,
+		"scenario G: the lease without renewal, of the killed worker and of the cost runs without renewal")
+	fs.IntVar(&c.renewRate, "renew-rate", 1000, "scenario G: producer rate (jobs/s) of the cost runs")
+	fs.DurationVar(&c.renewDuration, "renew-duration", 10*time.Second, "scenario G: producer run per cost run (quick: 2s)")
+	fs.DurationVar(&c.renewHold, "renew-hold", 1500*time.Millisecond, "scenario G: each job's provider call in the cost runs")
+	fs.DurationVar(&c.renewLease, "renew-lease", 3*time.Second, "scenario G: the renewed lease of the cost runs")
+	fs.DurationVar(&c.renewInterval, "renew-interval", 0,
+		"scenario G: renewal interval of the renewing workers; 0: a third of the lease (the Go SDK's default)")
+	fs.IntVar(&c.renewWorkers, "renew-workers", 20, "scenario G: Go SDK workers of the cost runs, 100 slots each")
+	fs.IntVar(&c.renewPairs, "renew-pairs", 2, "scenario G: cost runs without and with renewal, alternating (quick: 1)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: jobfence-bench --mysql-dsn DSN [--quick] [flags]\n\n"+
-			"Seeds the articles' data shape into a fresh database, runs scenarios A-E against a\n"+
+			"Seeds the articles' data shape into a fresh database, runs scenarios A-G against a\n"+
 			"coordinator process and prints one key=value summary line per scenario.\n\n")
 		fs.PrintDefaults()
 	}
@@ -135,7 +169,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 		quick := map[string]string{
 			"history": "0,20000,190000", "candidate-reps": "500", "claim-duration": "1.5s",
-			"backlog": "5000", "latency-duration": "2s",
+			"backlog": "5000", "latency-duration": "2s", "renew-duration": "2s", "renew-pairs": "1",
 		}
 		for name, v := range quick {
 			if !given[name] {
@@ -173,8 +207,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		}
 	}
 	for _, s := range c.scenarios {
-		if !strings.ContainsRune("abcdef", s) {
-			return c, fmt.Errorf("--scenarios: unknown scenario %q (letters of abcef)", s)
+		if !strings.ContainsRune("abcdefg", s) {
+			return c, fmt.Errorf("--scenarios: unknown scenario %q (letters of abcefg)", s)
 		}
 	}
 	switch {
@@ -184,6 +218,19 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, errors.New("--latency-slots must be between 1 and 100 (Claim's max_jobs)")
 	case c.claimDuration <= 0, c.latencyDuration <= 0, c.claimWait < 0 || c.claimWait > time.Minute:
 		return c, errors.New("durations must be positive (--claim-wait at most 1m)")
+	case c.takeoverJobs < 1 || c.takeoverJobs > 100:
+		return c, errors.New("--takeover-jobs must be between 1 and 100 (one worker's concurrency)")
+	case c.takeoverLease < time.Second, c.plainLease < time.Second, c.renewLease < time.Second,
+		c.plainLease > 15*time.Minute, c.takeoverLease > 15*time.Minute, c.renewLease > 15*time.Minute:
+		return c, errors.New("--takeover-lease, --plain-lease and --renew-lease must be between 1s and 15m")
+	case c.takeoverKillAfter <= 0 || c.takeoverKillAfter >= c.plainLease:
+		return c, errors.New("--takeover-kill-after must be positive and shorter than --plain-lease")
+	case c.renewHold <= 0 || c.renewHold >= c.plainLease:
+		return c, errors.New("--renew-hold must be positive and shorter than --plain-lease (nothing is taken over without renewal)")
+	case c.renewInterval < 0 || c.renewInterval >= min(c.renewLease, c.takeoverLease):
+		return c, errors.New("--renew-interval must be 0 (a third of the lease) or shorter than --renew-lease and --takeover-lease")
+	case c.renewRate < 1, c.renewDuration <= 0, c.renewWorkers < 1, c.renewPairs < 1:
+		return c, errors.New("--renew-rate, --renew-duration, --renew-workers and --renew-pairs must be positive")
 	}
 	return c, nil
 }
