@@ -39,12 +39,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		mode, database = " failover="+c.failover, "--failover "+c.failover
 	}
 	fmt.Fprintf(stdout, "jobfence-chaos: seed=%d duration=%s jobs=%d workers=%d node-workers=%d replicas=%d lease=%s "+
-		"provider-timeout=%s webhooks=%v%s; %d faults planned\n", c.seed, c.duration, c.jobs, c.workers, c.nodeWorkers, c.replicas,
-		c.lease, c.providerTimeout, c.webhooks, mode, len(faults))
+		"provider-timeout=%s patient-provider-timeout=%s node-renews=%v webhooks=%v%s; %d faults planned\n", c.seed,
+		c.duration, c.jobs, c.workers, c.nodeWorkers, c.replicas, c.lease, c.providerTimeout, c.patientTimeout, c.nodeRenews,
+		c.webhooks, mode, len(faults))
 	fmt.Fprintf(stdout, "replay with: jobfence-chaos %s --seed %d --duration %s --jobs %d --workers %d "+
-		"--node-workers %d --replicas %d --concurrency %d --lease %s --provider-timeout %s --faults %s --fault-rate %g "+
-		"--webhooks=%v\n", database, c.seed, c.duration, c.jobs, c.workers, c.nodeWorkers, c.replicas, c.concurrency, c.lease,
-		c.providerTimeout, c.faultsSpec, c.faultRate, c.webhooks)
+		"--node-workers %d --replicas %d --concurrency %d --lease %s --provider-timeout %s --patient-provider-timeout %s "+
+		"--node-renews=%v --faults %s --fault-rate %g --webhooks=%v\n", database, c.seed, c.duration, c.jobs, c.workers,
+		c.nodeWorkers, c.replicas, c.concurrency, c.lease, c.providerTimeout, c.patientTimeout, c.nodeRenews, c.faultsSpec,
+		c.faultRate, c.webhooks)
 
 	if c.dryRun {
 		for _, f := range faults {
@@ -189,12 +191,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 
 	in := checkInput{Specs: specs, Acked: prod.acked, DB: state, Oracle: oracle, Webhooks: c.webhooks}
+	in.Takeovers = &takeoverInput{Lease: c.lease, Start: tl.start, Workers: map[string]workerFacts{}, Outages: s.allOutages()}
 	frozen := map[string][]span{}
 	for _, w := range s.workers {
 		for _, wp := range w.procs {
 			in.addWorkerLog(workerLog{Worker: wp.id, Node: wp.node, Killed: killedBySIGKILL(wp.p),
 				Lines: parseWorkerLines(wp.p.allRecords())})
 			frozen[wp.id] = wp.p.frozenSpans()
+			in.Takeovers.Workers[wp.id] = workerFacts{Node: wp.node, Renews: w.renews, Patient: w.patient,
+				Replica: w.replica.name, Frozen: frozen[wp.id], Ended: wp.p.endedAt()}
 		}
 	}
 	var problems []string
@@ -379,15 +384,32 @@ func (s *system) start(ctx context.Context, dbName string) error {
 		s.tl.printf("provider's webhooks: to %s, spread over the replicas' webhook listeners (at most %d attempts each)",
 			s.front.url(), webhookMaxAttempts)
 	}
+	renewing := map[bool]int{} // renewing workers so far, by kind (node or not)
+	var renewers, patient []string
 	for i := range s.cfg.workers + s.cfg.nodeWorkers {
 		w := &workerSlot{idx: i, replica: s.replicas[i%len(s.replicas)], node: i >= s.cfg.workers}
+		// The 1st, 3rd, … renewing worker of each kind is patient: the
+		// provider-slow calls meet both a worker that waits them out under
+		// a renewed lease (R27) and one that gives up at its deadline (R14).
+		w.renews = !w.node || s.cfg.nodeRenews
+		if w.renews {
+			w.patient = renewing[w.node]%2 == 0
+			renewing[w.node]++
+		}
 		s.workers = append(s.workers, w)
 		if err := s.startWorker(w); err != nil {
 			return fmt.Errorf("worker %d: %w", i+1, err)
 		}
+		if id := w.procs[0].id; w.patient {
+			patient = append(patient, id)
+		} else if w.renews {
+			renewers = append(renewers, id)
+		}
 	}
 	s.tl.printf("provider on %s; %d workers (%d Go, %d Node.js; concurrency %d) spread over %d replicas", s.providerURL,
 		len(s.workers), s.cfg.workers, s.cfg.nodeWorkers, s.cfg.concurrency, len(s.replicas))
+	s.tl.printf("renewing their leases (R27): %s patient, with a provider-call deadline of %s; %s with %s",
+		orNone(patient), s.cfg.patientTimeout, orNone(renewers), s.cfg.providerTimeout)
 	return ctx.Err()
 }
 
@@ -466,6 +488,14 @@ func printFaultSummary(w io.Writer, results []faultResult) {
 		}
 	}
 	fmt.Fprintf(w, "faults applied: %s\n", strings.Join(parts, " "))
+}
+
+// orNone joins names with ", ", or says "none".
+func orNone(names []string) string {
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(names, ", ")
 }
 
 func sortedKeys[V any](m map[string]V) []string {

@@ -578,6 +578,12 @@ func TestParseWorkerLinesOfBothWorkers(t *testing.T) {
 		{"msg": "handler outlived the provider-call deadline; outcome unknown", "job_id": 7.0, "attempt": 2.0},
 		{"msg": "observation not filed: the provider's answer is only in this log", "job_id": 7.0, "attempt": 2.0,
 			"outcome": "succeeded", "provider_refund_id": "re_7", "error": "unavailable", seenKey: seen},
+		{"msg": "grant lost; cancelling the handler before it sends anything new (R27)", "job_id": 7.0, "attempt": 2.0,
+			seenKey: seen},
+		{"msg": "lease renewal failed; trying again soon", "jobs": 1.0, seenKey: seen},
+		{"msg": "jobfence: repeating call", "method": "RenewLeases", "try": 2.0, seenKey: seen},
+		{"msg": "jobfence: repeating call", "method": "Complete", "try": 2.0, seenKey: seen},
+		{"msg": "jobfence: repeating call", "method": "Claim", "try": 2.0, seenKey: seen},
 	}
 	ref := jobRef{Key: "k7", JobID: 7, Attempt: 2}
 	want := []workerLine{
@@ -586,9 +592,13 @@ func TestParseWorkerLinesOfBothWorkers(t *testing.T) {
 		writtenLine{jobRef: ref, Kind: "escalated", Grant: "0123456789ab", Seen: seen},
 		rejectedLine{jobRef: jobRef{JobID: 7, Attempt: 2}, Decision: "complete"},
 		writeFailedLine{jobRef: jobRef{JobID: 7, Attempt: 2}, Decision: "reschedule"},
-		lateLine{jobRef{JobID: 7, Attempt: 2}},
+		lateLine{jobRef: jobRef{JobID: 7, Attempt: 2}},
 		observationLine{jobRef: jobRef{JobID: 7, Attempt: 2}, Outcome: "succeeded", RefundID: "re_7", Error: "unavailable",
 			Seen: seen},
+		grantLostLine{jobRef: jobRef{JobID: 7, Attempt: 2}, Seen: seen},
+		callFailedLine{Seen: seen},
+		callFailedLine{Seen: seen},
+		callFailedLine{Seen: seen},
 	}
 	if got := parseWorkerLines(goRecs); !slices.Equal(got, want) {
 		t.Errorf("Go worker's lines:\n got %+v\nwant %+v", got, want)
@@ -601,6 +611,8 @@ func TestParseWorkerLinesOfBothWorkers(t *testing.T) {
 		{"msg": "provider call outlived its deadline; outcome unknown", "job_id": "8", "attempt": "3"},
 		{"msg": "filing an observation failed", "job_id": "8", "attempt": "3", "error": "deadline"},
 		{"msg": "observation filed", "job_id": "8", "attempt": "3", "duplicate": false},
+		{"msg": "grant lost: the provider call is cancelled and nothing new is sent (R27)", "job_id": "8", "attempt": "3"},
+		{"msg": "lease renewal failed; tried again sooner, nothing aborted (R27)", "jobs": 2.0},
 	}
 	ref = jobRef{Key: "k8", JobID: 8, Attempt: 3}
 	bare := jobRef{JobID: 8, Attempt: 3}
@@ -609,9 +621,11 @@ func TestParseWorkerLinesOfBothWorkers(t *testing.T) {
 		writtenLine{jobRef: ref, Kind: "completed", Replayed: true, Grant: "ba9876543210"},
 		writtenLine{jobRef: ref, Kind: "rescheduled"},
 		writeFailedLine{jobRef: bare},
-		lateLine{bare},
+		lateLine{jobRef: bare},
 		observationLine{jobRef: bare, Error: "deadline"},
 		observationLine{jobRef: bare, Filed: true},
+		grantLostLine{jobRef: bare},
+		callFailedLine{},
 	}
 	if got := parseWorkerLines(nodeRecs); !slices.Equal(got, want) {
 		t.Errorf("Node.js worker's lines:\n got %+v\nwant %+v", got, want)
@@ -869,5 +883,192 @@ func TestCheckWebhookReceiptsLostInAFailover_R26(t *testing.T) {
 	in.EnqueuesLost = []string{in.Specs[1].Key}
 	if v := check(in); v.Invariants[8].Failed || v.ReceiptsLostInFailover != 1 {
 		t.Fatalf("an unmatched receipt of an enqueue lost in the failover:\n%s", verdictText(v))
+	}
+}
+
+// takeoverCampaign is campaign() with job 1 taken over: chaos-w1 (Go,
+// renewing, on replica-a) claims it at base, chaos-w2 takes it over at
+// base+10s and completes it. No fault is known: as it stands, a false
+// takeover.
+func takeoverCampaign(base time.Time) checkInput {
+	in := campaign()
+	k1 := in.Specs[0].Key
+	in.DB.Now, in.DB.ReadAt = base.Add(time.Minute), base.Add(time.Minute)
+	in.DB.Jobs[0].Attempt, in.DB.Jobs[0].NextAction = 2, "reconcile"
+	in.DB.Ledger[0].Attempt = 2
+	in.DB.Events = append([]eventRow{
+		{ID: 10, JobID: 1, Kind: "enqueued", ToState: "ready", NextAction: "refund", At: base.Add(-time.Second)},
+		{ID: 11, JobID: 1, Attempt: 1, Kind: "claimed", WorkerID: "chaos-w1", FromState: "ready", ToState: "running",
+			NextAction: "refund", At: base},
+		{ID: 12, JobID: 1, Attempt: 2, Kind: "taken_over", WorkerID: "chaos-w2", FromState: "running", ToState: "running",
+			NextAction: "reconcile", At: base.Add(10 * time.Second)},
+		{ID: 13, JobID: 1, Attempt: 2, Kind: "completed", WorkerID: "chaos-w2", FromState: "running", ToState: "succeeded",
+			NextAction: "reconcile", ProviderRefundID: "re_1", At: base.Add(11 * time.Second)},
+	}, in.DB.Events[3:]...)
+	in.addWorkerLog(logOf("chaos-w1", false, false, []map[string]any{
+		{"msg": "job claimed", "job_id": 1.0, "operation_key": k1, "attempt": 1.0, seenKey: base},
+	}))
+	in.Takeovers = &takeoverInput{Lease: 4 * time.Second, Start: base.Add(-20 * time.Second), Workers: map[string]workerFacts{
+		"chaos-w1": {Renews: true, Patient: true, Replica: "replica-a"},
+		"chaos-w2": {Renews: true, Replica: "replica-b"},
+	}}
+	return in
+}
+
+func TestCheckFindsAFalseTakeoverOfALiveRenewingWorker_R27(t *testing.T) {
+	base := time.Now()
+	v := check(takeoverCampaign(base))
+	if !slices.Equal(failedInvariants(v), []int{10}) || v.Takeovers != 1 || v.FalseTakeovers != 1 {
+		t.Fatalf("a live renewing worker taken over: failed %v, takeovers=%d false=%d\n%s", failedInvariants(v),
+			v.Takeovers, v.FalseTakeovers, verdictText(v))
+	}
+	text := verdictText(v)
+	for _, want := range []string{"FALSE TAKEOVER: job 1", "chaos-w2 took attempt 2 over at +30.000s from chaos-w1 (Go, patient",
+		"event 12: taken_over", "takeovers=1 false_takeovers=1"} {
+		if !strings.Contains(text+v.summaryLine(1, 2, 0, "", 0), want) {
+			t.Errorf("missing %q in:\n%s", want, text)
+		}
+	}
+
+	// Its write-back rejected after the takeover: it was live all along,
+	// and the details say so.
+	in := takeoverCampaign(base)
+	in.addWorkerLog(logOf("chaos-w1", false, false, []map[string]any{
+		{"msg": "write-back rejected by the fence; filing the answer as an observation", "job_id": 1.0,
+			"operation_key": in.Specs[0].Key, "attempt": 1.0, "decision": "complete", seenKey: base.Add(12 * time.Second)},
+	}))
+	in.StaleRejections = 0
+	v = check(in)
+	if v.FalseTakeovers != 1 || !strings.Contains(verdictText(v), "at +32.000s its write-back was rejected by the fence") {
+		t.Fatalf("a write-back rejected after the takeover excused it: false=%d\n%s", v.FalseTakeovers, verdictText(v))
+	}
+}
+
+// A takeover of a renewing worker is no violation when something held the
+// holder from renewing long enough to cost its lease: from a third of a
+// lease before the takeover or earlier, until a lease before it or later;
+// a coordinator down or a database refusing only when the holder's log
+// shows renewals failing. Nor is one after the holder let the grant go, or
+// of a grant it never learnt of (R7).
+func TestCheckExcusesTakeoversWhileAFaultHeldTheHolder_R27(t *testing.T) {
+	base := time.Now()
+	s := func(d float64) time.Time { return base.Add(time.Duration(d * float64(time.Second))) }
+	w1 := func(in *checkInput, edit func(w *workerFacts)) {
+		w := in.Takeovers.Workers["chaos-w1"]
+		edit(&w)
+		in.Takeovers.Workers["chaos-w1"] = w
+	}
+	failing := func(in *checkInput, at ...float64) {
+		for _, a := range at {
+			in.addWorkerLog(logOf("chaos-w1", false, false, []map[string]any{
+				{"msg": "jobfence: repeating call", "method": "RenewLeases", "try": 2.0, seenKey: s(a)},
+			}))
+		}
+	}
+	// The takeover is at 10 s, the lease 4 s.
+	for _, c := range []struct {
+		name  string
+		edit  func(in *checkInput)
+		false int
+	}{
+		{"frozen across the lease", func(in *checkInput) { w1(in, func(w *workerFacts) { w.Frozen = []span{{From: s(5), To: s(11)}} }) }, 0},
+		{"frozen, then continued more than a lease before", func(in *checkInput) {
+			w1(in, func(w *workerFacts) { w.Frozen = []span{{From: s(1), To: s(5)}} })
+		}, 1},
+		{"frozen less than a third of a lease before", func(in *checkInput) {
+			w1(in, func(w *workerFacts) { w.Frozen = []span{{From: s(9), To: s(12)}} })
+		}, 1},
+		{"still frozen", func(in *checkInput) { w1(in, func(w *workerFacts) { w.Frozen = []span{{From: s(5)}} }) }, 0},
+		{"killed", func(in *checkInput) { w1(in, func(w *workerFacts) { w.Ended = s(6) }) }, 0},
+		{"killed a moment before", func(in *checkInput) { w1(in, func(w *workerFacts) { w.Ended = s(9.5) }) }, 1},
+		{"its coordinator down, its renewals failing", func(in *checkInput) {
+			in.Takeovers.Outages = []outage{{What: "coordinator down", Replica: "replica-a", From: s(4), To: s(7)}}
+			failing(in, 4.5, 6)
+		}, 0},
+		{"its coordinator down, its write-back repeated", func(in *checkInput) {
+			in.Takeovers.Outages = []outage{{What: "coordinator down", Replica: "replica-a", From: s(4), To: s(7)}}
+			in.addWorkerLog(logOf("chaos-w1", false, false, []map[string]any{
+				{"msg": "jobfence: repeating call", "method": "Reschedule", "try": 3.0, seenKey: s(8)},
+			}))
+		}, 0},
+		{"its coordinator down, only its claims failing", func(in *checkInput) {
+			in.Takeovers.Outages = []outage{{What: "coordinator down", Replica: "replica-a", From: s(4), To: s(7)}}
+			in.addWorkerLog(logOf("chaos-w1", false, false, []map[string]any{
+				{"msg": "jobfence: repeating call", "method": "Claim", "try": 3.0, seenKey: s(5)},
+			}))
+		}, 1},
+		{"its coordinator down, no renewal failing", func(in *checkInput) {
+			in.Takeovers.Outages = []outage{{What: "coordinator down", Replica: "replica-a", From: s(4), To: s(7)}}
+		}, 1},
+		{"the other coordinator down", func(in *checkInput) {
+			in.Takeovers.Outages = []outage{{What: "coordinator down", Replica: "replica-b", From: s(4), To: s(7)}}
+			failing(in, 4.5, 6)
+		}, 1},
+		{"its database refusing, its renewals failing", func(in *checkInput) {
+			in.Takeovers.Outages = []outage{{What: "db-down", N: 4, Replica: "replica-a", From: s(6), To: s(8)}}
+			failing(in, 7)
+		}, 0},
+		{"its database refusing, no renewal failing", func(in *checkInput) {
+			in.Takeovers.Outages = []outage{{What: "db-reset", N: 4, Replica: "replica-a", From: s(6), To: s(8)}}
+		}, 1},
+		{"its database stalled until 3s before", func(in *checkInput) {
+			in.Takeovers.Outages = []outage{{What: "db-blackhole", N: 3, Replica: "replica-a", From: s(5), To: s(7)}}
+		}, 0},
+		{"its database stalled until 5s before", func(in *checkInput) {
+			in.Takeovers.Outages = []outage{{What: "db-latency", N: 3, Replica: "replica-a", From: s(2), To: s(5)}}
+		}, 1},
+		{"its database stalled until 5s before, its renewals failing until 2s before", func(in *checkInput) {
+			in.Takeovers.Outages = []outage{{What: "db-latency", N: 3, Replica: "replica-a", From: s(2), To: s(5)}}
+			failing(in, 6, 3, 8)
+		}, 0},
+		{"a commit-cut", func(in *checkInput) {
+			in.Takeovers.Outages = []outage{{What: "db-commit-cut", N: 3, Replica: "replica-a", From: s(5), To: s(9)}}
+			failing(in, 7)
+		}, 1},
+		{"renewal failures alone", func(in *checkInput) { failing(in, 6, 8, 9) }, 1},
+		{"a failover", func(in *checkInput) {
+			in.Takeovers.Outages = []outage{{What: "db-failover", N: 9, From: s(3), To: s(8)}}
+		}, 0},
+		{"a fault that began after the takeover", func(in *checkInput) {
+			in.Takeovers.Outages = []outage{{What: "db-blackhole", N: 3, Replica: "replica-a", From: s(11), To: s(12)}}
+		}, 1},
+		{"its write-back had failed", func(in *checkInput) {
+			in.addWorkerLog(logOf("chaos-w1", false, false, []map[string]any{
+				{"msg": "write-back failed; the lease will expire and a takeover reconciles", "job_id": 1.0,
+					"operation_key": in.Specs[0].Key, "attempt": 1.0, "decision": "reschedule", seenKey: s(3)},
+			}))
+		}, 0},
+		{"a grant it never learnt of", func(in *checkInput) { in.Grants = nil }, 0},
+		{"a worker that does not renew", func(in *checkInput) {
+			in.Takeovers.Workers["chaos-w1"] = workerFacts{Node: true, Replica: "replica-a"}
+		}, 0},
+	} {
+		in := takeoverCampaign(base)
+		c.edit(&in)
+		v := check(in)
+		if v.FalseTakeovers != c.false || v.Takeovers != 1 || (c.false > 0) != v.Invariants[9].Failed {
+			t.Errorf("%s: false_takeovers=%d, want %d; failed %v\n%s", c.name, v.FalseTakeovers, c.false, failedInvariants(v),
+				verdictText(v))
+		}
+	}
+}
+
+// Grants held past their lease and written back, with no takeover: what
+// renewal kept (R27), counted in the summary.
+func TestCheckCountsGrantsKeptPastTheirLeaseByRenewal_R27(t *testing.T) {
+	base := time.Now()
+	in := campaign()
+	in.Takeovers = &takeoverInput{Lease: 4 * time.Second, Workers: map[string]workerFacts{"chaos-w1": {Renews: true}}}
+	in.addWorkerLog(logOf("chaos-w1", false, false, []map[string]any{
+		{"msg": "job claimed", "job_id": 1.0, "operation_key": "k1", "attempt": 1.0, seenKey: base},
+		{"msg": "job claimed", "job_id": 2.0, "operation_key": "k2", "attempt": 1.0, seenKey: base},
+		{"msg": "job written", "job_id": 1.0, "operation_key": "k1", "attempt": 1.0, "decision": "complete",
+			seenKey: base.Add(9 * time.Second)},
+		{"msg": "job written", "job_id": 2.0, "operation_key": "k2", "attempt": 1.0, "decision": "complete",
+			seenKey: base.Add(time.Second)},
+	}))
+	n, longest := heldPastLease(in, in.Takeovers)
+	if n != 1 || longest != 9*time.Second {
+		t.Fatalf("held past the lease: %d, longest %s; want 1, 9s", n, longest)
 	}
 }

@@ -43,6 +43,14 @@ type config struct {
 	// failover is "" (none), failoverAsync or failoverSemiSync: the campaign
 	// runs its own MariaDB primary and replica and fails over once.
 	failover string
+	// patientTimeout is the provider-call deadline of the patient workers
+	// (every other renewing worker of each kind, from the first): longer
+	// than the provider-slow calls, which they wait out renewing their
+	// leases (R27). 0 in the flag: 3.5 leases.
+	patientTimeout time.Duration
+	// nodeRenews: the Node.js example worker renews its leases (R27), so
+	// invariant 10 covers it and it may be patient.
+	nodeRenews bool
 }
 
 // The modes of --failover.
@@ -66,7 +74,14 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.concurrency, "concurrency", 2, "jobs each worker works at once")
 	fs.DurationVar(&c.lease, "lease", 4*time.Second, "lease the workers ask for (and the coordinators' default)")
 	fs.DurationVar(&c.providerTimeout, "provider-timeout", 1500*time.Millisecond,
-		"the workers' provider-call deadline; keep it well under --lease")
+		"the provider-call deadline of the workers that are not patient, which give up on slow calls; keep it well "+
+			"under --lease (R17)")
+	fs.DurationVar(&c.patientTimeout, "patient-provider-timeout", 0,
+		"the provider-call deadline of the patient workers (the 1st, 3rd, … renewing worker of each kind), which wait "+
+			"out provider-slow calls (up to 3 leases) renewing their leases (R27); must exceed 3 leases; 0: 3.5 leases")
+	fs.BoolVar(&c.nodeRenews, "node-renews", false,
+		"the Node.js example worker renews its leases (R27): invariant 10 then covers its takeovers, and the first "+
+			"Node.js worker is patient (it must then accept a --provider-timeout longer than its --lease)")
 	fs.DurationVar(&c.settleTimeout, "settle-timeout", 90*time.Second,
 		"after the fault window, how long every job has to become final")
 	fs.StringVar(&c.faultsSpec, "faults", "all",
@@ -101,7 +116,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 			"refundworker processes on loopback, injects faults drawn from the seed for --duration, heals, settles and\n"+
 			"checks that no refund was lost or made twice. Ends with one line:\n"+
 			"  seed=S jobs=N faults=F double_refunds=0 lost=0 stale_writes_accepted=0 unobserved_late_success=0 "+
-			"webhooks_delivered=D webhook_observations=O expedited=E webhook_receipts_lost=0 duplicate_receipts=0\n"+
+			"takeovers=T false_takeovers=0 webhooks_delivered=D webhook_observations=O expedited=E webhook_receipts_lost=0 "+
+			"duplicate_receipts=0\n"+
 			"(with --failover followed by failover=MODE grants_lost_in_failover=N writes_lost_in_failover=W "+
 			"enqueues_lost_in_failover=E)\n"+
 			"and exits 1 when an invariant failed. docs/CHAOS.md explains the invariants.\n\n"+
@@ -119,6 +135,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, err
 	}
 	var err error
+	if c.patientTimeout == 0 {
+		c.patientTimeout = c.lease * 7 / 2
+	}
 	if c.faults, err = parseFaultKinds(c.faultsSpec); err != nil {
 		return c, fmt.Errorf("--faults: %w", err)
 	}
@@ -147,6 +166,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, fmt.Errorf("--lease must be between 1s and 1m, got %s", c.lease)
 	case c.providerTimeout <= 0 || c.providerTimeout >= c.lease:
 		return c, fmt.Errorf("--provider-timeout must be positive and under --lease, got %s", c.providerTimeout)
+	case c.patientTimeout < 0 || (c.patientTimeout > 0 && c.patientTimeout <= slowCallMax*c.lease):
+		return c, fmt.Errorf("--patient-provider-timeout must be 0 (3.5 leases) or longer than %d leases (%s), the longest "+
+			"provider-slow call, got %s", slowCallMax, slowCallMax*c.lease, c.patientTimeout)
 	case c.faultRate < 0.1 || c.faultRate > 10:
 		return c, fmt.Errorf("--fault-rate must be 0.1..10, got %g", c.faultRate)
 	case c.settleTimeout < time.Second:

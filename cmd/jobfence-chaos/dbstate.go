@@ -34,6 +34,8 @@ type (
 		// On claimed and taken_over the new grant, on a holder's write-back
 		// the grant the writer carried.
 		Grant string
+		// At is created_at, on the database's clock (R12).
+		At time.Time
 	}
 	observationRow struct {
 		ID               int64
@@ -71,7 +73,10 @@ type (
 // dbState is everything the checks read from the database, in one
 // read-only snapshot.
 type dbState struct {
-	Now          time.Time
+	// Now is the database's clock when the snapshot was read, ReadAt the
+	// campaign's then: ReadAt - Now takes a history's time to the clock of
+	// the campaign's timeline.
+	Now, ReadAt  time.Time
 	Jobs         []jobRow
 	Events       []eventRow
 	Observations []observationRow
@@ -91,9 +96,11 @@ func readDB(ctx context.Context, db *sql.DB) (dbState, error) {
 		return st, err
 	}
 	defer tx.Rollback() //nolint:errcheck // read-only
+	before := time.Now()
 	if err := tx.QueryRowContext(ctx, `SELECT UTC_TIMESTAMP(6)`).Scan(&st.Now); err != nil {
 		return st, err
 	}
+	st.ReadAt = before.Add(time.Since(before) / 2)
 	err = scanRows(ctx, tx, `SELECT id, operation_key, state, attempt, next_action, next_attempt_at, lease_until,
   COALESCE(provider_refund_id, ''), last_reason FROM refund_jobs ORDER BY id`, func(r *sql.Rows) error {
 		var j jobRow
@@ -118,10 +125,10 @@ func readDB(ctx context.Context, db *sql.DB) (dbState, error) {
 		grant = "LOWER(HEX(LEFT(lease_token_hash, 6)))"
 	}
 	err = scanRows(ctx, tx, `SELECT id, job_id, attempt, kind, worker_id, from_state, to_state, next_action,
-  provider_refund_id, `+grant+` FROM refund_job_events ORDER BY id`, func(r *sql.Rows) error {
+  provider_refund_id, `+grant+`, created_at FROM refund_job_events ORDER BY id`, func(r *sql.Rows) error {
 		var e eventRow
 		err := r.Scan(&e.ID, &e.JobID, &e.Attempt, &e.Kind, &e.WorkerID, &e.FromState, &e.ToState, &e.NextAction,
-			&e.ProviderRefundID, &e.Grant)
+			&e.ProviderRefundID, &e.Grant, &e.At)
 		st.Events = append(st.Events, e)
 		return err
 	})

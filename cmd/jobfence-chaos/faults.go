@@ -74,6 +74,10 @@ func (s *system) apply(ctx context.Context, f fault) (string, error) {
 		}
 		return s.applyWorker(ctx, f)
 	case faultDBFailover:
+		// Every worker's renewals may fail while the database fails over
+		// (invariant 10).
+		o := s.noteOutage(outage{What: string(f.Kind), N: f.N, From: time.Now()})
+		defer s.endOutage(o)
 		return s.applyFailover(ctx, f)
 	case faultCoordinatorKill:
 		if s.failingOver.Load() {
@@ -102,6 +106,8 @@ func (s *system) apply(ctx context.Context, f fault) (string, error) {
 	case faultWebhookDelay, faultWebhookDuplicate, faultWebhookReorder, faultWebhookBadSignature,
 		faultWebhookOldTimestamp, faultWebhookDrop:
 		return s.applyWebhook(ctx, f)
+	case faultProviderSlow:
+		return s.applySlow(ctx, f)
 	default:
 		return s.applyProvider(ctx, f)
 	}
@@ -230,6 +236,7 @@ func (s *system) applyZombie(ctx context.Context, f fault) (string, error) {
 func (s *system) applyDB(ctx context.Context, f fault) (string, error) {
 	px := s.replicas[f.Slot].proxy
 	name := fmt.Sprintf("fault-%d", f.N)
+	from := time.Now()
 	var err error
 	switch f.Kind {
 	case faultDBReset:
@@ -246,6 +253,13 @@ func (s *system) applyDB(ctx context.Context, f fault) (string, error) {
 	}
 	if err != nil {
 		return "", err
+	}
+	if f.Kind != faultDBCommitCut {
+		// The replica's renewals may fail or crawl until the fault ends
+		// (invariant 10). A commit-cut is not such a fault: it cuts at most
+		// four COMMITs and a failed renewal is repeated at once.
+		o := s.noteOutage(outage{What: string(f.Kind), N: f.N, Replica: s.replicas[f.Slot].name, From: from})
+		defer s.endOutage(o)
 	}
 	s.tl.printf("fault #%d %s", f.N, f)
 	sleepCtx(ctx, f.For)
@@ -297,6 +311,31 @@ func (s *system) applyProvider(ctx context.Context, f fault) (string, error) {
 	defer cancel2()
 	if err := s.setAPIFaults(cctx, fakeprovider.Faults{}); err != nil {
 		return "", fmt.Errorf("clear provider faults: %w", err)
+	}
+	return "", nil
+}
+
+// applySlow runs one provider-slow fault: every create takes f.Amount, more
+// than the lease, before or after acting, while it lasts. A hang of the
+// provider lane at the same time gives way to the longer of the two.
+func (s *system) applySlow(ctx context.Context, f fault) (string, error) {
+	var hangs fakeprovider.Faults
+	if f.Before {
+		hangs.HangBefore = f.Amount
+	} else {
+		hangs.HangAfter = f.Amount
+	}
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := s.setSlowFaults(actx, hangs); err != nil {
+		return "", fmt.Errorf("set provider-slow faults: %w", err)
+	}
+	s.tl.printf("fault #%d %s", f.N, f)
+	sleepCtx(ctx, f.For)
+	cctx, cancel2 := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel2()
+	if err := s.setSlowFaults(cctx, fakeprovider.Faults{}); err != nil {
+		return "", fmt.Errorf("clear provider-slow faults: %w", err)
 	}
 	return "", nil
 }

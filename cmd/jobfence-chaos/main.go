@@ -9,19 +9,20 @@
 // several refundworker processes, enqueues refunds, and for --duration
 // injects faults drawn from --seed: frozen and killed workers, killed
 // coordinators, cut, delayed and blackholed database connections (COMMITs
-// included), provider hangs, cut replies, pending refunds, lookup lag and
-// 503 bursts; the provider's Stripe-signed webhooks reach the coordinators'
+// included), provider hangs, provider calls longer than the lease (which
+// the patient workers wait out, renewing their leases), cut replies,
+// pending refunds, lookup lag and 503 bursts; the provider's Stripe-signed webhooks reach the coordinators'
 // --webhook-listen through a front spread over the replicas, delayed,
 // duplicated, reordered or first signed wrong (--webhooks, on by default).
 // Then it heals everything, lets the system settle, stops the workers and
-// checks nine invariants (docs/CHAOS.md). With --failover async or
+// checks ten invariants (docs/CHAOS.md). With --failover async or
 // semi-sync it runs on a MariaDB primary and replica of its own instead of
 // --mysql-dsn and fails the database over once (R26): the replica held back,
 // the primary killed, the replica promoted, every proxy repointed. The last
 // line of its output is
 //
 //	seed=S jobs=N faults=F double_refunds=0 lost=0 stale_writes_accepted=0 unobserved_late_success=0
-//	  webhooks_delivered=D webhook_observations=O expedited=E webhook_receipts_lost=0 duplicate_receipts=0
+//	  takeovers=T false_takeovers=0 webhooks_delivered=D webhook_observations=O expedited=E webhook_receipts_lost=0 duplicate_receipts=0
 //
 // (one line), and the exit status is 1 when an invariant failed. The same seed and
 // flags replay the same fault plan. Every flag falls back to an environment

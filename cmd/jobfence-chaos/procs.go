@@ -38,6 +38,11 @@ type proc struct {
 	// with a zero To, while it is frozen): a log line read after a freeze
 	// may tell of something that happened before it.
 	frozen []span
+	// ended is when the process stopped working: the campaign sent it
+	// SIGKILL or SIGTERM, or it exited, whichever came first.
+	ended time.Time
+	// ready is when the campaign read its ready line (zero until then).
+	ready time.Time
 }
 
 // span is a stretch of the campaign's time; a zero To is still open.
@@ -98,6 +103,9 @@ func (p *proc) read(r io.Reader) {
 	io.Copy(io.Discard, r) //nolint:errcheck
 	err := p.cmd.Wait()
 	p.mu.Lock()
+	if p.ended.IsZero() {
+		p.ended = time.Now()
+	}
 	p.err = err
 	p.log.Close()
 	close(p.done)
@@ -147,6 +155,11 @@ func (p *proc) signal(sig syscall.Signal) error {
 		p.mu.Unlock()
 	case syscall.SIGKILL, syscall.SIGTERM:
 		p.meant.Store(true)
+		p.mu.Lock()
+		if p.ended.IsZero() {
+			p.ended = time.Now()
+		}
+		p.mu.Unlock()
 	}
 	return p.cmd.Process.Signal(sig)
 }
@@ -275,6 +288,27 @@ func (p *proc) frozenSpans() []span {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return append([]span(nil), p.frozen...)
+}
+
+// endedAt is when the process stopped working (zero while it runs).
+func (p *proc) endedAt() time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.ended
+}
+
+// readyAt is when the campaign read the process's ready line.
+func (p *proc) readyAt() time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.ready
+}
+
+// markReady notes rec, the process's ready line.
+func (p *proc) markReady(rec map[string]any) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.ready = seenAt(rec)
 }
 
 // seenAt is when the campaign read record r (zero for a record it did not

@@ -51,6 +51,11 @@ const (
 	faultProviderLookupLag  faultKind = "provider-lookup-lag"
 	faultProviderErrors     faultKind = "provider-error-burst"
 	faultProviderFail       faultKind = "provider-fail"
+	// Provider calls longer than the lease: every create takes 1.5 to 3
+	// leases, before or after acting. A patient worker waits it out and
+	// renews its lease meanwhile, so nobody takes the job over (R27); the
+	// others give up at their deadline, outcome unknown (R14).
+	faultProviderSlow faultKind = "provider-slow"
 	// The provider's webhooks (R28), on the events of the refunds it makes
 	// while the fault lasts: held back before their first delivery,
 	// delivered twice, delivered newest first, first delivery signed with a
@@ -70,7 +75,7 @@ var faultGroups = map[string][]faultKind{
 	"coordinator": {faultCoordinatorKill},
 	"db":          {faultDBReset, faultDBLatency, faultDBDown, faultDBBlackhole, faultDBCommitCut},
 	"provider": {faultProviderHangBefore, faultProviderHangAfter, faultProviderCutReply, faultProviderPending,
-		faultProviderLookupLag, faultProviderErrors, faultProviderFail},
+		faultProviderLookupLag, faultProviderErrors, faultProviderFail, faultProviderSlow},
 	"webhook": {faultWebhookDelay, faultWebhookDuplicate, faultWebhookReorder, faultWebhookBadSignature,
 		faultWebhookOldTimestamp},
 }
@@ -128,7 +133,7 @@ type fault struct {
 	N      int           // its number in the campaign, from 1, in order of At
 	At     time.Duration // when it starts, from the start of the fault window
 	Kind   faultKind
-	Target string // worker-N, replica-X, replica-X-db, provider, provider-webhooks or database
+	Target string // worker-N, replica-X, replica-X-db, provider, provider-slow, provider-webhooks or database
 	Slot   int    // worker slot or replica index
 	For    time.Duration
 
@@ -142,6 +147,7 @@ type fault struct {
 	Hold            time.Duration // worker-zombie: how long the new holder stays frozen after the zombie wakes
 	Lag             time.Duration // provider-cut-reply, provider-hang-after: lookup lag of the refunds made
 	Mode            string        // db-failover: async or semi-sync
+	Before          bool          // provider-slow: the create waits before acting (else after)
 	Pause           time.Duration // db-failover: the workers' pause before the hold-back
 }
 
@@ -211,6 +217,12 @@ func (f fault) String() string {
 		s += fmt.Sprintf(" next %d requests answer 503", f.Count)
 	case faultProviderFail:
 		s += " next create is declined"
+	case faultProviderSlow:
+		where := "after"
+		if f.Before {
+			where = "before"
+		}
+		s += fmt.Sprintf(" every create takes %s %s acting, for %s", round(f.Amount), where, round(f.For))
 	case faultWebhookDelay:
 		s += fmt.Sprintf(" events of new refunds held %s before their first delivery, for %s", round(f.Amount), round(f.For))
 	case faultWebhookDuplicate:
@@ -302,6 +314,11 @@ func plan(seed uint64, p planParams) []fault {
 	lanes = append(lanes, lane{target: "provider", gap: [2]time.Duration{1 * time.Second, 5 * time.Second},
 		kinds: []weighted{{faultProviderHangBefore, 2}, {faultProviderHangAfter, 3}, {faultProviderCutReply, 3},
 			{faultProviderPending, 2}, {faultProviderLookupLag, 2}, {faultProviderErrors, 2}, {faultProviderFail, 1}}})
+	// A lane of its own, every 6–12 s, so that every campaign has its slow
+	// calls and the provider lane's plan is what it was before them; the
+	// two lanes' faults are merged at the provider (system.setSlowFaults).
+	lanes = append(lanes, lane{target: slowTarget, gap: [2]time.Duration{6 * time.Second, 12 * time.Second},
+		kinds: []weighted{{faultProviderSlow, 1}}})
 	if p.Webhooks {
 		// A lane of its own, so that the provider lane's plan is the same
 		// with webhooks or without; the two lanes' faults are merged at the
@@ -447,6 +464,13 @@ func draw(kind faultKind, rng *rand.Rand, uniform func(lo, hi time.Duration) tim
 		f.For = time.Second
 	case faultProviderFail:
 		f.For = uniform(500*time.Millisecond, 3*time.Second)
+	case faultProviderSlow:
+		// Longer than the lease, shorter than the patient workers'
+		// deadline: only a renewed lease keeps the job from a takeover
+		// while its holder waits (R27).
+		f.Amount = uniform(lease*3/2, lease*slowCallMax)
+		f.Before = rng.IntN(2) == 0
+		f.For = uniform(1*time.Second, 4*time.Second)
 	case faultWebhookDelay:
 		// Some land while the job waits a second to reconcile (the receipt
 		// makes it due now, R28), some after it completed (a late receipt
@@ -458,6 +482,13 @@ func draw(kind faultKind, rng *rand.Rand, uniform func(lo, hi time.Duration) tim
 	}
 	return f
 }
+
+// slowCallMax is the longest provider-slow call, in leases; the shortest
+// is 1.5 leases.
+const slowCallMax = 3
+
+// slowTarget is the lane of the provider-slow faults.
+const slowTarget = "provider-slow"
 
 // webhookTarget is the lane of the webhook faults.
 const webhookTarget = "provider-webhooks"

@@ -218,3 +218,57 @@ func TestPlanWebhookLane(t *testing.T) {
 		t.Error("webhook-drop named but never drawn in a minute")
 	}
 }
+
+// provider-slow calls outlast the lease (1.5 to 3 leases), before or after
+// acting, and stay under the patient workers' deadline.
+func TestPlanProviderSlowOutlastsTheLease(t *testing.T) {
+	all, _ := parseFaultKinds("all")
+	p := testParams(all)
+	p.Window = 5 * time.Minute
+	before, after := 0, 0
+	for _, f := range plan(13, p) {
+		if f.Kind != faultProviderSlow {
+			continue
+		}
+		if f.Target != slowTarget || f.Amount < p.Lease*3/2 || f.Amount > slowCallMax*p.Lease || f.For < time.Second {
+			t.Errorf("fault %d: %s", f.N, f)
+		}
+		if f.Before {
+			before++
+		} else {
+			after++
+		}
+	}
+	if before == 0 || after == 0 {
+		t.Errorf("five minutes of provider-slow: %d before acting, %d after", before, after)
+	}
+	// Its own lane: without it, every other lane's plan is the same.
+	without := testParams(all)
+	without.Window = p.Window
+	without.Kinds = map[faultKind]bool{}
+	for k := range all {
+		without.Kinds[k] = k != faultProviderSlow
+	}
+	var rest, other []fault
+	for _, f := range plan(13, p) {
+		if f.Kind != faultProviderSlow {
+			f.N = 0
+			rest = append(rest, f)
+		}
+	}
+	for _, f := range plan(13, without) {
+		f.N = 0
+		other = append(other, f)
+	}
+	if !reflect.DeepEqual(rest, other) {
+		t.Error("the provider-slow lane moved other faults")
+	}
+	c, err := parseFlags([]string{"--mysql-dsn", "root@tcp(127.0.0.1:3306)/"}, &strings.Builder{})
+	if err != nil || c.patientTimeout != 14*time.Second || c.patientTimeout <= slowCallMax*c.lease {
+		t.Errorf("default --patient-provider-timeout %s (%v), want 3.5 leases", c.patientTimeout, err)
+	}
+	if _, err := parseFlags([]string{"--mysql-dsn", "root@tcp(127.0.0.1:3306)/", "--patient-provider-timeout", "12s"},
+		&strings.Builder{}); err == nil || !strings.Contains(err.Error(), "--patient-provider-timeout") {
+		t.Errorf("a patient deadline no longer than the longest slow call: %v", err)
+	}
+}

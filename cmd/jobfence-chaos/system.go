@@ -116,6 +116,15 @@ type workerSlot struct {
 	idx     int
 	replica *replica
 	node    bool // the Node.js example worker instead of refundworker
+	// renews: its worker renews its leases while a job's provider calls
+	// run (R27): refundworker always (the campaign never passes
+	// --no-lease-renewal), the Node.js worker with --node-renews. Invariant
+	// 10 holds its takeovers to the faults that hit it.
+	renews bool
+	// patient: a renewing worker whose provider-call deadline
+	// (--patient-provider-timeout) outlasts the provider-slow calls, which
+	// it waits out renewing; the others give up at --provider-timeout.
+	patient bool
 
 	mu    sync.Mutex
 	proc  *proc
@@ -159,10 +168,11 @@ type system struct {
 	// secret file, and the front the provider delivers to.
 	webhookSecrets, providerSecret string
 	front                          *webhookFront
-	// The provider's global faults, the provider lane's half and the
-	// webhook lane's (setAPIFaults, setWebhookModes).
-	provMu                sync.Mutex
-	apiFaults, hookFaults fakeprovider.Faults
+	// The provider's global faults: the provider lane's part, the
+	// provider-slow lane's and the webhook lane's (setAPIFaults,
+	// setSlowFaults, setWebhookModes).
+	provMu                            sync.Mutex
+	apiFaults, slowFaults, hookFaults fakeprovider.Faults
 
 	replicas []*replica
 	workers  []*workerSlot
@@ -190,6 +200,55 @@ type system struct {
 	// unexpected lists processes that ended without the campaign asking.
 	mu         sync.Mutex
 	unexpected []string
+
+	// outages are the faults that may keep workers' renewals from the
+	// database (a replica's database faults, a failover), for invariant 10;
+	// a coordinator's own outages are read from its processes
+	// (allOutages).
+	outMu   sync.Mutex
+	outages []outage
+}
+
+// noteOutage records an outage that has begun and returns its index for
+// endOutage.
+func (s *system) noteOutage(o outage) int {
+	s.outMu.Lock()
+	defer s.outMu.Unlock()
+	s.outages = append(s.outages, o)
+	return len(s.outages) - 1
+}
+
+// endOutage notes that outage i has ended.
+func (s *system) endOutage(i int) {
+	s.outMu.Lock()
+	defer s.outMu.Unlock()
+	s.outages[i].To = time.Now()
+}
+
+// allOutages returns the database outages and each replica's coordinator
+// outages: from a process's kill (or exit) to the next one's ready line,
+// whoever restarted it (the fault, or the heal).
+func (s *system) allOutages() []outage {
+	s.outMu.Lock()
+	out := append([]outage(nil), s.outages...)
+	s.outMu.Unlock()
+	for _, r := range s.replicas {
+		r.mu.Lock()
+		procs := append([]*proc(nil), r.procs...)
+		r.mu.Unlock()
+		for i, p := range procs {
+			end := p.endedAt()
+			if end.IsZero() {
+				continue
+			}
+			o := outage{What: "coordinator down", Replica: r.name, From: end}
+			if i+1 < len(procs) {
+				o.To = procs[i+1].readyAt()
+			}
+			out = append(out, o)
+		}
+	}
+	return out
 }
 
 // freeLoopbackPort returns an address on loopback with a port free now.
@@ -249,10 +308,12 @@ func (s *system) startReplica(r *replica) error {
 	if err != nil {
 		return err
 	}
-	if _, err := p.waitRecord(20*time.Second, 0, msgIs("coordinator serving")); err != nil {
+	rec, err := p.waitRecord(20*time.Second, 0, msgIs("coordinator serving"))
+	if err != nil {
 		p.kill()
 		return err
 	}
+	p.markReady(rec)
 	r.mu.Lock()
 	r.proc = p
 	r.procs = append(r.procs, p)
@@ -294,7 +355,7 @@ func (s *system) startWorker(w *workerSlot) error {
 		"--worker-id", id,
 		"--concurrency", strconv.Itoa(s.cfg.concurrency),
 		"--lease", s.cfg.lease.String(),
-		"--provider-timeout", s.cfg.providerTimeout.String(),
+		"--provider-timeout", s.workerProviderTimeout(w).String(),
 		"--pending-delay", "1s",
 		"--unknown-delay", "1s",
 		"--call-timeout", "3s",
@@ -318,16 +379,27 @@ func (s *system) startWorker(w *workerSlot) error {
 	if err != nil {
 		return err
 	}
-	if _, err := p.waitRecord(20*time.Second, 0, msgIs(ready)); err != nil {
+	rec, err := p.waitRecord(20*time.Second, 0, msgIs(ready))
+	if err != nil {
 		p.kill()
 		return err
 	}
+	p.markReady(rec)
 	w.mu.Lock()
 	w.proc = p
 	w.procs = append(w.procs, &workerProc{id: id, p: p, node: w.node})
 	w.mu.Unlock()
 	s.watch(p)
 	return nil
+}
+
+// workerProviderTimeout is slot w's provider-call deadline: a patient
+// worker's outlasts the provider-slow calls.
+func (s *system) workerProviderTimeout(w *workerSlot) time.Duration {
+	if w.patient {
+		return s.cfg.patientTimeout
+	}
+	return s.cfg.providerTimeout
 }
 
 // watch notes a process that ends without the campaign having asked.

@@ -146,42 +146,74 @@ func writeWebhookSecrets(dir string) (coordinatorFile, providerFile string, err 
 	return coordinatorFile, providerFile, nil
 }
 
-// The provider has one set of global faults; the provider lane (API faults)
-// and the webhook lane (webhook modes) each own their half of it, and
-// whichever sets its half writes the union.
+// The provider has one set of global faults; the provider lane (API faults),
+// the provider-slow lane (its hangs) and the webhook lane (webhook modes)
+// each own their part of it, and whichever sets its part writes the union.
 
-// setAPIFaults replaces the API half of the provider's faults, keeping the
-// webhook lane's modes.
+// setAPIFaults replaces the API part of the provider's faults, keeping the
+// provider-slow lane's hangs and the webhook lane's modes.
 func (s *system) setAPIFaults(ctx context.Context, fs fakeprovider.Faults) error {
 	s.provMu.Lock()
 	defer s.provMu.Unlock()
 	s.apiFaults = withoutWebhookModes(fs)
-	return s.writeProviderFaults(ctx, withWebhookModes(s.apiFaults, s.hookFaults))
+	return s.writeProviderFaults(ctx, unionOfFaults(s.apiFaults, s.slowFaults, s.hookFaults))
 }
 
-// setWebhookModes replaces the webhook half of the provider's faults. The
-// API half is read back from the provider first: a counted fault (Times,
-// ErrorBurst) counts down there, and writing the plan's count again would
-// stretch it.
+// setWebhookModes replaces the webhook part of the provider's faults.
 func (s *system) setWebhookModes(ctx context.Context, modes fakeprovider.Faults) error {
 	s.provMu.Lock()
 	defer s.provMu.Unlock()
 	s.hookFaults = modes
-	cur := fakeprovider.Faults{}
-	if !s.apiFaults.IsZero() {
-		var err error
-		if cur, err = s.pay.Faults(ctx); err != nil {
-			return fmt.Errorf("read provider faults: %w", err)
-		}
+	api, err := s.apiFaultsLeft(ctx)
+	if err != nil {
+		return err
 	}
-	return s.writeProviderFaults(ctx, withWebhookModes(cur, modes))
+	return s.writeProviderFaults(ctx, unionOfFaults(api, s.slowFaults, modes))
 }
 
-// clearProviderFaults ends both halves (heal).
+// setSlowFaults replaces the provider-slow part of the provider's faults:
+// its hangs.
+func (s *system) setSlowFaults(ctx context.Context, hangs fakeprovider.Faults) error {
+	s.provMu.Lock()
+	defer s.provMu.Unlock()
+	s.slowFaults = fakeprovider.Faults{HangBefore: hangs.HangBefore, HangAfter: hangs.HangAfter}
+	api, err := s.apiFaultsLeft(ctx)
+	if err != nil {
+		return err
+	}
+	return s.writeProviderFaults(ctx, unionOfFaults(api, s.slowFaults, s.hookFaults))
+}
+
+// apiFaultsLeft is what is left of the API part: a counted fault (Times,
+// ErrorBurst) counts down at the provider, and writing the plan's count
+// again would stretch it, so its count is read back first; one that ran
+// out cleared the provider's faults, the other parts' with it, until a
+// lane sets its part again (they may end early, never late). Called with
+// provMu held.
+func (s *system) apiFaultsLeft(ctx context.Context) (fakeprovider.Faults, error) {
+	api := s.apiFaults
+	if api.Times == 0 && api.ErrorBurst == 0 {
+		return api, nil
+	}
+	cur, err := s.pay.Faults(ctx)
+	if err != nil {
+		return api, fmt.Errorf("read provider faults: %w", err)
+	}
+	switch {
+	case api.Times > 0 && cur.Times == 0:
+		return fakeprovider.Faults{}, nil
+	case api.Times > 0:
+		api.Times = cur.Times
+	}
+	api.ErrorBurst = min(api.ErrorBurst, cur.ErrorBurst)
+	return api, nil
+}
+
+// clearProviderFaults ends every part (heal).
 func (s *system) clearProviderFaults(ctx context.Context) error {
 	s.provMu.Lock()
 	defer s.provMu.Unlock()
-	s.apiFaults, s.hookFaults = fakeprovider.Faults{}, fakeprovider.Faults{}
+	s.apiFaults, s.slowFaults, s.hookFaults = fakeprovider.Faults{}, fakeprovider.Faults{}, fakeprovider.Faults{}
 	return s.pay.ClearFaults(ctx)
 }
 
@@ -191,6 +223,15 @@ func (s *system) writeProviderFaults(ctx context.Context, fs fakeprovider.Faults
 	}
 	_, err := s.pay.SetFaults(ctx, fs)
 	return err
+}
+
+// unionOfFaults is the provider's faults of the three parts: the API
+// faults with the webhook modes of hooks, each hang the longer of the API
+// part's and the provider-slow part's.
+func unionOfFaults(api, slow, hooks fakeprovider.Faults) fakeprovider.Faults {
+	f := withWebhookModes(api, hooks)
+	f.HangBefore, f.HangAfter = max(f.HangBefore, slow.HangBefore), max(f.HangAfter, slow.HangAfter)
+	return f
 }
 
 // withoutWebhookModes is f with its webhook modes off.

@@ -55,6 +55,7 @@ type (
 	rejectedLine struct {
 		jobRef
 		Decision string // what the write carried: "complete" when the provider said refunded; "" when the line does not say
+		Seen     time.Time
 	}
 	// writeFailedLine is a write-back that failed (the coordinator
 	// unreachable, its retries spent): refundworker's "…the lease will
@@ -62,12 +63,33 @@ type (
 	writeFailedLine struct {
 		jobRef
 		Decision string // as in rejectedLine
+		Seen     time.Time
 	}
 	// lateLine is a provider call that outlived its deadline (its answer,
 	// if one comes, is filed as an observation): refundworker's "handler
 	// outlived the provider-call deadline…" and the Node.js worker's
 	// "provider call outlived its deadline…".
-	lateLine struct{ jobRef }
+	lateLine struct {
+		jobRef
+		Seen time.Time
+	}
+	// grantLostLine is a renewal that found the grant gone (R27): the
+	// worker cancels the handler. Both workers' "grant lost…".
+	grantLostLine struct {
+		jobRef
+		Seen time.Time
+	}
+	// callFailedLine is a call about the grants a worker holds that
+	// failed, the coordinator or its database away: a lease renewal (R27;
+	// both workers' "lease renewal failed; …") or a try of a renewal or a
+	// write-back that refundworker's client repeats ("jobfence: repeating
+	// call" of RenewLeases, Complete, Reschedule or Escalate). It names no
+	// job: one renewal call renews all of a worker's due jobs, and the
+	// client's line does not say.
+	callFailedLine struct {
+		jobRef
+		Seen time.Time
+	}
 	// observationLine is the end of a filing (R15): "observation filed"
 	// (Filed), or one of the lines of a filing that failed.
 	observationLine struct {
@@ -110,7 +132,16 @@ const (
 	msgNotFiledGo    = "observation not filed: the provider's answer is only in this log"
 	msgNotFiledJS    = "filing an observation failed"
 	msgNotFiled      = "observation not filed" // neither worker logs it now; read as before
+	msgGrantLostGo   = "grant lost; cancelling the handler before it sends anything new (R27)"
+	msgGrantLostJS   = "grant lost: the provider call is cancelled and nothing new is sent (R27)"
+	msgRenewFailedGo = "lease renewal failed; trying again soon"
+	msgRenewFailedJS = "lease renewal failed; tried again sooner, nothing aborted (R27)"
+	msgRepeatingGo   = "jobfence: repeating call" // with the method, of grantCalls
 )
+
+// grantCalls are the methods of the calls about a held grant: a renewal,
+// a write-back.
+var grantCalls = map[string]bool{"RenewLeases": true, "Complete": true, "Reschedule": true, "Escalate": true}
 
 // The history's event kind of an accepted write-back's line: refundworker's
 // "job written" by its decision, the Node.js worker's by its message.
@@ -140,11 +171,20 @@ func parseWorkerLine(r map[string]any) workerLine {
 	case msgClaimed, msgTakenOver:
 		return grantLine{jobRef: ref, Grant: str(r["grant"]), Seen: seenAt(r)}
 	case msgRejected:
-		return rejectedLine{jobRef: ref, Decision: str(r["decision"])}
+		return rejectedLine{jobRef: ref, Decision: str(r["decision"]), Seen: seenAt(r)}
 	case msgWriteFailedGo, msgWriteFailedJS:
-		return writeFailedLine{jobRef: ref, Decision: str(r["decision"])}
+		return writeFailedLine{jobRef: ref, Decision: str(r["decision"]), Seen: seenAt(r)}
 	case msgLateGo, msgLateJS:
-		return lateLine{ref}
+		return lateLine{jobRef: ref, Seen: seenAt(r)}
+	case msgGrantLostGo, msgGrantLostJS:
+		return grantLostLine{jobRef: ref, Seen: seenAt(r)}
+	case msgRenewFailedGo, msgRenewFailedJS:
+		return callFailedLine{Seen: seenAt(r)}
+	case msgRepeatingGo:
+		if grantCalls[str(r["method"])] {
+			return callFailedLine{Seen: seenAt(r)}
+		}
+		return nil
 	case msgObservedFiled, msgNotFiledGo, msgNotFiledJS, msgNotFiled:
 		return observationLine{jobRef: ref, Filed: msg == msgObservedFiled, Outcome: str(r["outcome"]),
 			RefundID: str(r["provider_refund_id"]), Error: str(r["error"]), Seen: seenAt(r)}
@@ -313,12 +353,68 @@ func grantsOf(l workerLog) []grantLog {
 	return out
 }
 
+// release is a line that shows a worker done with a grant: its handler
+// returned (the write-back's outcome, a late answer) or a renewal found the
+// grant gone. From then on the worker renews that lease no more (R27).
+type release struct {
+	Worker  string
+	Key     string
+	JobID   int64
+	Attempt int64
+	Why     string
+	Seen    time.Time
+}
+
+// releasesOf reads the grants a worker let go, and when its calls about the
+// grants it held failed (renewals, write-backs).
+func releasesOf(l workerLog) (out []release, callFailures []time.Time) {
+	keys := map[[2]int64]string{}
+	for _, line := range l.Lines {
+		ref := line.job()
+		if ref.Key != "" {
+			keys[[2]int64{ref.JobID, ref.Attempt}] = ref.Key
+		}
+		var why string
+		var seen time.Time
+		switch line := line.(type) {
+		case writtenLine:
+			why, seen = "its "+line.Kind+" write-back was accepted", line.Seen
+		case rejectedLine:
+			why, seen = "its write-back was rejected by the fence", line.Seen
+		case writeFailedLine:
+			why, seen = "its write-back failed", line.Seen
+			callFailures = append(callFailures, line.Seen)
+		case lateLine:
+			why, seen = "its handler outlived the provider-call deadline", line.Seen
+		case grantLostLine:
+			why, seen = "a renewal found the grant gone", line.Seen
+		case callFailedLine:
+			callFailures = append(callFailures, line.Seen)
+			continue
+		default:
+			continue
+		}
+		out = append(out, release{Worker: l.Worker, Key: keys[[2]int64{ref.JobID, ref.Attempt}], JobID: ref.JobID,
+			Attempt: ref.Attempt, Why: why, Seen: seen})
+	}
+	return out, callFailures
+}
+
 // addWorkerLog adds what the checks read from one worker's log to the input:
-// its receipts and fence rejections, its accepted write-backs and its grants.
+// its receipts and fence rejections, its accepted write-backs, its grants,
+// the grants it let go and its failed calls about them.
 func (in *checkInput) addWorkerLog(l workerLog) {
 	rs, stale := receiptsOf(l)
 	in.Receipts = append(in.Receipts, rs...)
 	in.StaleRejections += stale
 	in.Acks = append(in.Acks, acksOf(l)...)
 	in.Grants = append(in.Grants, grantsOf(l)...)
+	released, failures := releasesOf(l)
+	in.Releases = append(in.Releases, released...)
+	if len(failures) > 0 {
+		if in.CallFailures == nil {
+			in.CallFailures = map[string][]time.Time{}
+		}
+		in.CallFailures[l.Worker] = append(in.CallFailures[l.Worker], failures...)
+	}
 }
