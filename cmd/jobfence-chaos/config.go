@@ -79,7 +79,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.patientTimeout, "patient-provider-timeout", 0,
 		"the provider-call deadline of the patient workers (the 1st, 3rd, … renewing worker of each kind), which wait "+
 			"out provider-slow calls (up to 3 leases) renewing their leases (R27); must exceed 3 leases; 0: 3.5 leases")
-	fs.BoolVar(&c.nodeRenews, "node-renews", false,
+	fs.BoolVar(&c.nodeRenews, "node-renews", true,
 		"the Node.js example worker renews its leases (R27): invariant 10 then covers its takeovers, and the first "+
 			"Node.js worker is patient (it must then accept a --provider-timeout longer than its --lease)")
 	fs.DurationVar(&c.settleTimeout, "settle-timeout", 90*time.Second,
