@@ -118,49 +118,9 @@ func (b *bench) latencyRun(ctx context.Context, k, rate int) (latencyResult, err
 		})
 	}
 
-	interval := time.Second / time.Duration(rate)
-	var next atomic.Int64
-	var first, last atomic.Int64 // enqueue start times, ns since start
-	start := time.Now().Add(100 * time.Millisecond)
-	err = parallel(runCtx, latencyProducers, func(ctx context.Context, p int) error {
-		c := producerClients[p%len(producerClients)]
-		var lat, lag latencies
-		defer func() {
-			mu.Lock()
-			r.enqueue = append(r.enqueue, lat...)
-			r.lag = append(r.lag, lag...)
-			mu.Unlock()
-		}()
-		for {
-			i := int(next.Add(1) - 1)
-			if i >= n {
-				return nil
-			}
-			at := start.Add(time.Duration(i) * interval)
-			select {
-			case <-time.After(time.Until(at)):
-			case <-ctx.Done():
-				return nil
-			}
-			key := fmt.Sprintf("lat-%d-%d-%07d", k, rate, i)
-			t0 := time.Now()
-			lag = append(lag, t0.Sub(at))
-			pending.Store(key, t0)
-			_, err := c.EnqueueRefund(ctx, &pb.EnqueueRefundRequest{
-				OperationKey: key, OrderId: "order-" + key, PaymentId: "pay-" + key,
-				AmountMinor: int64(100 + i), Currency: "EUR", Provider: "acme"})
-			if err != nil {
-				return fmt.Errorf("enqueue %s: %w", key, err)
-			}
-			lat = append(lat, time.Since(t0))
-			if i == 0 {
-				first.Store(int64(t0.Sub(start)))
-			}
-			if i == n-1 {
-				last.Store(int64(t0.Sub(start)))
-			}
-		}
-	})
+	var achieved float64
+	achieved, r.lag, r.enqueue, err = produce(runCtx, producerClients, rate, n, fmt.Sprintf("lat-%d-%d-", k, rate),
+		func(key string, t0 time.Time) { pending.Store(key, t0) })
 	if err == nil {
 		seen, progress := completed.Load(), time.Now()
 		for seen < int64(n) && runCtx.Err() == nil {
@@ -189,10 +149,65 @@ func (b *bench) latencyRun(ctx context.Context, k, rate int) (latencyResult, err
 	if err == nil {
 		err = ctx.Err()
 	}
-	if span := time.Duration(last.Load() - first.Load()); n > 1 && span > 0 {
-		r.achieved = float64(n-1) / span.Seconds()
-	}
+	r.achieved = achieved
 	return r, err
+}
+
+// produce enqueues n jobs keyed prefix<i> (i in 7 digits) through clients on
+// scenario E's schedule: job i at start + i/rate, by latencyProducers
+// callers. sent, when set, is told each key and when its enqueue began. It
+// returns the rate achieved (from the first send to the last), how late each
+// send started, and how long each enqueue took.
+func produce(ctx context.Context, clients []pb.CoordinatorClient, rate, n int, prefix string,
+	sent func(key string, t0 time.Time)) (achieved float64, lags, enqueues latencies, err error) {
+	interval := time.Second / time.Duration(rate)
+	var next atomic.Int64
+	var first, last atomic.Int64 // send start times, ns since start
+	var mu sync.Mutex
+	start := time.Now().Add(100 * time.Millisecond)
+	err = parallel(ctx, latencyProducers, func(ctx context.Context, p int) error {
+		c := clients[p%len(clients)]
+		var lat, lag latencies
+		defer func() {
+			mu.Lock()
+			enqueues, lags = append(enqueues, lat...), append(lags, lag...)
+			mu.Unlock()
+		}()
+		for {
+			i := int(next.Add(1) - 1)
+			if i >= n {
+				return nil
+			}
+			at := start.Add(time.Duration(i) * interval)
+			select {
+			case <-time.After(time.Until(at)):
+			case <-ctx.Done():
+				return nil
+			}
+			key := fmt.Sprintf("%s%07d", prefix, i)
+			t0 := time.Now()
+			lag = append(lag, t0.Sub(at))
+			if sent != nil {
+				sent(key, t0)
+			}
+			if _, err := c.EnqueueRefund(ctx, &pb.EnqueueRefundRequest{
+				OperationKey: key, OrderId: "order-" + key, PaymentId: "pay-" + key,
+				AmountMinor: int64(100 + i), Currency: "EUR", Provider: "acme"}); err != nil {
+				return fmt.Errorf("enqueue %s: %w", key, err)
+			}
+			lat = append(lat, time.Since(t0))
+			if i == 0 {
+				first.Store(int64(t0.Sub(start)))
+			}
+			if i == n-1 {
+				last.Store(int64(t0.Sub(start)))
+			}
+		}
+	})
+	if span := time.Duration(last.Load() - first.Load()); n > 1 && span > 0 {
+		achieved = float64(n-1) / span.Seconds()
+	}
+	return achieved, lags, enqueues, err
 }
 
 // latencyWorker is a worker with --latency-slots slots: whenever a slot is

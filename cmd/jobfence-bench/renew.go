@@ -698,7 +698,7 @@ func (b *bench) renewCostRun(ctx context.Context, k int, renew bool) (renewCost,
 		onOff(renew), r.jobs, b.cfg.renewRate, hold, lease, b.cfg.renewWorkers, renewSlots)
 	meter := startCPU(b.coord.pid(), b.dbPID)
 	prefix := fmt.Sprintf("renew-%d-%s-", k, onOff(renew))
-	if r.achieved, r.lag, err = produce(ctx, producers, b.cfg.renewRate, r.jobs, prefix); err != nil {
+	if r.achieved, r.lag, _, err = produce(ctx, producers, b.cfg.renewRate, r.jobs, prefix, nil); err != nil {
 		return r, err
 	}
 	if err := f.waitCompleted(ctx, r.jobs); err != nil {
@@ -771,7 +771,7 @@ func (b *bench) renewOnly(ctx context.Context) error {
 	}
 	defer closeAll()
 	// As fast as the coordinator takes them: the rate is not measured here.
-	if _, _, err := produce(ctx, producers, 1_000_000, n, "renew-only-"); err != nil {
+	if _, _, _, err := produce(ctx, producers, 1_000_000, n, "renew-only-", nil); err != nil {
 		return err
 	}
 	for deadline := time.Now().Add(time.Minute); held.Load() < int64(n); {
@@ -838,58 +838,6 @@ func (b *bench) renewOnly(ctx context.Context) error {
 		"commits_per_renew_tx", num(ratio(float64(after["Com_commit"]-before["Com_commit"]), c.txs), 2),
 		"settle_s", num(settled.Seconds(), 1))
 	return nil
-}
-
-// produce enqueues n jobs keyed prefix<i> through clients on scenario E's
-// schedule (job i at start + i/rate, latencyProducers callers) and returns
-// the rate achieved and how late each send started.
-func produce(ctx context.Context, clients []pb.CoordinatorClient, rate, n int, prefix string) (float64, latencies, error) {
-	interval := time.Second / time.Duration(rate)
-	var next atomic.Int64
-	var first, last atomic.Int64 // send start times, ns since start
-	var mu sync.Mutex
-	var lags latencies
-	start := time.Now().Add(100 * time.Millisecond)
-	err := parallel(ctx, latencyProducers, func(ctx context.Context, p int) error {
-		c := clients[p%len(clients)]
-		var lag latencies
-		defer func() {
-			mu.Lock()
-			lags = append(lags, lag...)
-			mu.Unlock()
-		}()
-		for {
-			i := int(next.Add(1) - 1)
-			if i >= n {
-				return nil
-			}
-			at := start.Add(time.Duration(i) * interval)
-			select {
-			case <-time.After(time.Until(at)):
-			case <-ctx.Done():
-				return nil
-			}
-			key := fmt.Sprintf("%s%07d", prefix, i)
-			t0 := time.Now()
-			lag = append(lag, t0.Sub(at))
-			if _, err := c.EnqueueRefund(ctx, &pb.EnqueueRefundRequest{
-				OperationKey: key, OrderId: "order-" + key, PaymentId: "pay-" + key,
-				AmountMinor: int64(100 + i), Currency: "EUR", Provider: "acme"}); err != nil {
-				return fmt.Errorf("enqueue %s: %w", key, err)
-			}
-			if i == 0 {
-				first.Store(int64(t0.Sub(start)))
-			}
-			if i == n-1 {
-				last.Store(int64(t0.Sub(start)))
-			}
-		}
-	})
-	var achieved float64
-	if span := time.Duration(last.Load() - first.Load()); n > 1 && span > 0 {
-		achieved = float64(n-1) / span.Seconds()
-	}
-	return achieved, lags, err
 }
 
 // renewExtra is the key=value pairs of what renewal added: the means of the

@@ -511,19 +511,27 @@ func (s *system) close() {
 // that show a fault reaching the fencing logic.
 func (s *system) coordinatorCounts() map[string]int {
 	n := map[string]int{}
+	s.eachCoordinatorRecord(func(rec map[string]any) {
+		if msg, ok := rec["msg"].(string); ok {
+			n[msg]++
+		}
+	})
+	return n
+}
+
+// eachCoordinatorRecord calls fn with every log record of every coordinator
+// process the campaign started, replica by replica.
+func (s *system) eachCoordinatorRecord(fn func(rec map[string]any)) {
 	for _, r := range s.replicas {
 		r.mu.Lock()
 		procs := append([]*proc(nil), r.procs...)
 		r.mu.Unlock()
 		for _, p := range procs {
 			for _, rec := range p.allRecords() {
-				if msg, ok := rec["msg"].(string); ok {
-					n[msg]++
-				}
+				fn(rec)
 			}
 		}
 	}
-	return n
 }
 
 // unexpectedExits returns the processes that ended on their own.

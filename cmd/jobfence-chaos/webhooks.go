@@ -301,20 +301,13 @@ func (s *system) drainWebhooks(ctx context.Context) {
 // delivered again).
 func (s *system) webhookRefusals() (refused map[string]int, notStored int) {
 	refused = map[string]int{}
-	for _, r := range s.replicas {
-		r.mu.Lock()
-		procs := append([]*proc(nil), r.procs...)
-		r.mu.Unlock()
-		for _, p := range procs {
-			for _, rec := range p.allRecords() {
-				switch rec["msg"] {
-				case "webhook refused":
-					refused[str(rec["reason"])]++
-				case "webhook event not stored; the provider will deliver it again":
-					notStored++
-				}
-			}
+	s.eachCoordinatorRecord(func(rec map[string]any) {
+		switch rec["msg"] {
+		case "webhook refused":
+			refused[str(rec["reason"])]++
+		case "webhook event not stored; the provider will deliver it again":
+			notStored++
 		}
-	}
+	})
 	return refused, notStored
 }
