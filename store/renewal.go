@@ -86,13 +86,11 @@ func (r Renewal) GrantExpiresAt(job Job) time.Time {
 // ends Lease from now, and never after the grant's life ends (R27). A
 // renewal never bumps the attempt or mints a token.
 func (r Renewal) Renew(job Job, now time.Time) (RenewOutcome, error) {
-	w := Writeback{Kind: EventCompleted, JobID: r.JobID, Attempt: r.Attempt, LeaseToken: r.LeaseToken}
-	if !w.Fenced(job) {
-		err := ErrNotRunning
-		if job.Attempt != r.Attempt || !w.ofGrant(job) {
-			err = ErrStaleAttempt
-		}
-		return RenewOutcome{Job: job}, &FenceError{Err: err, Attempt: r.Attempt, Current: job}
+	switch ours := job.Attempt == r.Attempt && job.Grant == r.LeaseToken.Hash(); {
+	case !ours:
+		return RenewOutcome{Job: job}, &FenceError{Err: ErrStaleAttempt, Attempt: r.Attempt, Current: job}
+	case job.State != StateRunning:
+		return RenewOutcome{Job: job}, &FenceError{Err: ErrNotRunning, Attempt: r.Attempt, Current: job}
 	}
 	out := RenewOutcome{Job: job, GrantExpiresAt: r.GrantExpiresAt(job)}
 	if !now.Before(out.GrantExpiresAt) {
