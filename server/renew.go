@@ -17,7 +17,7 @@ import (
 // go to the dispatcher's shared renewal transactions, each answered on its
 // own. A refusal is part of the answer, with the reason and metadata a
 // write-back's error would carry; only a bad request, or a database that
-// could not decide any of the renewals, fails the call.
+// could not decide one of the renewals, fails the call.
 func (s *Server) RenewLeases(ctx context.Context, req *pb.RenewLeasesRequest) (*pb.RenewLeasesResponse, error) {
 	rs, err := renewalsFromProto(req, s.opts.Lease, s.opts.MaxGrantAge)
 	if err != nil {
@@ -62,9 +62,10 @@ func (s *Server) RenewLeases(ctx context.Context, req *pb.RenewLeasesRequest) (*
 				slog.String("reason", strings.TrimPrefix(lr.Refused.String(), "ERROR_REASON_")), slog.String("error", o.Err.Error()))...)
 		}
 	}
-	if undecided == len(rs) {
-		// Nothing was decided: the caller repeats the call (renewals are
-		// safe to repeat) rather than read a refusal per grant.
+	if undecided > 0 {
+		// Some renewal was not decided (its shared transaction failed): the
+		// caller repeats the whole call, which is safe, rather than read
+		// "unavailable" as a refusal of its grant.
 		return nil, s.toStatus(ctx, lastErr, jobAttrs{})
 	}
 	return resp, nil
