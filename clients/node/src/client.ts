@@ -316,8 +316,12 @@ export class CoordinatorClient {
   }
 
   private async call<T>(fn: (o: CallOptions) => Promise<T>, opts: CallOptions | undefined): Promise<T> {
+    // gRPC's grpc-timeout header takes whole units: a fractional deadline
+    // (a third of a lease) would be sent as one the server refuses with
+    // HTTP 400, so it is rounded up to the next millisecond.
+    const timeoutMs = opts?.timeoutMs ?? this.defaultTimeoutMs;
     try {
-      return await fn({ ...opts, timeoutMs: opts?.timeoutMs ?? this.defaultTimeoutMs });
+      return await fn({ ...opts, timeoutMs: timeoutMs === undefined ? undefined : Math.ceil(timeoutMs) });
     } catch (err) {
       throw toCoordinatorError(err);
     }

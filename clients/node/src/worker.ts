@@ -687,7 +687,7 @@ export class Worker {
     const sent = performance.now();
     // A renewal that takes longer than the interval is as good as failed:
     // the next one is tried sooner.
-    const timeoutMs = Math.min(10_000, Math.max(1_000, Math.min(...batch.map((h) => h.intervalMs))));
+    const timeoutMs = Math.ceil(Math.min(10_000, Math.max(1_000, Math.min(...batch.map((h) => h.intervalMs)))));
     let renewals: Renewal[];
     try {
       renewals = await this.client.renewLeases(batch.map((h) => grantOf(h.claimed)), { leaseMs: this.opts.leaseMs, timeoutMs });

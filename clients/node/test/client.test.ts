@@ -237,6 +237,10 @@ describe("CoordinatorClient", () => {
     assert.deepEqual(got.events.map((e) => e.kind), ["enqueued", "claimed"], "nor writes the history");
     assert.ok(renewed.grantExpiresAt !== undefined && renewed.grantExpiresAt >= renewed.leaseUntil);
     assert.ok(renewed.receiptFiledAt !== undefined, "the webhook's receipt during the grant (R28)");
+    // The Worker's deadline is a third of a lease: a fractional one must
+    // still reach the server (grpc-timeout takes whole units).
+    const fractional = await client.renewLeases([grantOf(held)], { leaseMs: 120_000, timeoutMs: 4000 / 3 });
+    assert.equal(fractional[0]!.kind, "renewed", "a renewal with a deadline of 1333.33 ms");
 
     assert.ok(stale.kind === "refused");
     assert.equal(stale.reason, Reason.StaleAttempt);
