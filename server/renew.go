@@ -27,27 +27,31 @@ func (s *Server) RenewLeases(ctx context.Context, req *pb.RenewLeasesRequest) (*
 	if err != nil {
 		return nil, s.toStatus(ctx, err, jobAttrs{})
 	}
-	resp := &pb.RenewLeasesResponse{Renewals: make([]*pb.LeaseRenewal, len(rs))}
-	undecided := 0
-	var lastErr error
-	for i, o := range outs {
-		r := rs[i]
-		lr := &pb.LeaseRenewal{JobId: r.JobID, Attempt: r.Attempt}
-		resp.Renewals[i] = lr
-		if !o.GrantExpiresAt.IsZero() {
-			lr.GrantExpiresAt = timeToProto(o.GrantExpiresAt)
-		}
-		lr.ReceiptFiledAt = timeToProto(o.ReceiptDuringGrant())
+	var undecided error
+	for _, o := range outs {
 		s.metrics.renewals.WithLabelValues(renewalResult(o.Err)).Inc()
 		switch {
-		case o.Err == nil:
-			lr.LeaseUntil = timeToProto(o.Job.LeaseUntil)
-			continue
 		case errors.Is(o.Err, store.ErrUnavailable), errors.Is(o.Err, store.ErrWriteOutcomeUnknown):
-			undecided++
-			lastErr = o.Err
+			undecided = o.Err
 		case errors.Is(o.Err, store.ErrStaleAttempt):
 			s.metrics.stale.WithLabelValues("RenewLeases").Inc()
+		}
+	}
+	if undecided != nil {
+		// Some renewal was not decided (its shared transaction failed): the
+		// caller repeats the whole call, which is safe, rather than read
+		// "unavailable" as a refusal of its grant.
+		return nil, s.toStatus(ctx, undecided, jobAttrs{})
+	}
+	resp := &pb.RenewLeasesResponse{Renewals: make([]*pb.LeaseRenewal, len(rs))}
+	for i, o := range outs {
+		r := rs[i]
+		lr := &pb.LeaseRenewal{JobId: r.JobID, Attempt: r.Attempt, GrantExpiresAt: timeToProto(o.GrantExpiresAt),
+			ReceiptFiledAt: timeToProto(o.ReceiptDuringGrant())}
+		resp.Renewals[i] = lr
+		if o.Err == nil {
+			lr.LeaseUntil = timeToProto(o.Job.LeaseUntil)
+			continue
 		}
 		st, _ := statusOf(o.Err, jobAttrs{id: r.JobID, attempt: r.Attempt})
 		lr.Message = st.Message()
@@ -61,12 +65,6 @@ func (s *Server) RenewLeases(ctx context.Context, req *pb.RenewLeasesRequest) (*
 			s.log.LogAttrs(ctx, slog.LevelInfo, "lease renewal refused", append(jobAttrs{id: r.JobID, attempt: r.Attempt}.attrs(),
 				slog.String("reason", strings.TrimPrefix(lr.Refused.String(), "ERROR_REASON_")), slog.String("error", o.Err.Error()))...)
 		}
-	}
-	if undecided > 0 {
-		// Some renewal was not decided (its shared transaction failed): the
-		// caller repeats the whole call, which is safe, rather than read
-		// "unavailable" as a refusal of its grant.
-		return nil, s.toStatus(ctx, lastErr, jobAttrs{})
 	}
 	return resp, nil
 }
