@@ -103,18 +103,12 @@ func (r *renewer) run(ctx context.Context, quit <-chan struct{}) {
 		if next.IsZero() {
 			next = time.Now().Add(time.Hour)
 		}
-		t.Reset(time.Until(next))
+		t.Reset(time.Until(next)) // no draining: since Go 1.23 a reset timer delivers no stale value
 		select {
 		case <-quit:
 			return
 		case <-r.wake:
 		case <-t.C:
-		}
-		if !t.Stop() {
-			select {
-			case <-t.C:
-			default:
-			}
 		}
 	}
 }
