@@ -9,7 +9,9 @@
 - :class:`Worker`: claims only free slots (R18), dispatches by next action,
   writes back under the claim's grant (attempt and lease token, R9, R25),
   files what the fence refuses as an observation (R15), renews leases while
-  handlers run (R27) and drains on stop() or SIGTERM.
+  handlers run (R27), spools the receipts the coordinator cannot take and
+  files them later (R28, :mod:`jobfence.spool`) and drains on stop() or
+  SIGTERM.
 """
 
 from .client import DEFAULT_CALL_TIMEOUT, MAX_RENEW_BATCH, Client, RetryPolicy, TokenSource
@@ -53,6 +55,15 @@ from .errors import (
     WriteOutcomeUnknownError,
     decode_error,
 )
+from .spool import (
+    MAX_RECEIPT_SPOOL_BYTES,
+    MAX_SPOOLED_RECEIPTS,
+    RECEIPT_REFILE_INTERVAL,
+    RECEIPT_SPOOL_OFF,
+    ReceiptSpoolLockedError,
+    SpooledReceipt,
+    default_receipt_spool,
+)
 from .types import (
     ClaimedJob,
     Event,
@@ -90,8 +101,12 @@ __all__ = [
     "DEFAULT_RESEND_MARGIN",
     "DEFAULT_UNKNOWN_DELAY",
     "ERROR_DOMAIN",
+    "MAX_RECEIPT_SPOOL_BYTES",
     "MAX_RENEW_BATCH",
     "MAX_RESCHEDULE_DELAY",
+    "MAX_SPOOLED_RECEIPTS",
+    "RECEIPT_REFILE_INTERVAL",
+    "RECEIPT_SPOOL_OFF",
     "BudgetExhaustedError",
     "ClaimOutcomeUnknownError",
     "ClaimedJob",
@@ -130,10 +145,12 @@ __all__ = [
     "ProviderDeadlineError",
     "ProviderPolicy",
     "Reason",
+    "ReceiptSpoolLockedError",
     "Renewal",
     "Result",
     "ResultKind",
     "RetryPolicy",
+    "SpooledReceipt",
     "StaleAttemptError",
     "TokenSource",
     "UnauthenticatedError",
@@ -147,4 +164,5 @@ __all__ = [
     "decide",
     "decide_at",
     "decode_error",
+    "default_receipt_spool",
 ]

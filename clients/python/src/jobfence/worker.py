@@ -4,7 +4,8 @@ Threads, not asyncio: grpcio's blocking API is the one that is mature in
 the versions Debian ships (1.51), and a provider client is most often a
 blocking one (http.client, requests). One thread claims, one thread per job
 in flight runs its provider call and write-back, one thread renews the
-leases of every job whose handler runs (R27).
+leases of every job whose handler runs (R27), and, with a receipt spool,
+one files the receipts the coordinator could not take again (R28).
 """
 
 from __future__ import annotations
@@ -30,8 +31,16 @@ from .errors import (
     GrantTooOldError,
     JobNotRunningError,
     NotFoundError,
+    Reason,
     StaleAttemptError,
     UnavailableError,
+)
+from .spool import (
+    RECEIPT_REFILE_INTERVAL,
+    RECEIPT_SPOOL_OFF,
+    ReceiptSpool,
+    SpooledReceipt,
+    default_receipt_spool,
 )
 from .types import ClaimedJob, JobState, NextAction
 
@@ -50,9 +59,16 @@ __all__ = [
 
 _log = logging.getLogger("jobfence.worker")
 
-# How long a receipt the coordinator cannot take is tried again (R15): this
-# SDK keeps no receipt spool, so the receipt lives only as long as the process.
+# How long a worker without a receipt spool tries again to file a receipt the
+# coordinator cannot take (R15): the receipt lives only as long as the process.
 _OBSERVE_RETRY_FOR = 120.0
+# How long Worker() waits for a held spool lock: that of a worker just exiting.
+_SPOOL_LOCK_WAIT = 1.0
+# Refile timing: a pass asked for by a call that succeeded after the
+# coordinator was away comes at least this long after the previous pass; the
+# pass at the end of run() is bounded by _FINAL_REFILE_TIMEOUT.
+_REFILE_MIN_GAP = 5.0
+_FINAL_REFILE_TIMEOUT = 10.0
 # After a renewal call that failed, the next try comes after a tenth of the lease.
 _RENEW_RETRY_DIVISOR = 10
 
@@ -179,7 +195,10 @@ class WorkerEventKind(enum.Enum):
     STALE = "stale"  # the fence refused the write-back (error set)
     WRITE_FAILED = "write_failed"  # the write-back failed otherwise (error set)
     OBSERVED = "observed"  # an observation was filed (duplicate set)
-    OBSERVE_FAILED = "observe_failed"  # filing an observation failed (error set)
+    OBSERVE_FAILED = "observe_failed"  # filing an observation failed and it was not spooled (error set)
+    SPOOLED = "spooled"  # an observation not filed was spooled (error, receipt, spool set; R28)
+    REFILED = "refiled"  # a spooled receipt was filed (duplicate, receipt set; job None)
+    SPOOL_ERROR = "spool_error"  # the spool itself: a torn line cut, unreadable lines kept, a failed rewrite (error, spool set)
     RESEND_REFUSED = "resend_refused"  # a same-key resend refused before calling the provider
     RENEWED = "renewed"  # a running job's lease was renewed (R27)
     RENEW_FAILED = "renew_failed"  # a renewal call failed; tried again soon (error set)
@@ -198,6 +217,11 @@ class WorkerEvent:
     replayed: bool = False
     duplicate: bool = False
     error: Optional[BaseException] = None
+    #: The receipt spooled or refiled (SPOOLED, REFILED, and OBSERVE_FAILED
+    #: for a spooled receipt refused for good). Its lease token prints redacted.
+    receipt: Optional[SpooledReceipt] = None
+    #: The spool's path (SPOOLED, SPOOL_ERROR).
+    spool: str = ""
 
 
 @dataclass
@@ -213,12 +237,15 @@ class WorkerStats:
     replayed: int = 0  # write-backs answered replayed=True (R21)
     stale_rejected: int = 0  # write-backs refused by the fence (M1)
     write_failures: int = 0
-    observations: int = 0  # observations filed (duplicates not counted)
+    observations: int = 0  # observations filed (duplicates not counted), spooled ones included once filed
     late_answers: int = 0  # handlers that outlived their deadline and grace
     resends_refused: int = 0
     renewals: int = 0  # leases renewed (R27)
     renew_failures: int = 0  # renewal calls that failed (each tried again)
     grants_lost: int = 0  # grants a renewal found gone: handlers cancelled (R27)
+    spooled: int = 0  # receipts written to the receipt spool (R28)
+    refiled: int = 0  # spooled receipts the coordinator took, duplicates included
+    spool_errors: int = 0  # the spool's own troubles (SPOOL_ERROR events); no receipt is dropped for them
 
     def as_dict(self) -> dict[str, int]:
         return {f.name: int(getattr(self, f.name)) for f in fields(self)}
@@ -272,6 +299,30 @@ class WorkerOptions:
     #: and grant (the lease token's fingerprint, never the token, R25) as
     #: ``extra`` fields (R3). Default: the "jobfence.worker" logger.
     logger: Optional[logging.Logger] = None
+    #: The file that keeps the receipts this worker could not file (R28): a
+    #: provider's answer whose report_observation failed in a way that may
+    #: succeed later (UNAVAILABLE, DATABASE_* included, DEADLINE_EXCEEDED, a
+    #: transport error, UNAUTHENTICATED, INTERNAL), after the Client's own
+    #: repeats, is appended to it as one JSON line, fsynced before the worker
+    #: moves on, and filed again by run(): before its first claim, every
+    #: RECEIPT_REFILE_INTERVAL (30 s), and as soon as a call succeeds after
+    #: such a failure. The coordinator deduplicates a receipt filed twice. A
+    #: permanent refusal (INVALID_ARGUMENT, NOT_FOUND, OBSERVATION_LIMIT,
+    #: PERMISSION_DENIED…) is logged at ERROR and not spooled. The file holds
+    #: lease tokens: it is created 0600, its folder 0700, and no log line
+    #: carries a token. Bounded by MAX_SPOOLED_RECEIPTS and
+    #: MAX_RECEIPT_SPOOL_BYTES; past them a receipt is logged at ERROR only.
+    #: The lines are the Go and TypeScript SDKs': each files the others'.
+    #:
+    #: "" (the default): default_receipt_spool(worker_id), under the user's
+    #: cache folder. A restarted worker refiles its predecessor's receipts
+    #: only if it finds the same file: keep its worker_id, or this, stable.
+    #: RECEIPT_SPOOL_OFF ("off"): no spool; a receipt the coordinator does not
+    #: take, after trying for up to two minutes, is only in the log. Worker()
+    #: takes an exclusive lock on the spool (a file beside it,
+    #: ``<path>.lock``), which run() releases when it returns (and shutdown(),
+    #: for a Worker never run).
+    receipt_spool: str = ""
 
     def validate(self) -> None:
         if not 1 <= len(self.worker_id) <= 128:
@@ -292,6 +343,8 @@ class WorkerOptions:
             raise ValueError("jobfence: renew_interval must be positive")
         if self.renew_interval is not None and self.lease is not None and self.renew_interval >= self.lease:
             raise ValueError("jobfence: renew_interval must be shorter than lease")
+        if not isinstance(self.receipt_spool, str):
+            raise ValueError(f"jobfence: receipt_spool must be a path or {RECEIPT_SPOOL_OFF!r}, got {self.receipt_spool!r}")
 
 
 class Worker:
@@ -312,6 +365,8 @@ class Worker:
     - a write-back refused by the fence is never repeated: the provider's
       answer is filed with report_observation, source "worker:<id>", with the
       stale attempt and its lease token (R15, R25);
+    - a receipt the coordinator cannot take now is spooled to a local file
+      and filed later, after a restart too (R28, WorkerOptions.receipt_spool);
     - a failed claim, CLAIM_OUTCOME_UNKNOWN included, is never acted on: it
       backs off and claims again (R7); a claim answered with retry_after
       waits that long (R19);
@@ -319,9 +374,10 @@ class Worker:
       the claiming and drains: jobs in flight finish their provider calls and
       write-backs, until drain_timeout.
 
-    It keeps no receipt spool (the Go and TypeScript SDKs do, R28): a receipt
-    the coordinator cannot take is tried again for two minutes, then only
-    logged at ERROR.
+    Worker() opens and locks the receipt spool. Raises ValueError for an
+    invalid option (or no cache folder for the default spool),
+    ReceiptSpoolLockedError when another worker holds the spool, and the file
+    system's OSError when the spool cannot be created or opened.
     """
 
     def __init__(self, client: Client, handler: Handler, options: Optional[WorkerOptions] = None, **kw: Any) -> None:
@@ -344,6 +400,30 @@ class Worker:
         self._stats = WorkerStats()
         self._stats_lock = threading.Lock()
         self._renewer = _Renewer(self) if opts.lease_renewal else None
+        # The receipt spool (R28); None when off. _refile_lock serialises
+        # refile passes; _backlog is set while the spool holds receipts the
+        # coordinator was away for, so that the next successful call asks
+        # for a pass (_kick_refile).
+        self._spool: Optional[ReceiptSpool] = None
+        self._refile_lock = threading.Lock()
+        self._refile_cv = threading.Condition()
+        self._refile_kicked = False
+        self._refile_quit = False
+        self._backlog = False
+        if opts.receipt_spool != RECEIPT_SPOOL_OFF:
+            path = opts.receipt_spool
+            if not path:
+                try:
+                    path = default_receipt_spool(opts.worker_id)
+                except ValueError as e:
+                    raise ValueError(f"{e} (set receipt_spool to a file, or to {RECEIPT_SPOOL_OFF!r})") from None
+            self._spool = ReceiptSpool.open(path, _SPOOL_LOCK_WAIT)
+            if self._spool.torn:
+                self._spool_error(OSError(f"cut off {self._spool.torn} bytes of an unfinished last line: a crash in "
+                                          "the middle of an append that was never acknowledged"))
+            if n := self._spool.pending():
+                self._log.warning("receipt spool holds receipts not filed yet; run() files them before claiming (R28)",
+                                  extra={"spool": self._spool.path, "receipts": n})
 
     # -- public ------------------------------------------------------------
 
@@ -351,6 +431,16 @@ class Worker:
         """A copy of the worker's counters."""
         with self._stats_lock:
             return WorkerStats(**self._stats.as_dict())
+
+    @property
+    def receipt_spool(self) -> Optional[str]:
+        """The receipt spool's path; None when it is off."""
+        return self._spool.path if self._spool is not None else None
+
+    @property
+    def spooled_receipts(self) -> int:
+        """How many receipts the spool holds now (0 when it is off)."""
+        return self._spool.pending() if self._spool is not None else 0
 
     @property
     def in_flight(self) -> int:
@@ -368,9 +458,14 @@ class Worker:
         self._stop_event.set()
 
     def shutdown(self, timeout: Optional[float] = None) -> bool:
-        """stop(), then waits up to timeout seconds for run() to return; True when it did."""
+        """stop(), then waits up to timeout seconds for run() to return; True
+        when it did. For a Worker never run it releases the receipt spool."""
         self.stop()
-        return self._done.wait(timeout) if self._started else True
+        if not self._started:
+            # Never run: nothing to drain; a run() now stops at once.
+            self._close_spool()
+            return True
+        return self._done.wait(timeout)
 
     def run(self, *, install_signal_handlers: bool = False) -> None:
         """Claims and works jobs until stop(), then drains. Claim and
@@ -389,7 +484,16 @@ class Worker:
         self._started = True
         restore = self._install_signals() if install_signal_handlers else None
         renewer: Optional[threading.Thread] = None
+        refiler: Optional[threading.Thread] = None
+        drained = False
         try:
+            spool = self._spool
+            if spool is not None and not spool.closed:
+                # R28: what a predecessor (or this worker) could not file goes
+                # first, then every RECEIPT_REFILE_INTERVAL and after a failure heals.
+                self._refile()
+                refiler = threading.Thread(target=self._refile_loop, name="jobfence-refiler", daemon=True)
+                refiler.start()
             if self._renewer is not None:
                 renewer = threading.Thread(target=self._renewer.run, name="jobfence-renewer", daemon=True)
                 renewer.start()
@@ -400,6 +504,16 @@ class Worker:
                 self._renewer.quit()
             if renewer is not None:
                 renewer.join(5)
+            if refiler is not None:
+                with self._refile_cv:
+                    self._refile_quit = True
+                    self._refile_cv.notify_all()
+                refiler.join()
+                # A last pass for what the drain spooled; skipped when the
+                # drain was cut off.
+                if drained and self._spool is not None and self._spool.pending() > 0:
+                    self._refile(time.monotonic() + _FINAL_REFILE_TIMEOUT)
+            self._close_spool()
             if restore is not None:
                 restore()
             self._done.set()
@@ -481,6 +595,7 @@ class Worker:
                 backoff = min(2 * backoff, o.max_claim_backoff)
                 continue
             backoff = o.claim_backoff
+            self._kick_refile()
             for c in jobs:
                 self._start(c)
             if not o.claim_wait and len(jobs) < free:
@@ -642,6 +757,7 @@ class Worker:
                               extra={**f, "decision": d.kind.value, "error": str(e)})
             self._observe(c, res, f"write-back {d.kind.value} failed: {e}")
             return
+        self._kick_refile()
         self._count({DecisionKind.COMPLETE: "completed", DecisionKind.ESCALATE: "escalated"}.get(d.kind, "rescheduled"))
         if wr.replayed:
             self._count("replayed")
@@ -655,29 +771,36 @@ class Worker:
         """Files a provider answer as an observation under the claimed grant
         (R15, R25); results that carry no word from the provider are skipped.
         By operation key, not id: a database that lost recent commits in a
-        failover may give the lost job's id to another refund (R1, R26)."""
+        failover may give the lost job's id to another refund (R1, R26). What
+        the coordinator cannot take now is spooled (R28)."""
         outcome = res.observed()
         if outcome is None:
             return
         if res.reason:
             detail += f"; provider: {res.reason}"
         f = _job_fields(c)
-        receipt = {"outcome": outcome.value, "provider_refund_id": res.provider_refund_id,
-                   "provider_event_id": res.provider_event_id}
-        end = time.monotonic() + _OBSERVE_RETRY_FOR
+        receipt = SpooledReceipt(
+            job_id=c.job.id, operation_key=c.job.operation_key, attempt=c.attempt, lease_token=c.lease_token,
+            source=_clip(f"worker:{self.options.worker_id}", 128), outcome=outcome,
+            provider_refund_id=res.provider_refund_id, provider_event_id=res.provider_event_id,
+            detail=_clip(detail, 4096),
+        )
+        fields = {"outcome": outcome.value, "provider_refund_id": res.provider_refund_id,
+                  "provider_event_id": res.provider_event_id, "source": receipt.source}
+        # The receipt may be the only trace of a refund the provider made. With
+        # a spool: one call (the Client repeats it after UNAVAILABLE), then the
+        # spool, which outlives this process; the job's slot is not held while
+        # the coordinator is away. Without one: try for up to two minutes or
+        # until the drain gives up (the coordinator deduplicates repeats).
+        end = time.monotonic() + (0.0 if self._spool is not None else _OBSERVE_RETRY_FOR)
         pause = 0.1
         while True:
             try:
-                obs, dup, _ = self._client.report_observation(
-                    operation_key=c.job.operation_key, attempt=c.attempt, lease_token=c.lease_token,
-                    source=_clip(f"worker:{self.options.worker_id}", 128), outcome=outcome,
-                    provider_refund_id=res.provider_refund_id, provider_event_id=res.provider_event_id,
-                    detail=_clip(detail, 4096),
-                )
+                obs, dup, _ = self._client.report_observation(**receipt.request())
             except UnavailableError as e:
                 if time.monotonic() + pause < end and not self._cut.is_set():
                     self._log.warning("observation not filed yet; retrying",
-                                      extra={**f, **receipt, "error": str(e), "in": pause})
+                                      extra={**f, **fields, "error": str(e), "in": pause})
                     time.sleep(pause)
                     pause = min(2 * pause, 5.0)
                     continue
@@ -685,15 +808,168 @@ class Worker:
             except Exception as e:  # noqa: BLE001
                 err = e
             else:
+                self._kick_refile()
                 if not dup:
                     self._count("observations")
                 self._emit(WorkerEvent(WorkerEventKind.OBSERVED, job=c, result=res, duplicate=dup))
-                self._log.info("observation filed", extra={**f, **receipt, "observation_id": obs.id, "duplicate": dup})
+                self._log.info("observation filed", extra={**f, **fields, "observation_id": obs.id, "duplicate": dup})
                 return
+            break
+        spool = self._spool
+        if spool is None or not refile_later(err):
             self._emit(WorkerEvent(WorkerEventKind.OBSERVE_FAILED, job=c, result=res, error=err))
             self._log.error("observation not filed: the provider's answer is only in this log",
-                            extra={**f, **receipt, "error": str(err)})
+                            extra={**f, **fields, **_error_fields(err)})
             return
+        # R28: durable before the worker moves on.
+        try:
+            spool.append(receipt)
+        except Exception as se:  # noqa: BLE001 - full, closed, or the disk's error
+            self._emit(WorkerEvent(WorkerEventKind.OBSERVE_FAILED, job=c, result=res, error=err, receipt=receipt,
+                                   spool=spool.path))
+            self._log.error("observation not filed: the provider's answer is only in this log",
+                            extra={**f, **fields, **_error_fields(err), "spool_error": str(se), "spool": spool.path})
+            return
+        with self._refile_cv:
+            self._backlog = True
+        self._count("spooled")
+        self._emit(WorkerEvent(WorkerEventKind.SPOOLED, job=c, result=res, error=err, receipt=receipt, spool=spool.path))
+        self._log.warning("observation not filed; spooled, to be filed when the coordinator takes it (R28)",
+                          extra={**f, **fields, "error": str(err), "spool": spool.path})
+
+    # -- the receipt spool (R28) --------------------------------------------
+
+    def _kick_refile(self) -> None:
+        """Asks for a refile pass when the spool holds receipts the
+        coordinator was away for: a call just succeeded, so it is back."""
+        if self._spool is None:
+            return
+        with self._refile_cv:
+            if self._backlog and not self._refile_kicked:
+                self._refile_kicked = True
+                self._refile_cv.notify_all()
+
+    def _refile_loop(self) -> None:
+        """Refile passes every RECEIPT_REFILE_INTERVAL and when kicked, until run() ends."""
+        spool = self._spool
+        assert spool is not None
+        last = time.monotonic()
+        while True:
+            with self._refile_cv:
+                due = time.monotonic() + RECEIPT_REFILE_INTERVAL
+                while not self._refile_quit and not self._refile_kicked and time.monotonic() < due:
+                    self._refile_cv.wait(due - time.monotonic())
+                if self._refile_quit:
+                    return
+                if self._refile_kicked:
+                    self._refile_kicked = False
+                    # Kicked passes come at least _REFILE_MIN_GAP apart.
+                    gap = last + _REFILE_MIN_GAP
+                    while not self._refile_quit and time.monotonic() < gap:
+                        self._refile_cv.wait(gap - time.monotonic())
+                    if self._refile_quit:
+                        return
+            if spool.pending() > 0:
+                self._refile()
+            last = time.monotonic()
+
+    def _refile(self, deadline: Optional[float] = None) -> None:
+        """Files every spooled receipt again, exactly as first tried, so that
+        the coordinator deduplicates one that had landed (R15, R28), then
+        rewrites the spool without the receipts filed or refused for good.
+        A receipt leaves the spool only once the coordinator answered it. It
+        stops at the first failure that says the coordinator is away (or at
+        ``deadline``, on time.monotonic()'s clock); the rest waits for the
+        next pass. Lines this version cannot read are kept."""
+        spool = self._spool
+        assert spool is not None
+        with self._refile_lock:
+            try:
+                lines, up_to = spool.snapshot()
+            except Exception as e:  # noqa: BLE001
+                self._spool_error(e, "unreadable; its receipts wait")
+                return
+            keep: list[bytes] = []
+            filed = dropped = unreadable = 0
+            away: Optional[BaseException] = None
+            for line in lines:
+                r = line.receipt
+                if r is None:
+                    unreadable += 1
+                    keep.append(line.raw)
+                    continue
+                timeout: Optional[float] = None
+                if away is None and deadline is not None:
+                    timeout = deadline - time.monotonic()
+                    if timeout <= 0:
+                        away = TimeoutError("the refile pass ran out of time")
+                if away is not None:
+                    keep.append(line.raw)
+                    continue
+                try:
+                    obs, dup, _ = self._client.report_observation(**r.request(), timeout=timeout)
+                except Exception as e:  # noqa: BLE001
+                    if not refile_later(e):
+                        dropped += 1
+                        self._emit(WorkerEvent(WorkerEventKind.OBSERVE_FAILED, error=e, receipt=r, spool=spool.path))
+                        self._log.error("observation not filed: the provider's answer is only in this log",
+                                        extra={**r.log_fields(), **_error_fields(e), "spool": spool.path,
+                                               "dropped_from_spool": True})
+                        continue
+                    keep.append(line.raw)
+                    if coordinator_away(e):
+                        away = e
+                    else:
+                        self._log.warning("spooled receipt not filed yet; kept",
+                                          extra={**r.log_fields(), "error": str(e)})
+                    continue
+                filed += 1
+                self._count("refiled")
+                if not dup:
+                    self._count("observations")
+                self._emit(WorkerEvent(WorkerEventKind.REFILED, duplicate=dup, receipt=r, spool=spool.path))
+                self._log.info("spooled receipt filed", extra={
+                    **r.log_fields(), "observation_id": obs.id, "duplicate": dup,
+                    "attempt_verified": obs.attempt_verified})
+            if unreadable:
+                self._spool_error(OSError(f"{unreadable} lines this version cannot read are kept as they are; "
+                                          "file them by hand"))
+            if filed + dropped:
+                try:
+                    spool.rewrite(up_to, keep)
+                except Exception as e:  # noqa: BLE001
+                    # The old file stands: what was filed is filed again next
+                    # time, and deduplicated.
+                    self._spool_error(e, "not rewritten")
+            with self._refile_cv:
+                self._backlog = away is not None
+            if away is not None:
+                self._log.warning("spooled receipts wait for the coordinator", extra={
+                    "spool": spool.path, "filed": filed, "left": len(keep), "error": str(away)})
+            elif filed + dropped:
+                self._log.info("receipt spool refiled", extra={
+                    "spool": spool.path, "filed": filed, "dropped": dropped, "left": len(keep)})
+
+    def _spool_error(self, e: BaseException, what: str = "") -> None:
+        spool = self._spool
+        path = spool.path if spool is not None else ""
+        self._count("spool_errors")
+        self._emit(WorkerEvent(WorkerEventKind.SPOOL_ERROR, error=e, spool=path))
+        self._log.error("receipt spool", extra={"spool": path, "error": f"{what}: {e}" if what else str(e)})
+
+    def _close_spool(self) -> None:
+        """Releases the spool, removing its file when empty."""
+        spool = self._spool
+        if spool is None or spool.closed:
+            return
+        left = spool.pending()
+        try:
+            spool.close()
+        except Exception as e:  # noqa: BLE001
+            self._spool_error(e, "not closed cleanly")
+        if left:
+            self._log.warning("receipt spool released with receipts not filed; the next worker on this spool "
+                              "files them (R28)", extra={"spool": spool.path, "receipts": left})
 
     # -- internals -----------------------------------------------------------
 
@@ -865,4 +1141,42 @@ def _job_fields(c: ClaimedJob) -> dict[str, Any]:
 
 def _clip(s: str, n: int) -> str:
     return s if len(s) <= n else s[:n]
+
+
+def _error_fields(e: BaseException) -> dict[str, Any]:
+    if isinstance(e, CoordinatorError):
+        return {"error": str(e), "code": e.code.name if isinstance(e.code, grpc.StatusCode) else str(e.code),
+                "reason": e.reason}
+    return {"error": str(e)}
+
+
+# The codes of a report_observation refusal that no later try can change.
+_FINAL = (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND, grpc.StatusCode.PERMISSION_DENIED,
+          grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.ALREADY_EXISTS, grpc.StatusCode.OUT_OF_RANGE,
+          grpc.StatusCode.UNIMPLEMENTED)
+
+
+def refile_later(err: BaseException) -> bool:
+    """Whether a report_observation that failed with err may succeed when made
+    again later (R28): nothing answered (transport, a cut deadline),
+    UNAVAILABLE (DATABASE_* included), DEADLINE_EXCEEDED, a credential being
+    rotated, an internal error a fixed coordinator may not have.
+    INVALID_ARGUMENT, NOT_FOUND, OBSERVATION_LIMIT, PERMISSION_DENIED and the
+    other refusals of the request itself are final."""
+    if not isinstance(err, CoordinatorError):
+        return True
+    if err.code in _FINAL:
+        return False
+    if err.code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return err.reason != Reason.OBSERVATION_LIMIT
+    return True
+
+
+def coordinator_away(err: BaseException) -> bool:
+    """Whether err says the coordinator cannot take any receipt now, so that a
+    refile pass stops instead of trying the rest."""
+    if not isinstance(err, CoordinatorError):
+        return True
+    return err.code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED,
+                        grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.UNKNOWN)
 
