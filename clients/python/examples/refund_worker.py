@@ -19,6 +19,13 @@ stderr; the last one, "refund-worker stopped", carries the worker's counters.
 Every line about a job names it with job_id, operation_key, attempt and grant
 (the lease token's fingerprint, R25); the token itself is never logged.
 
+A receipt the coordinator cannot take (the fence refused the write-back, or
+the write-back failed, and report_observation failed too) is kept in the
+receipt spool, --receipt-spool, and filed when the worker next can, after a
+restart too (R28); the spool's lines are those of the Go and Node workers. A
+restart finds the spool by the worker id: with the default id, which holds the
+pid, set --worker-id or --receipt-spool.
+
 What it sends to the provider (R1, R2): the job's operation_key as the
 Idempotency-Key and as the merchant_reference, never anything derived from the
 attempt. What it makes of the answers:
@@ -124,6 +131,10 @@ FLAGS: list[tuple[str, Callable[[str], Any], str, str]] = [
     ("poll-interval", parse_duration, "1s", "pause after a claim that found too little work (without --claim-wait)"),
     ("drain-timeout", parse_duration, "30s", "on SIGTERM, how long jobs in flight may finish their provider call "
                                              "and write-back"),
+    ("receipt-spool", str, "", "file keeping the receipts the coordinator could not take (R28), filed again before "
+                               "the first claim and every 30s; a restart files them only from the same file, so keep "
+                               "--worker-id (or this) stable. \"off\": such receipts are only logged (default "
+                               "$XDG_CACHE_HOME or ~/.cache, then jobfence/<worker id>.receipts.jsonl)"),
     ("log-level", str, "info", "log level: debug, info, warn or error"),
 ]
 
@@ -385,26 +396,35 @@ def main(argv: list[str]) -> int:
         token = lambda: Path(path).read_text().strip()  # noqa: E731 - re-read per call
     client = jobfence.Client(c.coordinator, tls=tls, token=token, plaintext_tokens=not c.tls,
                              call_timeout=c.call_timeout, logger=logging.getLogger("jobfence"))
-    worker = jobfence.Worker(
-        client,
-        Refunds(Provider(c.provider)),
-        worker_id=c.worker_id,
-        concurrency=c.concurrency,
-        lease=c.lease,
-        lease_renewal=not c.no_lease_renewal,
-        renew_interval=c.renew_interval or None,
-        provider=c.provider_name,
-        provider_timeout=c.provider_timeout,
-        policy=ProviderPolicy(same_key_resend_safe=c.same_key_resends, resend_margin=c.resend_margin,
-                              pending_delay=c.pending_delay, unknown_delay=c.unknown_delay),
-        claim_wait=c.claim_wait,
-        poll_interval=c.poll_interval,
-        drain_timeout=c.drain_timeout,
-        logger=logging.getLogger("jobfence.worker"),
-    )
+    try:
+        worker = jobfence.Worker(
+            client,
+            Refunds(Provider(c.provider)),
+            worker_id=c.worker_id,
+            concurrency=c.concurrency,
+            lease=c.lease,
+            lease_renewal=not c.no_lease_renewal,
+            renew_interval=c.renew_interval or None,
+            provider=c.provider_name,
+            provider_timeout=c.provider_timeout,
+            policy=ProviderPolicy(same_key_resend_safe=c.same_key_resends, resend_margin=c.resend_margin,
+                                  pending_delay=c.pending_delay, unknown_delay=c.unknown_delay),
+            claim_wait=c.claim_wait,
+            poll_interval=c.poll_interval,
+            drain_timeout=c.drain_timeout,
+            receipt_spool=c.receipt_spool,
+            logger=logging.getLogger("jobfence.worker"),
+        )
+    except (jobfence.ReceiptSpoolLockedError, OSError, ValueError) as e:
+        # Another worker holds the spool (the same --worker-id on this
+        # machine), or it cannot be created (R28).
+        log.error("receipt spool", extra={"spool": c.receipt_spool or "default", "error": str(e)})
+        client.close()
+        return 1
     log.info("refund-worker started", extra={
         "coordinator": c.coordinator, "provider": c.provider, "provider_name": c.provider_name,
         "concurrency": c.concurrency, "lease_s": c.lease, "provider_timeout_s": c.provider_timeout, "pid": os.getpid(),
+        "receipt_spool": worker.receipt_spool or "off",
     })
     drained = True
     try:
