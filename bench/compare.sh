@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# jobfence against River in one sitting: jobfence's own bench for its drain
+# (scenario C, batch 100, 16 workers) and its latency (scenario E), then the
+# River harness (bench/river) burning a backlog and at the same steady rates,
+# one after the other, never at once. Prints both sets of summary lines and a
+# table of ratios jobfence/River computed from them.
+#
+#   bench/compare.sh                              # the full comparison
+#   BACKLOG=5000 RIVER_JOBS=10000 DURATION=5s bench/compare.sh   # a small check
+#
+# Environment (defaults for a machine with MariaDB and PostgreSQL on it):
+#   MYSQL_DSN   jobfence's server             root@tcp(127.0.0.1:3306)/
+#   PG_DSN      River's server                host=/var/run/postgresql dbname=postgres
+#   BACKLOG     jobs of jobfence's drain      50000
+#   BATCH       max_jobs of jobfence's drain  100
+#   RIVER_JOBS  jobs of River's burn          100000
+#   RATES       steady rates, jobs/s          100,1000
+#   DURATION    producer run per rate         20s
+#   OUT         where binaries and summaries go (a new temporary folder)
+#   JOBFENCE_FLAGS, RIVER_FLAGS   further flags for either bench, space-separated
+# Run it from anywhere in the repository; it needs Go and both servers.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+MYSQL_DSN="${MYSQL_DSN:-root@tcp(127.0.0.1:3306)/}"
+PG_DSN="${PG_DSN:-host=/var/run/postgresql dbname=postgres}"
+BACKLOG="${BACKLOG:-50000}"
+BATCH="${BATCH:-100}"
+RIVER_JOBS="${RIVER_JOBS:-100000}"
+RATES="${RATES:-100,1000}"
+DURATION="${DURATION:-20s}"
+OUT="${OUT:-$(mktemp -d)}"
+read -r -a jobfence_flags <<<"${JOBFENCE_FLAGS:-}"
+read -r -a river_flags <<<"${RIVER_FLAGS:-}"
+mkdir -p "$OUT"
+
+say() { printf '\n== %s\n' "$*" >&2; }
+
+# Both binaries are built before anything is measured, so that no compiler
+# shares the machine with a measurement.
+say "building the jobfence bench and the River harness into $OUT"
+go build -o "$OUT/jobfence-bench" ./cmd/jobfence-bench
+(cd bench/river && go build -o "$OUT/river-bench" .)
+
+say "jobfence: scenarios C (batch $BATCH, 16 workers, $BACKLOG jobs) and E ($RATES jobs/s for $DURATION)"
+# --results keeps this run's summary out of bench/results/.
+"$OUT/jobfence-bench" --mysql-dsn "$MYSQL_DSN" --scenarios ce --history 0 \
+  --backlog "$BACKLOG" --batch "$BATCH" --workers 16 \
+  --latency-rates "$RATES" --latency-duration "$DURATION" \
+  --results "$OUT/jobfence-results" ${jobfence_flags[@]+"${jobfence_flags[@]}"} >"$OUT/jobfence.txt"
+
+say "River: burn $RIVER_JOBS jobs, steady $RATES jobs/s for $DURATION"
+"$OUT/river-bench" --pg-dsn "$PG_DSN" --jobs "$RIVER_JOBS" --rates "$RATES" --duration "$DURATION" \
+  ${river_flags[@]+"${river_flags[@]}"} >"$OUT/river.txt"
+
+# val FILE PATTERN KEY: the value of KEY on the first line of FILE matching PATTERN.
+val() {
+  awk -v pat="$2" -v key="$3" '$0 ~ pat {
+    for (i = 1; i <= NF; i++) if (index($i, key "=") == 1) { print substr($i, length(key) + 2); exit }
+  }' "$1"
+}
+# sum A B: A+B, empty when either is not a number.
+sum() { awk -v a="$1" -v b="$2" 'BEGIN { if (a ~ /^[0-9.]+$/ && b ~ /^[0-9.]+$/) printf "%.1f", a + b }'; }
+# row LABEL JOBFENCE RIVER: one line of the table with the ratio.
+row() {
+  awk -v l="$1" -v a="$2" -v b="$3" 'BEGIN {
+    r = (a ~ /^[0-9.]+$/ && b ~ /^[0-9.]+$/ && b + 0 != 0) ? sprintf("%.2f", a / b) : "n/a"
+    printf "%-58s %12s %12s %8s\n", l, (a == "" ? "n/a" : a), (b == "" ? "n/a" : b), r
+  }'
+}
+
+jf="$OUT/jobfence.txt" rv="$OUT/river.txt"
+printf '\n== jobfence (cmd/jobfence-bench)\n'
+cat "$jf"
+printf '\n== River (bench/river)\n'
+cat "$rv"
+
+printf '\n== jobfence / River (jobs/s: above 1 is jobfence faster; ms and CPU: below 1 is jobfence cheaper)\n'
+printf '%-58s %12s %12s %8s\n' "" jobfence River ratio
+e2e="^e2e .* batch=$BATCH( |\$)" coord="^coordinator batch=$BATCH( |\$)"
+row "drain jobs/s (C through gRPC | burn)" "$(val "$jf" "$e2e" jobs_per_s)" "$(val "$rv" '^river burn ' jobs_per_s)"
+jf_db="$(val "$jf" "$coord" db_cpu_us_per_job)"
+jf_client="$(sum "$(val "$jf" "$coord" cpu_us_per_job)" "$(val "$jf" "$coord" bench_cpu_us_per_job)")"
+row "drain database CPU us/job (MariaDB | PostgreSQL)" "$jf_db" "$(val "$rv" '^river burn ' cpu_us_per_job_pg)"
+row "drain client-side CPU us/job (coordinator+workers | River)" "$jf_client" "$(val "$rv" '^river burn ' cpu_us_per_job_client)"
+row "drain all processes CPU us/job" "$(sum "$jf_db" "$jf_client")" "$(val "$rv" '^river burn ' cpu_us_per_job_total)"
+IFS=, read -r -a rates <<<"$RATES"
+for r in "${rates[@]}"; do
+  lat="^latency rate=$r " st="^river steady rate=$r "
+  for p in p50 p95 p99; do
+    row "$r jobs/s: enqueue->completed $p ms" "$(val "$jf" "$lat" "${p}_ms")" "$(val "$rv" "$st" "${p}_ms")"
+  done
+  row "$r jobs/s: database CPU us/job" "$(val "$jf" "$lat" db_cpu_us_per_job)" "$(val "$rv" "$st" cpu_us_per_job_pg)"
+  row "$r jobs/s: coordinator (*) | River process CPU us/job" \
+    "$(val "$jf" "$lat" coordinator_cpu_us_per_job)" "$(val "$rv" "$st" cpu_us_per_job_client)"
+done
+printf '%s\n' "(*) scenario E reports the coordinator's CPU, not its workers' and producer's; River's process" \
+  "    holds its client, workers and producer, so that row understates jobfence's client side." \
+  "Summaries and binaries: $OUT"
