@@ -155,6 +155,17 @@ func (d *Dispatcher) Renew(ctx context.Context, rs []store.Renewal) ([]store.Ren
 // graceful stop is not held up by idle workers.
 func (d *Dispatcher) Drain() { d.waiters.stop() }
 
+// Draining reports whether Drain was called: long polls then no longer wait.
+func (d *Dispatcher) Draining() bool { return d.waiters.isStopped() }
+
+// HandBack hands back granted jobs that never reached their worker (a
+// worker stream that could not send them), as a long poll's caller that
+// left: a fenced Reschedule under each grant's attempt and token, due now
+// (release).
+func (d *Dispatcher) HandBack(jobs []store.ClaimedJob, reason string) {
+	d.releaseJobs(jobs, reason)
+}
+
 // Close drains and stops the flushers: calls still queued or made later
 // answer ErrClosed. Call it once the gRPC server has stopped.
 func (d *Dispatcher) Close() {
@@ -341,10 +352,15 @@ func untilNextPoll(now time.Time, interval time.Duration) time.Duration {
 // their leases to expire. A takeover keeps its RECONCILE; a first claim sent
 // nothing.
 func (d *Dispatcher) release(_ store.ClaimParams, out store.ClaimOutcome) {
-	for _, c := range out.Jobs {
+	d.releaseJobs(out.Jobs, "claim abandoned by its caller before the answer")
+}
+
+// releaseJobs hands jobs back with a fenced Reschedule each, kept in the
+// history with reason.
+func (d *Dispatcher) releaseJobs(jobs []store.ClaimedJob, reason string) {
+	for _, c := range jobs {
 		w := store.Writeback{Kind: store.EventRescheduled, JobID: c.Job.ID, Attempt: c.Job.Attempt,
-			LeaseToken: c.LeaseToken, NextAction: c.Job.NextAction,
-			Reason: "claim abandoned by its caller before the answer"}
+			LeaseToken: c.LeaseToken, NextAction: c.Job.NextAction, Reason: reason}
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
 			defer cancel()

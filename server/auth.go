@@ -30,7 +30,7 @@ type Role string
 // The roles of a credential.
 const (
 	RoleProducer Role = "producer" // EnqueueRefund
-	RoleWorker   Role = "worker"   // Claim, Complete, Reschedule, Escalate, RenewLeases, ReportObservation
+	RoleWorker   Role = "worker"   // Claim, Complete, Reschedule, Escalate, RenewLeases, ReportObservation, Work
 	RoleOperator Role = "operator" // GetJob, ListJobs, GetOverview, ResolveReview
 	RoleReader   Role = "reader"   // GetJob, ListJobs, GetOverview: sees, never acts (R29)
 )
@@ -44,6 +44,7 @@ var methodRoles = map[string][]Role{
 	pb.Coordinator_Reschedule_FullMethodName:        {RoleWorker},
 	pb.Coordinator_Escalate_FullMethodName:          {RoleWorker},
 	pb.Coordinator_RenewLeases_FullMethodName:       {RoleWorker},
+	pb.Coordinator_Work_FullMethodName:              {RoleWorker},
 	pb.Coordinator_ReportObservation_FullMethodName: {RoleWorker},
 	pb.Coordinator_GetJob_FullMethodName:            {RoleReader, RoleOperator},
 	pb.Coordinator_ListJobs_FullMethodName:          {RoleReader, RoleOperator},
@@ -150,13 +151,20 @@ func LoadTokens(path string) (*Authenticator, error) {
 // role.
 func MutualTLS() *Authenticator { return &Authenticator{mtls: true} }
 
+// authenticated selects every call but health checks and reflection.
+var authenticated = selector.MatchFunc(func(_ context.Context, c interceptors.CallMeta) bool {
+	return c.Service != healthpb.Health_ServiceDesc.ServiceName && !strings.HasPrefix(c.Service, "grpc.reflection.")
+})
+
 // interceptor authenticates every call except health checks and reflection,
 // and authorises it by role.
 func (a *Authenticator) interceptor() grpc.UnaryServerInterceptor {
-	exempt := selector.MatchFunc(func(_ context.Context, c interceptors.CallMeta) bool {
-		return c.Service != healthpb.Health_ServiceDesc.ServiceName && !strings.HasPrefix(c.Service, "grpc.reflection.")
-	})
-	return selector.UnaryServerInterceptor(auth.UnaryServerInterceptor(a.authenticate), exempt)
+	return selector.UnaryServerInterceptor(auth.UnaryServerInterceptor(a.authenticate), authenticated)
+}
+
+// streamInterceptor is interceptor for streams (the worker stream).
+func (a *Authenticator) streamInterceptor() grpc.StreamServerInterceptor {
+	return selector.StreamServerInterceptor(auth.StreamServerInterceptor(a.authenticate), authenticated)
 }
 
 func (a *Authenticator) authenticate(ctx context.Context) (context.Context, error) {

@@ -24,17 +24,34 @@ func (s *Server) logCalls(ctx context.Context, req any, info *grpc.UnaryServerIn
 	markReached(ctx)
 	start := time.Now()
 	resp, err := handler(ctx, req)
+	s.logFinished(ctx, info.FullMethod, "unary", start, err)
+	return resp, err
+}
+
+// logStreams is logCalls for streams (the worker stream): one line when the
+// stream ends. The calls a worker stream carries are logged as the unary
+// handlers log them.
+func (s *Server) logStreams(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	markReached(ss.Context())
+	start := time.Now()
+	err := handler(srv, ss)
+	s.logFinished(ss.Context(), info.FullMethod, "bidi_stream", start, err)
+	return err
+}
+
+// logFinished logs one finished call, unless its code's level is off.
+func (s *Server) logFinished(ctx context.Context, fullMethod, methodType string, start time.Time, err error) {
 	code := status.Code(err)
 	level := codeToLevel(code)
 	if !s.log.Enabled(ctx, level) {
-		return resp, err
+		return
 	}
 	elapsed := time.Since(start)
-	service, method, _ := strings.Cut(strings.TrimPrefix(info.FullMethod, "/"), "/")
+	service, method, _ := strings.Cut(strings.TrimPrefix(fullMethod, "/"), "/")
 	attrs := make([]slog.Attr, 0, 11)
 	attrs = append(attrs, slog.String("protocol", "grpc"), slog.String("grpc.component", "server"),
 		slog.String("grpc.service", service), slog.String("grpc.method", method),
-		slog.String("grpc.method_type", "unary"))
+		slog.String("grpc.method_type", methodType))
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
 		attrs = append(attrs, slog.String("peer.address", p.Addr.String()))
 	}
@@ -48,7 +65,6 @@ func (s *Server) logCalls(ctx context.Context, req any, info *grpc.UnaryServerIn
 	}
 	attrs = append(attrs, slog.Float64("grpc.time_ms", float64(elapsed.Microseconds())/1000))
 	s.log.LogAttrs(ctx, level, "finished call", attrs...)
-	return resp, err
 }
 
 // codeToLevel keeps successful calls at debug (a busy coordinator serves

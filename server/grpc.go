@@ -32,8 +32,14 @@ func (s *Server) NewGRPCServer(extra ...grpc.ServerOption) (*grpc.Server, *healt
 		s.logCalls,
 		recovery.UnaryServerInterceptor(recoverer),
 	}
+	streams := []grpc.StreamServerInterceptor{
+		s.metrics.grpc.StreamServerInterceptor(),
+		s.logStreams,
+		recovery.StreamServerInterceptor(recoverer),
+	}
 	if s.opts.Auth != nil {
 		unary = append(unary, s.opts.Auth.interceptor())
+		streams = append(streams, s.opts.Auth.streamInterceptor())
 	}
 	opts := append([]grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(unary...),
@@ -48,7 +54,7 @@ func (s *Server) NewGRPCServer(extra ...grpc.ServerOption) (*grpc.Server, *healt
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: time.Minute, Timeout: 20 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.NumStreamWorkers(streamWorkers),
-		grpc.ChainStreamInterceptor(s.metrics.grpc.StreamServerInterceptor(), recovery.StreamServerInterceptor(recoverer)),
+		grpc.ChainStreamInterceptor(streams...),
 		grpc.StatsHandler(&earlyRejects{log: s.log, counter: s.metrics.earlyRejects}),
 	}, extra...)
 	gs := grpc.NewServer(opts...)

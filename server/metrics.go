@@ -29,7 +29,11 @@ type Metrics struct {
 	// receiptToCompletion: seconds from the newest receipt of success or
 	// failure to the job's completion (R28).
 	receiptToCompletion prometheus.Histogram
-	grpc                *grpcprom.ServerMetrics
+	// workStreams: worker streams open now.
+	workStreams prometheus.Gauge
+	// handedBack: grants a worker stream could not deliver.
+	handedBack prometheus.Counter
+	grpc       *grpcprom.ServerMetrics
 }
 
 // NewMetrics registers the coordinator's metrics for st on reg.
@@ -93,6 +97,14 @@ func NewMetrics(reg prometheus.Registerer, st store.Store) *Metrics {
 			Help:    "Seconds from the newest receipt of success or failure on file for a job (a webhook, a late answer) to its completion by a worker (R28).",
 			Buckets: []float64{.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 3600},
 		}),
+		workStreams: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "jobfence_worker_streams",
+			Help: "Worker streams (Work) open on this coordinator.",
+		}),
+		handedBack: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "jobfence_grants_handed_back_total",
+			Help: "Grants a worker stream could not deliver (it failed or closed first), handed back due now under their own tokens.",
+		}),
 		grpc: grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram(
 			grpcprom.WithHistogramBuckets([]float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 5, 30, 60}))),
 	}
@@ -105,7 +117,7 @@ func NewMetrics(reg prometheus.Registerer, st store.Store) *Metrics {
 	for _, rpc := range []string{"Complete", "Reschedule", "Escalate", "RenewLeases"} {
 		m.stale.WithLabelValues(rpc)
 	}
-	reg.MustRegister(m.takeovers, m.stale, m.granted, m.jobsPerClaim, m.writeBatch, m.enqueueBatch, m.claimTxBatch, m.handoffs, m.idleLooks, m.earlyRejects, m.renewals, m.renewBatch, m.receiptToCompletion, m.grpc,
+	reg.MustRegister(m.takeovers, m.stale, m.granted, m.jobsPerClaim, m.writeBatch, m.enqueueBatch, m.claimTxBatch, m.handoffs, m.idleLooks, m.earlyRejects, m.renewals, m.renewBatch, m.receiptToCompletion, m.workStreams, m.handedBack, m.grpc,
 		newStatsCollector(st))
 	return m
 }

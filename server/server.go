@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -71,6 +72,9 @@ type Server struct {
 	opts     Options
 	log      *slog.Logger
 	metrics  *Metrics
+	// draining is closed by Drain: worker streams end, their calls answered.
+	draining  chan struct{}
+	drainOnce sync.Once
 	// stale keeps the write-backs this coordinator refused as
 	// STALE_ATTEMPT, for GetOverview: a refusal leaves nothing in the
 	// database.
@@ -113,6 +117,7 @@ func New(st store.Store, opts Options) *Server {
 	}
 	m := opts.Metrics
 	return &Server{store: st, opts: opts, log: opts.Logger, metrics: m, stale: &staleLog{started: time.Now()},
+		draining: make(chan struct{}),
 		dispatch: dispatch.New(st, dispatch.Options{PollInterval: opts.ClaimPollInterval,
 			Flushers: opts.WriteFlushers, MaxBatch: opts.WriteBatch, Logger: opts.Logger,
 			Metrics: dispatch.Metrics{ClaimTx: m.claimTxBatch, WriteBatch: m.writeBatch, EnqueueBatch: m.enqueueBatch,
@@ -120,9 +125,14 @@ func New(st store.Store, opts Options) *Server {
 				Handoffs:   m.handoffs, IdleLooks: m.idleLooks}})}
 }
 
-// Drain makes waiting and future long-poll Claims return at once, so that a
-// graceful stop is not held up by idle workers. Call it before GracefulStop.
-func (s *Server) Drain() { s.dispatch.Drain() }
+// Drain makes waiting and future long-poll Claims return at once, and worker
+// streams end once the calls they carry are answered (the workers open them
+// again elsewhere), so that a graceful stop is not held up by idle workers.
+// Call it before GracefulStop.
+func (s *Server) Drain() {
+	s.drainOnce.Do(func() { close(s.draining) })
+	s.dispatch.Drain()
+}
 
 // Close stops the dispatcher's flushers; call it once the gRPC server has
 // stopped.
@@ -169,13 +179,19 @@ func (s *Server) Claim(ctx context.Context, req *pb.ClaimRequest) (*pb.ClaimResp
 	if err != nil {
 		return nil, s.toStatus(ctx, err, jobAttrs{})
 	}
-	resp := &pb.ClaimResponse{Jobs: make([]*pb.ClaimedJob, len(claimed))}
+	return &pb.ClaimResponse{Jobs: s.grantedToProto(ctx, p.WorkerID, claimed)}, nil
+}
+
+// grantedToProto is what a claim granted, as the worker gets it, counted and
+// logged: the Claim call's answer and a worker stream's grants alike.
+func (s *Server) grantedToProto(ctx context.Context, workerID string, claimed []store.ClaimedJob) []*pb.ClaimedJob {
+	jobs := make([]*pb.ClaimedJob, len(claimed))
 	if len(claimed) > 0 {
 		s.metrics.jobsPerClaim.Observe(float64(len(claimed)))
 	}
 	for i, c := range claimed {
 		s.metrics.granted.WithLabelValues(string(c.Job.NextAction)).Inc()
-		resp.Jobs[i] = claimedToProto(c, s.resendDeadline(c.Job))
+		jobs[i] = claimedToProto(c, s.resendDeadline(c.Job))
 		level, msg := slog.LevelDebug, "job claimed"
 		if c.Takeover {
 			// M1: frequent takeovers point at GC pauses, short leases or
@@ -184,10 +200,10 @@ func (s *Server) Claim(ctx context.Context, req *pb.ClaimRequest) (*pb.ClaimResp
 			s.metrics.takeovers.Inc()
 		}
 		if s.log.Enabled(ctx, level) {
-			s.log.LogAttrs(ctx, level, msg, append(attrsOf(c.Job).attrs(), slog.String("worker_id", p.WorkerID))...)
+			s.log.LogAttrs(ctx, level, msg, append(attrsOf(c.Job).attrs(), slog.String("worker_id", workerID))...)
 		}
 	}
-	return resp, nil
+	return jobs
 }
 
 // Complete implements jobfence.v1.Coordinator.

@@ -3440,6 +3440,672 @@ func (x *ProviderBudget) GetAvailable() float64 {
 	return 0
 }
 
+// WorkRequest is one message from a worker on its stream (Coordinator.Work).
+type WorkRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Kind:
+	//
+	//	*WorkRequest_Start
+	//	*WorkRequest_Credit
+	//	*WorkRequest_Call
+	Kind          isWorkRequest_Kind `protobuf_oneof:"kind"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkRequest) Reset() {
+	*x = WorkRequest{}
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkRequest) ProtoMessage() {}
+
+func (x *WorkRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkRequest.ProtoReflect.Descriptor instead.
+func (*WorkRequest) Descriptor() ([]byte, []int) {
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *WorkRequest) GetKind() isWorkRequest_Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return nil
+}
+
+func (x *WorkRequest) GetStart() *WorkStart {
+	if x != nil {
+		if x, ok := x.Kind.(*WorkRequest_Start); ok {
+			return x.Start
+		}
+	}
+	return nil
+}
+
+func (x *WorkRequest) GetCredit() *WorkCredit {
+	if x != nil {
+		if x, ok := x.Kind.(*WorkRequest_Credit); ok {
+			return x.Credit
+		}
+	}
+	return nil
+}
+
+func (x *WorkRequest) GetCall() *WorkCall {
+	if x != nil {
+		if x, ok := x.Kind.(*WorkRequest_Call); ok {
+			return x.Call
+		}
+	}
+	return nil
+}
+
+type isWorkRequest_Kind interface {
+	isWorkRequest_Kind()
+}
+
+type WorkRequest_Start struct {
+	// The first message, and only the first.
+	Start *WorkStart `protobuf:"bytes,1,opt,name=start,proto3,oneof"`
+}
+
+type WorkRequest_Credit struct {
+	// Free slots given back (or added).
+	Credit *WorkCredit `protobuf:"bytes,2,opt,name=credit,proto3,oneof"`
+}
+
+type WorkRequest_Call struct {
+	// A write-back, renewal or receipt, answered by a WorkReply.
+	Call *WorkCall `protobuf:"bytes,3,opt,name=call,proto3,oneof"`
+}
+
+func (*WorkRequest_Start) isWorkRequest_Kind() {}
+
+func (*WorkRequest_Credit) isWorkRequest_Kind() {}
+
+func (*WorkRequest_Call) isWorkRequest_Kind() {}
+
+// WorkStart opens a worker stream.
+type WorkStart struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Who is working; recorded in the history. 1..128 characters. Under
+	// credentials the history names the credential instead, as for Claim.
+	WorkerId string `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	// Only jobs of this provider, when set.
+	Provider string `protobuf:"bytes,2,opt,name=provider,proto3" json:"provider,omitempty"`
+	// Each grant's lease: 1s..15m; the coordinator's --lease when unset.
+	LeaseDuration *durationpb.Duration `protobuf:"bytes,3,opt,name=lease_duration,json=leaseDuration,proto3" json:"lease_duration,omitempty"`
+	// Free slots now: 0..1000. Grants never exceed the credits held (R18).
+	Credits       int32 `protobuf:"varint,4,opt,name=credits,proto3" json:"credits,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkStart) Reset() {
+	*x = WorkStart{}
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkStart) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkStart) ProtoMessage() {}
+
+func (x *WorkStart) ProtoReflect() protoreflect.Message {
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkStart.ProtoReflect.Descriptor instead.
+func (*WorkStart) Descriptor() ([]byte, []int) {
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *WorkStart) GetWorkerId() string {
+	if x != nil {
+		return x.WorkerId
+	}
+	return ""
+}
+
+func (x *WorkStart) GetProvider() string {
+	if x != nil {
+		return x.Provider
+	}
+	return ""
+}
+
+func (x *WorkStart) GetLeaseDuration() *durationpb.Duration {
+	if x != nil {
+		return x.LeaseDuration
+	}
+	return nil
+}
+
+func (x *WorkStart) GetCredits() int32 {
+	if x != nil {
+		return x.Credits
+	}
+	return 0
+}
+
+// WorkCredit gives the coordinator more credits: slots that freed. The
+// credits held at once are at most 1000.
+type WorkCredit struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// 1..1000.
+	Credits       int32 `protobuf:"varint,1,opt,name=credits,proto3" json:"credits,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkCredit) Reset() {
+	*x = WorkCredit{}
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkCredit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkCredit) ProtoMessage() {}
+
+func (x *WorkCredit) ProtoReflect() protoreflect.Message {
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkCredit.ProtoReflect.Descriptor instead.
+func (*WorkCredit) Descriptor() ([]byte, []int) {
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *WorkCredit) GetCredits() int32 {
+	if x != nil {
+		return x.Credits
+	}
+	return 0
+}
+
+// WorkCall is one call on the worker stream, with the unary call's request.
+type WorkCall struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Chosen by the worker and echoed in the reply; keep it unique among the
+	// calls in flight on the stream.
+	CallId uint64 `protobuf:"varint,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	// Types that are valid to be assigned to Call:
+	//
+	//	*WorkCall_Complete
+	//	*WorkCall_Reschedule
+	//	*WorkCall_Escalate
+	//	*WorkCall_RenewLeases
+	//	*WorkCall_ReportObservation
+	Call          isWorkCall_Call `protobuf_oneof:"call"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkCall) Reset() {
+	*x = WorkCall{}
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkCall) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkCall) ProtoMessage() {}
+
+func (x *WorkCall) ProtoReflect() protoreflect.Message {
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkCall.ProtoReflect.Descriptor instead.
+func (*WorkCall) Descriptor() ([]byte, []int) {
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *WorkCall) GetCallId() uint64 {
+	if x != nil {
+		return x.CallId
+	}
+	return 0
+}
+
+func (x *WorkCall) GetCall() isWorkCall_Call {
+	if x != nil {
+		return x.Call
+	}
+	return nil
+}
+
+func (x *WorkCall) GetComplete() *CompleteRequest {
+	if x != nil {
+		if x, ok := x.Call.(*WorkCall_Complete); ok {
+			return x.Complete
+		}
+	}
+	return nil
+}
+
+func (x *WorkCall) GetReschedule() *RescheduleRequest {
+	if x != nil {
+		if x, ok := x.Call.(*WorkCall_Reschedule); ok {
+			return x.Reschedule
+		}
+	}
+	return nil
+}
+
+func (x *WorkCall) GetEscalate() *EscalateRequest {
+	if x != nil {
+		if x, ok := x.Call.(*WorkCall_Escalate); ok {
+			return x.Escalate
+		}
+	}
+	return nil
+}
+
+func (x *WorkCall) GetRenewLeases() *RenewLeasesRequest {
+	if x != nil {
+		if x, ok := x.Call.(*WorkCall_RenewLeases); ok {
+			return x.RenewLeases
+		}
+	}
+	return nil
+}
+
+func (x *WorkCall) GetReportObservation() *ReportObservationRequest {
+	if x != nil {
+		if x, ok := x.Call.(*WorkCall_ReportObservation); ok {
+			return x.ReportObservation
+		}
+	}
+	return nil
+}
+
+type isWorkCall_Call interface {
+	isWorkCall_Call()
+}
+
+type WorkCall_Complete struct {
+	Complete *CompleteRequest `protobuf:"bytes,2,opt,name=complete,proto3,oneof"`
+}
+
+type WorkCall_Reschedule struct {
+	Reschedule *RescheduleRequest `protobuf:"bytes,3,opt,name=reschedule,proto3,oneof"`
+}
+
+type WorkCall_Escalate struct {
+	Escalate *EscalateRequest `protobuf:"bytes,4,opt,name=escalate,proto3,oneof"`
+}
+
+type WorkCall_RenewLeases struct {
+	RenewLeases *RenewLeasesRequest `protobuf:"bytes,5,opt,name=renew_leases,json=renewLeases,proto3,oneof"`
+}
+
+type WorkCall_ReportObservation struct {
+	ReportObservation *ReportObservationRequest `protobuf:"bytes,6,opt,name=report_observation,json=reportObservation,proto3,oneof"`
+}
+
+func (*WorkCall_Complete) isWorkCall_Call() {}
+
+func (*WorkCall_Reschedule) isWorkCall_Call() {}
+
+func (*WorkCall_Escalate) isWorkCall_Call() {}
+
+func (*WorkCall_RenewLeases) isWorkCall_Call() {}
+
+func (*WorkCall_ReportObservation) isWorkCall_Call() {}
+
+// WorkResponse is one message from the coordinator on a worker stream.
+type WorkResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Kind:
+	//
+	//	*WorkResponse_Grant
+	//	*WorkResponse_Reply
+	//	*WorkResponse_RetryAfter
+	Kind          isWorkResponse_Kind `protobuf_oneof:"kind"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkResponse) Reset() {
+	*x = WorkResponse{}
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkResponse) ProtoMessage() {}
+
+func (x *WorkResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkResponse.ProtoReflect.Descriptor instead.
+func (*WorkResponse) Descriptor() ([]byte, []int) {
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *WorkResponse) GetKind() isWorkResponse_Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return nil
+}
+
+func (x *WorkResponse) GetGrant() *WorkGrant {
+	if x != nil {
+		if x, ok := x.Kind.(*WorkResponse_Grant); ok {
+			return x.Grant
+		}
+	}
+	return nil
+}
+
+func (x *WorkResponse) GetReply() *WorkReply {
+	if x != nil {
+		if x, ok := x.Kind.(*WorkResponse_Reply); ok {
+			return x.Reply
+		}
+	}
+	return nil
+}
+
+func (x *WorkResponse) GetRetryAfter() *durationpb.Duration {
+	if x != nil {
+		if x, ok := x.Kind.(*WorkResponse_RetryAfter); ok {
+			return x.RetryAfter
+		}
+	}
+	return nil
+}
+
+type isWorkResponse_Kind interface {
+	isWorkResponse_Kind()
+}
+
+type WorkResponse_Grant struct {
+	// Jobs granted, as a Claim grants them (R5, R6): each used one credit.
+	Grant *WorkGrant `protobuf:"bytes,1,opt,name=grant,proto3,oneof"`
+}
+
+type WorkResponse_Reply struct {
+	// The answer to one WorkCall.
+	Reply *WorkReply `protobuf:"bytes,2,opt,name=reply,proto3,oneof"`
+}
+
+type WorkResponse_RetryAfter struct {
+	// Jobs are due but their providers' outbound budgets allow none now
+	// (R19): the coordinator offers grants again after this long. It holds
+	// the credits meanwhile.
+	RetryAfter *durationpb.Duration `protobuf:"bytes,3,opt,name=retry_after,json=retryAfter,proto3,oneof"`
+}
+
+func (*WorkResponse_Grant) isWorkResponse_Kind() {}
+
+func (*WorkResponse_Reply) isWorkResponse_Kind() {}
+
+func (*WorkResponse_RetryAfter) isWorkResponse_Kind() {}
+
+// WorkGrant carries jobs granted to the stream's worker.
+type WorkGrant struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Jobs          []*ClaimedJob          `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkGrant) Reset() {
+	*x = WorkGrant{}
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkGrant) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkGrant) ProtoMessage() {}
+
+func (x *WorkGrant) ProtoReflect() protoreflect.Message {
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkGrant.ProtoReflect.Descriptor instead.
+func (*WorkGrant) Descriptor() ([]byte, []int) {
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *WorkGrant) GetJobs() []*ClaimedJob {
+	if x != nil {
+		return x.Jobs
+	}
+	return nil
+}
+
+// WorkReply answers the WorkCall with the same call_id: the unary call's
+// response, or its error.
+type WorkReply struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	CallId uint64                 `protobuf:"varint,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	// The error the unary call would have returned, as a google.rpc.Status
+	// serialized: the bytes of its grpc-status-details-bin trailer, with the
+	// code, the message and the ErrorInfo (R24) and other details. Unset when
+	// the call succeeded. An UNAVAILABLE is safe to repeat, on this stream,
+	// another or a unary call (R21).
+	Error []byte `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	// Types that are valid to be assigned to Result:
+	//
+	//	*WorkReply_Complete
+	//	*WorkReply_Reschedule
+	//	*WorkReply_Escalate
+	//	*WorkReply_RenewLeases
+	//	*WorkReply_ReportObservation
+	Result        isWorkReply_Result `protobuf_oneof:"result"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkReply) Reset() {
+	*x = WorkReply{}
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkReply) ProtoMessage() {}
+
+func (x *WorkReply) ProtoReflect() protoreflect.Message {
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkReply.ProtoReflect.Descriptor instead.
+func (*WorkReply) Descriptor() ([]byte, []int) {
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *WorkReply) GetCallId() uint64 {
+	if x != nil {
+		return x.CallId
+	}
+	return 0
+}
+
+func (x *WorkReply) GetError() []byte {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+func (x *WorkReply) GetResult() isWorkReply_Result {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *WorkReply) GetComplete() *CompleteResponse {
+	if x != nil {
+		if x, ok := x.Result.(*WorkReply_Complete); ok {
+			return x.Complete
+		}
+	}
+	return nil
+}
+
+func (x *WorkReply) GetReschedule() *RescheduleResponse {
+	if x != nil {
+		if x, ok := x.Result.(*WorkReply_Reschedule); ok {
+			return x.Reschedule
+		}
+	}
+	return nil
+}
+
+func (x *WorkReply) GetEscalate() *EscalateResponse {
+	if x != nil {
+		if x, ok := x.Result.(*WorkReply_Escalate); ok {
+			return x.Escalate
+		}
+	}
+	return nil
+}
+
+func (x *WorkReply) GetRenewLeases() *RenewLeasesResponse {
+	if x != nil {
+		if x, ok := x.Result.(*WorkReply_RenewLeases); ok {
+			return x.RenewLeases
+		}
+	}
+	return nil
+}
+
+func (x *WorkReply) GetReportObservation() *ReportObservationResponse {
+	if x != nil {
+		if x, ok := x.Result.(*WorkReply_ReportObservation); ok {
+			return x.ReportObservation
+		}
+	}
+	return nil
+}
+
+type isWorkReply_Result interface {
+	isWorkReply_Result()
+}
+
+type WorkReply_Complete struct {
+	Complete *CompleteResponse `protobuf:"bytes,3,opt,name=complete,proto3,oneof"`
+}
+
+type WorkReply_Reschedule struct {
+	Reschedule *RescheduleResponse `protobuf:"bytes,4,opt,name=reschedule,proto3,oneof"`
+}
+
+type WorkReply_Escalate struct {
+	Escalate *EscalateResponse `protobuf:"bytes,5,opt,name=escalate,proto3,oneof"`
+}
+
+type WorkReply_RenewLeases struct {
+	RenewLeases *RenewLeasesResponse `protobuf:"bytes,6,opt,name=renew_leases,json=renewLeases,proto3,oneof"`
+}
+
+type WorkReply_ReportObservation struct {
+	ReportObservation *ReportObservationResponse `protobuf:"bytes,7,opt,name=report_observation,json=reportObservation,proto3,oneof"`
+}
+
+func (*WorkReply_Complete) isWorkReply_Result() {}
+
+func (*WorkReply_Reschedule) isWorkReply_Result() {}
+
+func (*WorkReply_Escalate) isWorkReply_Result() {}
+
+func (*WorkReply_RenewLeases) isWorkReply_Result() {}
+
+func (*WorkReply_ReportObservation) isWorkReply_Result() {}
+
 var File_jobfence_v1_coordinator_proto protoreflect.FileDescriptor
 
 const file_jobfence_v1_coordinator_proto_rawDesc = "" +
@@ -3716,7 +4382,49 @@ const file_jobfence_v1_coordinator_proto_rawDesc = "" +
 	"\bprovider\x18\x01 \x01(\tR\bprovider\x12&\n" +
 	"\x0frate_per_second\x18\x02 \x01(\x01R\rratePerSecond\x12\x14\n" +
 	"\x05burst\x18\x03 \x01(\x01R\x05burst\x12\x1c\n" +
-	"\tavailable\x18\x04 \x01(\x01R\tavailable*\xc3\x04\n" +
+	"\tavailable\x18\x04 \x01(\x01R\tavailable\"\xa5\x01\n" +
+	"\vWorkRequest\x12.\n" +
+	"\x05start\x18\x01 \x01(\v2\x16.jobfence.v1.WorkStartH\x00R\x05start\x121\n" +
+	"\x06credit\x18\x02 \x01(\v2\x17.jobfence.v1.WorkCreditH\x00R\x06credit\x12+\n" +
+	"\x04call\x18\x03 \x01(\v2\x15.jobfence.v1.WorkCallH\x00R\x04callB\x06\n" +
+	"\x04kind\"\xa0\x01\n" +
+	"\tWorkStart\x12\x1b\n" +
+	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x1a\n" +
+	"\bprovider\x18\x02 \x01(\tR\bprovider\x12@\n" +
+	"\x0elease_duration\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\rleaseDuration\x12\x18\n" +
+	"\acredits\x18\x04 \x01(\x05R\acredits\"&\n" +
+	"\n" +
+	"WorkCredit\x12\x18\n" +
+	"\acredits\x18\x01 \x01(\x05R\acredits\"\x83\x03\n" +
+	"\bWorkCall\x12\x17\n" +
+	"\acall_id\x18\x01 \x01(\x04R\x06callId\x12:\n" +
+	"\bcomplete\x18\x02 \x01(\v2\x1c.jobfence.v1.CompleteRequestH\x00R\bcomplete\x12@\n" +
+	"\n" +
+	"reschedule\x18\x03 \x01(\v2\x1e.jobfence.v1.RescheduleRequestH\x00R\n" +
+	"reschedule\x12:\n" +
+	"\bescalate\x18\x04 \x01(\v2\x1c.jobfence.v1.EscalateRequestH\x00R\bescalate\x12D\n" +
+	"\frenew_leases\x18\x05 \x01(\v2\x1f.jobfence.v1.RenewLeasesRequestH\x00R\vrenewLeases\x12V\n" +
+	"\x12report_observation\x18\x06 \x01(\v2%.jobfence.v1.ReportObservationRequestH\x00R\x11reportObservationB\x06\n" +
+	"\x04call\"\xb4\x01\n" +
+	"\fWorkResponse\x12.\n" +
+	"\x05grant\x18\x01 \x01(\v2\x16.jobfence.v1.WorkGrantH\x00R\x05grant\x12.\n" +
+	"\x05reply\x18\x02 \x01(\v2\x16.jobfence.v1.WorkReplyH\x00R\x05reply\x12<\n" +
+	"\vretry_after\x18\x03 \x01(\v2\x19.google.protobuf.DurationH\x00R\n" +
+	"retryAfterB\x06\n" +
+	"\x04kind\"8\n" +
+	"\tWorkGrant\x12+\n" +
+	"\x04jobs\x18\x01 \x03(\v2\x17.jobfence.v1.ClaimedJobR\x04jobs\"\xa1\x03\n" +
+	"\tWorkReply\x12\x17\n" +
+	"\acall_id\x18\x01 \x01(\x04R\x06callId\x12\x14\n" +
+	"\x05error\x18\x02 \x01(\fR\x05error\x12;\n" +
+	"\bcomplete\x18\x03 \x01(\v2\x1d.jobfence.v1.CompleteResponseH\x00R\bcomplete\x12A\n" +
+	"\n" +
+	"reschedule\x18\x04 \x01(\v2\x1f.jobfence.v1.RescheduleResponseH\x00R\n" +
+	"reschedule\x12;\n" +
+	"\bescalate\x18\x05 \x01(\v2\x1d.jobfence.v1.EscalateResponseH\x00R\bescalate\x12E\n" +
+	"\frenew_leases\x18\x06 \x01(\v2 .jobfence.v1.RenewLeasesResponseH\x00R\vrenewLeases\x12W\n" +
+	"\x12report_observation\x18\a \x01(\v2&.jobfence.v1.ReportObservationResponseH\x00R\x11reportObservationB\b\n" +
+	"\x06result*\xc3\x04\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aERROR_REASON_STALE_ATTEMPT\x10\x01\x12 \n" +
@@ -3761,7 +4469,7 @@ const file_jobfence_v1_coordinator_proto_rawDesc = "" +
 	"\rROLE_PRODUCER\x10\x01\x12\x0f\n" +
 	"\vROLE_WORKER\x10\x02\x12\x11\n" +
 	"\rROLE_OPERATOR\x10\x03\x12\x0f\n" +
-	"\vROLE_READER\x10\x042\xb5\a\n" +
+	"\vROLE_READER\x10\x042\xf6\a\n" +
 	"\vCoordinator\x12V\n" +
 	"\rEnqueueRefund\x12!.jobfence.v1.EnqueueRefundRequest\x1a\".jobfence.v1.EnqueueRefundResponse\x12>\n" +
 	"\x05Claim\x12\x19.jobfence.v1.ClaimRequest\x1a\x1a.jobfence.v1.ClaimResponse\x12G\n" +
@@ -3769,7 +4477,8 @@ const file_jobfence_v1_coordinator_proto_rawDesc = "" +
 	"\n" +
 	"Reschedule\x12\x1e.jobfence.v1.RescheduleRequest\x1a\x1f.jobfence.v1.RescheduleResponse\x12G\n" +
 	"\bEscalate\x12\x1c.jobfence.v1.EscalateRequest\x1a\x1d.jobfence.v1.EscalateResponse\x12P\n" +
-	"\vRenewLeases\x12\x1f.jobfence.v1.RenewLeasesRequest\x1a .jobfence.v1.RenewLeasesResponse\x12b\n" +
+	"\vRenewLeases\x12\x1f.jobfence.v1.RenewLeasesRequest\x1a .jobfence.v1.RenewLeasesResponse\x12?\n" +
+	"\x04Work\x12\x18.jobfence.v1.WorkRequest\x1a\x19.jobfence.v1.WorkResponse(\x010\x01\x12b\n" +
 	"\x11ReportObservation\x12%.jobfence.v1.ReportObservationRequest\x1a&.jobfence.v1.ReportObservationResponse\x12A\n" +
 	"\x06GetJob\x12\x1a.jobfence.v1.GetJobRequest\x1a\x1b.jobfence.v1.GetJobResponse\x12G\n" +
 	"\bListJobs\x12\x1c.jobfence.v1.ListJobsRequest\x1a\x1d.jobfence.v1.ListJobsResponse\x12V\n" +
@@ -3791,7 +4500,7 @@ func file_jobfence_v1_coordinator_proto_rawDescGZIP() []byte {
 }
 
 var file_jobfence_v1_coordinator_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_jobfence_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_jobfence_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_jobfence_v1_coordinator_proto_goTypes = []any{
 	(ErrorReason)(0),                  // 0: jobfence.v1.ErrorReason
 	(JobState)(0),                     // 1: jobfence.v1.JobState
@@ -3833,108 +4542,135 @@ var file_jobfence_v1_coordinator_proto_goTypes = []any{
 	(*UnmatchedEvent)(nil),            // 37: jobfence.v1.UnmatchedEvent
 	(*StaleRejection)(nil),            // 38: jobfence.v1.StaleRejection
 	(*ProviderBudget)(nil),            // 39: jobfence.v1.ProviderBudget
-	nil,                               // 40: jobfence.v1.LeaseRenewal.MetadataEntry
-	nil,                               // 41: jobfence.v1.ListJobsResponse.ObservationCountsEntry
-	(*timestamppb.Timestamp)(nil),     // 42: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),       // 43: google.protobuf.Duration
+	(*WorkRequest)(nil),               // 40: jobfence.v1.WorkRequest
+	(*WorkStart)(nil),                 // 41: jobfence.v1.WorkStart
+	(*WorkCredit)(nil),                // 42: jobfence.v1.WorkCredit
+	(*WorkCall)(nil),                  // 43: jobfence.v1.WorkCall
+	(*WorkResponse)(nil),              // 44: jobfence.v1.WorkResponse
+	(*WorkGrant)(nil),                 // 45: jobfence.v1.WorkGrant
+	(*WorkReply)(nil),                 // 46: jobfence.v1.WorkReply
+	nil,                               // 47: jobfence.v1.LeaseRenewal.MetadataEntry
+	nil,                               // 48: jobfence.v1.ListJobsResponse.ObservationCountsEntry
+	(*timestamppb.Timestamp)(nil),     // 49: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),       // 50: google.protobuf.Duration
 }
 var file_jobfence_v1_coordinator_proto_depIdxs = []int32{
 	1,  // 0: jobfence.v1.Job.state:type_name -> jobfence.v1.JobState
 	2,  // 1: jobfence.v1.Job.next_action:type_name -> jobfence.v1.NextAction
-	42, // 2: jobfence.v1.Job.next_attempt_at:type_name -> google.protobuf.Timestamp
-	42, // 3: jobfence.v1.Job.lease_until:type_name -> google.protobuf.Timestamp
-	42, // 4: jobfence.v1.Job.first_sent_at:type_name -> google.protobuf.Timestamp
-	42, // 5: jobfence.v1.Job.created_at:type_name -> google.protobuf.Timestamp
-	42, // 6: jobfence.v1.Job.updated_at:type_name -> google.protobuf.Timestamp
+	49, // 2: jobfence.v1.Job.next_attempt_at:type_name -> google.protobuf.Timestamp
+	49, // 3: jobfence.v1.Job.lease_until:type_name -> google.protobuf.Timestamp
+	49, // 4: jobfence.v1.Job.first_sent_at:type_name -> google.protobuf.Timestamp
+	49, // 5: jobfence.v1.Job.created_at:type_name -> google.protobuf.Timestamp
+	49, // 6: jobfence.v1.Job.updated_at:type_name -> google.protobuf.Timestamp
 	6,  // 7: jobfence.v1.ClaimedJob.job:type_name -> jobfence.v1.Job
-	42, // 8: jobfence.v1.ClaimedJob.lease_until:type_name -> google.protobuf.Timestamp
+	49, // 8: jobfence.v1.ClaimedJob.lease_until:type_name -> google.protobuf.Timestamp
 	2,  // 9: jobfence.v1.ClaimedJob.next_action:type_name -> jobfence.v1.NextAction
 	9,  // 10: jobfence.v1.ClaimedJob.observations:type_name -> jobfence.v1.Observation
-	42, // 11: jobfence.v1.ClaimedJob.resend_deadline:type_name -> google.protobuf.Timestamp
-	42, // 12: jobfence.v1.ClaimedJob.claimed_at:type_name -> google.protobuf.Timestamp
+	49, // 11: jobfence.v1.ClaimedJob.resend_deadline:type_name -> google.protobuf.Timestamp
+	49, // 12: jobfence.v1.ClaimedJob.claimed_at:type_name -> google.protobuf.Timestamp
 	1,  // 13: jobfence.v1.JobEvent.from_state:type_name -> jobfence.v1.JobState
 	1,  // 14: jobfence.v1.JobEvent.to_state:type_name -> jobfence.v1.JobState
 	2,  // 15: jobfence.v1.JobEvent.next_action:type_name -> jobfence.v1.NextAction
-	42, // 16: jobfence.v1.JobEvent.created_at:type_name -> google.protobuf.Timestamp
+	49, // 16: jobfence.v1.JobEvent.created_at:type_name -> google.protobuf.Timestamp
 	4,  // 17: jobfence.v1.Observation.outcome:type_name -> jobfence.v1.ObservationOutcome
-	42, // 18: jobfence.v1.Observation.created_at:type_name -> google.protobuf.Timestamp
-	42, // 19: jobfence.v1.EnqueueRefundRequest.not_before:type_name -> google.protobuf.Timestamp
+	49, // 18: jobfence.v1.Observation.created_at:type_name -> google.protobuf.Timestamp
+	49, // 19: jobfence.v1.EnqueueRefundRequest.not_before:type_name -> google.protobuf.Timestamp
 	6,  // 20: jobfence.v1.EnqueueRefundResponse.job:type_name -> jobfence.v1.Job
-	43, // 21: jobfence.v1.ClaimRequest.lease_duration:type_name -> google.protobuf.Duration
-	43, // 22: jobfence.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
+	50, // 21: jobfence.v1.ClaimRequest.lease_duration:type_name -> google.protobuf.Duration
+	50, // 22: jobfence.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
 	7,  // 23: jobfence.v1.ClaimResponse.jobs:type_name -> jobfence.v1.ClaimedJob
-	43, // 24: jobfence.v1.ClaimResponse.retry_after:type_name -> google.protobuf.Duration
+	50, // 24: jobfence.v1.ClaimResponse.retry_after:type_name -> google.protobuf.Duration
 	6,  // 25: jobfence.v1.CompleteResponse.job:type_name -> jobfence.v1.Job
 	2,  // 26: jobfence.v1.RescheduleRequest.next_action:type_name -> jobfence.v1.NextAction
-	43, // 27: jobfence.v1.RescheduleRequest.delay:type_name -> google.protobuf.Duration
-	42, // 28: jobfence.v1.RescheduleRequest.next_attempt_at:type_name -> google.protobuf.Timestamp
+	50, // 27: jobfence.v1.RescheduleRequest.delay:type_name -> google.protobuf.Duration
+	49, // 28: jobfence.v1.RescheduleRequest.next_attempt_at:type_name -> google.protobuf.Timestamp
 	6,  // 29: jobfence.v1.RescheduleResponse.job:type_name -> jobfence.v1.Job
 	6,  // 30: jobfence.v1.EscalateResponse.job:type_name -> jobfence.v1.Job
 	21, // 31: jobfence.v1.RenewLeasesRequest.grants:type_name -> jobfence.v1.GrantRef
-	43, // 32: jobfence.v1.RenewLeasesRequest.lease_duration:type_name -> google.protobuf.Duration
+	50, // 32: jobfence.v1.RenewLeasesRequest.lease_duration:type_name -> google.protobuf.Duration
 	23, // 33: jobfence.v1.RenewLeasesResponse.renewals:type_name -> jobfence.v1.LeaseRenewal
-	42, // 34: jobfence.v1.LeaseRenewal.lease_until:type_name -> google.protobuf.Timestamp
+	49, // 34: jobfence.v1.LeaseRenewal.lease_until:type_name -> google.protobuf.Timestamp
 	0,  // 35: jobfence.v1.LeaseRenewal.refused:type_name -> jobfence.v1.ErrorReason
-	40, // 36: jobfence.v1.LeaseRenewal.metadata:type_name -> jobfence.v1.LeaseRenewal.MetadataEntry
-	42, // 37: jobfence.v1.LeaseRenewal.grant_expires_at:type_name -> google.protobuf.Timestamp
-	42, // 38: jobfence.v1.LeaseRenewal.receipt_filed_at:type_name -> google.protobuf.Timestamp
+	47, // 36: jobfence.v1.LeaseRenewal.metadata:type_name -> jobfence.v1.LeaseRenewal.MetadataEntry
+	49, // 37: jobfence.v1.LeaseRenewal.grant_expires_at:type_name -> google.protobuf.Timestamp
+	49, // 38: jobfence.v1.LeaseRenewal.receipt_filed_at:type_name -> google.protobuf.Timestamp
 	4,  // 39: jobfence.v1.ReportObservationRequest.outcome:type_name -> jobfence.v1.ObservationOutcome
 	9,  // 40: jobfence.v1.ReportObservationResponse.observation:type_name -> jobfence.v1.Observation
 	6,  // 41: jobfence.v1.GetJobResponse.job:type_name -> jobfence.v1.Job
 	8,  // 42: jobfence.v1.GetJobResponse.events:type_name -> jobfence.v1.JobEvent
 	9,  // 43: jobfence.v1.GetJobResponse.observations:type_name -> jobfence.v1.Observation
-	42, // 44: jobfence.v1.GetJobResponse.resend_deadline:type_name -> google.protobuf.Timestamp
+	49, // 44: jobfence.v1.GetJobResponse.resend_deadline:type_name -> google.protobuf.Timestamp
 	28, // 45: jobfence.v1.GetJobResponse.ledger:type_name -> jobfence.v1.LedgerEntry
-	42, // 46: jobfence.v1.GetJobResponse.now:type_name -> google.protobuf.Timestamp
-	42, // 47: jobfence.v1.LedgerEntry.recorded_at:type_name -> google.protobuf.Timestamp
+	49, // 46: jobfence.v1.GetJobResponse.now:type_name -> google.protobuf.Timestamp
+	49, // 47: jobfence.v1.LedgerEntry.recorded_at:type_name -> google.protobuf.Timestamp
 	1,  // 48: jobfence.v1.ListJobsRequest.state:type_name -> jobfence.v1.JobState
-	42, // 49: jobfence.v1.ListJobsRequest.created_after:type_name -> google.protobuf.Timestamp
-	42, // 50: jobfence.v1.ListJobsRequest.created_before:type_name -> google.protobuf.Timestamp
+	49, // 49: jobfence.v1.ListJobsRequest.created_after:type_name -> google.protobuf.Timestamp
+	49, // 50: jobfence.v1.ListJobsRequest.created_before:type_name -> google.protobuf.Timestamp
 	6,  // 51: jobfence.v1.ListJobsResponse.jobs:type_name -> jobfence.v1.Job
-	41, // 52: jobfence.v1.ListJobsResponse.observation_counts:type_name -> jobfence.v1.ListJobsResponse.ObservationCountsEntry
+	48, // 52: jobfence.v1.ListJobsResponse.observation_counts:type_name -> jobfence.v1.ListJobsResponse.ObservationCountsEntry
 	3,  // 53: jobfence.v1.ResolveReviewRequest.resolution:type_name -> jobfence.v1.ReviewResolution
 	6,  // 54: jobfence.v1.ResolveReviewResponse.job:type_name -> jobfence.v1.Job
 	5,  // 55: jobfence.v1.WhoAmIResponse.roles:type_name -> jobfence.v1.Role
-	42, // 56: jobfence.v1.GetOverviewResponse.now:type_name -> google.protobuf.Timestamp
-	42, // 57: jobfence.v1.GetOverviewResponse.oldest_unfinished_created_at:type_name -> google.protobuf.Timestamp
+	49, // 56: jobfence.v1.GetOverviewResponse.now:type_name -> google.protobuf.Timestamp
+	49, // 57: jobfence.v1.GetOverviewResponse.oldest_unfinished_created_at:type_name -> google.protobuf.Timestamp
 	6,  // 58: jobfence.v1.GetOverviewResponse.oldest_reviews:type_name -> jobfence.v1.Job
 	8,  // 59: jobfence.v1.GetOverviewResponse.recent_takeovers:type_name -> jobfence.v1.JobEvent
 	38, // 60: jobfence.v1.GetOverviewResponse.recent_stale_rejections:type_name -> jobfence.v1.StaleRejection
-	42, // 61: jobfence.v1.GetOverviewResponse.coordinator_started_at:type_name -> google.protobuf.Timestamp
+	49, // 61: jobfence.v1.GetOverviewResponse.coordinator_started_at:type_name -> google.protobuf.Timestamp
 	39, // 62: jobfence.v1.GetOverviewResponse.budgets:type_name -> jobfence.v1.ProviderBudget
 	37, // 63: jobfence.v1.GetOverviewResponse.recent_unmatched:type_name -> jobfence.v1.UnmatchedEvent
 	4,  // 64: jobfence.v1.UnmatchedEvent.outcome:type_name -> jobfence.v1.ObservationOutcome
-	42, // 65: jobfence.v1.UnmatchedEvent.received_at:type_name -> google.protobuf.Timestamp
-	42, // 66: jobfence.v1.StaleRejection.at:type_name -> google.protobuf.Timestamp
-	10, // 67: jobfence.v1.Coordinator.EnqueueRefund:input_type -> jobfence.v1.EnqueueRefundRequest
-	12, // 68: jobfence.v1.Coordinator.Claim:input_type -> jobfence.v1.ClaimRequest
-	14, // 69: jobfence.v1.Coordinator.Complete:input_type -> jobfence.v1.CompleteRequest
-	16, // 70: jobfence.v1.Coordinator.Reschedule:input_type -> jobfence.v1.RescheduleRequest
-	18, // 71: jobfence.v1.Coordinator.Escalate:input_type -> jobfence.v1.EscalateRequest
-	20, // 72: jobfence.v1.Coordinator.RenewLeases:input_type -> jobfence.v1.RenewLeasesRequest
-	24, // 73: jobfence.v1.Coordinator.ReportObservation:input_type -> jobfence.v1.ReportObservationRequest
-	26, // 74: jobfence.v1.Coordinator.GetJob:input_type -> jobfence.v1.GetJobRequest
-	29, // 75: jobfence.v1.Coordinator.ListJobs:input_type -> jobfence.v1.ListJobsRequest
-	31, // 76: jobfence.v1.Coordinator.ResolveReview:input_type -> jobfence.v1.ResolveReviewRequest
-	33, // 77: jobfence.v1.Coordinator.WhoAmI:input_type -> jobfence.v1.WhoAmIRequest
-	35, // 78: jobfence.v1.Coordinator.GetOverview:input_type -> jobfence.v1.GetOverviewRequest
-	11, // 79: jobfence.v1.Coordinator.EnqueueRefund:output_type -> jobfence.v1.EnqueueRefundResponse
-	13, // 80: jobfence.v1.Coordinator.Claim:output_type -> jobfence.v1.ClaimResponse
-	15, // 81: jobfence.v1.Coordinator.Complete:output_type -> jobfence.v1.CompleteResponse
-	17, // 82: jobfence.v1.Coordinator.Reschedule:output_type -> jobfence.v1.RescheduleResponse
-	19, // 83: jobfence.v1.Coordinator.Escalate:output_type -> jobfence.v1.EscalateResponse
-	22, // 84: jobfence.v1.Coordinator.RenewLeases:output_type -> jobfence.v1.RenewLeasesResponse
-	25, // 85: jobfence.v1.Coordinator.ReportObservation:output_type -> jobfence.v1.ReportObservationResponse
-	27, // 86: jobfence.v1.Coordinator.GetJob:output_type -> jobfence.v1.GetJobResponse
-	30, // 87: jobfence.v1.Coordinator.ListJobs:output_type -> jobfence.v1.ListJobsResponse
-	32, // 88: jobfence.v1.Coordinator.ResolveReview:output_type -> jobfence.v1.ResolveReviewResponse
-	34, // 89: jobfence.v1.Coordinator.WhoAmI:output_type -> jobfence.v1.WhoAmIResponse
-	36, // 90: jobfence.v1.Coordinator.GetOverview:output_type -> jobfence.v1.GetOverviewResponse
-	79, // [79:91] is the sub-list for method output_type
-	67, // [67:79] is the sub-list for method input_type
-	67, // [67:67] is the sub-list for extension type_name
-	67, // [67:67] is the sub-list for extension extendee
-	0,  // [0:67] is the sub-list for field type_name
+	49, // 65: jobfence.v1.UnmatchedEvent.received_at:type_name -> google.protobuf.Timestamp
+	49, // 66: jobfence.v1.StaleRejection.at:type_name -> google.protobuf.Timestamp
+	41, // 67: jobfence.v1.WorkRequest.start:type_name -> jobfence.v1.WorkStart
+	42, // 68: jobfence.v1.WorkRequest.credit:type_name -> jobfence.v1.WorkCredit
+	43, // 69: jobfence.v1.WorkRequest.call:type_name -> jobfence.v1.WorkCall
+	50, // 70: jobfence.v1.WorkStart.lease_duration:type_name -> google.protobuf.Duration
+	14, // 71: jobfence.v1.WorkCall.complete:type_name -> jobfence.v1.CompleteRequest
+	16, // 72: jobfence.v1.WorkCall.reschedule:type_name -> jobfence.v1.RescheduleRequest
+	18, // 73: jobfence.v1.WorkCall.escalate:type_name -> jobfence.v1.EscalateRequest
+	20, // 74: jobfence.v1.WorkCall.renew_leases:type_name -> jobfence.v1.RenewLeasesRequest
+	24, // 75: jobfence.v1.WorkCall.report_observation:type_name -> jobfence.v1.ReportObservationRequest
+	45, // 76: jobfence.v1.WorkResponse.grant:type_name -> jobfence.v1.WorkGrant
+	46, // 77: jobfence.v1.WorkResponse.reply:type_name -> jobfence.v1.WorkReply
+	50, // 78: jobfence.v1.WorkResponse.retry_after:type_name -> google.protobuf.Duration
+	7,  // 79: jobfence.v1.WorkGrant.jobs:type_name -> jobfence.v1.ClaimedJob
+	15, // 80: jobfence.v1.WorkReply.complete:type_name -> jobfence.v1.CompleteResponse
+	17, // 81: jobfence.v1.WorkReply.reschedule:type_name -> jobfence.v1.RescheduleResponse
+	19, // 82: jobfence.v1.WorkReply.escalate:type_name -> jobfence.v1.EscalateResponse
+	22, // 83: jobfence.v1.WorkReply.renew_leases:type_name -> jobfence.v1.RenewLeasesResponse
+	25, // 84: jobfence.v1.WorkReply.report_observation:type_name -> jobfence.v1.ReportObservationResponse
+	10, // 85: jobfence.v1.Coordinator.EnqueueRefund:input_type -> jobfence.v1.EnqueueRefundRequest
+	12, // 86: jobfence.v1.Coordinator.Claim:input_type -> jobfence.v1.ClaimRequest
+	14, // 87: jobfence.v1.Coordinator.Complete:input_type -> jobfence.v1.CompleteRequest
+	16, // 88: jobfence.v1.Coordinator.Reschedule:input_type -> jobfence.v1.RescheduleRequest
+	18, // 89: jobfence.v1.Coordinator.Escalate:input_type -> jobfence.v1.EscalateRequest
+	20, // 90: jobfence.v1.Coordinator.RenewLeases:input_type -> jobfence.v1.RenewLeasesRequest
+	40, // 91: jobfence.v1.Coordinator.Work:input_type -> jobfence.v1.WorkRequest
+	24, // 92: jobfence.v1.Coordinator.ReportObservation:input_type -> jobfence.v1.ReportObservationRequest
+	26, // 93: jobfence.v1.Coordinator.GetJob:input_type -> jobfence.v1.GetJobRequest
+	29, // 94: jobfence.v1.Coordinator.ListJobs:input_type -> jobfence.v1.ListJobsRequest
+	31, // 95: jobfence.v1.Coordinator.ResolveReview:input_type -> jobfence.v1.ResolveReviewRequest
+	33, // 96: jobfence.v1.Coordinator.WhoAmI:input_type -> jobfence.v1.WhoAmIRequest
+	35, // 97: jobfence.v1.Coordinator.GetOverview:input_type -> jobfence.v1.GetOverviewRequest
+	11, // 98: jobfence.v1.Coordinator.EnqueueRefund:output_type -> jobfence.v1.EnqueueRefundResponse
+	13, // 99: jobfence.v1.Coordinator.Claim:output_type -> jobfence.v1.ClaimResponse
+	15, // 100: jobfence.v1.Coordinator.Complete:output_type -> jobfence.v1.CompleteResponse
+	17, // 101: jobfence.v1.Coordinator.Reschedule:output_type -> jobfence.v1.RescheduleResponse
+	19, // 102: jobfence.v1.Coordinator.Escalate:output_type -> jobfence.v1.EscalateResponse
+	22, // 103: jobfence.v1.Coordinator.RenewLeases:output_type -> jobfence.v1.RenewLeasesResponse
+	44, // 104: jobfence.v1.Coordinator.Work:output_type -> jobfence.v1.WorkResponse
+	25, // 105: jobfence.v1.Coordinator.ReportObservation:output_type -> jobfence.v1.ReportObservationResponse
+	27, // 106: jobfence.v1.Coordinator.GetJob:output_type -> jobfence.v1.GetJobResponse
+	30, // 107: jobfence.v1.Coordinator.ListJobs:output_type -> jobfence.v1.ListJobsResponse
+	32, // 108: jobfence.v1.Coordinator.ResolveReview:output_type -> jobfence.v1.ResolveReviewResponse
+	34, // 109: jobfence.v1.Coordinator.WhoAmI:output_type -> jobfence.v1.WhoAmIResponse
+	36, // 110: jobfence.v1.Coordinator.GetOverview:output_type -> jobfence.v1.GetOverviewResponse
+	98, // [98:111] is the sub-list for method output_type
+	85, // [85:98] is the sub-list for method input_type
+	85, // [85:85] is the sub-list for extension type_name
+	85, // [85:85] is the sub-list for extension extendee
+	0,  // [0:85] is the sub-list for field type_name
 }
 
 func init() { file_jobfence_v1_coordinator_proto_init() }
@@ -3954,13 +4690,37 @@ func file_jobfence_v1_coordinator_proto_init() {
 		(*GetJobRequest_JobId)(nil),
 		(*GetJobRequest_OperationKey)(nil),
 	}
+	file_jobfence_v1_coordinator_proto_msgTypes[34].OneofWrappers = []any{
+		(*WorkRequest_Start)(nil),
+		(*WorkRequest_Credit)(nil),
+		(*WorkRequest_Call)(nil),
+	}
+	file_jobfence_v1_coordinator_proto_msgTypes[37].OneofWrappers = []any{
+		(*WorkCall_Complete)(nil),
+		(*WorkCall_Reschedule)(nil),
+		(*WorkCall_Escalate)(nil),
+		(*WorkCall_RenewLeases)(nil),
+		(*WorkCall_ReportObservation)(nil),
+	}
+	file_jobfence_v1_coordinator_proto_msgTypes[38].OneofWrappers = []any{
+		(*WorkResponse_Grant)(nil),
+		(*WorkResponse_Reply)(nil),
+		(*WorkResponse_RetryAfter)(nil),
+	}
+	file_jobfence_v1_coordinator_proto_msgTypes[40].OneofWrappers = []any{
+		(*WorkReply_Complete)(nil),
+		(*WorkReply_Reschedule)(nil),
+		(*WorkReply_Escalate)(nil),
+		(*WorkReply_RenewLeases)(nil),
+		(*WorkReply_ReportObservation)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_jobfence_v1_coordinator_proto_rawDesc), len(file_jobfence_v1_coordinator_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   36,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -25,6 +25,7 @@ const (
 	Coordinator_Reschedule_FullMethodName        = "/jobfence.v1.Coordinator/Reschedule"
 	Coordinator_Escalate_FullMethodName          = "/jobfence.v1.Coordinator/Escalate"
 	Coordinator_RenewLeases_FullMethodName       = "/jobfence.v1.Coordinator/RenewLeases"
+	Coordinator_Work_FullMethodName              = "/jobfence.v1.Coordinator/Work"
 	Coordinator_ReportObservation_FullMethodName = "/jobfence.v1.Coordinator/ReportObservation"
 	Coordinator_GetJob_FullMethodName            = "/jobfence.v1.Coordinator/GetJob"
 	Coordinator_ListJobs_FullMethodName          = "/jobfence.v1.Coordinator/ListJobs"
@@ -77,6 +78,22 @@ type CoordinatorClient interface {
 	// A renewal never bumps the attempt and never changes the token: it is
 	// the same grant. Safe to repeat.
 	RenewLeases(ctx context.Context, in *RenewLeasesRequest, opts ...grpc.CallOption) (*RenewLeasesResponse, error)
+	// Work is the worker stream: one bidirectional stream per worker process,
+	// beside the unary calls (which stay, for grpcurl, ghz and simple clients).
+	// The worker opens it with a WorkStart naming itself, its filter and its
+	// free slots (credits); the coordinator pushes grants as work becomes
+	// available, never more jobs than the credits it holds, each job using
+	// one; the worker gives a credit back (WorkCredit) when a slot frees. Its
+	// write-backs, renewals and receipts travel on the same stream as
+	// WorkCalls, each answered by one WorkReply with exactly the unary call's
+	// result or error (fenced by attempt and lease token, R9, R25; replays,
+	// R21). A grant is decided as a Claim's is (R5, R6, R7): one the stream
+	// could not deliver is handed back with a fenced reschedule under its own
+	// token, which dies with it. The stream ends with INVALID_ARGUMENT for a
+	// malformed WorkStart or WorkCredit (a bad WorkCall is answered on its
+	// own), and when the worker half-closes it: grants from then on are
+	// handed back and every call already sent is answered first.
+	Work(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[WorkRequest, WorkResponse], error)
 	// ReportObservation files what a worker, webhook or reconciler learned from the
 	// provider. It is accepted from stale workers too, is deduplicated, and never
 	// changes the job (R15): the current holder verifies it and closes the job
@@ -173,6 +190,19 @@ func (c *coordinatorClient) RenewLeases(ctx context.Context, in *RenewLeasesRequ
 	}
 	return out, nil
 }
+
+func (c *coordinatorClient) Work(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[WorkRequest, WorkResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Coordinator_ServiceDesc.Streams[0], Coordinator_Work_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WorkRequest, WorkResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Coordinator_WorkClient = grpc.BidiStreamingClient[WorkRequest, WorkResponse]
 
 func (c *coordinatorClient) ReportObservation(ctx context.Context, in *ReportObservationRequest, opts ...grpc.CallOption) (*ReportObservationResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
@@ -278,6 +308,22 @@ type CoordinatorServer interface {
 	// A renewal never bumps the attempt and never changes the token: it is
 	// the same grant. Safe to repeat.
 	RenewLeases(context.Context, *RenewLeasesRequest) (*RenewLeasesResponse, error)
+	// Work is the worker stream: one bidirectional stream per worker process,
+	// beside the unary calls (which stay, for grpcurl, ghz and simple clients).
+	// The worker opens it with a WorkStart naming itself, its filter and its
+	// free slots (credits); the coordinator pushes grants as work becomes
+	// available, never more jobs than the credits it holds, each job using
+	// one; the worker gives a credit back (WorkCredit) when a slot frees. Its
+	// write-backs, renewals and receipts travel on the same stream as
+	// WorkCalls, each answered by one WorkReply with exactly the unary call's
+	// result or error (fenced by attempt and lease token, R9, R25; replays,
+	// R21). A grant is decided as a Claim's is (R5, R6, R7): one the stream
+	// could not deliver is handed back with a fenced reschedule under its own
+	// token, which dies with it. The stream ends with INVALID_ARGUMENT for a
+	// malformed WorkStart or WorkCredit (a bad WorkCall is answered on its
+	// own), and when the worker half-closes it: grants from then on are
+	// handed back and every call already sent is answered first.
+	Work(grpc.BidiStreamingServer[WorkRequest, WorkResponse]) error
 	// ReportObservation files what a worker, webhook or reconciler learned from the
 	// provider. It is accepted from stale workers too, is deduplicated, and never
 	// changes the job (R15): the current holder verifies it and closes the job
@@ -332,6 +378,9 @@ func (UnimplementedCoordinatorServer) Escalate(context.Context, *EscalateRequest
 }
 func (UnimplementedCoordinatorServer) RenewLeases(context.Context, *RenewLeasesRequest) (*RenewLeasesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RenewLeases not implemented")
+}
+func (UnimplementedCoordinatorServer) Work(grpc.BidiStreamingServer[WorkRequest, WorkResponse]) error {
+	return status.Error(codes.Unimplemented, "method Work not implemented")
 }
 func (UnimplementedCoordinatorServer) ReportObservation(context.Context, *ReportObservationRequest) (*ReportObservationResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReportObservation not implemented")
@@ -479,6 +528,13 @@ func _Coordinator_RenewLeases_Handler(srv interface{}, ctx context.Context, dec 
 	}
 	return interceptor(ctx, in, info, handler)
 }
+
+func _Coordinator_Work_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(CoordinatorServer).Work(&grpc.GenericServerStream[WorkRequest, WorkResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Coordinator_WorkServer = grpc.BidiStreamingServer[WorkRequest, WorkResponse]
 
 func _Coordinator_ReportObservation_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ReportObservationRequest)
@@ -644,6 +700,13 @@ var Coordinator_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Coordinator_GetOverview_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Work",
+			Handler:       _Coordinator_Work_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+	},
 	Metadata: "jobfence/v1/coordinator.proto",
 }

@@ -573,6 +573,84 @@ class WhoAmIResponse(_message.Message):
     roles: _containers.RepeatedScalarFieldContainer[Role]
     def __init__(self, name: _Optional[str] = ..., roles: _Optional[_Iterable[_Union[Role, str]]] = ..., authenticated: bool = ...) -> None: ...
 
+class WorkCall(_message.Message):
+    __slots__ = ["call_id", "complete", "escalate", "renew_leases", "report_observation", "reschedule"]
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    COMPLETE_FIELD_NUMBER: _ClassVar[int]
+    ESCALATE_FIELD_NUMBER: _ClassVar[int]
+    RENEW_LEASES_FIELD_NUMBER: _ClassVar[int]
+    REPORT_OBSERVATION_FIELD_NUMBER: _ClassVar[int]
+    RESCHEDULE_FIELD_NUMBER: _ClassVar[int]
+    call_id: int
+    complete: CompleteRequest
+    escalate: EscalateRequest
+    renew_leases: RenewLeasesRequest
+    report_observation: ReportObservationRequest
+    reschedule: RescheduleRequest
+    def __init__(self, call_id: _Optional[int] = ..., complete: _Optional[_Union[CompleteRequest, _Mapping]] = ..., reschedule: _Optional[_Union[RescheduleRequest, _Mapping]] = ..., escalate: _Optional[_Union[EscalateRequest, _Mapping]] = ..., renew_leases: _Optional[_Union[RenewLeasesRequest, _Mapping]] = ..., report_observation: _Optional[_Union[ReportObservationRequest, _Mapping]] = ...) -> None: ...
+
+class WorkCredit(_message.Message):
+    __slots__ = ["credits"]
+    CREDITS_FIELD_NUMBER: _ClassVar[int]
+    credits: int
+    def __init__(self, credits: _Optional[int] = ...) -> None: ...
+
+class WorkGrant(_message.Message):
+    __slots__ = ["jobs"]
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    jobs: _containers.RepeatedCompositeFieldContainer[ClaimedJob]
+    def __init__(self, jobs: _Optional[_Iterable[_Union[ClaimedJob, _Mapping]]] = ...) -> None: ...
+
+class WorkReply(_message.Message):
+    __slots__ = ["call_id", "complete", "error", "escalate", "renew_leases", "report_observation", "reschedule"]
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    COMPLETE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    ESCALATE_FIELD_NUMBER: _ClassVar[int]
+    RENEW_LEASES_FIELD_NUMBER: _ClassVar[int]
+    REPORT_OBSERVATION_FIELD_NUMBER: _ClassVar[int]
+    RESCHEDULE_FIELD_NUMBER: _ClassVar[int]
+    call_id: int
+    complete: CompleteResponse
+    error: bytes
+    escalate: EscalateResponse
+    renew_leases: RenewLeasesResponse
+    report_observation: ReportObservationResponse
+    reschedule: RescheduleResponse
+    def __init__(self, call_id: _Optional[int] = ..., error: _Optional[bytes] = ..., complete: _Optional[_Union[CompleteResponse, _Mapping]] = ..., reschedule: _Optional[_Union[RescheduleResponse, _Mapping]] = ..., escalate: _Optional[_Union[EscalateResponse, _Mapping]] = ..., renew_leases: _Optional[_Union[RenewLeasesResponse, _Mapping]] = ..., report_observation: _Optional[_Union[ReportObservationResponse, _Mapping]] = ...) -> None: ...
+
+class WorkRequest(_message.Message):
+    __slots__ = ["call", "credit", "start"]
+    CALL_FIELD_NUMBER: _ClassVar[int]
+    CREDIT_FIELD_NUMBER: _ClassVar[int]
+    START_FIELD_NUMBER: _ClassVar[int]
+    call: WorkCall
+    credit: WorkCredit
+    start: WorkStart
+    def __init__(self, start: _Optional[_Union[WorkStart, _Mapping]] = ..., credit: _Optional[_Union[WorkCredit, _Mapping]] = ..., call: _Optional[_Union[WorkCall, _Mapping]] = ...) -> None: ...
+
+class WorkResponse(_message.Message):
+    __slots__ = ["grant", "reply", "retry_after"]
+    GRANT_FIELD_NUMBER: _ClassVar[int]
+    REPLY_FIELD_NUMBER: _ClassVar[int]
+    RETRY_AFTER_FIELD_NUMBER: _ClassVar[int]
+    grant: WorkGrant
+    reply: WorkReply
+    retry_after: _duration_pb2.Duration
+    def __init__(self, grant: _Optional[_Union[WorkGrant, _Mapping]] = ..., reply: _Optional[_Union[WorkReply, _Mapping]] = ..., retry_after: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class WorkStart(_message.Message):
+    __slots__ = ["credits", "lease_duration", "provider", "worker_id"]
+    CREDITS_FIELD_NUMBER: _ClassVar[int]
+    LEASE_DURATION_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    credits: int
+    lease_duration: _duration_pb2.Duration
+    provider: str
+    worker_id: str
+    def __init__(self, worker_id: _Optional[str] = ..., provider: _Optional[str] = ..., lease_duration: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., credits: _Optional[int] = ...) -> None: ...
+
 class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []
 

@@ -53,6 +53,11 @@ class CoordinatorStub(object):
                 request_serializer=jobfence_dot_v1_dot_coordinator__pb2.RenewLeasesRequest.SerializeToString,
                 response_deserializer=jobfence_dot_v1_dot_coordinator__pb2.RenewLeasesResponse.FromString,
                 )
+        self.Work = channel.stream_stream(
+                '/jobfence.v1.Coordinator/Work',
+                request_serializer=jobfence_dot_v1_dot_coordinator__pb2.WorkRequest.SerializeToString,
+                response_deserializer=jobfence_dot_v1_dot_coordinator__pb2.WorkResponse.FromString,
+                )
         self.ReportObservation = channel.unary_unary(
                 '/jobfence.v1.Coordinator/ReportObservation',
                 request_serializer=jobfence_dot_v1_dot_coordinator__pb2.ReportObservationRequest.SerializeToString,
@@ -157,6 +162,27 @@ class CoordinatorServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Work(self, request_iterator, context):
+        """Work is the worker stream: one bidirectional stream per worker process,
+        beside the unary calls (which stay, for grpcurl, ghz and simple clients).
+        The worker opens it with a WorkStart naming itself, its filter and its
+        free slots (credits); the coordinator pushes grants as work becomes
+        available, never more jobs than the credits it holds, each job using
+        one; the worker gives a credit back (WorkCredit) when a slot frees. Its
+        write-backs, renewals and receipts travel on the same stream as
+        WorkCalls, each answered by one WorkReply with exactly the unary call's
+        result or error (fenced by attempt and lease token, R9, R25; replays,
+        R21). A grant is decided as a Claim's is (R5, R6, R7): one the stream
+        could not deliver is handed back with a fenced reschedule under its own
+        token, which dies with it. The stream ends with INVALID_ARGUMENT for a
+        malformed WorkStart or WorkCredit (a bad WorkCall is answered on its
+        own), and when the worker half-closes it: grants from then on are
+        handed back and every call already sent is answered first.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ReportObservation(self, request, context):
         """ReportObservation files what a worker, webhook or reconciler learned from the
         provider. It is accepted from stale workers too, is deduplicated, and never
@@ -246,6 +272,11 @@ def add_CoordinatorServicer_to_server(servicer, server):
                     servicer.RenewLeases,
                     request_deserializer=jobfence_dot_v1_dot_coordinator__pb2.RenewLeasesRequest.FromString,
                     response_serializer=jobfence_dot_v1_dot_coordinator__pb2.RenewLeasesResponse.SerializeToString,
+            ),
+            'Work': grpc.stream_stream_rpc_method_handler(
+                    servicer.Work,
+                    request_deserializer=jobfence_dot_v1_dot_coordinator__pb2.WorkRequest.FromString,
+                    response_serializer=jobfence_dot_v1_dot_coordinator__pb2.WorkResponse.SerializeToString,
             ),
             'ReportObservation': grpc.unary_unary_rpc_method_handler(
                     servicer.ReportObservation,
@@ -395,6 +426,23 @@ class Coordinator(object):
         return grpc.experimental.unary_unary(request, target, '/jobfence.v1.Coordinator/RenewLeases',
             jobfence_dot_v1_dot_coordinator__pb2.RenewLeasesRequest.SerializeToString,
             jobfence_dot_v1_dot_coordinator__pb2.RenewLeasesResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def Work(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(request_iterator, target, '/jobfence.v1.Coordinator/Work',
+            jobfence_dot_v1_dot_coordinator__pb2.WorkRequest.SerializeToString,
+            jobfence_dot_v1_dot_coordinator__pb2.WorkResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 

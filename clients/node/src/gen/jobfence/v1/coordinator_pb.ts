@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file jobfence/v1/coordinator.proto.
  */
 export const file_jobfence_v1_coordinator: GenFile = /*@__PURE__*/
-  fileDesc("Ch1qb2JmZW5jZS92MS9jb29yZGluYXRvci5wcm90bxILam9iZmVuY2UudjEiqgQKA0pvYhIKCgJpZBgBIAEoAxIVCg1vcGVyYXRpb25fa2V5GAIgASgJEhAKCG9yZGVyX2lkGAMgASgJEhIKCnBheW1lbnRfaWQYBCABKAkSFAoMYW1vdW50X21pbm9yGAUgASgDEhAKCGN1cnJlbmN5GAYgASgJEhAKCHByb3ZpZGVyGAcgASgJEiQKBXN0YXRlGAggASgOMhUuam9iZmVuY2UudjEuSm9iU3RhdGUSDwoHYXR0ZW1wdBgJIAEoAxIsCgtuZXh0X2FjdGlvbhgKIAEoDjIXLmpvYmZlbmNlLnYxLk5leHRBY3Rpb24SMwoPbmV4dF9hdHRlbXB0X2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgtsZWFzZV91bnRpbBgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGgoScHJvdmlkZXJfcmVmdW5kX2lkGA0gASgJEhEKCXdvcmtlcl9pZBgOIAEoCRITCgtsYXN0X3JlYXNvbhgPIAEoCRIxCg1maXJzdF9zZW50X2F0GBAgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpjcmVhdGVkX2F0GBEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GBIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCLyAgoKQ2xhaW1lZEpvYhIdCgNqb2IYASABKAsyEC5qb2JmZW5jZS52MS5Kb2ISDwoHYXR0ZW1wdBgCIAEoAxIvCgtsZWFzZV91bnRpbBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLAoLbmV4dF9hY3Rpb24YBCABKA4yFy5qb2JmZW5jZS52MS5OZXh0QWN0aW9uEhAKCHRha2VvdmVyGAUgASgIEi4KDG9ic2VydmF0aW9ucxgGIAMoCzIYLmpvYmZlbmNlLnYxLk9ic2VydmF0aW9uEjMKD3Jlc2VuZF9kZWFkbGluZRgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKY2xhaW1lZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEwoLbGVhc2VfdG9rZW4YCSABKAkSGQoRb2JzZXJ2YXRpb25fY291bnQYCiABKAMitgIKCEpvYkV2ZW50EgoKAmlkGAEgASgDEg4KBmpvYl9pZBgCIAEoAxIPCgdhdHRlbXB0GAMgASgDEgwKBGtpbmQYBCABKAkSEQoJd29ya2VyX2lkGAUgASgJEikKCmZyb21fc3RhdGUYBiABKA4yFS5qb2JmZW5jZS52MS5Kb2JTdGF0ZRInCgh0b19zdGF0ZRgHIAEoDjIVLmpvYmZlbmNlLnYxLkpvYlN0YXRlEiwKC25leHRfYWN0aW9uGAggASgOMhcuam9iZmVuY2UudjEuTmV4dEFjdGlvbhIaChJwcm92aWRlcl9yZWZ1bmRfaWQYCSABKAkSDgoGcmVhc29uGAogASgJEi4KCmNyZWF0ZWRfYXQYCyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIsICCgtPYnNlcnZhdGlvbhIKCgJpZBgBIAEoAxIOCgZqb2JfaWQYAiABKAMSFQoNb3BlcmF0aW9uX2tleRgDIAEoCRIYChByZXBvcnRlZF9hdHRlbXB0GAQgASgDEhMKC2pvYl9hdHRlbXB0GAUgASgDEg4KBnNvdXJjZRgGIAEoCRIwCgdvdXRjb21lGAcgASgOMh8uam9iZmVuY2UudjEuT2JzZXJ2YXRpb25PdXRjb21lEhoKEnByb3ZpZGVyX3JlZnVuZF9pZBgIIAEoCRIZChFwcm92aWRlcl9ldmVudF9pZBgJIAEoCRIOCgZkZXRhaWwYCiABKAkSLgoKY3JlYXRlZF9hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGAoQYXR0ZW1wdF92ZXJpZmllZBgMIAEoCCK9AQoURW5xdWV1ZVJlZnVuZFJlcXVlc3QSFQoNb3BlcmF0aW9uX2tleRgBIAEoCRIQCghvcmRlcl9pZBgCIAEoCRISCgpwYXltZW50X2lkGAMgASgJEhQKDGFtb3VudF9taW5vchgEIAEoAxIQCghjdXJyZW5jeRgFIAEoCRIQCghwcm92aWRlchgGIAEoCRIuCgpub3RfYmVmb3JlGAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJHChVFbnF1ZXVlUmVmdW5kUmVzcG9uc2USHQoDam9iGAEgASgLMhAuam9iZmVuY2UudjEuSm9iEg8KB2NyZWF0ZWQYAiABKAgioQEKDENsYWltUmVxdWVzdBIRCgl3b3JrZXJfaWQYASABKAkSEAoIbWF4X2pvYnMYAiABKAUSMQoObGVhc2VfZHVyYXRpb24YAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEAoIcHJvdmlkZXIYBCABKAkSJwoEd2FpdBgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJmCg1DbGFpbVJlc3BvbnNlEiUKBGpvYnMYASADKAsyFy5qb2JmZW5jZS52MS5DbGFpbWVkSm9iEi4KC3JldHJ5X2FmdGVyGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uImMKD0NvbXBsZXRlUmVxdWVzdBIOCgZqb2JfaWQYASABKAMSDwoHYXR0ZW1wdBgCIAEoAxIaChJwcm92aWRlcl9yZWZ1bmRfaWQYAyABKAkSEwoLbGVhc2VfdG9rZW4YBCABKAkiQwoQQ29tcGxldGVSZXNwb25zZRIdCgNqb2IYASABKAsyEC5qb2JmZW5jZS52MS5Kb2ISEAoIcmVwbGF5ZWQYAiABKAgi8gEKEVJlc2NoZWR1bGVSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoAxIPCgdhdHRlbXB0GAIgASgDEiwKC25leHRfYWN0aW9uGAMgASgOMhcuam9iZmVuY2UudjEuTmV4dEFjdGlvbhIqCgVkZWxheRgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbkgAEjUKD25leHRfYXR0ZW1wdF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBIABIOCgZyZWFzb24YBiABKAkSEwoLbGVhc2VfdG9rZW4YByABKAlCBgoEd2hlbiJYChJSZXNjaGVkdWxlUmVzcG9uc2USHQoDam9iGAEgASgLMhAuam9iZmVuY2UudjEuSm9iEhAKCHJlcGxheWVkGAIgASgIEhEKCWV4cGVkaXRlZBgDIAEoCCJXCg9Fc2NhbGF0ZVJlcXVlc3QSDgoGam9iX2lkGAEgASgDEg8KB2F0dGVtcHQYAiABKAMSDgoGcmVhc29uGAMgASgJEhMKC2xlYXNlX3Rva2VuGAQgASgJIkMKEEVzY2FsYXRlUmVzcG9uc2USHQoDam9iGAEgASgLMhAuam9iZmVuY2UudjEuSm9iEhAKCHJlcGxheWVkGAIgASgIIm4KElJlbmV3TGVhc2VzUmVxdWVzdBIlCgZncmFudHMYASADKAsyFS5qb2JmZW5jZS52MS5HcmFudFJlZhIxCg5sZWFzZV9kdXJhdGlvbhgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJACghHcmFudFJlZhIOCgZqb2JfaWQYASABKAMSDwoHYXR0ZW1wdBgCIAEoAxITCgtsZWFzZV90b2tlbhgDIAEoCSJCChNSZW5ld0xlYXNlc1Jlc3BvbnNlEisKCHJlbmV3YWxzGAEgAygLMhkuam9iZmVuY2UudjEuTGVhc2VSZW5ld2FsIvQCCgxMZWFzZVJlbmV3YWwSDgoGam9iX2lkGAEgASgDEg8KB2F0dGVtcHQYAiABKAMSLwoLbGVhc2VfdW50aWwYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEikKB3JlZnVzZWQYBCABKA4yGC5qb2JmZW5jZS52MS5FcnJvclJlYXNvbhIPCgdtZXNzYWdlGAUgASgJEjkKCG1ldGFkYXRhGAYgAygLMicuam9iZmVuY2UudjEuTGVhc2VSZW5ld2FsLk1ldGFkYXRhRW50cnkSNAoQZ3JhbnRfZXhwaXJlc19hdBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASNAoQcmVjZWlwdF9maWxlZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAaLwoNTWV0YWRhdGFFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIvsBChhSZXBvcnRPYnNlcnZhdGlvblJlcXVlc3QSEAoGam9iX2lkGAEgASgDSAASFwoNb3BlcmF0aW9uX2tleRgCIAEoCUgAEg8KB2F0dGVtcHQYAyABKAMSDgoGc291cmNlGAQgASgJEjAKB291dGNvbWUYBSABKA4yHy5qb2JmZW5jZS52MS5PYnNlcnZhdGlvbk91dGNvbWUSGgoScHJvdmlkZXJfcmVmdW5kX2lkGAYgASgJEhkKEXByb3ZpZGVyX2V2ZW50X2lkGAcgASgJEg4KBmRldGFpbBgIIAEoCRITCgtsZWFzZV90b2tlbhgJIAEoCUIFCgNqb2IicAoZUmVwb3J0T2JzZXJ2YXRpb25SZXNwb25zZRItCgtvYnNlcnZhdGlvbhgBIAEoCzIYLmpvYmZlbmNlLnYxLk9ic2VydmF0aW9uEhEKCWR1cGxpY2F0ZRgCIAEoCBIRCglleHBlZGl0ZWQYAyABKAgiggEKDUdldEpvYlJlcXVlc3QSEAoGam9iX2lkGAEgASgDSAASFwoNb3BlcmF0aW9uX2tleRgCIAEoCUgAEh4KFm9ic2VydmF0aW9uc19wYWdlX3NpemUYAyABKAUSHwoXb2JzZXJ2YXRpb25zX3BhZ2VfdG9rZW4YBCABKAlCBQoDam9iIs8CCg5HZXRKb2JSZXNwb25zZRIdCgNqb2IYASABKAsyEC5qb2JmZW5jZS52MS5Kb2ISJQoGZXZlbnRzGAIgAygLMhUuam9iZmVuY2UudjEuSm9iRXZlbnQSLgoMb2JzZXJ2YXRpb25zGAMgAygLMhguam9iZmVuY2UudjEuT2JzZXJ2YXRpb24SGQoRb2JzZXJ2YXRpb25fY291bnQYBCABKAMSJAocbmV4dF9vYnNlcnZhdGlvbnNfcGFnZV90b2tlbhgFIAEoCRIzCg9yZXNlbmRfZGVhZGxpbmUYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEigKBmxlZGdlchgHIAEoCzIYLmpvYmZlbmNlLnYxLkxlZGdlckVudHJ5EicKA25vdxgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAikwEKC0xlZGdlckVudHJ5EhoKEnByb3ZpZGVyX3JlZnVuZF9pZBgBIAEoCRIUCgxhbW91bnRfbWlub3IYAiABKAMSEAoIY3VycmVuY3kYAyABKAkSDwoHYXR0ZW1wdBgEIAEoAxIvCgtyZWNvcmRlZF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAisAIKD0xpc3RKb2JzUmVxdWVzdBIkCgVzdGF0ZRgBIAEoDjIVLmpvYmZlbmNlLnYxLkpvYlN0YXRlEhAKCHByb3ZpZGVyGAIgASgJEhAKCG9yZGVyX2lkGAMgASgJEhEKCXBhZ2Vfc2l6ZRgEIAEoBRISCgpwYWdlX3Rva2VuGAUgASgJEhIKCnBheW1lbnRfaWQYBiABKAkSGgoScHJvdmlkZXJfcmVmdW5kX2lkGAcgASgJEhUKDXJlYXNvbl9wcmVmaXgYCCABKAkSMQoNY3JlYXRlZF9hZnRlchgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMgoOY3JlYXRlZF9iZWZvcmUYCiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wItcBChBMaXN0Sm9ic1Jlc3BvbnNlEh4KBGpvYnMYASADKAsyEC5qb2JmZW5jZS52MS5Kb2ISFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJElAKEm9ic2VydmF0aW9uX2NvdW50cxgDIAMoCzI0LmpvYmZlbmNlLnYxLkxpc3RKb2JzUmVzcG9uc2UuT2JzZXJ2YXRpb25Db3VudHNFbnRyeRo4ChZPYnNlcnZhdGlvbkNvdW50c0VudHJ5EgsKA2tleRgBIAEoAxINCgV2YWx1ZRgCIAEoAzoCOAEilAEKFFJlc29sdmVSZXZpZXdSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoAxIPCgdhdHRlbXB0GAIgASgDEjEKCnJlc29sdXRpb24YAyABKA4yHS5qb2JmZW5jZS52MS5SZXZpZXdSZXNvbHV0aW9uEhoKEnByb3ZpZGVyX3JlZnVuZF9pZBgEIAEoCRIMCgRub3RlGAUgASgJIkgKFVJlc29sdmVSZXZpZXdSZXNwb25zZRIdCgNqb2IYASABKAsyEC5qb2JmZW5jZS52MS5Kb2ISEAoIcmVwbGF5ZWQYAiABKAgiDwoNV2hvQW1JUmVxdWVzdCJXCg5XaG9BbUlSZXNwb25zZRIMCgRuYW1lGAEgASgJEiAKBXJvbGVzGAIgAygOMhEuam9iZmVuY2UudjEuUm9sZRIVCg1hdXRoZW50aWNhdGVkGAMgASgIIiMKEkdldE92ZXJ2aWV3UmVxdWVzdBINCgVsaW1pdBgBIAEoBSLaBAoTR2V0T3ZlcnZpZXdSZXNwb25zZRInCgNub3cYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCnJlYWR5X2pvYnMYAiABKAMSFAoMcnVubmluZ19qb2JzGAMgASgDEhoKEm1hbnVhbF9yZXZpZXdfam9icxgEIAEoAxJAChxvbGRlc3RfdW5maW5pc2hlZF9jcmVhdGVkX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIoCg5vbGRlc3RfcmV2aWV3cxgGIAMoCzIQLmpvYmZlbmNlLnYxLkpvYhIvChByZWNlbnRfdGFrZW92ZXJzGAcgAygLMhUuam9iZmVuY2UudjEuSm9iRXZlbnQSGAoQdGFrZW92ZXJzX3dpbmRvdxgIIAEoAxI8ChdyZWNlbnRfc3RhbGVfcmVqZWN0aW9ucxgJIAMoCzIbLmpvYmZlbmNlLnYxLlN0YWxlUmVqZWN0aW9uEiQKHHN0YWxlX3JlamVjdGlvbnNfc2luY2Vfc3RhcnQYCiABKAMSOgoWY29vcmRpbmF0b3Jfc3RhcnRlZF9hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLAoHYnVkZ2V0cxgMIAMoCzIbLmpvYmZlbmNlLnYxLlByb3ZpZGVyQnVkZ2V0EhgKEHVubWF0Y2hlZF9ldmVudHMYDSABKAMSNQoQcmVjZW50X3VubWF0Y2hlZBgOIAMoCzIbLmpvYmZlbmNlLnYxLlVubWF0Y2hlZEV2ZW50IoMCCg5Vbm1hdGNoZWRFdmVudBIKCgJpZBgBIAEoAxIQCghwcm92aWRlchgCIAEoCRIZChFwcm92aWRlcl9ldmVudF9pZBgDIAEoCRISCgpldmVudF90eXBlGAQgASgJEhoKEnByb3ZpZGVyX3JlZnVuZF9pZBgFIAEoCRIVCg1vcGVyYXRpb25fa2V5GAYgASgJEjAKB291dGNvbWUYByABKA4yHy5qb2JmZW5jZS52MS5PYnNlcnZhdGlvbk91dGNvbWUSDgoGZGV0YWlsGAggASgJEi8KC3JlY2VpdmVkX2F0GAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKPAQoOU3RhbGVSZWplY3Rpb24SJgoCYXQYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBmpvYl9pZBgCIAEoAxIPCgdhdHRlbXB0GAMgASgDEhcKD2N1cnJlbnRfYXR0ZW1wdBgEIAEoAxILCgNycGMYBSABKAkSDgoGY2FsbGVyGAYgASgJIl0KDlByb3ZpZGVyQnVkZ2V0EhAKCHByb3ZpZGVyGAEgASgJEhcKD3JhdGVfcGVyX3NlY29uZBgCIAEoARINCgVidXJzdBgDIAEoARIRCglhdmFpbGFibGUYBCABKAEqwwQKC0Vycm9yUmVhc29uEhwKGEVSUk9SX1JFQVNPTl9VTlNQRUNJRklFRBAAEh4KGkVSUk9SX1JFQVNPTl9TVEFMRV9BVFRFTVBUEAESIAocRVJST1JfUkVBU09OX0pPQl9OT1RfUlVOTklORxACEiIKHkVSUk9SX1JFQVNPTl9KT0JfTk9UX0lOX1JFVklFVxADEicKI0VSUk9SX1JFQVNPTl9PUEVSQVRJT05fS0VZX0NPTkZMSUNUEAQSJgoiRVJST1JfUkVBU09OX0NMQUlNX09VVENPTUVfVU5LTk9XThAFEiYKIkVSUk9SX1JFQVNPTl9XUklURV9PVVRDT01FX1VOS05PV04QBhIlCiFFUlJPUl9SRUFTT05fREFUQUJBU0VfVU5BVkFJTEFCTEUQBxIeChpFUlJPUl9SRUFTT05fREFUQUJBU0VfRlVMTBAIEicKI0VSUk9SX1JFQVNPTl9EQVRBQkFTRV9BQ0NFU1NfREVOSUVEEAkSIgoeRVJST1JfUkVBU09OX09CU0VSVkFUSU9OX0xJTUlUEAoSGgoWRVJST1JfUkVBU09OX05PVF9GT1VORBALEiEKHUVSUk9SX1JFQVNPTl9JTlZBTElEX0FSR1VNRU5UEAwSIAocRVJST1JfUkVBU09OX1VOQVVUSEVOVElDQVRFRBANEiIKHkVSUk9SX1JFQVNPTl9QRVJNSVNTSU9OX0RFTklFRBAOEh4KGkVSUk9SX1JFQVNPTl9HUkFOVF9UT09fT0xEEA8qhwEKCEpvYlN0YXRlEhkKFUpPQl9TVEFURV9VTlNQRUNJRklFRBAAEhMKD0pPQl9TVEFURV9SRUFEWRABEhUKEUpPQl9TVEFURV9SVU5OSU5HEAISFwoTSk9CX1NUQVRFX1NVQ0NFRURFRBADEhsKF0pPQl9TVEFURV9NQU5VQUxfUkVWSUVXEAQqXAoKTmV4dEFjdGlvbhIbChdORVhUX0FDVElPTl9VTlNQRUNJRklFRBAAEhYKEk5FWFRfQUNUSU9OX1JFRlVORBABEhkKFU5FWFRfQUNUSU9OX1JFQ09OQ0lMRRACKnYKEFJldmlld1Jlc29sdXRpb24SIQodUkVWSUVXX1JFU09MVVRJT05fVU5TUEVDSUZJRUQQABIeChpSRVZJRVdfUkVTT0xVVElPTl9SRUZVTkRFRBABEh8KG1JFVklFV19SRVNPTFVUSU9OX1JFQ09OQ0lMRRACKsABChJPYnNlcnZhdGlvbk91dGNvbWUSIwofT0JTRVJWQVRJT05fT1VUQ09NRV9VTlNQRUNJRklFRBAAEiEKHU9CU0VSVkFUSU9OX09VVENPTUVfU1VDQ0VFREVEEAESHwobT0JTRVJWQVRJT05fT1VUQ09NRV9QRU5ESU5HEAISHgoaT0JTRVJWQVRJT05fT1VUQ09NRV9GQUlMRUQQAxIhCh1PQlNFUlZBVElPTl9PVVRDT01FX05PVF9GT1VORBAEKmQKBFJvbGUSFAoQUk9MRV9VTlNQRUNJRklFRBAAEhEKDVJPTEVfUFJPRFVDRVIQARIPCgtST0xFX1dPUktFUhACEhEKDVJPTEVfT1BFUkFUT1IQAxIPCgtST0xFX1JFQURFUhAEMrUHCgtDb29yZGluYXRvchJWCg1FbnF1ZXVlUmVmdW5kEiEuam9iZmVuY2UudjEuRW5xdWV1ZVJlZnVuZFJlcXVlc3QaIi5qb2JmZW5jZS52MS5FbnF1ZXVlUmVmdW5kUmVzcG9uc2USPgoFQ2xhaW0SGS5qb2JmZW5jZS52MS5DbGFpbVJlcXVlc3QaGi5qb2JmZW5jZS52MS5DbGFpbVJlc3BvbnNlEkcKCENvbXBsZXRlEhwuam9iZmVuY2UudjEuQ29tcGxldGVSZXF1ZXN0Gh0uam9iZmVuY2UudjEuQ29tcGxldGVSZXNwb25zZRJNCgpSZXNjaGVkdWxlEh4uam9iZmVuY2UudjEuUmVzY2hlZHVsZVJlcXVlc3QaHy5qb2JmZW5jZS52MS5SZXNjaGVkdWxlUmVzcG9uc2USRwoIRXNjYWxhdGUSHC5qb2JmZW5jZS52MS5Fc2NhbGF0ZVJlcXVlc3QaHS5qb2JmZW5jZS52MS5Fc2NhbGF0ZVJlc3BvbnNlElAKC1JlbmV3TGVhc2VzEh8uam9iZmVuY2UudjEuUmVuZXdMZWFzZXNSZXF1ZXN0GiAuam9iZmVuY2UudjEuUmVuZXdMZWFzZXNSZXNwb25zZRJiChFSZXBvcnRPYnNlcnZhdGlvbhIlLmpvYmZlbmNlLnYxLlJlcG9ydE9ic2VydmF0aW9uUmVxdWVzdBomLmpvYmZlbmNlLnYxLlJlcG9ydE9ic2VydmF0aW9uUmVzcG9uc2USQQoGR2V0Sm9iEhouam9iZmVuY2UudjEuR2V0Sm9iUmVxdWVzdBobLmpvYmZlbmNlLnYxLkdldEpvYlJlc3BvbnNlEkcKCExpc3RKb2JzEhwuam9iZmVuY2UudjEuTGlzdEpvYnNSZXF1ZXN0Gh0uam9iZmVuY2UudjEuTGlzdEpvYnNSZXNwb25zZRJWCg1SZXNvbHZlUmV2aWV3EiEuam9iZmVuY2UudjEuUmVzb2x2ZVJldmlld1JlcXVlc3QaIi5qb2JmZW5jZS52MS5SZXNvbHZlUmV2aWV3UmVzcG9uc2USQQoGV2hvQW1JEhouam9iZmVuY2UudjEuV2hvQW1JUmVxdWVzdBobLmpvYmZlbmNlLnYxLldob0FtSVJlc3BvbnNlElAKC0dldE92ZXJ2aWV3Eh8uam9iZmVuY2UudjEuR2V0T3ZlcnZpZXdSZXF1ZXN0GiAuam9iZmVuY2UudjEuR2V0T3ZlcnZpZXdSZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("Ch1qb2JmZW5jZS92MS9jb29yZGluYXRvci5wcm90bxILam9iZmVuY2UudjEiqgQKA0pvYhIKCgJpZBgBIAEoAxIVCg1vcGVyYXRpb25fa2V5GAIgASgJEhAKCG9yZGVyX2lkGAMgASgJEhIKCnBheW1lbnRfaWQYBCABKAkSFAoMYW1vdW50X21pbm9yGAUgASgDEhAKCGN1cnJlbmN5GAYgASgJEhAKCHByb3ZpZGVyGAcgASgJEiQKBXN0YXRlGAggASgOMhUuam9iZmVuY2UudjEuSm9iU3RhdGUSDwoHYXR0ZW1wdBgJIAEoAxIsCgtuZXh0X2FjdGlvbhgKIAEoDjIXLmpvYmZlbmNlLnYxLk5leHRBY3Rpb24SMwoPbmV4dF9hdHRlbXB0X2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgtsZWFzZV91bnRpbBgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGgoScHJvdmlkZXJfcmVmdW5kX2lkGA0gASgJEhEKCXdvcmtlcl9pZBgOIAEoCRITCgtsYXN0X3JlYXNvbhgPIAEoCRIxCg1maXJzdF9zZW50X2F0GBAgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpjcmVhdGVkX2F0GBEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GBIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCLyAgoKQ2xhaW1lZEpvYhIdCgNqb2IYASABKAsyEC5qb2JmZW5jZS52MS5Kb2ISDwoHYXR0ZW1wdBgCIAEoAxIvCgtsZWFzZV91bnRpbBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLAoLbmV4dF9hY3Rpb24YBCABKA4yFy5qb2JmZW5jZS52MS5OZXh0QWN0aW9uEhAKCHRha2VvdmVyGAUgASgIEi4KDG9ic2VydmF0aW9ucxgGIAMoCzIYLmpvYmZlbmNlLnYxLk9ic2VydmF0aW9uEjMKD3Jlc2VuZF9kZWFkbGluZRgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKY2xhaW1lZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEwoLbGVhc2VfdG9rZW4YCSABKAkSGQoRb2JzZXJ2YXRpb25fY291bnQYCiABKAMitgIKCEpvYkV2ZW50EgoKAmlkGAEgASgDEg4KBmpvYl9pZBgCIAEoAxIPCgdhdHRlbXB0GAMgASgDEgwKBGtpbmQYBCABKAkSEQoJd29ya2VyX2lkGAUgASgJEikKCmZyb21fc3RhdGUYBiABKA4yFS5qb2JmZW5jZS52MS5Kb2JTdGF0ZRInCgh0b19zdGF0ZRgHIAEoDjIVLmpvYmZlbmNlLnYxLkpvYlN0YXRlEiwKC25leHRfYWN0aW9uGAggASgOMhcuam9iZmVuY2UudjEuTmV4dEFjdGlvbhIaChJwcm92aWRlcl9yZWZ1bmRfaWQYCSABKAkSDgoGcmVhc29uGAogASgJEi4KCmNyZWF0ZWRfYXQYCyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIsICCgtPYnNlcnZhdGlvbhIKCgJpZBgBIAEoAxIOCgZqb2JfaWQYAiABKAMSFQoNb3BlcmF0aW9uX2tleRgDIAEoCRIYChByZXBvcnRlZF9hdHRlbXB0GAQgASgDEhMKC2pvYl9hdHRlbXB0GAUgASgDEg4KBnNvdXJjZRgGIAEoCRIwCgdvdXRjb21lGAcgASgOMh8uam9iZmVuY2UudjEuT2JzZXJ2YXRpb25PdXRjb21lEhoKEnByb3ZpZGVyX3JlZnVuZF9pZBgIIAEoCRIZChFwcm92aWRlcl9ldmVudF9pZBgJIAEoCRIOCgZkZXRhaWwYCiABKAkSLgoKY3JlYXRlZF9hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGAoQYXR0ZW1wdF92ZXJpZmllZBgMIAEoCCK9AQoURW5xdWV1ZVJlZnVuZFJlcXVlc3QSFQoNb3BlcmF0aW9uX2tleRgBIAEoCRIQCghvcmRlcl9pZBgCIAEoCRISCgpwYXltZW50X2lkGAMgASgJEhQKDGFtb3VudF9taW5vchgEIAEoAxIQCghjdXJyZW5jeRgFIAEoCRIQCghwcm92aWRlchgGIAEoCRIuCgpub3RfYmVmb3JlGAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJHChVFbnF1ZXVlUmVmdW5kUmVzcG9uc2USHQoDam9iGAEgASgLMhAuam9iZmVuY2UudjEuSm9iEg8KB2NyZWF0ZWQYAiABKAgioQEKDENsYWltUmVxdWVzdBIRCgl3b3JrZXJfaWQYASABKAkSEAoIbWF4X2pvYnMYAiABKAUSMQoObGVhc2VfZHVyYXRpb24YAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEAoIcHJvdmlkZXIYBCABKAkSJwoEd2FpdBgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJmCg1DbGFpbVJlc3BvbnNlEiUKBGpvYnMYASADKAsyFy5qb2JmZW5jZS52MS5DbGFpbWVkSm9iEi4KC3JldHJ5X2FmdGVyGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uImMKD0NvbXBsZXRlUmVxdWVzdBIOCgZqb2JfaWQYASABKAMSDwoHYXR0ZW1wdBgCIAEoAxIaChJwcm92aWRlcl9yZWZ1bmRfaWQYAyABKAkSEwoLbGVhc2VfdG9rZW4YBCABKAkiQwoQQ29tcGxldGVSZXNwb25zZRIdCgNqb2IYASABKAsyEC5qb2JmZW5jZS52MS5Kb2ISEAoIcmVwbGF5ZWQYAiABKAgi8gEKEVJlc2NoZWR1bGVSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoAxIPCgdhdHRlbXB0GAIgASgDEiwKC25leHRfYWN0aW9uGAMgASgOMhcuam9iZmVuY2UudjEuTmV4dEFjdGlvbhIqCgVkZWxheRgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbkgAEjUKD25leHRfYXR0ZW1wdF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBIABIOCgZyZWFzb24YBiABKAkSEwoLbGVhc2VfdG9rZW4YByABKAlCBgoEd2hlbiJYChJSZXNjaGVkdWxlUmVzcG9uc2USHQoDam9iGAEgASgLMhAuam9iZmVuY2UudjEuSm9iEhAKCHJlcGxheWVkGAIgASgIEhEKCWV4cGVkaXRlZBgDIAEoCCJXCg9Fc2NhbGF0ZVJlcXVlc3QSDgoGam9iX2lkGAEgASgDEg8KB2F0dGVtcHQYAiABKAMSDgoGcmVhc29uGAMgASgJEhMKC2xlYXNlX3Rva2VuGAQgASgJIkMKEEVzY2FsYXRlUmVzcG9uc2USHQoDam9iGAEgASgLMhAuam9iZmVuY2UudjEuSm9iEhAKCHJlcGxheWVkGAIgASgIIm4KElJlbmV3TGVhc2VzUmVxdWVzdBIlCgZncmFudHMYASADKAsyFS5qb2JmZW5jZS52MS5HcmFudFJlZhIxCg5sZWFzZV9kdXJhdGlvbhgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJACghHcmFudFJlZhIOCgZqb2JfaWQYASABKAMSDwoHYXR0ZW1wdBgCIAEoAxITCgtsZWFzZV90b2tlbhgDIAEoCSJCChNSZW5ld0xlYXNlc1Jlc3BvbnNlEisKCHJlbmV3YWxzGAEgAygLMhkuam9iZmVuY2UudjEuTGVhc2VSZW5ld2FsIvQCCgxMZWFzZVJlbmV3YWwSDgoGam9iX2lkGAEgASgDEg8KB2F0dGVtcHQYAiABKAMSLwoLbGVhc2VfdW50aWwYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEikKB3JlZnVzZWQYBCABKA4yGC5qb2JmZW5jZS52MS5FcnJvclJlYXNvbhIPCgdtZXNzYWdlGAUgASgJEjkKCG1ldGFkYXRhGAYgAygLMicuam9iZmVuY2UudjEuTGVhc2VSZW5ld2FsLk1ldGFkYXRhRW50cnkSNAoQZ3JhbnRfZXhwaXJlc19hdBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASNAoQcmVjZWlwdF9maWxlZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAaLwoNTWV0YWRhdGFFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIvsBChhSZXBvcnRPYnNlcnZhdGlvblJlcXVlc3QSEAoGam9iX2lkGAEgASgDSAASFwoNb3BlcmF0aW9uX2tleRgCIAEoCUgAEg8KB2F0dGVtcHQYAyABKAMSDgoGc291cmNlGAQgASgJEjAKB291dGNvbWUYBSABKA4yHy5qb2JmZW5jZS52MS5PYnNlcnZhdGlvbk91dGNvbWUSGgoScHJvdmlkZXJfcmVmdW5kX2lkGAYgASgJEhkKEXByb3ZpZGVyX2V2ZW50X2lkGAcgASgJEg4KBmRldGFpbBgIIAEoCRITCgtsZWFzZV90b2tlbhgJIAEoCUIFCgNqb2IicAoZUmVwb3J0T2JzZXJ2YXRpb25SZXNwb25zZRItCgtvYnNlcnZhdGlvbhgBIAEoCzIYLmpvYmZlbmNlLnYxLk9ic2VydmF0aW9uEhEKCWR1cGxpY2F0ZRgCIAEoCBIRCglleHBlZGl0ZWQYAyABKAgiggEKDUdldEpvYlJlcXVlc3QSEAoGam9iX2lkGAEgASgDSAASFwoNb3BlcmF0aW9uX2tleRgCIAEoCUgAEh4KFm9ic2VydmF0aW9uc19wYWdlX3NpemUYAyABKAUSHwoXb2JzZXJ2YXRpb25zX3BhZ2VfdG9rZW4YBCABKAlCBQoDam9iIs8CCg5HZXRKb2JSZXNwb25zZRIdCgNqb2IYASABKAsyEC5qb2JmZW5jZS52MS5Kb2ISJQoGZXZlbnRzGAIgAygLMhUuam9iZmVuY2UudjEuSm9iRXZlbnQSLgoMb2JzZXJ2YXRpb25zGAMgAygLMhguam9iZmVuY2UudjEuT2JzZXJ2YXRpb24SGQoRb2JzZXJ2YXRpb25fY291bnQYBCABKAMSJAocbmV4dF9vYnNlcnZhdGlvbnNfcGFnZV90b2tlbhgFIAEoCRIzCg9yZXNlbmRfZGVhZGxpbmUYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEigKBmxlZGdlchgHIAEoCzIYLmpvYmZlbmNlLnYxLkxlZGdlckVudHJ5EicKA25vdxgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAikwEKC0xlZGdlckVudHJ5EhoKEnByb3ZpZGVyX3JlZnVuZF9pZBgBIAEoCRIUCgxhbW91bnRfbWlub3IYAiABKAMSEAoIY3VycmVuY3kYAyABKAkSDwoHYXR0ZW1wdBgEIAEoAxIvCgtyZWNvcmRlZF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAisAIKD0xpc3RKb2JzUmVxdWVzdBIkCgVzdGF0ZRgBIAEoDjIVLmpvYmZlbmNlLnYxLkpvYlN0YXRlEhAKCHByb3ZpZGVyGAIgASgJEhAKCG9yZGVyX2lkGAMgASgJEhEKCXBhZ2Vfc2l6ZRgEIAEoBRISCgpwYWdlX3Rva2VuGAUgASgJEhIKCnBheW1lbnRfaWQYBiABKAkSGgoScHJvdmlkZXJfcmVmdW5kX2lkGAcgASgJEhUKDXJlYXNvbl9wcmVmaXgYCCABKAkSMQoNY3JlYXRlZF9hZnRlchgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMgoOY3JlYXRlZF9iZWZvcmUYCiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wItcBChBMaXN0Sm9ic1Jlc3BvbnNlEh4KBGpvYnMYASADKAsyEC5qb2JmZW5jZS52MS5Kb2ISFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJElAKEm9ic2VydmF0aW9uX2NvdW50cxgDIAMoCzI0LmpvYmZlbmNlLnYxLkxpc3RKb2JzUmVzcG9uc2UuT2JzZXJ2YXRpb25Db3VudHNFbnRyeRo4ChZPYnNlcnZhdGlvbkNvdW50c0VudHJ5EgsKA2tleRgBIAEoAxINCgV2YWx1ZRgCIAEoAzoCOAEilAEKFFJlc29sdmVSZXZpZXdSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoAxIPCgdhdHRlbXB0GAIgASgDEjEKCnJlc29sdXRpb24YAyABKA4yHS5qb2JmZW5jZS52MS5SZXZpZXdSZXNvbHV0aW9uEhoKEnByb3ZpZGVyX3JlZnVuZF9pZBgEIAEoCRIMCgRub3RlGAUgASgJIkgKFVJlc29sdmVSZXZpZXdSZXNwb25zZRIdCgNqb2IYASABKAsyEC5qb2JmZW5jZS52MS5Kb2ISEAoIcmVwbGF5ZWQYAiABKAgiDwoNV2hvQW1JUmVxdWVzdCJXCg5XaG9BbUlSZXNwb25zZRIMCgRuYW1lGAEgASgJEiAKBXJvbGVzGAIgAygOMhEuam9iZmVuY2UudjEuUm9sZRIVCg1hdXRoZW50aWNhdGVkGAMgASgIIiMKEkdldE92ZXJ2aWV3UmVxdWVzdBINCgVsaW1pdBgBIAEoBSLaBAoTR2V0T3ZlcnZpZXdSZXNwb25zZRInCgNub3cYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCnJlYWR5X2pvYnMYAiABKAMSFAoMcnVubmluZ19qb2JzGAMgASgDEhoKEm1hbnVhbF9yZXZpZXdfam9icxgEIAEoAxJAChxvbGRlc3RfdW5maW5pc2hlZF9jcmVhdGVkX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIoCg5vbGRlc3RfcmV2aWV3cxgGIAMoCzIQLmpvYmZlbmNlLnYxLkpvYhIvChByZWNlbnRfdGFrZW92ZXJzGAcgAygLMhUuam9iZmVuY2UudjEuSm9iRXZlbnQSGAoQdGFrZW92ZXJzX3dpbmRvdxgIIAEoAxI8ChdyZWNlbnRfc3RhbGVfcmVqZWN0aW9ucxgJIAMoCzIbLmpvYmZlbmNlLnYxLlN0YWxlUmVqZWN0aW9uEiQKHHN0YWxlX3JlamVjdGlvbnNfc2luY2Vfc3RhcnQYCiABKAMSOgoWY29vcmRpbmF0b3Jfc3RhcnRlZF9hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLAoHYnVkZ2V0cxgMIAMoCzIbLmpvYmZlbmNlLnYxLlByb3ZpZGVyQnVkZ2V0EhgKEHVubWF0Y2hlZF9ldmVudHMYDSABKAMSNQoQcmVjZW50X3VubWF0Y2hlZBgOIAMoCzIbLmpvYmZlbmNlLnYxLlVubWF0Y2hlZEV2ZW50IoMCCg5Vbm1hdGNoZWRFdmVudBIKCgJpZBgBIAEoAxIQCghwcm92aWRlchgCIAEoCRIZChFwcm92aWRlcl9ldmVudF9pZBgDIAEoCRISCgpldmVudF90eXBlGAQgASgJEhoKEnByb3ZpZGVyX3JlZnVuZF9pZBgFIAEoCRIVCg1vcGVyYXRpb25fa2V5GAYgASgJEjAKB291dGNvbWUYByABKA4yHy5qb2JmZW5jZS52MS5PYnNlcnZhdGlvbk91dGNvbWUSDgoGZGV0YWlsGAggASgJEi8KC3JlY2VpdmVkX2F0GAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKPAQoOU3RhbGVSZWplY3Rpb24SJgoCYXQYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBmpvYl9pZBgCIAEoAxIPCgdhdHRlbXB0GAMgASgDEhcKD2N1cnJlbnRfYXR0ZW1wdBgEIAEoAxILCgNycGMYBSABKAkSDgoGY2FsbGVyGAYgASgJIl0KDlByb3ZpZGVyQnVkZ2V0EhAKCHByb3ZpZGVyGAEgASgJEhcKD3JhdGVfcGVyX3NlY29uZBgCIAEoARINCgVidXJzdBgDIAEoARIRCglhdmFpbGFibGUYBCABKAEikAEKC1dvcmtSZXF1ZXN0EicKBXN0YXJ0GAEgASgLMhYuam9iZmVuY2UudjEuV29ya1N0YXJ0SAASKQoGY3JlZGl0GAIgASgLMhcuam9iZmVuY2UudjEuV29ya0NyZWRpdEgAEiUKBGNhbGwYAyABKAsyFS5qb2JmZW5jZS52MS5Xb3JrQ2FsbEgAQgYKBGtpbmQidAoJV29ya1N0YXJ0EhEKCXdvcmtlcl9pZBgBIAEoCRIQCghwcm92aWRlchgCIAEoCRIxCg5sZWFzZV9kdXJhdGlvbhgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIPCgdjcmVkaXRzGAQgASgFIh0KCldvcmtDcmVkaXQSDwoHY3JlZGl0cxgBIAEoBSK7AgoIV29ya0NhbGwSDwoHY2FsbF9pZBgBIAEoBBIwCghjb21wbGV0ZRgCIAEoCzIcLmpvYmZlbmNlLnYxLkNvbXBsZXRlUmVxdWVzdEgAEjQKCnJlc2NoZWR1bGUYAyABKAsyHi5qb2JmZW5jZS52MS5SZXNjaGVkdWxlUmVxdWVzdEgAEjAKCGVzY2FsYXRlGAQgASgLMhwuam9iZmVuY2UudjEuRXNjYWxhdGVSZXF1ZXN0SAASNwoMcmVuZXdfbGVhc2VzGAUgASgLMh8uam9iZmVuY2UudjEuUmVuZXdMZWFzZXNSZXF1ZXN0SAASQwoScmVwb3J0X29ic2VydmF0aW9uGAYgASgLMiUuam9iZmVuY2UudjEuUmVwb3J0T2JzZXJ2YXRpb25SZXF1ZXN0SABCBgoEY2FsbCKaAQoMV29ya1Jlc3BvbnNlEicKBWdyYW50GAEgASgLMhYuam9iZmVuY2UudjEuV29ya0dyYW50SAASJwoFcmVwbHkYAiABKAsyFi5qb2JmZW5jZS52MS5Xb3JrUmVwbHlIABIwCgtyZXRyeV9hZnRlchgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbkgAQgYKBGtpbmQiMgoJV29ya0dyYW50EiUKBGpvYnMYASADKAsyFy5qb2JmZW5jZS52MS5DbGFpbWVkSm9iItICCglXb3JrUmVwbHkSDwoHY2FsbF9pZBgBIAEoBBINCgVlcnJvchgCIAEoDBIxCghjb21wbGV0ZRgDIAEoCzIdLmpvYmZlbmNlLnYxLkNvbXBsZXRlUmVzcG9uc2VIABI1CgpyZXNjaGVkdWxlGAQgASgLMh8uam9iZmVuY2UudjEuUmVzY2hlZHVsZVJlc3BvbnNlSAASMQoIZXNjYWxhdGUYBSABKAsyHS5qb2JmZW5jZS52MS5Fc2NhbGF0ZVJlc3BvbnNlSAASOAoMcmVuZXdfbGVhc2VzGAYgASgLMiAuam9iZmVuY2UudjEuUmVuZXdMZWFzZXNSZXNwb25zZUgAEkQKEnJlcG9ydF9vYnNlcnZhdGlvbhgHIAEoCzImLmpvYmZlbmNlLnYxLlJlcG9ydE9ic2VydmF0aW9uUmVzcG9uc2VIAEIICgZyZXN1bHQqwwQKC0Vycm9yUmVhc29uEhwKGEVSUk9SX1JFQVNPTl9VTlNQRUNJRklFRBAAEh4KGkVSUk9SX1JFQVNPTl9TVEFMRV9BVFRFTVBUEAESIAocRVJST1JfUkVBU09OX0pPQl9OT1RfUlVOTklORxACEiIKHkVSUk9SX1JFQVNPTl9KT0JfTk9UX0lOX1JFVklFVxADEicKI0VSUk9SX1JFQVNPTl9PUEVSQVRJT05fS0VZX0NPTkZMSUNUEAQSJgoiRVJST1JfUkVBU09OX0NMQUlNX09VVENPTUVfVU5LTk9XThAFEiYKIkVSUk9SX1JFQVNPTl9XUklURV9PVVRDT01FX1VOS05PV04QBhIlCiFFUlJPUl9SRUFTT05fREFUQUJBU0VfVU5BVkFJTEFCTEUQBxIeChpFUlJPUl9SRUFTT05fREFUQUJBU0VfRlVMTBAIEicKI0VSUk9SX1JFQVNPTl9EQVRBQkFTRV9BQ0NFU1NfREVOSUVEEAkSIgoeRVJST1JfUkVBU09OX09CU0VSVkFUSU9OX0xJTUlUEAoSGgoWRVJST1JfUkVBU09OX05PVF9GT1VORBALEiEKHUVSUk9SX1JFQVNPTl9JTlZBTElEX0FSR1VNRU5UEAwSIAocRVJST1JfUkVBU09OX1VOQVVUSEVOVElDQVRFRBANEiIKHkVSUk9SX1JFQVNPTl9QRVJNSVNTSU9OX0RFTklFRBAOEh4KGkVSUk9SX1JFQVNPTl9HUkFOVF9UT09fT0xEEA8qhwEKCEpvYlN0YXRlEhkKFUpPQl9TVEFURV9VTlNQRUNJRklFRBAAEhMKD0pPQl9TVEFURV9SRUFEWRABEhUKEUpPQl9TVEFURV9SVU5OSU5HEAISFwoTSk9CX1NUQVRFX1NVQ0NFRURFRBADEhsKF0pPQl9TVEFURV9NQU5VQUxfUkVWSUVXEAQqXAoKTmV4dEFjdGlvbhIbChdORVhUX0FDVElPTl9VTlNQRUNJRklFRBAAEhYKEk5FWFRfQUNUSU9OX1JFRlVORBABEhkKFU5FWFRfQUNUSU9OX1JFQ09OQ0lMRRACKnYKEFJldmlld1Jlc29sdXRpb24SIQodUkVWSUVXX1JFU09MVVRJT05fVU5TUEVDSUZJRUQQABIeChpSRVZJRVdfUkVTT0xVVElPTl9SRUZVTkRFRBABEh8KG1JFVklFV19SRVNPTFVUSU9OX1JFQ09OQ0lMRRACKsABChJPYnNlcnZhdGlvbk91dGNvbWUSIwofT0JTRVJWQVRJT05fT1VUQ09NRV9VTlNQRUNJRklFRBAAEiEKHU9CU0VSVkFUSU9OX09VVENPTUVfU1VDQ0VFREVEEAESHwobT0JTRVJWQVRJT05fT1VUQ09NRV9QRU5ESU5HEAISHgoaT0JTRVJWQVRJT05fT1VUQ09NRV9GQUlMRUQQAxIhCh1PQlNFUlZBVElPTl9PVVRDT01FX05PVF9GT1VORBAEKmQKBFJvbGUSFAoQUk9MRV9VTlNQRUNJRklFRBAAEhEKDVJPTEVfUFJPRFVDRVIQARIPCgtST0xFX1dPUktFUhACEhEKDVJPTEVfT1BFUkFUT1IQAxIPCgtST0xFX1JFQURFUhAEMvYHCgtDb29yZGluYXRvchJWCg1FbnF1ZXVlUmVmdW5kEiEuam9iZmVuY2UudjEuRW5xdWV1ZVJlZnVuZFJlcXVlc3QaIi5qb2JmZW5jZS52MS5FbnF1ZXVlUmVmdW5kUmVzcG9uc2USPgoFQ2xhaW0SGS5qb2JmZW5jZS52MS5DbGFpbVJlcXVlc3QaGi5qb2JmZW5jZS52MS5DbGFpbVJlc3BvbnNlEkcKCENvbXBsZXRlEhwuam9iZmVuY2UudjEuQ29tcGxldGVSZXF1ZXN0Gh0uam9iZmVuY2UudjEuQ29tcGxldGVSZXNwb25zZRJNCgpSZXNjaGVkdWxlEh4uam9iZmVuY2UudjEuUmVzY2hlZHVsZVJlcXVlc3QaHy5qb2JmZW5jZS52MS5SZXNjaGVkdWxlUmVzcG9uc2USRwoIRXNjYWxhdGUSHC5qb2JmZW5jZS52MS5Fc2NhbGF0ZVJlcXVlc3QaHS5qb2JmZW5jZS52MS5Fc2NhbGF0ZVJlc3BvbnNlElAKC1JlbmV3TGVhc2VzEh8uam9iZmVuY2UudjEuUmVuZXdMZWFzZXNSZXF1ZXN0GiAuam9iZmVuY2UudjEuUmVuZXdMZWFzZXNSZXNwb25zZRI/CgRXb3JrEhguam9iZmVuY2UudjEuV29ya1JlcXVlc3QaGS5qb2JmZW5jZS52MS5Xb3JrUmVzcG9uc2UoATABEmIKEVJlcG9ydE9ic2VydmF0aW9uEiUuam9iZmVuY2UudjEuUmVwb3J0T2JzZXJ2YXRpb25SZXF1ZXN0GiYuam9iZmVuY2UudjEuUmVwb3J0T2JzZXJ2YXRpb25SZXNwb25zZRJBCgZHZXRKb2ISGi5qb2JmZW5jZS52MS5HZXRKb2JSZXF1ZXN0Ghsuam9iZmVuY2UudjEuR2V0Sm9iUmVzcG9uc2USRwoITGlzdEpvYnMSHC5qb2JmZW5jZS52MS5MaXN0Sm9ic1JlcXVlc3QaHS5qb2JmZW5jZS52MS5MaXN0Sm9ic1Jlc3BvbnNlElYKDVJlc29sdmVSZXZpZXcSIS5qb2JmZW5jZS52MS5SZXNvbHZlUmV2aWV3UmVxdWVzdBoiLmpvYmZlbmNlLnYxLlJlc29sdmVSZXZpZXdSZXNwb25zZRJBCgZXaG9BbUkSGi5qb2JmZW5jZS52MS5XaG9BbUlSZXF1ZXN0Ghsuam9iZmVuY2UudjEuV2hvQW1JUmVzcG9uc2USUAoLR2V0T3ZlcnZpZXcSHy5qb2JmZW5jZS52MS5HZXRPdmVydmlld1JlcXVlc3QaIC5qb2JmZW5jZS52MS5HZXRPdmVydmlld1Jlc3BvbnNlYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * Job is one refund and its scheduling state. Times are the database's UTC
@@ -1688,6 +1688,301 @@ export const ProviderBudgetSchema: GenMessage<ProviderBudget> = /*@__PURE__*/
   messageDesc(file_jobfence_v1_coordinator, 33);
 
 /**
+ * WorkRequest is one message from a worker on its stream (Coordinator.Work).
+ *
+ * @generated from message jobfence.v1.WorkRequest
+ */
+export type WorkRequest = Message<"jobfence.v1.WorkRequest"> & {
+  /**
+   * @generated from oneof jobfence.v1.WorkRequest.kind
+   */
+  kind: {
+    /**
+     * The first message, and only the first.
+     *
+     * @generated from field: jobfence.v1.WorkStart start = 1;
+     */
+    value: WorkStart;
+    case: "start";
+  } | {
+    /**
+     * Free slots given back (or added).
+     *
+     * @generated from field: jobfence.v1.WorkCredit credit = 2;
+     */
+    value: WorkCredit;
+    case: "credit";
+  } | {
+    /**
+     * A write-back, renewal or receipt, answered by a WorkReply.
+     *
+     * @generated from field: jobfence.v1.WorkCall call = 3;
+     */
+    value: WorkCall;
+    case: "call";
+  } | { case: undefined; value?: undefined };
+};
+
+/**
+ * Describes the message jobfence.v1.WorkRequest.
+ * Use `create(WorkRequestSchema)` to create a new message.
+ */
+export const WorkRequestSchema: GenMessage<WorkRequest> = /*@__PURE__*/
+  messageDesc(file_jobfence_v1_coordinator, 34);
+
+/**
+ * WorkStart opens a worker stream.
+ *
+ * @generated from message jobfence.v1.WorkStart
+ */
+export type WorkStart = Message<"jobfence.v1.WorkStart"> & {
+  /**
+   * Who is working; recorded in the history. 1..128 characters. Under
+   * credentials the history names the credential instead, as for Claim.
+   *
+   * @generated from field: string worker_id = 1;
+   */
+  workerId: string;
+
+  /**
+   * Only jobs of this provider, when set.
+   *
+   * @generated from field: string provider = 2;
+   */
+  provider: string;
+
+  /**
+   * Each grant's lease: 1s..15m; the coordinator's --lease when unset.
+   *
+   * @generated from field: google.protobuf.Duration lease_duration = 3;
+   */
+  leaseDuration?: Duration | undefined;
+
+  /**
+   * Free slots now: 0..1000. Grants never exceed the credits held (R18).
+   *
+   * @generated from field: int32 credits = 4;
+   */
+  credits: number;
+};
+
+/**
+ * Describes the message jobfence.v1.WorkStart.
+ * Use `create(WorkStartSchema)` to create a new message.
+ */
+export const WorkStartSchema: GenMessage<WorkStart> = /*@__PURE__*/
+  messageDesc(file_jobfence_v1_coordinator, 35);
+
+/**
+ * WorkCredit gives the coordinator more credits: slots that freed. The
+ * credits held at once are at most 1000.
+ *
+ * @generated from message jobfence.v1.WorkCredit
+ */
+export type WorkCredit = Message<"jobfence.v1.WorkCredit"> & {
+  /**
+   * 1..1000.
+   *
+   * @generated from field: int32 credits = 1;
+   */
+  credits: number;
+};
+
+/**
+ * Describes the message jobfence.v1.WorkCredit.
+ * Use `create(WorkCreditSchema)` to create a new message.
+ */
+export const WorkCreditSchema: GenMessage<WorkCredit> = /*@__PURE__*/
+  messageDesc(file_jobfence_v1_coordinator, 36);
+
+/**
+ * WorkCall is one call on the worker stream, with the unary call's request.
+ *
+ * @generated from message jobfence.v1.WorkCall
+ */
+export type WorkCall = Message<"jobfence.v1.WorkCall"> & {
+  /**
+   * Chosen by the worker and echoed in the reply; keep it unique among the
+   * calls in flight on the stream.
+   *
+   * @generated from field: uint64 call_id = 1;
+   */
+  callId: bigint;
+
+  /**
+   * @generated from oneof jobfence.v1.WorkCall.call
+   */
+  call: {
+    /**
+     * @generated from field: jobfence.v1.CompleteRequest complete = 2;
+     */
+    value: CompleteRequest;
+    case: "complete";
+  } | {
+    /**
+     * @generated from field: jobfence.v1.RescheduleRequest reschedule = 3;
+     */
+    value: RescheduleRequest;
+    case: "reschedule";
+  } | {
+    /**
+     * @generated from field: jobfence.v1.EscalateRequest escalate = 4;
+     */
+    value: EscalateRequest;
+    case: "escalate";
+  } | {
+    /**
+     * @generated from field: jobfence.v1.RenewLeasesRequest renew_leases = 5;
+     */
+    value: RenewLeasesRequest;
+    case: "renewLeases";
+  } | {
+    /**
+     * @generated from field: jobfence.v1.ReportObservationRequest report_observation = 6;
+     */
+    value: ReportObservationRequest;
+    case: "reportObservation";
+  } | { case: undefined; value?: undefined };
+};
+
+/**
+ * Describes the message jobfence.v1.WorkCall.
+ * Use `create(WorkCallSchema)` to create a new message.
+ */
+export const WorkCallSchema: GenMessage<WorkCall> = /*@__PURE__*/
+  messageDesc(file_jobfence_v1_coordinator, 37);
+
+/**
+ * WorkResponse is one message from the coordinator on a worker stream.
+ *
+ * @generated from message jobfence.v1.WorkResponse
+ */
+export type WorkResponse = Message<"jobfence.v1.WorkResponse"> & {
+  /**
+   * @generated from oneof jobfence.v1.WorkResponse.kind
+   */
+  kind: {
+    /**
+     * Jobs granted, as a Claim grants them (R5, R6): each used one credit.
+     *
+     * @generated from field: jobfence.v1.WorkGrant grant = 1;
+     */
+    value: WorkGrant;
+    case: "grant";
+  } | {
+    /**
+     * The answer to one WorkCall.
+     *
+     * @generated from field: jobfence.v1.WorkReply reply = 2;
+     */
+    value: WorkReply;
+    case: "reply";
+  } | {
+    /**
+     * Jobs are due but their providers' outbound budgets allow none now
+     * (R19): the coordinator offers grants again after this long. It holds
+     * the credits meanwhile.
+     *
+     * @generated from field: google.protobuf.Duration retry_after = 3;
+     */
+    value: Duration;
+    case: "retryAfter";
+  } | { case: undefined; value?: undefined };
+};
+
+/**
+ * Describes the message jobfence.v1.WorkResponse.
+ * Use `create(WorkResponseSchema)` to create a new message.
+ */
+export const WorkResponseSchema: GenMessage<WorkResponse> = /*@__PURE__*/
+  messageDesc(file_jobfence_v1_coordinator, 38);
+
+/**
+ * WorkGrant carries jobs granted to the stream's worker.
+ *
+ * @generated from message jobfence.v1.WorkGrant
+ */
+export type WorkGrant = Message<"jobfence.v1.WorkGrant"> & {
+  /**
+   * @generated from field: repeated jobfence.v1.ClaimedJob jobs = 1;
+   */
+  jobs: ClaimedJob[];
+};
+
+/**
+ * Describes the message jobfence.v1.WorkGrant.
+ * Use `create(WorkGrantSchema)` to create a new message.
+ */
+export const WorkGrantSchema: GenMessage<WorkGrant> = /*@__PURE__*/
+  messageDesc(file_jobfence_v1_coordinator, 39);
+
+/**
+ * WorkReply answers the WorkCall with the same call_id: the unary call's
+ * response, or its error.
+ *
+ * @generated from message jobfence.v1.WorkReply
+ */
+export type WorkReply = Message<"jobfence.v1.WorkReply"> & {
+  /**
+   * @generated from field: uint64 call_id = 1;
+   */
+  callId: bigint;
+
+  /**
+   * The error the unary call would have returned, as a google.rpc.Status
+   * serialized: the bytes of its grpc-status-details-bin trailer, with the
+   * code, the message and the ErrorInfo (R24) and other details. Unset when
+   * the call succeeded. An UNAVAILABLE is safe to repeat, on this stream,
+   * another or a unary call (R21).
+   *
+   * @generated from field: bytes error = 2;
+   */
+  error: Uint8Array;
+
+  /**
+   * @generated from oneof jobfence.v1.WorkReply.result
+   */
+  result: {
+    /**
+     * @generated from field: jobfence.v1.CompleteResponse complete = 3;
+     */
+    value: CompleteResponse;
+    case: "complete";
+  } | {
+    /**
+     * @generated from field: jobfence.v1.RescheduleResponse reschedule = 4;
+     */
+    value: RescheduleResponse;
+    case: "reschedule";
+  } | {
+    /**
+     * @generated from field: jobfence.v1.EscalateResponse escalate = 5;
+     */
+    value: EscalateResponse;
+    case: "escalate";
+  } | {
+    /**
+     * @generated from field: jobfence.v1.RenewLeasesResponse renew_leases = 6;
+     */
+    value: RenewLeasesResponse;
+    case: "renewLeases";
+  } | {
+    /**
+     * @generated from field: jobfence.v1.ReportObservationResponse report_observation = 7;
+     */
+    value: ReportObservationResponse;
+    case: "reportObservation";
+  } | { case: undefined; value?: undefined };
+};
+
+/**
+ * Describes the message jobfence.v1.WorkReply.
+ * Use `create(WorkReplySchema)` to create a new message.
+ */
+export const WorkReplySchema: GenMessage<WorkReply> = /*@__PURE__*/
+  messageDesc(file_jobfence_v1_coordinator, 40);
+
+/**
  * ErrorReason lists the reasons of the google.rpc.ErrorInfo (domain
  * "jobfence") of every error the coordinator returns. The reason on the wire
  * is the value's name without its ERROR_REASON_ prefix:
@@ -2123,6 +2418,30 @@ export const Coordinator: GenService<{
     methodKind: "unary";
     input: typeof RenewLeasesRequestSchema;
     output: typeof RenewLeasesResponseSchema;
+  },
+  /**
+   * Work is the worker stream: one bidirectional stream per worker process,
+   * beside the unary calls (which stay, for grpcurl, ghz and simple clients).
+   * The worker opens it with a WorkStart naming itself, its filter and its
+   * free slots (credits); the coordinator pushes grants as work becomes
+   * available, never more jobs than the credits it holds, each job using
+   * one; the worker gives a credit back (WorkCredit) when a slot frees. Its
+   * write-backs, renewals and receipts travel on the same stream as
+   * WorkCalls, each answered by one WorkReply with exactly the unary call's
+   * result or error (fenced by attempt and lease token, R9, R25; replays,
+   * R21). A grant is decided as a Claim's is (R5, R6, R7): one the stream
+   * could not deliver is handed back with a fenced reschedule under its own
+   * token, which dies with it. The stream ends with INVALID_ARGUMENT for a
+   * malformed WorkStart or WorkCredit (a bad WorkCall is answered on its
+   * own), and when the worker half-closes it: grants from then on are
+   * handed back and every call already sent is answered first.
+   *
+   * @generated from rpc jobfence.v1.Coordinator.Work
+   */
+  work: {
+    methodKind: "bidi_streaming";
+    input: typeof WorkRequestSchema;
+    output: typeof WorkResponseSchema;
   },
   /**
    * ReportObservation files what a worker, webhook or reconciler learned from the

@@ -1,0 +1,452 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	pb "github.com/jobfence/jobfence/gen/jobfence/v1"
+	"github.com/jobfence/jobfence/store"
+)
+
+// MaxStreamCredits bounds the credits one worker stream holds: the jobs it
+// may be granted before it gives a slot back.
+const MaxStreamCredits = 1000
+
+// maxStreamCalls bounds the calls in flight on one worker stream. Past it the
+// stream reads no more until one is answered, and HTTP/2 flow control holds
+// the worker back: one worker cannot queue unbounded work here.
+const maxStreamCalls = 256
+
+// maxStreamClaim is the most jobs one claim of a stream asks for, a Claim's
+// max_jobs bound.
+const maxStreamClaim = 100
+
+// Work implements jobfence.v1.Coordinator: the worker stream. Three
+// goroutines serve it: this one reads (WorkStart first, then credits and
+// calls), a claimer grants jobs while the stream holds credits, and a
+// sender is the one writer of the stream. Each call runs on its own
+// goroutine through the unary handler of its kind, so its answer is the
+// unary call's to the byte (R9, R21, R24, R25). A grant the sender could not
+// write is handed back (dispatch.Dispatcher.HandBack), and so is every grant
+// made after the worker half-closed or the stream ended.
+func (s *Server) Work(stream pb.Coordinator_WorkServer) error {
+	first, err := stream.Recv()
+	if err != nil {
+		return streamEnd(err)
+	}
+	ctx := stream.Context()
+	p, credits, err := workStartFromProto(first, s.opts.Lease)
+	if err != nil {
+		return s.toStatus(ctx, err, jobAttrs{})
+	}
+	if id, ok := IdentityFrom(ctx); ok {
+		p.WorkerID = id.Name // the history names the credential, as for Claim
+	}
+	ws := newWorkStream(s, ctx, p, credits)
+	s.metrics.workStreams.Inc()
+	defer s.metrics.workStreams.Dec()
+	if s.log.Enabled(ctx, slog.LevelDebug) {
+		s.log.LogAttrs(ctx, slog.LevelDebug, "worker stream opened", slog.String("worker_id", p.WorkerID),
+			slog.String("provider", p.Provider), slog.Int("credits", credits))
+	}
+	return ws.serve(stream)
+}
+
+// workStream is one worker stream's state.
+type workStream struct {
+	s   *Server
+	ctx context.Context // the stream's: ends when the stream does
+	// fail ends the stream with an error (the sender's, or a worker that
+	// stopped reading); failed is closed by the first call.
+	fail     func(error)
+	failed   <-chan struct{}
+	failErr  error
+	failOnce sync.Once
+
+	claim store.ClaimParams // WorkerID, Provider and Lease; MaxJobs per claim
+
+	mu       sync.Mutex
+	credits  int
+	creditCh chan struct{} // a token when credits rose from nothing
+	// stopClaims ends the claimer: the worker half-closed, the coordinator
+	// drains, or the stream ended.
+	stopClaims context.CancelFunc
+	claimCtx   context.Context
+
+	out     chan outgoing // to the sender
+	sending atomic.Int64  // UnixNano when the sender's Send began, 0 between sends
+	calls   sync.WaitGroup
+}
+
+// outgoing is one message for the sender, with the jobs it grants: handed
+// back when it cannot be written.
+type outgoing struct {
+	msg  *pb.WorkResponse
+	jobs []store.ClaimedJob
+}
+
+func newWorkStream(s *Server, ctx context.Context, p store.ClaimParams, credits int) *workStream {
+	failed := make(chan struct{})
+	ws := &workStream{s: s, ctx: ctx, claim: p, credits: credits, creditCh: make(chan struct{}, 1),
+		out: make(chan outgoing, maxStreamCalls+1), failed: failed}
+	ws.fail = func(err error) {
+		ws.failOnce.Do(func() { ws.failErr = err; close(failed) })
+	}
+	ws.claimCtx, ws.stopClaims = context.WithCancel(ctx)
+	return ws
+}
+
+// serve runs the stream until the worker half-closes (nil, once every call
+// read is answered), the coordinator drains (UNAVAILABLE, likewise), or it
+// fails.
+func (ws *workStream) serve(stream pb.Coordinator_WorkServer) error {
+	sent := make(chan struct{})
+	go func() { defer close(sent); ws.send(stream) }()
+	claimed := make(chan struct{})
+	go func() { defer close(claimed); ws.claimLoop() }()
+	go ws.watchSends()
+
+	type received struct {
+		m   *pb.WorkRequest
+		err error
+	}
+	in := make(chan received)
+	go func() {
+		for {
+			m, err := stream.Recv()
+			select {
+			case in <- received{m, err}:
+			case <-ws.failed:
+				return
+			case <-ws.ctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	slots := make(chan struct{}, maxStreamCalls)
+	var end error
+loop:
+	for {
+		select {
+		case r := <-in:
+			if r.err != nil {
+				end = streamEnd(r.err) // nil on a half-close
+				break loop
+			}
+			if err := ws.take(r.m, slots); err != nil {
+				end = ws.s.toStatus(ws.ctx, err, jobAttrs{})
+				break loop
+			}
+		case <-ws.s.draining:
+			end = status.Error(codes.Unavailable, "the coordinator is stopping: open the stream again "+
+				"(another replica, or this one once it is back); unanswered calls are safe to repeat (R21)")
+			break loop
+		case <-ws.failed:
+			end = ws.failErr
+			break loop
+		case <-ws.ctx.Done():
+			end = status.FromContextError(ws.ctx.Err()).Err()
+			break loop
+		}
+	}
+	// No more grants; answer what was read, then let the sender finish.
+	ws.stopClaims()
+	<-claimed
+	ws.calls.Wait()
+	close(ws.out)
+	select {
+	case <-sent:
+	case <-ws.failed:
+		// A Send may be blocked on a worker that reads nothing: it returns
+		// once this handler has, and the sender hands back what is left.
+	}
+	if ws.failErr != nil {
+		return ws.failErr
+	}
+	return end
+}
+
+// take handles one message after WorkStart: credits for the claimer, a call
+// on a goroutine of its own. An error ends the stream.
+func (ws *workStream) take(m *pb.WorkRequest, slots chan struct{}) error {
+	switch k := m.GetKind().(type) {
+	case *pb.WorkRequest_Credit:
+		return ws.addCredits(int(k.Credit.GetCredits()))
+	case *pb.WorkRequest_Call:
+		select {
+		case slots <- struct{}{}:
+		case <-ws.failed:
+			return nil // serve sees it
+		case <-ws.ctx.Done():
+			return nil
+		}
+		ws.calls.Add(1)
+		go func() {
+			defer func() { <-slots; ws.calls.Done() }()
+			ws.queue(outgoing{msg: &pb.WorkResponse{Kind: &pb.WorkResponse_Reply{Reply: ws.s.workCall(ws.ctx, k.Call)}}})
+		}()
+		return nil
+	case *pb.WorkRequest_Start:
+		return store.Invalid("start", "only the stream's first message may be a WorkStart")
+	default:
+		return store.Invalid("kind", "one of credit or call is required")
+	}
+}
+
+// addCredits adds n credits (1..MaxStreamCredits, and at most that many
+// held) and wakes the claimer.
+func (ws *workStream) addCredits(n int) error {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if n < 1 || n > MaxStreamCredits {
+		return store.Invalid("credit.credits", "must be 1..%d, got %d", MaxStreamCredits, n)
+	}
+	if ws.credits+n > MaxStreamCredits {
+		return store.Invalid("credit.credits", "the stream would hold %d credits, more than %d: give back only "+
+			"slots that freed", ws.credits+n, MaxStreamCredits)
+	}
+	ws.credits += n
+	select {
+	case ws.creditCh <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// claimLoop grants jobs while the stream holds credits, through the
+// dispatcher's long-polling Claim: an enqueue on this coordinator hands its
+// job to a waiting stream in its own transaction (hand-off), and other
+// replicas' work is found at the next poll instant.
+func (ws *workStream) claimLoop() {
+	backoff := 50 * time.Millisecond
+	for {
+		ws.mu.Lock()
+		n := min(ws.credits, maxStreamClaim)
+		ws.mu.Unlock()
+		if n == 0 {
+			select {
+			case <-ws.creditCh:
+				continue
+			case <-ws.claimCtx.Done():
+				return
+			}
+		}
+		p := ws.claim
+		p.MaxJobs = n
+		began := time.Now()
+		claimed, err := ws.s.dispatch.Claim(ws.claimCtx, p, MaxClaimWait)
+		var budget *store.BudgetExhaustedError
+		switch {
+		case ws.claimCtx.Err() != nil:
+			ws.handBack(claimed, "worker stream closed before the grant was sent")
+			return
+		case errors.As(err, &budget):
+			// R19: due work waits on the provider's budget; the stream keeps
+			// its credits and is offered work again after the wait.
+			ws.queue(outgoing{msg: &pb.WorkResponse{Kind: &pb.WorkResponse_RetryAfter{
+				RetryAfter: durationpb.New(budget.RetryAfter)}}})
+			ws.pause(budget.RetryAfter)
+			continue
+		case err != nil:
+			// R7: a failed claim grants nothing; try again, backing off.
+			_ = ws.s.toStatus(ws.ctx, err, jobAttrs{})
+			ws.pause(backoff)
+			backoff = min(2*backoff, 5*time.Second)
+			continue
+		}
+		backoff = 50 * time.Millisecond
+		if len(claimed) == 0 {
+			if time.Since(began) < ws.s.opts.ClaimPollInterval/2 && ws.s.dispatch.Draining() {
+				return // a draining dispatcher no longer waits: serve ends the stream
+			}
+			continue
+		}
+		ws.mu.Lock()
+		ws.credits -= len(claimed)
+		ws.mu.Unlock()
+		grant := &pb.WorkGrant{Jobs: ws.s.grantedToProto(ws.ctx, p.WorkerID, claimed)}
+		ws.queue(outgoing{msg: &pb.WorkResponse{Kind: &pb.WorkResponse_Grant{Grant: grant}}, jobs: claimed})
+	}
+}
+
+// pause waits d or until the claimer is stopped.
+func (ws *workStream) pause(d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ws.claimCtx.Done():
+	}
+}
+
+// queue gives o to the sender; when the stream has failed, its grants are
+// handed back instead.
+func (ws *workStream) queue(o outgoing) {
+	select {
+	case ws.out <- o:
+	case <-ws.failed:
+		ws.handBack(o.jobs, "worker stream failed before the grant was sent")
+	}
+}
+
+// handBack hands back grants that did not reach the worker, counted.
+func (ws *workStream) handBack(jobs []store.ClaimedJob, reason string) {
+	if len(jobs) > 0 {
+		ws.s.metrics.handedBack.Add(float64(len(jobs)))
+		ws.s.dispatch.HandBack(jobs, reason)
+	}
+}
+
+// send is the stream's one writer. After a failed Send it hands back every
+// grant it is given.
+func (ws *workStream) send(stream pb.Coordinator_WorkServer) {
+	var err error
+	for o := range ws.out {
+		if err == nil {
+			ws.sending.Store(time.Now().UnixNano())
+			err = stream.Send(o.msg)
+			ws.sending.Store(0)
+			if err != nil {
+				ws.fail(streamEnd(err))
+			}
+		}
+		if err != nil {
+			// gRPC fails a Send only for a message it did not hand to the
+			// transport; the token dies with the hand-back either way
+			// (docs/DESIGN.md, "The worker stream").
+			ws.handBack(o.jobs, "worker stream: the grant could not be sent")
+		}
+	}
+}
+
+// watchSends ends a stream whose worker has read nothing for
+// streamSendTimeout while a message waits for it: the leases of the grants
+// it holds run meanwhile, and its calls' answers wait in vain. Ending it
+// hands back what was not written, and frees its goroutines.
+func (ws *workStream) watchSends() {
+	limit := streamSendTimeout(ws.claim.Lease)
+	t := time.NewTicker(limit / 4)
+	defer t.Stop()
+	for {
+		select {
+		case <-ws.failed:
+			return
+		case <-ws.ctx.Done():
+			return
+		case <-t.C:
+		}
+		if since := ws.sending.Load(); since != 0 && time.Since(time.Unix(0, since)) > limit {
+			ws.fail(status.Errorf(codes.Unavailable, "the worker read nothing for %s: stream closed, "+
+				"grants not yet sent handed back", limit))
+			return
+		}
+	}
+}
+
+// streamSendTimeout is how long a worker may leave a message unread: a
+// third of its lease, between 1 s and 10 s.
+func streamSendTimeout(lease time.Duration) time.Duration {
+	return min(max(lease/3, time.Second), 10*time.Second)
+}
+
+// workCall answers one call of a worker stream with its unary handler.
+func (s *Server) workCall(ctx context.Context, c *pb.WorkCall) *pb.WorkReply {
+	reply := &pb.WorkReply{CallId: c.GetCallId()}
+	var err error
+	switch k := c.GetCall().(type) {
+	case *pb.WorkCall_Complete:
+		var r *pb.CompleteResponse
+		if r, err = s.Complete(ctx, k.Complete); err == nil {
+			reply.Result = &pb.WorkReply_Complete{Complete: r}
+		}
+	case *pb.WorkCall_Reschedule:
+		var r *pb.RescheduleResponse
+		if r, err = s.Reschedule(ctx, k.Reschedule); err == nil {
+			reply.Result = &pb.WorkReply_Reschedule{Reschedule: r}
+		}
+	case *pb.WorkCall_Escalate:
+		var r *pb.EscalateResponse
+		if r, err = s.Escalate(ctx, k.Escalate); err == nil {
+			reply.Result = &pb.WorkReply_Escalate{Escalate: r}
+		}
+	case *pb.WorkCall_RenewLeases:
+		var r *pb.RenewLeasesResponse
+		if r, err = s.RenewLeases(ctx, k.RenewLeases); err == nil {
+			reply.Result = &pb.WorkReply_RenewLeases{RenewLeases: r}
+		}
+	case *pb.WorkCall_ReportObservation:
+		var r *pb.ReportObservationResponse
+		if r, err = s.ReportObservation(ctx, k.ReportObservation); err == nil {
+			reply.Result = &pb.WorkReply_ReportObservation{ReportObservation: r}
+		}
+	default:
+		err = s.toStatus(ctx, store.Invalid("call", "one of complete, reschedule, escalate, renew_leases or "+
+			"report_observation is required"), jobAttrs{})
+	}
+	if err != nil {
+		reply.Error = statusBytes(err)
+	}
+	return reply
+}
+
+// statusBytes is err's google.rpc.Status, serialized as gRPC's
+// grpc-status-details-bin trailer carries it.
+func statusBytes(err error) []byte {
+	b, merr := proto.Marshal(status.Convert(err).Proto())
+	if merr != nil {
+		b, _ = proto.Marshal(status.New(codes.Internal, "internal error").Proto())
+	}
+	return b
+}
+
+// streamEnd is the status a stream ends with after err from Recv or Send:
+// none after a half-close.
+func streamEnd(err error) error {
+	if errors.Is(err, io.EOF) {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	return status.Error(codes.Unavailable, err.Error())
+}
+
+// workStartFromProto validates the stream's first message, naming its
+// fields as start.<field>.
+func workStartFromProto(m *pb.WorkRequest, defaultLease time.Duration) (store.ClaimParams, int, error) {
+	start := m.GetStart()
+	if start == nil {
+		return store.ClaimParams{}, 0, store.Invalid("start", "the stream's first message must be a WorkStart")
+	}
+	p, _, err := claimFromProto(&pb.ClaimRequest{WorkerId: start.GetWorkerId(), MaxJobs: 1,
+		LeaseDuration: start.GetLeaseDuration(), Provider: start.GetProvider()}, defaultLease)
+	if err == nil {
+		err = p.Validate()
+	}
+	var ve *store.ValidationError
+	if errors.As(err, &ve) {
+		for i := range ve.Violations {
+			ve.Violations[i].Field = "start." + ve.Violations[i].Field
+		}
+	}
+	if err != nil {
+		return p, 0, err
+	}
+	if c := start.GetCredits(); c < 0 || c > MaxStreamCredits {
+		return p, 0, store.Invalid("start.credits", "must be 0..%d, got %d", MaxStreamCredits, c)
+	}
+	return p, int(start.GetCredits()), nil
+}

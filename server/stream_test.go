@@ -1,0 +1,351 @@
+package server_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	spb "google.golang.org/genproto/googleapis/rpc/status"
+
+	pb "github.com/jobfence/jobfence/gen/jobfence/v1"
+	"github.com/jobfence/jobfence/internal/testdb"
+	"github.com/jobfence/jobfence/server"
+)
+
+// workStream is a test worker on the worker stream: what the coordinator
+// sends arrives on grants, replies and retryAfter; end gets the stream's end.
+type workStream struct {
+	t       *testing.T
+	stream  pb.Coordinator_WorkClient
+	cancel  context.CancelFunc
+	grants  chan *pb.ClaimedJob
+	replies chan *pb.WorkReply
+	end     chan error
+	callID  uint64
+}
+
+func (c *coordinator) openWork(t *testing.T, ctx context.Context, start *pb.WorkStart) *workStream {
+	t.Helper()
+	ctx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	stream, err := c.client.Work(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&pb.WorkRequest{Kind: &pb.WorkRequest_Start{Start: start}}); err != nil {
+		t.Fatal(err)
+	}
+	w := &workStream{t: t, stream: stream, cancel: cancel, grants: make(chan *pb.ClaimedJob, 2000),
+		replies: make(chan *pb.WorkReply, 100), end: make(chan error, 1)}
+	go func() {
+		for {
+			m, err := stream.Recv()
+			if err != nil {
+				w.end <- err
+				return
+			}
+			switch k := m.Kind.(type) {
+			case *pb.WorkResponse_Grant:
+				for _, j := range k.Grant.Jobs {
+					w.grants <- j
+				}
+			case *pb.WorkResponse_Reply:
+				w.replies <- k.Reply
+			}
+		}
+	}()
+	return w
+}
+
+func (w *workStream) grant() *pb.ClaimedJob {
+	w.t.Helper()
+	select {
+	case g := <-w.grants:
+		return g
+	case err := <-w.end:
+		w.t.Fatalf("the stream ended before a grant: %v", err)
+	case <-time.After(10 * time.Second):
+		w.t.Fatal("no grant within 10s")
+	}
+	return nil
+}
+
+func (w *workStream) noGrant(within time.Duration) {
+	w.t.Helper()
+	select {
+	case g := <-w.grants:
+		w.t.Fatalf("granted job %d attempt %d without a credit for it", g.Job.Id, g.Attempt)
+	case <-time.After(within):
+	}
+}
+
+func (w *workStream) credit(n int32) {
+	w.t.Helper()
+	if err := w.stream.Send(&pb.WorkRequest{Kind: &pb.WorkRequest_Credit{Credit: &pb.WorkCredit{Credits: n}}}); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+// call sends c and returns its reply.
+func (w *workStream) call(c *pb.WorkCall) *pb.WorkReply {
+	w.t.Helper()
+	w.callID++
+	c.CallId = w.callID
+	if err := w.stream.Send(&pb.WorkRequest{Kind: &pb.WorkRequest_Call{Call: c}}); err != nil {
+		w.t.Fatal(err)
+	}
+	select {
+	case r := <-w.replies:
+		if r.CallId != c.CallId {
+			w.t.Fatalf("reply to call %d, want %d", r.CallId, c.CallId)
+		}
+		return r
+	case err := <-w.end:
+		w.t.Fatalf("the stream ended before the reply: %v", err)
+	case <-time.After(10 * time.Second):
+		w.t.Fatal("no reply within 10s")
+	}
+	return nil
+}
+
+// ended waits for the stream's end and returns its error.
+func (w *workStream) ended(within time.Duration) error {
+	w.t.Helper()
+	select {
+	case err := <-w.end:
+		return err
+	case <-time.After(within):
+		w.t.Fatalf("the stream did not end within %s", within)
+	}
+	return nil
+}
+
+// replyError is the error a reply carries, as the unary call returns it.
+func replyError(t *testing.T, r *pb.WorkReply) error {
+	t.Helper()
+	if len(r.Error) == 0 {
+		return nil
+	}
+	var st spb.Status
+	if err := proto.Unmarshal(r.Error, &st); err != nil {
+		t.Fatalf("reply error does not decode as a google.rpc.Status: %v", err)
+	}
+	return status.FromProto(&st).Err()
+}
+
+func completeCall(g *pb.ClaimedJob, token string) *pb.WorkCall {
+	return &pb.WorkCall{Call: &pb.WorkCall_Complete{Complete: &pb.CompleteRequest{JobId: g.Job.Id, Attempt: g.Attempt,
+		LeaseToken: token, ProviderRefundId: "re_" + g.Job.OperationKey}}}
+}
+
+// The worker stream: an enqueue reaches a worker holding a credit at once,
+// with no poll (the test coordinator polls once a minute); grants never
+// exceed the credits; a write-back on the stream is answered exactly as the
+// unary call would answer it: the completion, its replay (R21) and a write
+// without the grant's token refused STALE_ATTEMPT with the unary call's
+// status, code, reason and metadata (R9, R25).
+func TestWorkStreamGrantsOnEnqueueAndAnswersLikeUnary(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, c *coordinator) {
+		ctx := ctxFor(t)
+		w := c.openWork(t, ctx, &pb.WorkStart{WorkerId: "stream-a", Credits: 1, LeaseDuration: durationpb.New(time.Minute)})
+		time.Sleep(100 * time.Millisecond) // the stream's claim waits
+		first := c.enqueue(t)
+		begun := time.Now()
+		g := w.grant()
+		if g.Job.Id != first.Id || g.Attempt != 1 || g.LeaseToken == "" || g.NextAction != pb.NextAction_NEXT_ACTION_REFUND {
+			t.Fatalf("grant = %v, want job %d attempt 1 with a token", g, first.Id)
+		}
+		if took := time.Since(begun); took > 5*time.Second {
+			t.Fatalf("the grant took %s: it waited for a poll", took)
+		}
+		second := c.enqueue(t)
+		w.noGrant(300 * time.Millisecond) // its one credit is used
+		w.credit(1)
+		if g2 := w.grant(); g2.Job.Id != second.Id {
+			t.Fatalf("after a credit, granted job %d, want %d", g2.Job.Id, second.Id)
+		}
+
+		forged := w.call(completeCall(g, "AAAAAAAAAAAAAAAAAAAAAA"))
+		_, unary := c.client.Complete(ctx, completeCall(g, "AAAAAAAAAAAAAAAAAAAAAA").GetComplete())
+		got := replyError(t, forged)
+		meta := errorInfo(t, got, codes.FailedPrecondition, server.ReasonStaleAttempt)
+		if status.Convert(got).Message() != status.Convert(unary).Message() || meta["current_attempt"] != "1" {
+			t.Fatalf("stream refusal %v (metadata %v), unary %v: want the same", got, meta, unary)
+		}
+		done := w.call(completeCall(g, g.LeaseToken))
+		if err := replyError(t, done); err != nil || done.GetComplete().GetJob().GetState() != pb.JobState_JOB_STATE_SUCCEEDED ||
+			done.GetComplete().GetReplayed() {
+			t.Fatalf("Complete on the stream = %v, %v", done, err)
+		}
+		again := w.call(completeCall(g, g.LeaseToken))
+		if err := replyError(t, again); err != nil || !again.GetComplete().GetReplayed() {
+			t.Fatalf("the same Complete again = %v, %v; want replayed (R21)", again, err)
+		}
+		bad := w.call(&pb.WorkCall{})
+		if err := replyError(t, bad); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "call") {
+			t.Fatalf("a call of no kind = %v, want INVALID_ARGUMENT naming call", err)
+		}
+		// The stream goes on after a bad call, and renews on it too (R27).
+		renewed := w.call(&pb.WorkCall{Call: &pb.WorkCall_RenewLeases{RenewLeases: &pb.RenewLeasesRequest{
+			Grants: []*pb.GrantRef{{JobId: second.Id, Attempt: 1, LeaseToken: "AAAAAAAAAAAAAAAAAAAAAA"}}}}})
+		if err := replyError(t, renewed); err != nil ||
+			renewed.GetRenewLeases().GetRenewals()[0].GetRefused() != pb.ErrorReason_ERROR_REASON_STALE_ATTEMPT {
+			t.Fatalf("a renewal without the token = %v, %v; want it refused STALE_ATTEMPT", renewed, err)
+		}
+		if err := w.stream.CloseSend(); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.ended(10 * time.Second); !errors.Is(err, io.EOF) {
+			t.Fatalf("after a half-close the stream ended with %v, want a clean end", err)
+		}
+	})
+}
+
+// A malformed opening or credit ends the stream with INVALID_ARGUMENT
+// naming the field.
+func TestWorkStreamBadInput(t *testing.T) {
+	c := start(t, testdb.SQLiteBackend())
+	ctx := ctxFor(t)
+	for _, tc := range []struct {
+		first *pb.WorkRequest
+		field string
+	}{
+		{&pb.WorkRequest{Kind: &pb.WorkRequest_Credit{Credit: &pb.WorkCredit{Credits: 1}}}, "start"},
+		{&pb.WorkRequest{Kind: &pb.WorkRequest_Start{Start: &pb.WorkStart{Credits: 1}}}, "start.worker_id"},
+		{&pb.WorkRequest{Kind: &pb.WorkRequest_Start{Start: &pb.WorkStart{WorkerId: "w", Credits: 1001}}}, "start.credits"},
+		{&pb.WorkRequest{Kind: &pb.WorkRequest_Start{Start: &pb.WorkStart{WorkerId: "w",
+			LeaseDuration: durationpb.New(time.Hour)}}}, "start.lease_duration"},
+	} {
+		stream, err := c.client.Work(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := stream.Send(tc.first); err != nil {
+			t.Fatal(err)
+		}
+		_, err = stream.Recv()
+		errorInfo(t, err, codes.InvalidArgument, server.ReasonInvalidArgument)
+		if !strings.Contains(err.Error(), tc.field+":") {
+			t.Fatalf("first message %v: %v, want the field %s named", tc.first, err, tc.field)
+		}
+	}
+	w := c.openWork(t, ctx, &pb.WorkStart{WorkerId: "w", Credits: 999})
+	w.credit(2)
+	err := w.ended(10 * time.Second)
+	errorInfo(t, err, codes.InvalidArgument, server.ReasonInvalidArgument)
+	if !strings.Contains(err.Error(), "credit.credits") {
+		t.Fatalf("credits past the bound: %v, want credit.credits named", err)
+	}
+}
+
+// R7, R25: a stream that ends while its claim waits takes nothing with it.
+// A job enqueued after the worker left is claimed by the next worker as a
+// first grant, attempt 1; and Drain ends open streams with UNAVAILABLE.
+func TestWorkStreamEndsWithoutTakingWork(t *testing.T) {
+	c := start(t, testdb.SQLiteBackend())
+	ctx := ctxFor(t)
+	w := c.openWork(t, ctx, &pb.WorkStart{WorkerId: "leaving", Credits: 5})
+	time.Sleep(100 * time.Millisecond)
+	w.cancel()
+	_ = w.ended(10 * time.Second)
+	time.Sleep(100 * time.Millisecond)
+	j := c.enqueue(t)
+	if g := c.claimOne(t, "next", j.Id); g.Attempt != 1 {
+		t.Fatalf("the next worker got attempt %d, want 1: a grant went to the stream that left", g.Attempt)
+	}
+
+	open := c.openWork(t, ctx, &pb.WorkStart{WorkerId: "staying", Credits: 5})
+	time.Sleep(100 * time.Millisecond)
+	c.server.Drain()
+	if err := open.ended(10 * time.Second); status.Code(err) != codes.Unavailable {
+		t.Fatalf("after Drain the stream ended with %v, want UNAVAILABLE", err)
+	}
+}
+
+// A worker that reads nothing cannot stall the others: its stream is cut
+// after a third of its lease with a message unread, the grants not yet
+// written are handed back under their own tokens, and a second worker
+// reading its stream is granted work all along (here: every job).
+func TestWorkStreamSlowReaderIsCutAndItsGrantsHandedBack(t *testing.T) {
+	c := start(t, testdb.SQLiteBackend())
+	ctx := ctxFor(t)
+	// Fixed HTTP/2 windows of 64 KiB (no window growth): the grants fill them
+	// within a few hundred.
+	conn, err := grpc.NewClient(c.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithInitialWindowSize(65535), grpc.WithInitialConnWindowSize(65535))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	stuck, err := pb.NewCoordinatorClient(conn).Work(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stuck.Send(&pb.WorkRequest{Kind: &pb.WorkRequest_Start{Start: &pb.WorkStart{WorkerId: "stuck",
+		Credits: server.MaxStreamCredits, LeaseDuration: durationpb.New(3 * time.Second)}}}); err != nil {
+		t.Fatal(err)
+	}
+	const n = 1500
+	for range n {
+		req := refundReq()
+		req.OrderId = strings.Repeat("o", 120) // larger grants fill the stream's window sooner
+		if _, err := c.client.EnqueueRefund(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reader := c.openWork(t, ctx, &pb.WorkStart{WorkerId: "reader", Credits: 100, LeaseDuration: durationpb.New(time.Minute)})
+	done := map[int64]bool{}
+	deadline := time.After(40 * time.Second)
+	for len(done) < n {
+		select {
+		case g := <-reader.grants:
+			if r := reader.call(completeCall(g, g.LeaseToken)); replyError(t, r) != nil {
+				t.Fatalf("complete job %d: %v", g.Job.Id, replyError(t, r))
+			}
+			done[g.Job.Id] = true
+			reader.credit(1)
+		case <-deadline:
+			t.Fatalf("the reading worker completed %d of %d jobs in 40s", len(done), n)
+		}
+	}
+	ended := make(chan error, 1)
+	var received atomic.Int64
+	go func() {
+		var err error
+		for err == nil {
+			var m *pb.WorkResponse
+			if m, err = stuck.Recv(); err == nil { // what it was sent, then the end
+				received.Add(int64(len(m.GetGrant().GetJobs())))
+			}
+		}
+		ended <- err
+	}()
+	select {
+	case err := <-ended:
+		if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "read nothing") {
+			t.Fatalf("the stuck stream ended with %v, want UNAVAILABLE for reading nothing", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stream of a worker that read nothing was not cut")
+	}
+	// What did not reach it was handed back, not left to its leases: every
+	// job taken over was one it received, or one grant message (at most 100
+	// jobs) that the transport had taken when the stream was cut.
+	back, taken := c.counter(t, "jobfence_grants_handed_back_total"), c.counter(t, "jobfence_takeovers_total")
+	t.Logf("the stuck worker received %d grants; %v handed back, %v taken over", received.Load(), back, taken)
+	if taken > float64(received.Load()+100) || back == 0 {
+		t.Fatalf("%v grants taken over, %v handed back, %d received: want the grants not sent handed back",
+			taken, back, received.Load())
+	}
+}
