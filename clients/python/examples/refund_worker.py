@@ -415,7 +415,7 @@ def main(argv: list[str]) -> int:
             receipt_spool=c.receipt_spool,
             logger=logging.getLogger("jobfence.worker"),
         )
-    except (jobfence.ReceiptSpoolLockedError, OSError, ValueError) as e:
+    except (jobfence.ReceiptSpoolLockedError, OSError) as e:
         # Another worker holds the spool (the same --worker-id on this
         # machine), or it cannot be created (R28).
         log.error("receipt spool", extra={"spool": c.receipt_spool or "default", "error": str(e)})
