@@ -20,6 +20,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -151,6 +152,9 @@ class Proc:
                 self.p.wait()
         for t in self._readers:
             t.join(5)
+        for stream in (self.p.stdout, self.p.stderr):
+            if stream is not None and not any(t.is_alive() for t in self._readers):
+                stream.close()
         Proc._live.discard(self)
         return self.p.returncode
 
@@ -194,19 +198,25 @@ class Coordinator:
         self.sql(f"UPDATE refund_jobs SET lease_until = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND "
                  f"WHERE id = {int(job_id)} AND state = 'running'")
 
-    def stop(self) -> None:
+    def stop(self, drop: bool = True) -> None:
+        """Stops the coordinator and, unless drop is False (for a coordinator
+        started again on the same database), drops its database."""
         for c in self.clients:
             c.close()
         self.proc.stop(10)
-        mysql(f"DROP DATABASE IF EXISTS `{self.database}`")
+        if drop:
+            mysql(f"DROP DATABASE IF EXISTS `{self.database}`")
 
 
-def start_coordinator(*extra: str) -> Coordinator:
-    """Creates a fresh database jobfence_py_<random>, starts the coordinator on
-    it at 127.0.0.1:0 and reads the address from its "coordinator serving" line."""
+def start_coordinator(*extra: str, database: Optional[str] = None) -> Coordinator:
+    """Creates a fresh database jobfence_py_<random> (or takes the one named),
+    starts the coordinator on it at 127.0.0.1:0 and reads the address from its
+    "coordinator serving" line."""
     binary = go_binary("coordinator", "JOBFENCE_COORDINATOR_BIN")
-    database = f"jobfence_py_{secrets.token_hex(6)}"
-    mysql(f"CREATE DATABASE `{database}`")
+    fresh = database is None
+    database = database or f"jobfence_py_{secrets.token_hex(6)}"
+    if fresh:
+        mysql(f"CREATE DATABASE `{database}`")
     s = mysql_server()
     proc = Proc("coordinator", [binary, "--listen", "127.0.0.1:0", "--log-format", "json",
                                 "--mysql-dsn", s.dsn(database), *extra])
@@ -215,9 +225,27 @@ def start_coordinator(*extra: str) -> Coordinator:
                             '"coordinator serving"')
     except Exception:
         proc.stop(1)
-        mysql(f"DROP DATABASE IF EXISTS `{database}`")
+        if fresh:
+            mysql(f"DROP DATABASE IF EXISTS `{database}`")
         raise
     return Coordinator(str(rec["listen"]), database, proc)
+
+
+def start_provider() -> tuple[Proc, str]:
+    """The fake provider (cmd/fakeprovider) at 127.0.0.1:0, and its base URL."""
+    p = Proc("fakeprovider", [go_binary("fakeprovider", "JOBFENCE_FAKEPROVIDER_BIN"), "--listen", "127.0.0.1:0",
+                              "--log-format", "json", "--shutdown-timeout", "1s"])
+    rec = p.wait_for(lambda r: r.get("msg") == "fakeprovider serving", '"fakeprovider serving"')
+    return p, f"http://{rec['listen']}"
+
+
+def admin(url: str, method: str, path: str, body: Any = None) -> Any:
+    """A call to the fake provider's admin and oracle API."""
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url + path, data=data, method=method, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=15) as r:
+        text = r.read()
+    return json.loads(text) if text else None
 
 
 _seq = 0

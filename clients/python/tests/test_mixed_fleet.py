@@ -78,9 +78,8 @@ def flags(lang: str, coordinator: str, provider: str, wid: str, provider_timeout
     f = ["--coordinator", coordinator, "--provider", provider, "--provider-name", PROVIDER, "--worker-id", wid,
          "--concurrency", "6", "--lease", LEASE, "--provider-timeout", provider_timeout, "--unknown-delay", "300ms",
          "--pending-delay", "500ms", "--claim-wait", "5s", "--drain-timeout", "20s", "--log-level", "debug"]
-    if lang in ("go", "node"):
-        # Their receipt spools stay with the test, not in the user's cache (R28).
-        f += ["--receipt-spool", str(spool_dir / f"{wid}.receipts.jsonl")]
+    # The receipt spools stay with the test, not in the user's cache (R28).
+    f += ["--receipt-spool", str(spool_dir / f"{wid}.receipts.jsonl")]
     if lang == "go":
         f += ["--log-format", "json"]
     return f

@@ -5,27 +5,18 @@ resent blindly (T3, R14), and a clean drain on SIGTERM."""
 
 from __future__ import annotations
 
-import json
+import importlib.util
 import sys
-import urllib.request
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional
 
 import pytest
 
 from jobfence import JobState
 
-from harness import Coordinator, Proc, eventually, go_binary, start_coordinator
+from harness import Coordinator, Proc, admin, eventually, start_coordinator, start_provider
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "refund_worker.py"
-
-
-def admin(url: str, method: str, path: str, body: Any = None) -> Any:
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url + path, data=data, method=method, headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=15) as r:
-        text = r.read()
-    return json.loads(text) if text else None
 
 
 @pytest.fixture(scope="module")
@@ -33,13 +24,6 @@ def coord() -> Iterator[Coordinator]:
     c = start_coordinator()
     yield c
     c.stop()
-
-
-def start_provider() -> tuple[Proc, str]:
-    p = Proc("fakeprovider", [go_binary("fakeprovider", "JOBFENCE_FAKEPROVIDER_BIN"), "--listen", "127.0.0.1:0",
-                              "--log-format", "json", "--shutdown-timeout", "1s"])
-    rec = p.wait_for(lambda r: r.get("msg") == "fakeprovider serving", '"fakeprovider serving"')
-    return p, f"http://{rec['listen']}"
 
 
 def test_refund_worker_refunds_once_and_drains_on_sigterm(coord: Coordinator) -> None:
@@ -87,3 +71,37 @@ def test_refund_worker_refunds_once_and_drains_on_sigterm(coord: Coordinator) ->
         if worker is not None:
             worker.stop(5)
         provider.stop(5)
+
+
+def load_example() -> Any:
+    spec = importlib.util.spec_from_file_location("refund_worker_example", EXAMPLE)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_refund_worker_receipt_spool_flag_R28(coord: Coordinator, tmp_path: Path) -> None:
+    ex = load_example()
+    assert ex.parse_config([], {}).receipt_spool == ""
+    assert ex.parse_config([], {"REFUNDWORKER_RECEIPT_SPOOL": "/var/spool/w.jsonl"}).receipt_spool == "/var/spool/w.jsonl"
+    assert ex.parse_config(["--receipt-spool", "off"], {"REFUNDWORKER_RECEIPT_SPOOL": "/elsewhere"}).receipt_spool == "off"
+
+    # Two workers on one spool: the second is refused at its start (R28).
+    spool = tmp_path / "w.receipts.jsonl"
+    args = [sys.executable, str(EXAMPLE), "--coordinator", coord.address, "--provider-name", "nobody",
+            "--worker-id", "py-spool-1", "--receipt-spool", str(spool)]
+    first = Proc("py-worker-1", args)
+    second: Optional[Proc] = None
+    try:
+        started = first.wait_for(lambda r: r.get("msg") == "refund-worker started", "its start")
+        assert started["receipt_spool"] == str(spool)
+        second = Proc("py-worker-2", args)
+        refused = second.wait_for(lambda r: r.get("msg") == "receipt spool", "its refusal")
+        assert refused["level"] == "error" and "in use by another worker" in refused["error"], refused
+        assert second.p.wait(10) == 1
+    finally:
+        if second is not None:
+            second.stop(5)
+        assert first.stop(30) == 0, first.tail()
+    assert not spool.exists(), "an empty spool was left behind"
