@@ -16,7 +16,10 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"google.golang.org/protobuf/proto"
+
 	jobfence "github.com/jobfence/jobfence/clients/go"
+	pb "github.com/jobfence/jobfence/gen/jobfence/v1"
 	"github.com/jobfence/jobfence/internal/testdb"
 	"github.com/jobfence/jobfence/server"
 	"github.com/jobfence/jobfence/store"
@@ -36,6 +39,9 @@ type coordinator struct {
 	drop   map[string]int // full method → replies still to lose after commit
 	refuse map[string]refusal
 	calls  map[string]int // full method → calls served
+	// cut: full methods whose next reply on a worker stream ends the
+	// stream instead of going out, after the call was served.
+	cut map[string]int
 }
 
 // refusal is how many calls of a method still fail, with which status,
@@ -55,14 +61,16 @@ func startCoordinator(t *testing.T, opts ...jobfence.Option) *coordinator {
 // options; opts configure its client.
 func startCoordinatorOn(t *testing.T, b testdb.Backend, extra []grpc.ServerOption, opts ...jobfence.Option) *coordinator {
 	t.Helper()
-	c := &coordinator{store: b.Open(t), drop: map[string]int{}, refuse: map[string]refusal{}, calls: map[string]int{}}
+	c := &coordinator{store: b.Open(t), drop: map[string]int{}, refuse: map[string]refusal{}, calls: map[string]int{},
+		cut: map[string]int{}}
 	srv := server.New(c.store, server.Options{
 		Lease:                30 * time.Second,
 		ProviderKeyRetention: map[string]time.Duration{"shortwindow": 2 * time.Second},
 		Logger:               slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	t.Cleanup(srv.Close) // after the server stops: cleanups run last first
-	gs, _ := srv.NewGRPCServer(append([]grpc.ServerOption{grpc.ChainUnaryInterceptor(c.lossy)}, extra...)...)
+	gs, _ := srv.NewGRPCServer(append([]grpc.ServerOption{grpc.ChainUnaryInterceptor(c.lossy),
+		grpc.ChainStreamInterceptor(c.lossyStream)}, extra...)...)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -104,6 +112,106 @@ func (c *coordinator) lossy(ctx context.Context, req any, info *grpc.UnaryServer
 		return nil, status.Error(codes.Unavailable, "test: reply lost after commit")
 	}
 	return resp, err
+}
+
+// lossyStream is lossy for the calls on worker streams: a refused call is
+// answered with its refusal before the server sees it, and a dropped one is
+// served and its reply replaced by UNAVAILABLE.
+func (c *coordinator) lossyStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	return h(srv, &lossyWorkStream{ServerStream: ss, c: c, methods: map[uint64]string{}})
+}
+
+type lossyWorkStream struct {
+	grpc.ServerStream
+	c       *coordinator
+	sendMu  sync.Mutex
+	mu      sync.Mutex
+	methods map[uint64]string // call id → full method
+}
+
+// workCallMethod is the unary method a worker stream call stands for.
+func workCallMethod(c *pb.WorkCall) string {
+	name := "Unknown"
+	switch c.GetCall().(type) {
+	case *pb.WorkCall_Complete:
+		name = "Complete"
+	case *pb.WorkCall_Reschedule:
+		name = "Reschedule"
+	case *pb.WorkCall_Escalate:
+		name = "Escalate"
+	case *pb.WorkCall_RenewLeases:
+		name = "RenewLeases"
+	case *pb.WorkCall_ReportObservation:
+		name = "ReportObservation"
+	}
+	return "/jobfence.v1.Coordinator/" + name
+}
+
+func (s *lossyWorkStream) RecvMsg(m any) error {
+	for {
+		if err := s.ServerStream.RecvMsg(m); err != nil {
+			return err
+		}
+		call := m.(*pb.WorkRequest).GetCall()
+		if call == nil {
+			return nil
+		}
+		method := workCallMethod(call)
+		s.c.mu.Lock()
+		r := s.c.refuse[method]
+		refused := r.n > 0
+		if refused {
+			r.n--
+			s.c.refuse[method] = r
+		}
+		s.c.mu.Unlock()
+		if !refused {
+			s.mu.Lock()
+			s.methods[call.GetCallId()] = method
+			s.mu.Unlock()
+			return nil
+		}
+		b, _ := proto.Marshal(r.st.Proto())
+		if err := s.SendMsg(&pb.WorkResponse{Kind: &pb.WorkResponse_Reply{Reply: &pb.WorkReply{CallId: call.GetCallId(),
+			Error: b}}}); err != nil {
+			return err
+		}
+	}
+}
+
+func (s *lossyWorkStream) SendMsg(m any) error {
+	if reply := m.(*pb.WorkResponse).GetReply(); reply != nil {
+		s.mu.Lock()
+		method, ok := s.methods[reply.GetCallId()]
+		delete(s.methods, reply.GetCallId())
+		s.mu.Unlock()
+		if ok {
+			s.c.mu.Lock()
+			s.c.calls[method]++
+			if s.c.cut[method] > 0 {
+				s.c.cut[method]--
+				s.c.mu.Unlock()
+				return status.Error(codes.Unavailable, "test: worker stream cut after the call was served")
+			}
+			if len(reply.GetError()) == 0 && s.c.drop[method] > 0 {
+				s.c.drop[method]--
+				b, _ := proto.Marshal(status.New(codes.Unavailable, "test: reply lost after commit").Proto())
+				m = &pb.WorkResponse{Kind: &pb.WorkResponse_Reply{Reply: &pb.WorkReply{CallId: reply.GetCallId(), Error: b}}}
+			}
+			s.c.mu.Unlock()
+		}
+	}
+	s.sendMu.Lock()
+	defer s.sendMu.Unlock()
+	return s.ServerStream.SendMsg(m)
+}
+
+// cutStreamAfter makes the next n calls of method on a worker stream commit
+// and then end their stream without the reply.
+func (c *coordinator) cutStreamAfter(method string, n int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cut["/jobfence.v1.Coordinator/"+method] += n
 }
 
 // dropAfterCommit makes the next n calls of method ("Complete", "Claim"…)

@@ -91,12 +91,24 @@ type WorkerOptions struct {
 	Policy ProviderPolicy
 	// Policies holds per-provider policies, by the job's provider name.
 	Policies map[string]ProviderPolicy
+	// NoStream turns the worker stream off: the worker then claims with
+	// Claim calls (polling, or long polls with ClaimWait) and writes back
+	// with unary calls. By default it opens one stream (Coordinator.Work)
+	// on which the coordinator pushes grants as slots free up, at once when
+	// a job is enqueued on the same coordinator, and its write-backs,
+	// renewals and receipts go on it, answered exactly as the unary calls;
+	// a call cut with its stream is repeated (R21), on the next stream or
+	// as a unary call. A coordinator without Work is claimed from as with
+	// NoStream.
+	NoStream bool
 	// PollInterval is the pause after a claim that found less work than it
-	// asked for (default DefaultPollInterval). Ignored with ClaimWait.
+	// asked for (default DefaultPollInterval). Ignored with ClaimWait, and
+	// on the worker stream.
 	PollInterval time.Duration
 	// ClaimWait makes each claim a long poll of up to this long (0..60s).
 	// On shutdown the waiting claim is cancelled; a job it may still have
-	// granted returns through a takeover after its lease (R7).
+	// granted returns through a takeover after its lease (R7). Ignored on
+	// the worker stream, which waits as long as it is open.
 	ClaimWait time.Duration
 	// ClaimBackoff is the first pause after a failed claim, doubling up to
 	// MaxClaimBackoff (defaults 200ms and 5s).
@@ -251,6 +263,10 @@ type Worker struct {
 	// NoLeaseRenewal.
 	renewer *renewer
 
+	// session is the worker stream; nil with NoStream. client then sends
+	// write-backs, renewals and receipts on it (streamRPC).
+	session *workSession
+
 	stats struct {
 		claimed, takeovers, claimFailures, completed, rescheduled, escalated, replayed,
 		stale, writeFailures, observations, late, spooled, refiled, renewals, renewFailures, grantsLost atomic.Int64
@@ -305,6 +321,10 @@ func NewWorker(c *Client, h Handler, o WorkerOptions) (*Worker, error) {
 		client: c, handler: h, o: o, log: log.With("worker_id", o.WorkerID),
 		stop: make(chan struct{}), done: make(chan struct{}), freed: make(chan struct{}, 1),
 		refileKick: make(chan struct{}, 1),
+	}
+	if !o.NoStream {
+		w.session = newWorkSession(w)
+		w.client = &Client{rpc: streamRPC{CoordinatorClient: c.rpc, s: w.session}, cfg: c.cfg, jitter: c.jitter}
 	}
 	if !o.NoLeaseRenewal {
 		w.renewer = newRenewer(w)
@@ -422,7 +442,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		defer func() { close(quit); <-stopped }()
 	}
 
-	w.claimLoop(jobCtx)
+	w.grantLoop(jobCtx)
 
 	drained := make(chan struct{})
 	go func() { w.jobs.Wait(); w.late.Wait(); close(drained) }()
@@ -466,6 +486,26 @@ func (w *Worker) inFlight() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.active
+}
+
+// grantLoop takes jobs until the worker stops: from the worker stream, or
+// by claiming when it is off or the coordinator has none.
+func (w *Worker) grantLoop(jobCtx context.Context) {
+	if w.session != nil {
+		go func() {
+			select {
+			case <-w.stop:
+				w.session.closeSend()
+			case <-w.done:
+			}
+		}()
+		err := w.session.run(jobCtx, func(c ClaimedJob) { w.start(jobCtx, c) })
+		if !errors.Is(err, errStreamUnsupported) {
+			return
+		}
+		w.log.Info("the coordinator has no worker stream; claiming with Claim calls")
+	}
+	w.claimLoop(jobCtx)
 }
 
 func (w *Worker) claimLoop(jobCtx context.Context) {
@@ -544,6 +584,9 @@ func (w *Worker) start(ctx context.Context, c ClaimedJob) {
 			w.mu.Lock()
 			w.active--
 			w.mu.Unlock()
+			if w.session != nil {
+				w.session.freed()
+			}
 			select {
 			case w.freed <- struct{}{}:
 			default:

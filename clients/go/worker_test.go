@@ -208,7 +208,9 @@ func TestWorkerNeverActsOnFailedClaim_R7(t *testing.T) {
 	h := &recorder{reconcile: func(ctx context.Context, j jobfence.ClaimedJob) jobfence.Result {
 		return jobfence.Succeeded("re_recovered")
 	}}
-	w := newWorker(t, c, h, jobfence.WorkerOptions{Lease: time.Second, OnEvent: func(e jobfence.WorkerEvent) {
+	// Claim calls: the worker stream's grants are R7's other case
+	// (TestWorkerStreamCutGrantsNothingToActOn_R7).
+	w := newWorker(t, c, h, jobfence.WorkerOptions{Lease: time.Second, NoStream: true, OnEvent: func(e jobfence.WorkerEvent) {
 		if e.Kind == jobfence.WorkerClaimFailed {
 			mu.Lock()
 			failed = append(failed, e.Err)

@@ -245,6 +245,29 @@ func (b *bench) drainPair(ctx context.Context, batch int, first bool) error {
 	if err != nil {
 		return err
 	}
+	b.logf("gRPC: %d jobs in %s", viaGRPC.jobs, viaGRPC.elapsed.Round(10*time.Millisecond))
+
+	// The same backlog through worker streams, on the same coordinator.
+	streamTag := fmt.Sprintf("stream%d", batch)
+	if err := b.seedBacklog(ctx, streamTag, b.cfg.backlog); err != nil {
+		return err
+	}
+	b.logf("draining %d jobs through worker streams: %d workers, %d credits each", b.cfg.backlog, b.cfg.workers, batch)
+	streamBefore, err := b.readDBCounters(ctx)
+	if err != nil {
+		return err
+	}
+	meter = startCPU(pid, b.dbPID)
+	viaStream, err := b.drainStream(ctx, streamTag, batch, clients)
+	if err != nil {
+		return fmt.Errorf("%w\ncoordinator log:\n%s", err, b.coord.logs())
+	}
+	streamCPU, streamSelf := meter.perJob(viaStream.jobs)
+	streamAfter, err := b.readDBCounters(ctx)
+	if err != nil {
+		return err
+	}
+	b.logf("stream: %d jobs in %s", viaStream.jobs, viaStream.elapsed.Round(10*time.Millisecond))
 	peak, err := procPeakRSS(pid)
 	if err != nil {
 		return err
@@ -252,7 +275,6 @@ func (b *bench) drainPair(ctx context.Context, batch int, first bool) error {
 	if err := b.stopCoordinator(); err != nil {
 		return err
 	}
-	b.logf("gRPC: %d jobs in %s", viaGRPC.jobs, viaGRPC.elapsed.Round(10*time.Millisecond))
 
 	if err := b.seedBacklog(ctx, directTag, b.cfg.backlog); err != nil {
 		return err
@@ -278,6 +300,13 @@ func (b *bench) drainPair(ctx context.Context, batch int, first bool) error {
 		"jobs_per_s", num(viaGRPC.rate(), 0), "drain_s", num(viaGRPC.elapsed.Seconds(), 2),
 		"direct_jobs_per_s", num(direct.rate(), 0), "direct_drain_s", num(direct.elapsed.Seconds(), 2),
 		"efficiency", num(ratio(viaGRPC.rate(), direct.rate()), 2))
+	b.summary("e2e_stream", "backlog", b.cfg.backlog, "workers", b.cfg.workers, "credits", batch,
+		"jobs_per_s", num(viaStream.rate(), 0), "drain_s", num(viaStream.elapsed.Seconds(), 2),
+		"over_unary", num(ratio(viaStream.rate(), viaGRPC.rate()), 2),
+		"cpu_us_per_job", num(streamCPU[0], 1), "db_cpu_us_per_job", num(streamCPU[1], 1),
+		"bench_cpu_us_per_job", num(streamSelf, 1),
+		"statements_per_job", num(streamAfter.perJob(streamBefore, "Questions", viaStream.jobs), 2),
+		"commits_per_job", num(streamAfter.perJob(streamBefore, "Com_commit", viaStream.jobs), 2))
 	// Q6: drain time is backlog / completion rate, with the rate measured. The
 	// steady rate (10-90 % of the backlog) predicts the drain; the difference
 	// to the measured drain is ramp-up and tail.

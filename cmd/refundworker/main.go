@@ -62,6 +62,7 @@ type config struct {
 	lease           time.Duration
 	renewInterval   time.Duration
 	noRenewal       bool
+	noStream        bool
 	providerTimeout time.Duration
 	sameKeyResends  bool
 	resendMargin    time.Duration
@@ -104,6 +105,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		"how often a running job's lease is renewed; 0: a third of the lease (R27)")
 	fs.BoolVar(&c.noRenewal, "no-lease-renewal", false,
 		"never renew a lease: --lease must then outlast --provider-timeout and the deploy hand-over time (R17)")
+	fs.BoolVar(&c.noStream, "no-stream", false,
+		"claim with Claim calls (--poll-interval, --claim-wait) and write back with unary calls instead of the worker "+
+			"stream, on which the coordinator pushes grants as slots free up")
 	fs.DurationVar(&c.providerTimeout, "provider-timeout", 3*time.Second,
 		"deadline of each provider call; with --no-lease-renewal keep it well under --lease (R17)")
 	fs.BoolVar(&c.sameKeyResends, "same-key-resends", true,
@@ -115,8 +119,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.pendingDelay, "pending-delay", jobfence.DefaultPendingDelay, "when to reconcile a pending refund again (R4)")
 	fs.DurationVar(&c.unknownDelay, "unknown-delay", jobfence.DefaultUnknownDelay,
 		"when to reconcile after a provider call whose outcome is unknown (R14)")
-	fs.DurationVar(&c.pollInterval, "poll-interval", jobfence.DefaultPollInterval, "pause after a claim that found too little work")
-	fs.DurationVar(&c.claimWait, "claim-wait", 0, "long-poll each claim up to this long (0..60s); 0: poll every --poll-interval")
+	fs.DurationVar(&c.pollInterval, "poll-interval", jobfence.DefaultPollInterval, "with --no-stream: pause after a claim that found too little work")
+	fs.DurationVar(&c.claimWait, "claim-wait", 0, "with --no-stream: long-poll each claim up to this long (0..60s); 0: poll every --poll-interval")
 	fs.DurationVar(&c.drainTimeout, "drain-timeout", jobfence.DefaultDrainTimeout,
 		"on SIGTERM, how long jobs in flight may finish their provider call and write-back")
 	fs.StringVar(&c.receiptSpool, "receipt-spool", "",
@@ -209,6 +213,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Lease:           c.lease,
 		RenewInterval:   c.renewInterval,
 		NoLeaseRenewal:  c.noRenewal,
+		NoStream:        c.noStream,
 		Provider:        c.providerName,
 		ProviderTimeout: c.providerTimeout,
 		Policy: jobfence.ProviderPolicy{

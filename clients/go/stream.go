@@ -1,0 +1,312 @@
+package jobfence
+
+import (
+	"context"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	spb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	pb "github.com/jobfence/jobfence/gen/jobfence/v1"
+)
+
+// errNoStream: the call was not sent on a stream (none open, or the worker
+// is draining); it goes as a unary call instead.
+var errNoStream = errors.New("jobfence: no worker stream")
+
+// errStreamUnsupported: the coordinator does not serve Work; the worker
+// claims with unary long polls instead.
+var errStreamUnsupported = errors.New("jobfence: the coordinator has no worker stream")
+
+// workSession is a Worker's stream to the coordinator (Coordinator.Work):
+// grants arrive as slots free up, and write-backs, renewals and receipts go
+// on it as calls, each answered as the unary call would be. It keeps the
+// count of free slots the coordinator may fill (credits): a new stream
+// opens with all of them, a grant uses one per job, a finished job gives
+// one back. Calls made while no stream is open go as unary calls.
+type workSession struct {
+	rpc   pb.CoordinatorClient
+	start *pb.WorkStart // without credits
+	w     *Worker
+
+	mu      sync.Mutex
+	stream  pb.Coordinator_WorkClient // nil while none is open
+	free    int                       // slots running no job: the open stream's credits
+	closing bool                      // half-closed: nothing more is sent
+	nextID  uint64
+	pending map[uint64]chan callAnswer
+	// sendMu serialises the sends of the open stream. It is never held
+	// with mu: a send may wait on flow control while the coordinator waits
+	// for receive, which takes mu, to read its answers.
+	sendMu sync.Mutex
+}
+
+type callAnswer struct {
+	reply *pb.WorkReply
+	err   error
+}
+
+func newWorkSession(w *Worker) *workSession {
+	start := &pb.WorkStart{WorkerId: w.o.WorkerID, Provider: w.o.Provider}
+	if w.o.Lease != 0 {
+		start.LeaseDuration = durationpb.New(w.o.Lease)
+	}
+	return &workSession{rpc: w.client.rpc, start: start, w: w, free: w.o.Concurrency, pending: map[uint64]chan callAnswer{}}
+}
+
+// run keeps a stream open until the worker stops, starting the jobs it is
+// granted with start, and returns once the coordinator has answered the
+// half-close (every call sent answered, every grant in flight received).
+// errStreamUnsupported: the coordinator has no Work; nothing was granted.
+func (s *workSession) run(ctx context.Context, start func(ClaimedJob)) error {
+	backoff := s.w.o.ClaimBackoff
+	for {
+		opened, err := s.open(ctx)
+		if err == nil {
+			err = s.receive(opened, start)
+		}
+		switch {
+		case errors.Is(err, errStreamUnsupported):
+			return err
+		case s.w.stopping():
+			return nil
+		case opened != nil && err == nil:
+			backoff = s.w.o.ClaimBackoff // the stream ended cleanly: the coordinator is stopping
+		}
+		if err != nil {
+			s.w.stats.claimFailures.Add(1)
+			s.w.emit(WorkerEvent{Kind: WorkerClaimFailed, Err: err})
+			s.w.log.Warn("worker stream ended; opening it again", "error", err, "backoff", backoff)
+		}
+		s.w.pause(time.Duration(float64(backoff)*(0.5+rand.Float64())), nil)
+		backoff = min(2*backoff, s.w.o.MaxClaimBackoff)
+	}
+}
+
+// open opens a stream with every free slot as credit.
+func (s *workSession) open(ctx context.Context) (pb.Coordinator_WorkClient, error) {
+	stream, err := s.rpc.Work(ctx)
+	if err != nil {
+		return nil, decodeError(err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	start := proto.Clone(s.start).(*pb.WorkStart)
+	start.Credits = int32(max(s.free, 0))
+	if err := stream.Send(&pb.WorkRequest{Kind: &pb.WorkRequest_Start{Start: start}}); err != nil {
+		_, err = stream.Recv() // the status that ended it
+		return nil, streamError(err)
+	}
+	s.stream, s.closing = stream, false
+	if s.w.stopping() {
+		s.closing = true // stopped meanwhile: grants already in flight still arrive
+		_ = stream.CloseSend()
+	}
+	return stream, nil
+}
+
+// receive reads stream until it ends: grants are started, replies handed
+// to their calls. At the end the calls still waiting are answered
+// UNAVAILABLE (safe to repeat, R21).
+func (s *workSession) receive(stream pb.Coordinator_WorkClient, start func(ClaimedJob)) error {
+	for {
+		m, err := stream.Recv()
+		if err != nil {
+			s.mu.Lock()
+			s.stream = nil
+			pending := s.pending
+			s.pending = map[uint64]chan callAnswer{}
+			s.mu.Unlock()
+			lost := status.Error(codes.Unavailable, "worker stream ended before the answer: "+errText(err))
+			for _, ch := range pending {
+				ch <- callAnswer{err: lost}
+			}
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return streamError(err)
+		}
+		switch k := m.GetKind().(type) {
+		case *pb.WorkResponse_Grant:
+			received := time.Now()
+			s.mu.Lock()
+			s.free -= len(k.Grant.GetJobs())
+			s.mu.Unlock()
+			s.w.kickRefile()
+			for _, j := range k.Grant.GetJobs() {
+				start(claimedFromProto(j, received))
+			}
+		case *pb.WorkResponse_Reply:
+			s.mu.Lock()
+			ch, ok := s.pending[k.Reply.GetCallId()]
+			delete(s.pending, k.Reply.GetCallId())
+			s.mu.Unlock()
+			if ok {
+				ch <- callAnswer{reply: k.Reply}
+			}
+		case *pb.WorkResponse_RetryAfter:
+			// R19: due work waits on the provider's budget; the coordinator
+			// offers it again after the wait, holding the credits.
+			s.w.log.Debug("provider budget exhausted", "retry_after", k.RetryAfter.AsDuration())
+		}
+	}
+}
+
+// freed gives a slot back: one credit more for the coordinator.
+func (s *workSession) freed() {
+	s.mu.Lock()
+	s.free++
+	stream, closing := s.stream, s.closing
+	s.mu.Unlock()
+	if stream == nil || closing {
+		return // the next stream opens with it
+	}
+	// A failed send ends the stream; receive sees it and the next opens with
+	// every free slot.
+	s.send(stream, &pb.WorkRequest{Kind: &pb.WorkRequest_Credit{Credit: &pb.WorkCredit{Credits: 1}}})
+}
+
+func (s *workSession) send(stream pb.Coordinator_WorkClient, m *pb.WorkRequest) error {
+	s.sendMu.Lock()
+	defer s.sendMu.Unlock()
+	return stream.Send(m)
+}
+
+// closeSend half-closes the stream when the worker stops: no more grants;
+// calls from now on go as unary calls.
+func (s *workSession) closeSend() {
+	s.mu.Lock()
+	stream := s.stream
+	closing := s.closing
+	s.closing = true
+	s.mu.Unlock()
+	if stream != nil && !closing {
+		s.sendMu.Lock()
+		_ = stream.CloseSend()
+		s.sendMu.Unlock()
+	}
+}
+
+// call sends c on the stream and waits for its reply, or for ctx.
+// errNoStream when no stream takes calls.
+func (s *workSession) call(ctx context.Context, c *pb.WorkCall) (*pb.WorkReply, error) {
+	ch := make(chan callAnswer, 1)
+	s.mu.Lock()
+	stream := s.stream
+	if stream == nil || s.closing {
+		s.mu.Unlock()
+		return nil, errNoStream
+	}
+	s.nextID++
+	id := s.nextID
+	c.CallId = id
+	s.pending[id] = ch
+	s.mu.Unlock()
+	if err := s.send(stream, &pb.WorkRequest{Kind: &pb.WorkRequest_Call{Call: c}}); err != nil {
+		s.mu.Lock()
+		_, mine := s.pending[id]
+		delete(s.pending, id)
+		s.mu.Unlock()
+		if mine {
+			return nil, errNoStream // not sent: the stream is ending, and receive sees why
+		}
+		a := <-ch // receive answered it with the stream's end
+		return nil, a.err
+	}
+	select {
+	case a := <-ch:
+		if a.err != nil {
+			return nil, a.err
+		}
+		if len(a.reply.GetError()) > 0 {
+			var st spb.Status
+			if err := proto.Unmarshal(a.reply.GetError(), &st); err != nil {
+				return nil, status.Error(codes.Internal, "jobfence: a worker stream reply's error does not decode: "+err.Error())
+			}
+			return nil, status.FromProto(&st).Err()
+		}
+		return a.reply, nil
+	case <-ctx.Done():
+		s.mu.Lock()
+		delete(s.pending, id)
+		s.mu.Unlock()
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+}
+
+// streamError is the error a stream ended with, decoded;
+// errStreamUnsupported when the coordinator has no Work.
+func streamError(err error) error {
+	if status.Code(err) == codes.Unimplemented {
+		return errStreamUnsupported
+	}
+	return decodeError(err)
+}
+
+func errText(err error) string {
+	if errors.Is(err, io.EOF) {
+		return "closed by the coordinator"
+	}
+	return err.Error()
+}
+
+// streamRPC is the Worker's view of the coordinator: write-backs, renewals
+// and receipts go on the worker stream when one is open, every other call
+// and those without a stream as unary calls. Its answers and errors are the
+// unary calls' (a reply carries the unary call's status), so the Client's
+// retries (R21) and error decoding (R24) apply unchanged: a call cut with
+// its stream is answered UNAVAILABLE and repeated, on the next stream or as
+// a unary call.
+type streamRPC struct {
+	pb.CoordinatorClient
+	s *workSession
+}
+
+func (r streamRPC) Complete(ctx context.Context, in *pb.CompleteRequest, opts ...grpc.CallOption) (*pb.CompleteResponse, error) {
+	reply, err := r.s.call(ctx, &pb.WorkCall{Call: &pb.WorkCall_Complete{Complete: in}})
+	if errors.Is(err, errNoStream) {
+		return r.CoordinatorClient.Complete(ctx, in, opts...)
+	}
+	return reply.GetComplete(), err
+}
+
+func (r streamRPC) Reschedule(ctx context.Context, in *pb.RescheduleRequest, opts ...grpc.CallOption) (*pb.RescheduleResponse, error) {
+	reply, err := r.s.call(ctx, &pb.WorkCall{Call: &pb.WorkCall_Reschedule{Reschedule: in}})
+	if errors.Is(err, errNoStream) {
+		return r.CoordinatorClient.Reschedule(ctx, in, opts...)
+	}
+	return reply.GetReschedule(), err
+}
+
+func (r streamRPC) Escalate(ctx context.Context, in *pb.EscalateRequest, opts ...grpc.CallOption) (*pb.EscalateResponse, error) {
+	reply, err := r.s.call(ctx, &pb.WorkCall{Call: &pb.WorkCall_Escalate{Escalate: in}})
+	if errors.Is(err, errNoStream) {
+		return r.CoordinatorClient.Escalate(ctx, in, opts...)
+	}
+	return reply.GetEscalate(), err
+}
+
+func (r streamRPC) RenewLeases(ctx context.Context, in *pb.RenewLeasesRequest, opts ...grpc.CallOption) (*pb.RenewLeasesResponse, error) {
+	reply, err := r.s.call(ctx, &pb.WorkCall{Call: &pb.WorkCall_RenewLeases{RenewLeases: in}})
+	if errors.Is(err, errNoStream) {
+		return r.CoordinatorClient.RenewLeases(ctx, in, opts...)
+	}
+	return reply.GetRenewLeases(), err
+}
+
+func (r streamRPC) ReportObservation(ctx context.Context, in *pb.ReportObservationRequest,
+	opts ...grpc.CallOption) (*pb.ReportObservationResponse, error) {
+	reply, err := r.s.call(ctx, &pb.WorkCall{Call: &pb.WorkCall_ReportObservation{ReportObservation: in}})
+	if errors.Is(err, errNoStream) {
+		return r.CoordinatorClient.ReportObservation(ctx, in, opts...)
+	}
+	return reply.GetReportObservation(), err
+}
