@@ -31,22 +31,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if c.seed == 0 {
 		c.seed = rand.Uint64()>>1 + 1
 	}
-	faults := plan(c.seed, planParams{Window: c.duration, Workers: c.workers + c.nodeWorkers, Replicas: c.replicas,
-		Lease: c.lease, Kinds: c.faults, Rate: c.faultRate, Failover: c.failover, Webhooks: c.webhooks})
+	faults := plan(c.seed, planParams{Window: c.duration, Workers: c.workers + c.nodeWorkers + c.pythonWorkers,
+		Replicas: c.replicas, Lease: c.lease, Kinds: c.faults, Rate: c.faultRate, Failover: c.failover, Webhooks: c.webhooks})
 	tl := &timeline{start: time.Now(), w: stdout}
 	mode, database := "", "--mysql-dsn DSN"
 	if c.failover != "" {
 		mode, database = " failover="+c.failover, "--failover "+c.failover
 	}
-	fmt.Fprintf(stdout, "jobfence-chaos: seed=%d duration=%s jobs=%d workers=%d node-workers=%d replicas=%d lease=%s "+
-		"provider-timeout=%s patient-provider-timeout=%s node-renews=%v webhooks=%v%s; %d faults planned\n", c.seed,
-		c.duration, c.jobs, c.workers, c.nodeWorkers, c.replicas, c.lease, c.providerTimeout, c.patientTimeout, c.nodeRenews,
-		c.webhooks, mode, len(faults))
+	fmt.Fprintf(stdout, "jobfence-chaos: seed=%d duration=%s jobs=%d workers=%d node-workers=%d python-workers=%d "+
+		"replicas=%d lease=%s provider-timeout=%s patient-provider-timeout=%s node-renews=%v webhooks=%v%s; %d faults "+
+		"planned\n", c.seed, c.duration, c.jobs, c.workers, c.nodeWorkers, c.pythonWorkers, c.replicas, c.lease,
+		c.providerTimeout, c.patientTimeout, c.nodeRenews, c.webhooks, mode, len(faults))
 	fmt.Fprintf(stdout, "replay with: jobfence-chaos %s --seed %d --duration %s --jobs %d --workers %d "+
-		"--node-workers %d --replicas %d --concurrency %d --lease %s --provider-timeout %s --patient-provider-timeout %s "+
-		"--node-renews=%v --faults %s --fault-rate %g --webhooks=%v\n", database, c.seed, c.duration, c.jobs, c.workers,
-		c.nodeWorkers, c.replicas, c.concurrency, c.lease, c.providerTimeout, c.patientTimeout, c.nodeRenews, c.faultsSpec,
-		c.faultRate, c.webhooks)
+		"--node-workers %d --python-workers %d --replicas %d --concurrency %d --lease %s --provider-timeout %s "+
+		"--patient-provider-timeout %s --node-renews=%v --faults %s --fault-rate %g --webhooks=%v\n", database, c.seed,
+		c.duration, c.jobs, c.workers, c.nodeWorkers, c.pythonWorkers, c.replicas, c.concurrency, c.lease, c.providerTimeout,
+		c.patientTimeout, c.nodeRenews, c.faultsSpec, c.faultRate, c.webhooks)
 
 	if c.dryRun {
 		for _, f := range faults {
@@ -170,6 +170,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	tl.printf("stopping workers (they drain)")
 	s.stopWorkers()
+	// What the workers could not file and left in their slots' spools
+	// (R28), read once they released them.
+	var spoolsLeft []spoolLeft
+	var spoolProblems []string
+	for i := range s.workers {
+		left, err := readSpool(filepath.Join(dir, spoolName(i)))
+		if err != nil {
+			spoolProblems = append(spoolProblems, fmt.Sprintf("receipt spool of worker slot %d: %v", i+1, err))
+		}
+		spoolsLeft = append(spoolsLeft, left...)
+	}
+	if len(spoolsLeft) > 0 {
+		tl.printf("%d receipts left in the workers' receipt spools", len(spoolsLeft))
+	}
 	if s.front != nil {
 		// The coordinators still serve: what the provider owes (held,
 		// retried, duplicated events) reaches them before the checks.
@@ -190,19 +204,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("read the database: %w", err)
 	}
 
-	in := checkInput{Specs: specs, Acked: prod.acked, DB: state, Oracle: oracle, Webhooks: c.webhooks}
+	in := checkInput{Specs: specs, Acked: prod.acked, DB: state, Oracle: oracle, Webhooks: c.webhooks,
+		SpoolsLeft: spoolsLeft}
 	in.Takeovers = &takeoverInput{Lease: c.lease, Start: tl.start, Workers: map[string]workerFacts{}, Outages: s.allOutages()}
 	frozen := map[string][]span{}
 	for _, w := range s.workers {
 		for _, wp := range w.procs {
-			in.addWorkerLog(workerLog{Worker: wp.id, Node: wp.node, Killed: killedBySIGKILL(wp.p),
+			in.addWorkerLog(workerLog{Worker: wp.id, Kind: wp.kind, Killed: killedBySIGKILL(wp.p),
 				Lines: parseWorkerLines(wp.p.allRecords())})
 			frozen[wp.id] = wp.p.frozenSpans()
-			in.Takeovers.Workers[wp.id] = workerFacts{Node: wp.node, Renews: w.renews, Patient: w.patient,
+			in.Takeovers.Workers[wp.id] = workerFacts{Kind: wp.kind, Renews: w.renews, Patient: w.patient,
 				Replica: w.replica.name, Frozen: frozen[wp.id], Ended: wp.p.endedAt()}
 		}
 	}
-	var problems []string
+	problems := spoolProblems
 	if pair != nil {
 		s.fo.mu.Lock()
 		foApplied, foErr := s.fo.Applied, s.fo.Err
@@ -265,11 +280,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 }
 
 // findBinaries takes the commands from --bin-dir or builds them into dir,
-// and finds the Node.js worker when one is wanted.
+// and finds the Node.js and the Python worker when they are wanted.
 func findBinaries(ctx context.Context, c config, dir string, tl *timeline) (binaries, error) {
 	var root string
 	var err error
-	if c.binDir == "" || (c.nodeWorkers > 0 && c.nodeScript == "") {
+	if c.binDir == "" || (c.nodeWorkers > 0 && c.nodeScript == "") || (c.pythonWorkers > 0 && c.pythonScript == "") {
 		if root, err = moduleRoot(ctx); err != nil {
 			return binaries{}, err
 		}
@@ -281,21 +296,65 @@ func findBinaries(ctx context.Context, c config, dir string, tl *timeline) (bina
 		tl.printf("building coordinator, fakeprovider and refundworker")
 		bins, err = buildBinaries(ctx, root, filepath.Join(dir, "bin"))
 	}
-	if err != nil || c.nodeWorkers == 0 {
+	if err != nil {
 		return bins, err
 	}
+	if c.nodeWorkers > 0 {
+		if err := findNodeWorker(c, root, &bins); err != nil {
+			return bins, err
+		}
+	}
+	if c.pythonWorkers > 0 {
+		if err := findPythonWorker(ctx, c, root, &bins); err != nil {
+			return bins, err
+		}
+	}
+	return bins, nil
+}
+
+// findNodeWorker finds node and the compiled Node.js example worker.
+func findNodeWorker(c config, root string, bins *binaries) error {
+	var err error
 	bins.nodeScript = c.nodeScript
 	if bins.nodeScript == "" {
 		bins.nodeScript = filepath.Join(root, "clients", "node", "dist", "examples", "refund-worker.js")
 	}
 	if _, err := os.Stat(bins.nodeScript); err != nil {
-		return bins, fmt.Errorf("--node-workers: no Node.js worker at %s (build it: npm ci && npm run build in clients/node): %w",
+		return fmt.Errorf("--node-workers: no Node.js worker at %s (build it: npm ci && npm run build in clients/node): %w",
 			bins.nodeScript, err)
 	}
 	if bins.node, err = exec.LookPath(c.node); err != nil {
-		return bins, fmt.Errorf("--node-workers: %w", err)
+		return fmt.Errorf("--node-workers: %w", err)
 	}
-	return bins, nil
+	return nil
+}
+
+// findPythonWorker finds the interpreter and the Python example worker,
+// and asks the worker for its --help once: it imports the SDK, grpc and
+// protobuf first, so an interpreter that lacks them fails here, with its
+// own words, instead of every worker start failing in the fault window.
+func findPythonWorker(ctx context.Context, c config, root string, bins *binaries) error {
+	var err error
+	bins.pythonScript = c.pythonScript
+	if bins.pythonScript == "" {
+		bins.pythonScript = filepath.Join(root, "clients", "python", "examples", "refund_worker.py")
+	}
+	if _, err := os.Stat(bins.pythonScript); err != nil {
+		return fmt.Errorf("--python-workers: no Python worker at %s: %w", bins.pythonScript, err)
+	}
+	if bins.python, err = exec.LookPath(c.python); err != nil {
+		return fmt.Errorf("--python-workers: %w", err)
+	}
+	hctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(hctx, bins.python, bins.pythonScript, "--help")
+	cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("--python-workers: %s %s --help: %w (does --python import grpc and google.protobuf? "+
+			"Debian: apt-get install python3-grpcio python3-protobuf, for /usr/bin/python3)\n%s", bins.python,
+			bins.pythonScript, err, out)
+	}
+	return nil
 }
 
 // createDatabase creates the campaign's fresh database on the server of
@@ -384,17 +443,25 @@ func (s *system) start(ctx context.Context, dbName string) error {
 		s.tl.printf("provider's webhooks: to %s, spread over the replicas' webhook listeners (at most %d attempts each)",
 			s.front.url(), webhookMaxAttempts)
 	}
-	renewing := map[bool]int{} // renewing workers so far, by kind (node or not)
+	renewing := map[workerKind]int{} // renewing workers so far, by kind
 	var renewers, patient []string
-	for i := range s.cfg.workers + s.cfg.nodeWorkers {
-		w := &workerSlot{idx: i, replica: s.replicas[i%len(s.replicas)], node: i >= s.cfg.workers}
+	for i := range s.cfg.workers + s.cfg.nodeWorkers + s.cfg.pythonWorkers {
+		// The Go workers first, then the Node.js ones, then the Python ones.
+		kind := goWorker
+		switch {
+		case i >= s.cfg.workers+s.cfg.nodeWorkers:
+			kind = pythonWorker
+		case i >= s.cfg.workers:
+			kind = nodeWorker
+		}
+		w := &workerSlot{idx: i, replica: s.replicas[i%len(s.replicas)], kind: kind}
 		// The 1st, 3rd, … renewing worker of each kind is patient: the
 		// provider-slow calls meet both a worker that waits them out under
 		// a renewed lease (R27) and one that gives up at its deadline (R14).
-		w.renews = !w.node || s.cfg.nodeRenews
+		w.renews = w.kind != nodeWorker || s.cfg.nodeRenews
 		if w.renews {
-			w.patient = renewing[w.node]%2 == 0
-			renewing[w.node]++
+			w.patient = renewing[w.kind]%2 == 0
+			renewing[w.kind]++
 		}
 		s.workers = append(s.workers, w)
 		if err := s.startWorker(w); err != nil {
@@ -406,8 +473,9 @@ func (s *system) start(ctx context.Context, dbName string) error {
 			renewers = append(renewers, id)
 		}
 	}
-	s.tl.printf("provider on %s; %d workers (%d Go, %d Node.js; concurrency %d) spread over %d replicas", s.providerURL,
-		len(s.workers), s.cfg.workers, s.cfg.nodeWorkers, s.cfg.concurrency, len(s.replicas))
+	s.tl.printf("provider on %s; %d workers (%d Go, %d Node.js, %d Python; concurrency %d) spread over %d replicas",
+		s.providerURL, len(s.workers), s.cfg.workers, s.cfg.nodeWorkers, s.cfg.pythonWorkers, s.cfg.concurrency,
+		len(s.replicas))
 	s.tl.printf("renewing their leases (R27): %s patient, with a provider-call deadline of %s; %s with %s",
 		orNone(patient), s.cfg.patientTimeout, orNone(renewers), s.cfg.providerTimeout)
 	return ctx.Err()

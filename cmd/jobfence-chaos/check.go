@@ -62,10 +62,16 @@ type checkInput struct {
 	Oracle          fakeprovider.OracleReport
 	Receipts        []receipt
 	StaleRejections int
+	// SpoolsLeft are the receipts left in the slots' receipt spools when
+	// the workers stopped (R28).
+	SpoolsLeft []spoolLeft
 	// Acks are the write-backs the workers were told succeeded.
 	Acks []ack
 	// Grants are the grants the workers logged.
 	Grants []grantLog
+	// Kinds is which worker wrote each log read (by worker id), for the
+	// counts by kind in invariant 7's summary.
+	Kinds map[string]workerKind
 	// Failover is set when the campaign failed the database over; then
 	// EnqueuesLost are the acknowledged enqueues the new primary did not
 	// have (re-driven, answered created: true).
@@ -147,9 +153,13 @@ func check(in checkInput) verdict {
 	i2, jobs := checkPresentAndFinal(in.Acked, in.DB, in.Oracle, in.Failover, in.EnqueuesLost, x)
 	i3 := checkAttemptsIncreased(in.DB, x)
 	i4, staleAttempts := checkNoStaleWrite(in.Acks, in.StaleRejections, in.Failover, x)
-	i5, receipts := checkLateSuccessesObserved(in.Receipts, workerObservations(in.DB.Observations), in.Failover, x)
+	i5, receipts := checkLateSuccessesObserved(in.Receipts, workerObservations(in.DB.Observations), in.SpoolsLeft,
+		in.Failover, x)
 	i6 := checkLedger(in.DB, in.Oracle, in.Failover, completionsLost, x)
 	i7, grants := checkGrants(in.Grants, writes, in.DB, in.Failover, x)
+	if by := countByKind(in.Kinds, in.Grants, in.Acks); by != "" {
+		i7.Summary += "; logged by kind of worker (grants, write-backs accepted): " + by
+	}
 	i8, expedites := checkReceiptsChangeNoState(in.DB, x)
 	i9, hooks := checkWebhookReceipts(in, x)
 	i10, takeovers := checkNoFalseTakeover(in, x)
@@ -493,15 +503,18 @@ type receiptTally struct {
 // failed, or answered after the provider-call deadline) has a
 // refund_observations row with that job and reported_attempt. Listed, not
 // counted: receipts that died with a SIGKILLed worker, receipts of a failed
-// write-back whose filing failed too (closed by a takeover's reconcile), and
-// after a failover observations filed on the old primary before the kill
-// (counted as lost; a lossless failover must lose none). For the Node.js
+// write-back whose filing failed too (closed by a takeover's reconcile; but
+// not one the worker spooled, which R28 owes the observation log), receipts
+// spooled and still in the slot's spool when the workers stopped (left,
+// read from the spool files: durable, for the slot's next worker to file,
+// R28), and after a failover observations filed on the old primary before
+// the kill (counted as lost; a lossless failover must lose none). For the Node.js
 // worker the check is weaker (its receipts' Why ends in "_node"): any
 // observation on file for the attempt will do, a rejection with no filing
 // line had no provider answer to keep, and one whose filing failed is an
 // answer of unknown outcome; but every observation it says it filed must be
 // on file.
-func checkLateSuccessesObserved(receipts []receipt, observations []observationRow, fo *failoverInput,
+func checkLateSuccessesObserved(receipts []receipt, observations []observationRow, left []spoolLeft, fo *failoverInput,
 	x *checkFacts) (i5 *invariant, t receiptTally) {
 	i5 = &invariant{N: 5, Name: "every late success a stale worker saw is in the observation log (R15)"}
 	observed := map[[2]int64]bool{}    // a success on file for (job, attempt)
@@ -517,12 +530,26 @@ func checkLateSuccessesObserved(receipts []receipt, observations []observationRo
 	for _, o := range observations {
 		obsKey[[2]int64{o.JobID, o.ReportedAttempt}] = o.Key
 	}
+	// spooledNow finds r in what the spools hold: the same job (by key
+	// where both name it) and attempt, a success (any outcome for a receipt
+	// of unknown outcome).
+	spooledNow := func(r receipt, node bool) (spoolLeft, bool) {
+		for _, l := range left {
+			if l.Attempt == r.Attempt && ((r.Key != "" && l.Key == r.Key) || (r.Key == "" && l.JobID == r.JobID)) &&
+				(node || l.Outcome == "succeeded") {
+				return l, true
+			}
+		}
+		return spoolLeft{}, false
+	}
 	counts := map[string]int{}
-	died, unfiled, unverifiable, noAnswer, misfiled := 0, 0, 0, 0, 0
+	died, unfiled, unverifiable, noAnswer, misfiled, inSpool := 0, 0, 0, 0, 0, 0
 	for _, r := range receipts {
 		counts[r.Why]++
 		k := [2]int64{r.JobID, r.Attempt}
 		node := strings.HasSuffix(r.Why, "_node")
+		spooled := strings.HasPrefix(r.Filed, "spooled: ")
+		l, inSpoolNow := spooledNow(r, node)
 		switch {
 		case observed[k], node && observedAny[k]:
 			if fo != nil && r.Key != "" && obsKey[k] != "" && obsKey[k] != r.Key {
@@ -534,7 +561,7 @@ func checkLateSuccessesObserved(receipts []receipt, observations []observationRo
 					r.JobID, r.Attempt, r.Worker, r.Key, r.JobID, obsKey[k])
 			}
 			continue
-		case fo != nil && r.Filed == "filed" && fo.mayPredateKill(r.Worker, r.FiledAt):
+		case fo != nil && r.filed() && fo.mayPredateKill(r.Worker, r.FiledAt):
 			t.Lost++
 			if fo.lossless() {
 				i5.fail("LOST IN A LOSSLESS FAILOVER: job %d attempt %d: %s filed the provider's success %s before the kill; "+
@@ -546,6 +573,12 @@ func checkLateSuccessesObserved(receipts []receipt, observations []observationRo
 			continue
 		case strings.HasPrefix(r.Why, "write_failed") && completedUnder(x.events[r.JobID], r.Attempt):
 			continue // the write-back had landed after all: the job holds the receipt
+		case spooled && inSpoolNow:
+			// Durable (R28): the spool file still holds it.
+			inSpool++
+			i5.note("receipt of job %d attempt %d (%s, %s, %s) not on file but in %s when the workers stopped, for the "+
+				"slot's next worker to file (R28); %s", r.JobID, r.Attempt, r.Worker, l.RefundID, r.Why, l.Spool, r.Filed)
+			continue
 		case node && r.Filed == "":
 			// The Node worker logs every observation it tries to file, and
 			// files one whenever the provider had answered; no such line
@@ -553,7 +586,7 @@ func checkLateSuccessesObserved(receipts []receipt, observations []observationRo
 			// does not say).
 			noAnswer++
 			continue
-		case node && r.Filed == "filed":
+		case node && r.filed():
 			// Falls through to the failure below: the worker was told the
 			// observation was filed, yet it is not on file.
 		case node:
@@ -566,15 +599,21 @@ func checkLateSuccessesObserved(receipts []receipt, observations []observationRo
 			i5.note("receipt of job %d attempt %d (%s, %s) died with its worker (SIGKILL before filing)",
 				r.JobID, r.Attempt, r.Worker, r.Why)
 			continue
-		case r.Why == "write_failed" && r.Filed != "filed":
+		case r.Why == "write_failed" && !r.filed() && !spooled:
 			// Not a stale worker: the coordinator was unreachable for the
 			// write-back and then for the observation. The receipt is only
 			// in the worker's log; the job is closed by a takeover's
-			// reconcile (invariant 2 says whether it was).
+			// reconcile (invariant 2 says whether it was). One the worker
+			// spooled is owed to the observation log all the same (R28):
+			// the slot's next filing pass, by this process or the one
+			// replacing it, files it, or it is still in the spool (above).
 			unfiled++
 			i5.note("receipt of job %d attempt %d (%s, %s) kept only in the worker's log: the write-back failed and %s",
-				r.JobID, r.Attempt, r.Worker, r.RefundID, r.Filed)
+				r.JobID, r.Attempt, r.Worker, r.RefundID, or(r.Filed, "no filing logged"))
 			continue
+		}
+		if spooled {
+			r.Filed += ", neither filed from the spool nor left in it (R28)"
 		}
 		t.Unobserved++
 		i5.fail("job %d attempt %d: %s saw the provider's success %s (%s) but no observation has it: %s%s",
@@ -584,6 +623,10 @@ func checkLateSuccessesObserved(receipts []receipt, observations []observationRo
 		"%d late answers); %d observations on file, %d of them successes; %d died with a killed worker, "+
 		"%d unfiled after a failed write-back", counts["stale"]+counts["write_failed"]+counts["late"], counts["stale"],
 		counts["write_failed"], counts["late"], len(observations), len(observed), died, unfiled)
+	if inSpool > 0 || len(left) > 0 {
+		i5.Summary += fmt.Sprintf("; %d receipts left in the slots' receipt spools when the workers stopped (%d of them "+
+			"receipts above, not on file), for their next workers to file (R28)", len(left), inSpool)
+	}
 	if fo != nil {
 		i5.Summary += fmt.Sprintf("; %d filed on the old primary and lost in the failover, %d filed under a job id the "+
 			"new primary gave another refund", t.Lost, misfiled)
@@ -1141,7 +1184,7 @@ type takeoverInput struct {
 
 // workerFacts is one worker process as invariant 10 sees it.
 type workerFacts struct {
-	Node    bool // the Node.js example worker
+	Kind    workerKind
 	Renews  bool // it renews its leases while a job's provider calls run (R27)
 	Patient bool // its provider-call deadline outlasts the provider-slow calls
 	Replica string
@@ -1444,13 +1487,40 @@ func heldPastLease(in checkInput, ti *takeoverInput) (n int, longest time.Durati
 	return n, longest
 }
 
-// kindOf names a worker's kind for the details.
-func kindOf(w workerFacts) string {
-	if w.Node {
-		return "Node.js"
+// countByKind counts the grants logged and the write-backs accepted by
+// each kind of worker that wrote a log, e.g. "Go 250, 240; Python 48, 44":
+// evidence that every kind the campaign ran did its share. "" when no log
+// was read.
+func countByKind(kinds map[string]workerKind, grants []grantLog, acks []ack) string {
+	if len(kinds) == 0 {
+		return ""
 	}
-	return "Go"
+	type tally struct{ grants, writes int }
+	n := map[workerKind]*tally{}
+	for _, k := range kinds {
+		n[k] = &tally{}
+	}
+	for _, g := range grants {
+		if t, ok := n[kinds[g.Worker]]; ok {
+			t.grants++
+		}
+	}
+	for _, a := range acks {
+		if t, ok := n[kinds[a.Worker]]; ok {
+			t.writes++
+		}
+	}
+	var parts []string
+	for _, k := range []workerKind{goWorker, nodeWorker, pythonWorker} {
+		if t := n[k]; t != nil {
+			parts = append(parts, fmt.Sprintf("%s %d, %d", k, t.grants, t.writes))
+		}
+	}
+	return strings.Join(parts, "; ")
 }
+
+// kindOf names a worker's kind for the details.
+func kindOf(w workerFacts) string { return w.Kind.String() }
 
 // optAt formats t with format, or "" for the zero time.
 func optAt(t time.Time, format func(time.Time) string) string {

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -233,22 +236,22 @@ func TestCheckFindsARowChangedBehindTheHistory(t *testing.T) {
 }
 
 // logOf types a worker's JSON log records as the campaign does.
-func logOf(worker string, node, killed bool, recs []map[string]any) workerLog {
-	return workerLog{Worker: worker, Node: node, Killed: killed, Lines: parseWorkerLines(recs)}
+func logOf(worker string, kind workerKind, killed bool, recs []map[string]any) workerLog {
+	return workerLog{Worker: worker, Kind: kind, Killed: killed, Lines: parseWorkerLines(recs)}
 }
 
 // A write the fence should have refused leaves a history entry under the
 // row's attempt, not the writer's; the writer's own log gives it away.
 func TestCheckFindsAStaleWriteBehindACleanHistory_T1(t *testing.T) {
 	in := campaign()
-	in.Acks = acksOf(logOf("w1", false, false, []map[string]any{
+	in.Acks = acksOf(logOf("w1", goWorker, false, []map[string]any{
 		{"msg": "job written", "job_id": 1.0, "attempt": 1.0, "decision": "complete", "replayed": false},
 		{"msg": "job completed", "job_id": "2", "attempt": "1", "replayed": true},
 	}))
 	if v := check(in); v.Failed() || len(in.Acks) != 2 {
 		t.Fatalf("acknowledged writes that are in the history: failed %v, acks %+v", failedInvariants(v), in.Acks)
 	}
-	in.Acks = append(in.Acks, acksOf(logOf("zombie", false, false, []map[string]any{
+	in.Acks = append(in.Acks, acksOf(logOf("zombie", goWorker, false, []map[string]any{
 		{"msg": "job written", "job_id": 2.0, "attempt": 0.0, "decision": "reschedule", "replayed": false},
 	}))...)
 	if v := check(in); v.StaleWritesAccepted != 1 || !v.Invariants[3].Failed {
@@ -293,7 +296,7 @@ func goWorkerLog(filed bool) []map[string]any {
 
 func TestCheckFindsAnUnobservedLateSuccess_R15(t *testing.T) {
 	in := campaign()
-	in.Receipts, in.StaleRejections = receiptsOf(logOf("w1", false, false, goWorkerLog(true)))
+	in.Receipts, in.StaleRejections = receiptsOf(logOf("w1", goWorker, false, goWorkerLog(true)))
 	if in.StaleRejections != 2 || len(in.Receipts) != 1 || in.Receipts[0].Filed != "filed" {
 		t.Fatalf("receipts %+v, stale %d", in.Receipts, in.StaleRejections)
 	}
@@ -307,7 +310,7 @@ func TestCheckFindsAnUnobservedLateSuccess_R15(t *testing.T) {
 
 	// Killed before it could file: noted, not held against the system.
 	in = campaign()
-	in.Receipts, _ = receiptsOf(logOf("w1", false, true, goWorkerLog(false)))
+	in.Receipts, _ = receiptsOf(logOf("w1", goWorker, true, goWorkerLog(false)))
 	if v := check(in); v.UnobservedLateSuccess != 0 || len(in.Receipts) != 1 || !in.Receipts[0].Killed {
 		t.Fatalf("receipt of a killed worker: %+v, unobserved=%d", in.Receipts, v.UnobservedLateSuccess)
 	}
@@ -318,7 +321,7 @@ func TestReceiptsOfANodeWorkerHaveUnknownOutcome(t *testing.T) {
 		{"msg": "write-back rejected by the fence; filing the answer as an observation", "job_id": "2", "attempt": "1"},
 		{"msg": "observation filed", "job_id": "2", "attempt": "1", "duplicate": false},
 	}
-	rs, stale := receiptsOf(logOf("n1", true, false, recs))
+	rs, stale := receiptsOf(logOf("n1", nodeWorker, false, recs))
 	if stale != 1 || len(rs) != 1 || rs[0].Why != "stale_node" || rs[0].JobID != 2 || rs[0].Filed != "filed" {
 		t.Fatalf("node receipts %+v, stale %d", rs, stale)
 	}
@@ -333,7 +336,7 @@ func TestReceiptsOfANodeWorkerHaveUnknownOutcome(t *testing.T) {
 	}
 	// No filing line: the Node worker had no provider answer to keep.
 	in = campaign()
-	in.Receipts, _ = receiptsOf(logOf("n1", true, false, recs[:1]))
+	in.Receipts, _ = receiptsOf(logOf("n1", nodeWorker, false, recs[:1]))
 	if v := check(in); v.Failed() {
 		t.Fatalf("a stale write-back without a provider answer: failed %v", failedInvariants(v))
 	}
@@ -547,12 +550,12 @@ func TestGrantsAndAcksOfWorkerLogs(t *testing.T) {
 		{"msg": "job written", "job_id": 7.0, "operation_key": "k7", "attempt": 2.0, "grant": "0123456789ab",
 			"decision": "reschedule", "replayed": true, seenKey: seen},
 	}
-	gs := grantsOf(logOf("w", false, false, recs))
+	gs := grantsOf(logOf("w", goWorker, false, recs))
 	if len(gs) != 2 || gs[0] != (grantLog{Worker: "w", Key: "k7", JobID: 7, Attempt: 2, Grant: "0123456789ab", Seen: seen}) ||
 		gs[1].JobID != 8 || gs[1].Attempt != 3 || gs[1].Grant != "" {
 		t.Fatalf("grants %+v", gs)
 	}
-	as := acksOf(logOf("w", false, false, recs))
+	as := acksOf(logOf("w", goWorker, false, recs))
 	if len(as) != 1 || as[0] != (ack{Worker: "w", Key: "k7", JobID: 7, Attempt: 2, Kind: "rescheduled", Replayed: true,
 		Grant: "0123456789ab", Seen: seen}) {
 		t.Fatalf("acks %+v", as)
@@ -629,6 +632,264 @@ func TestParseWorkerLinesOfBothWorkers(t *testing.T) {
 	}
 	if got := parseWorkerLines(nodeRecs); !slices.Equal(got, want) {
 		t.Errorf("Node.js worker's lines:\n got %+v\nwant %+v", got, want)
+	}
+}
+
+// pyRecs decodes log lines as the Python example worker writes them (its
+// JSONFormatter: the logging module's records, their extra fields
+// included) and as the campaign reads a worker's stderr, each seen at seen.
+func pyRecs(t *testing.T, seen time.Time, lines ...string) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for _, l := range lines {
+		var r map[string]any
+		if err := json.Unmarshal([]byte(l), &r); err != nil {
+			t.Fatalf("%v: %s", err, l)
+		}
+		r[seenKey] = seen
+		out = append(out, r)
+	}
+	return out
+}
+
+// pyJob is what every Python worker line about a job carries (the SDK's
+// _job_fields): job 9, attempt 2, its key and grant.
+const pyJob = `"worker_id": "chaos-py-w3", "job_id": 9, "operation_key": "k9", "attempt": 2, "grant": "b944de599aa0"`
+
+// The Python worker's lines are typed by the messages its SDK shares with
+// the Go one, but for a takeover, which it logs as the Node.js worker does.
+// Each line is one the example emits (examples/refund_worker.py, the SDK's
+// worker.py and client.py), with the fields it logs.
+func TestParseWorkerLinesOfThePythonWorker(t *testing.T) {
+	seen := time.Now()
+	recs := pyRecs(t, seen,
+		`{"level": "info", "msg": "refund-worker started", "worker_id": "chaos-py-w3", "coordinator": "127.0.0.1:36689", "pid": 4242}`,
+		`{"level": "debug", "msg": "job claimed", `+pyJob+`, "next_action": "refund", "takeover": false}`,
+		`{"level": "info", "msg": "job taken over", `+pyJob+`, "next_action": "reconcile", "takeover": true}`,
+		`{"level": "info", "msg": "job written", `+pyJob+`, "decision": "complete", "next_action": "refund", "delay": 0.0, "reason": "", "provider_refund_id": "re_9", "replayed": false}`,
+		`{"level": "info", "msg": "job written", `+pyJob+`, "decision": "reschedule", "next_action": "reconcile", "delay": 1.0, "reason": "pending", "provider_refund_id": "", "replayed": true}`,
+		`{"level": "info", "msg": "job written", `+pyJob+`, "decision": "escalate", "next_action": "reconcile", "delay": 0.0, "reason": "two live refunds", "provider_refund_id": "", "replayed": false}`,
+		`{"level": "info", "msg": "write-back rejected by the fence; filing the answer as an observation", `+pyJob+`, "decision": "complete", "reason": "STALE_ATTEMPT", "current_attempt": 3}`,
+		`{"level": "info", "msg": "observation filed", `+pyJob+`, "outcome": "succeeded", "provider_refund_id": "re_9", "provider_event_id": "", "observation_id": 259, "duplicate": false}`,
+		`{"level": "warn", "msg": "write-back failed; the lease will expire and a takeover reconciles", `+pyJob+`, "decision": "reschedule", "error": "jobfence: UNAVAILABLE: connection refused"}`,
+		`{"level": "warn", "msg": "observation not filed yet; retrying", `+pyJob+`, "outcome": "succeeded", "provider_refund_id": "re_9", "provider_event_id": "", "error": "jobfence: UNAVAILABLE", "in": 0.1}`,
+		`{"level": "error", "msg": "observation not filed: the provider's answer is only in this log", `+pyJob+`, "outcome": "succeeded", "provider_refund_id": "re_9", "provider_event_id": "", "error": "jobfence: UNAVAILABLE"}`,
+		`{"level": "warn", "msg": "handler outlived the provider-call deadline; outcome unknown", `+pyJob+`, "deadline": 14.0}`,
+		`{"level": "info", "msg": "provider call failed; outcome unknown", `+pyJob+`, "error": "ValueError()"}`,
+		`{"level": "warn", "msg": "grant lost; cancelling the handler before it sends anything new (R27)", `+pyJob+`, "error": "jobfence: STALE_ATTEMPT"}`,
+		`{"level": "warn", "msg": "lease renewal failed; trying again soon", "worker_id": "chaos-py-w3", "jobs": 2, "error": "jobfence: UNAVAILABLE"}`,
+		`{"level": "warn", "msg": "jobfence: repeating call", "worker_id": "chaos-py-w3", "method": "RenewLeases", "try": 2, "after": 0.059, "error": "jobfence: UNAVAILABLE"}`,
+		`{"level": "warn", "msg": "jobfence: repeating call", "worker_id": "chaos-py-w3", "method": "Escalate", "try": 2, "after": 0.1, "error": "jobfence: UNAVAILABLE"}`,
+		`{"level": "warn", "msg": "jobfence: repeating call", "worker_id": "chaos-py-w3", "method": "ReportObservation", "try": 2, "after": 0.1, "error": "jobfence: UNAVAILABLE"}`,
+		`{"level": "warn", "msg": "claim failed; nothing acted on (R7)", "worker_id": "chaos-py-w3", "error": "jobfence: UNAVAILABLE", "backoff": 0.2}`,
+		`{"level": "info", "msg": "refund-worker stopped", "worker_id": "chaos-py-w3", "drained": true, "stats": {"claimed": 1}}`,
+	)
+	ref := jobRef{Key: "k9", JobID: 9, Attempt: 2}
+	want := []workerLine{
+		grantLine{jobRef: ref, Grant: "b944de599aa0", Seen: seen},
+		grantLine{jobRef: ref, Grant: "b944de599aa0", Seen: seen},
+		writtenLine{jobRef: ref, Kind: "completed", Grant: "b944de599aa0", Seen: seen},
+		writtenLine{jobRef: ref, Kind: "rescheduled", Replayed: true, Grant: "b944de599aa0", Seen: seen},
+		writtenLine{jobRef: ref, Kind: "escalated", Grant: "b944de599aa0", Seen: seen},
+		rejectedLine{jobRef: ref, Decision: "complete", Seen: seen},
+		observationLine{jobRef: ref, Filed: true, Outcome: "succeeded", RefundID: "re_9", Seen: seen},
+		writeFailedLine{jobRef: ref, Decision: "reschedule", Seen: seen},
+		keyLine{ref},
+		observationLine{jobRef: ref, Outcome: "succeeded", RefundID: "re_9", Error: "jobfence: UNAVAILABLE", Seen: seen},
+		lateLine{jobRef: ref, Seen: seen},
+		keyLine{ref},
+		grantLostLine{jobRef: ref, Seen: seen},
+		callFailedLine{Seen: seen},
+		callFailedLine{Seen: seen},
+		callFailedLine{Seen: seen},
+	}
+	if got := parseWorkerLines(recs); !slices.Equal(got, want) {
+		t.Errorf("Python worker's lines:\n got %+v\nwant %+v", got, want)
+	}
+}
+
+// The Python worker's log says what a rejected write-back carried and what
+// it filed, as refundworker's does: its receipts are judged as strictly
+// (R15). A success it saw and did not get on file fails invariant 5, where
+// the Node.js worker's rejection with no filing line is read as one with no
+// answer to keep.
+func TestReceiptsOfAPythonWorkerAreJudgedAsStrictlyAsGos_R15(t *testing.T) {
+	seen := time.Now()
+	k1, k2 := refundSpecs(5, 2)[0].Key, refundSpecs(5, 2)[1].Key
+	job := func(id int, key string) string {
+		return fmt.Sprintf(`"worker_id": "chaos-py-w3", "job_id": %d, "operation_key": %q, "attempt": 1, "grant": "b944de599aa%d"`,
+			id, key, id)
+	}
+	rejected := func(id int, key, decision string) string {
+		return `{"msg": "write-back rejected by the fence; filing the answer as an observation", ` + job(id, key) +
+			`, "decision": "` + decision + `", "reason": "STALE_ATTEMPT", "current_attempt": 2}`
+	}
+	filed := `{"msg": "observation filed", ` + job(2, k2) +
+		`, "outcome": "succeeded", "provider_refund_id": "re_2", "provider_event_id": "", "observation_id": 7, "duplicate": false}`
+	onFile := []observationRow{{ID: 7, JobID: 2, Key: k2, ReportedAttempt: 1, JobAttempt: 2, Outcome: "succeeded",
+		Source: "worker:chaos-py-w3"}}
+
+	rs, stale := receiptsOf(logOf("chaos-py-w3", pythonWorker, false, pyRecs(t, seen,
+		rejected(2, k2, "complete"), filed, rejected(1, k1, "reschedule"))))
+	if stale != 2 || len(rs) != 1 || rs[0].Why != "stale" || rs[0].JobID != 2 || rs[0].RefundID != "re_2" ||
+		rs[0].Filed != "filed" {
+		t.Fatalf("Python receipts %+v, stale %d; want one stale receipt of re_2, filed, of 2 rejections", rs, stale)
+	}
+	in := campaign()
+	in.Receipts = rs
+	if v := check(in); v.UnobservedLateSuccess != 1 || !v.Invariants[4].Failed {
+		t.Fatalf("the worker logged the success filed but none is on file: unobserved=%d\n%s", v.UnobservedLateSuccess,
+			verdictText(v))
+	}
+	in.DB.Observations = onFile
+	if v := check(in); v.Failed() {
+		t.Fatalf("the success on file: failed %v\n%s", failedInvariants(v), verdictText(v))
+	}
+	// An observation of another outcome is not the success the worker saw.
+	in.DB.Observations = []observationRow{{ID: 7, JobID: 2, Key: k2, ReportedAttempt: 1, JobAttempt: 2, Outcome: "not_found"}}
+	if v := check(in); v.UnobservedLateSuccess != 1 {
+		t.Fatalf("a not_found on file passed for a success seen: unobserved=%d", v.UnobservedLateSuccess)
+	}
+
+	// A rejected completion and no filing line: the Python worker files
+	// every answer it has, so the success it carried is missing. The same
+	// lines from the Node.js worker are read as no answer to keep.
+	lines := pyRecs(t, seen, rejected(2, k2, "complete"))
+	for _, c := range []struct {
+		kind             workerKind
+		killed           bool
+		unobserved       int
+		why              string
+		failedInvariant5 bool
+	}{
+		{pythonWorker, false, 1, "stale", true},
+		{pythonWorker, true, 0, "stale", false}, // died with its worker: listed
+		{nodeWorker, false, 0, "stale_node", false},
+	} {
+		in := campaign()
+		in.Receipts, _ = receiptsOf(logOf("w", c.kind, c.killed, lines))
+		v := check(in)
+		if len(in.Receipts) != 1 || in.Receipts[0].Why != c.why || v.UnobservedLateSuccess != c.unobserved ||
+			v.Invariants[4].Failed != c.failedInvariant5 {
+			t.Errorf("%s worker (killed %v), a rejected completion with no filing line: receipts %+v, unobserved=%d, "+
+				"want %d (%s)\n%s", c.kind, c.killed, in.Receipts, v.UnobservedLateSuccess, c.unobserved, c.why, verdictText(v))
+		}
+	}
+
+	// An answer after the provider-call deadline, filed as a success: a
+	// late receipt, on file or not.
+	in = campaign()
+	in.Receipts, _ = receiptsOf(logOf("chaos-py-w3", pythonWorker, false, pyRecs(t, seen,
+		`{"msg": "handler outlived the provider-call deadline; outcome unknown", `+job(2, k2)+`, "deadline": 1.5}`,
+		`{"msg": "job written", `+job(2, k2)+`, "decision": "reschedule", "replayed": false}`, filed)))
+	if len(in.Receipts) != 1 || in.Receipts[0].Why != "late" || in.Receipts[0].Filed != "filed" {
+		t.Fatalf("late Python receipts %+v", in.Receipts)
+	}
+	if v := check(in); v.UnobservedLateSuccess != 1 {
+		t.Fatalf("a late success filed and not on file passed: unobserved=%d", v.UnobservedLateSuccess)
+	}
+}
+
+// A receipt the coordinator could not take goes to the slot's receipt
+// spool and is filed from it later, by the same process or the one that
+// replaced it (R28). The Python and Go workers log it alike, but for a
+// receipt dropped from the spool, which the Python one logs as a failed
+// filing marked dropped_from_spool.
+func TestReceiptsKeptInTheSpool_R28(t *testing.T) {
+	seen := time.Now()
+	k2 := refundSpecs(5, 2)[1].Key
+	job := `"worker_id": "chaos-py-w3", "job_id": 2, "operation_key": "` + k2 + `", "attempt": 1, "grant": "b944de599aa2"`
+	receipt := `"outcome": "succeeded", "provider_refund_id": "re_2", "provider_event_id": "", "source": "worker:chaos-py-w3"`
+	rejected := `{"msg": "write-back rejected by the fence; filing the answer as an observation", ` + job +
+		`, "decision": "complete", "reason": "STALE_ATTEMPT", "current_attempt": 2}`
+	spooled := `{"msg": "observation not filed; spooled, to be filed when the coordinator takes it (R28)", ` + job + `, ` +
+		receipt + `, "error": "jobfence: UNAVAILABLE", "spool": "/tmp/slot-3.receipts.jsonl"}`
+	refiled := `{"msg": "spooled receipt filed", ` + job + `, ` + receipt +
+		`, "spooled_at": "2026-12-01T17:19:13.1Z", "observation_id": 7, "duplicate": false, "attempt_verified": true}`
+	dropped := `{"msg": "observation not filed: the provider's answer is only in this log", ` + job + `, ` + receipt +
+		`, "spooled_at": "2026-12-01T17:19:13.1Z", "error": "jobfence: INVALID_ARGUMENT", "spool": "/tmp/s", "dropped_from_spool": true}`
+	droppedGo := map[string]any{"msg": "spooled receipt refused for good, dropped from the spool: the provider's answer is only in this log",
+		"job_id": 2.0, "operation_key": k2, "attempt": 1.0, "outcome": "succeeded", "provider_refund_id": "re_2", "error": "no"}
+	// A failed write-back under attempt 1 would have landed after all (job 2
+	// completed under it): under attempt 3, it did not.
+	job3 := strings.Replace(job, `"attempt": 1`, `"attempt": 3`, 1)
+	failed := `{"msg": "write-back failed; the lease will expire and a takeover reconciles", ` + job3 +
+		`, "decision": "complete", "error": "jobfence: UNAVAILABLE"}`
+	spooled3 := strings.Replace(spooled, job, job3, 1)
+	notFiled3 := `{"msg": "observation not filed: the provider's answer is only in this log", ` + job3 + `, ` + receipt +
+		`, "error": "x"}`
+	ref := jobRef{Key: k2, JobID: 2, Attempt: 1}
+	if got, want := parseWorkerLines(append(pyRecs(t, seen, spooled, refiled, dropped), droppedGo)), []workerLine{
+		observationLine{jobRef: ref, Spooled: true, Outcome: "succeeded", RefundID: "re_2", Error: "jobfence: UNAVAILABLE", Seen: seen},
+		observationLine{jobRef: ref, Filed: true, Refiled: true, Outcome: "succeeded", RefundID: "re_2", Seen: seen},
+		observationLine{jobRef: ref, Dropped: true, Outcome: "succeeded", RefundID: "re_2", Error: "jobfence: INVALID_ARGUMENT", Seen: seen},
+		observationLine{jobRef: ref, Dropped: true, Outcome: "succeeded", RefundID: "re_2", Error: "no"},
+	}; !slices.Equal(got, want) {
+		t.Fatalf("spool lines:\n got %+v\nwant %+v", got, want)
+	}
+
+	for _, c := range []struct {
+		name       string
+		lines      []string
+		killed     bool
+		filed      string
+		unobserved int // with nothing on file; 0 with the receipt on file
+		left       bool
+	}{
+		{"rejected, spooled, filed from the spool", []string{rejected, spooled, refiled}, false, receiptRefiled, 1, false},
+		{"rejected, spooled, never filed", []string{rejected, spooled}, false, "spooled: jobfence: UNAVAILABLE", 1, false},
+		// Durable in the slot's spool when the workers stopped: its next
+		// worker files it (R28).
+		{"rejected, spooled, left in the spool", []string{rejected, spooled}, false, "spooled: jobfence: UNAVAILABLE", 0, true},
+		{"write-back failed, spooled, left in the spool", []string{failed, spooled3}, false, "spooled: jobfence: UNAVAILABLE",
+			0, true},
+		// The slot's next process files it from the spool: no excuse.
+		{"rejected, spooled, then killed", []string{rejected, spooled}, true, "spooled: jobfence: UNAVAILABLE", 1, false},
+		{"rejected, spooled, dropped", []string{rejected, spooled, dropped}, false,
+			"dropped from the spool: jobfence: INVALID_ARGUMENT", 1, false},
+		// Not a stale worker's, but owed to the observation log all the same.
+		{"write-back failed, spooled", []string{failed, spooled3}, false, "spooled: jobfence: UNAVAILABLE", 1, false},
+		// For contrast: a failed write-back whose filing failed with no
+		// spool is kept in the worker's log only, listed.
+		{"write-back failed, not filed", []string{failed, notFiled3}, false, "not filed: x", 0, false},
+	} {
+		in := campaign()
+		in.Receipts, _ = receiptsOf(logOf("chaos-py-w3", pythonWorker, c.killed, pyRecs(t, seen, c.lines...)))
+		if len(in.Receipts) != 1 || in.Receipts[0].Filed != c.filed || in.Receipts[0].Killed {
+			t.Errorf("%s: receipts %+v, want one %q", c.name, in.Receipts, c.filed)
+			continue
+		}
+		if c.left {
+			in.SpoolsLeft = []spoolLeft{{Spool: "slot-3.receipts.jsonl", Key: k2, JobID: 2, Attempt: in.Receipts[0].Attempt,
+				Outcome: "succeeded", RefundID: "re_2"}}
+		}
+		if v := check(in); v.UnobservedLateSuccess != c.unobserved {
+			t.Errorf("%s, not on file: unobserved=%d, want %d\n%s", c.name, v.UnobservedLateSuccess, c.unobserved, verdictText(v))
+		}
+		in.DB.Observations = []observationRow{{ID: 7, JobID: 2, Key: k2, ReportedAttempt: in.Receipts[0].Attempt,
+			JobAttempt: 2, Outcome: "succeeded"}}
+		if v := check(in); v.Failed() {
+			t.Errorf("%s, on file: failed %v\n%s", c.name, failedInvariants(v), verdictText(v))
+		}
+	}
+}
+
+// Invariant 7's summary counts what each kind of worker logged: a campaign
+// whose Python worker did nothing shows it.
+func TestCheckCountsGrantsAndWritesByKindOfWorker(t *testing.T) {
+	in := campaign()
+	k1, k2 := in.Specs[0].Key, in.Specs[1].Key
+	in.addWorkerLog(logOf("chaos-w1", goWorker, false, []map[string]any{
+		{"msg": "job claimed", "job_id": 1.0, "operation_key": k1, "attempt": 1.0},
+		{"msg": "job written", "job_id": 1.0, "operation_key": k1, "attempt": 1.0, "decision": "complete"},
+	}))
+	in.addWorkerLog(logOf("chaos-py-w2", pythonWorker, false, pyRecs(t, time.Now(),
+		`{"msg": "job claimed", "job_id": 2, "operation_key": "`+k2+`", "attempt": 1}`)))
+	in.addWorkerLog(logOf("chaos-node-w3", nodeWorker, false, nil))
+	v := check(in)
+	const want = "logged by kind of worker (grants, write-backs accepted): Go 1, 1; Node.js 0, 0; Python 1, 0"
+	if !strings.HasSuffix(v.Invariants[6].Summary, want) {
+		t.Fatalf("invariant 7's summary %q, want it to end in %q", v.Invariants[6].Summary, want)
 	}
 }
 
@@ -905,7 +1166,7 @@ func takeoverCampaign(base time.Time) checkInput {
 		{ID: 13, JobID: 1, Attempt: 2, Kind: "completed", WorkerID: "chaos-w2", FromState: "running", ToState: "succeeded",
 			NextAction: "reconcile", ProviderRefundID: "re_1", At: base.Add(11 * time.Second)},
 	}, in.DB.Events[3:]...)
-	in.addWorkerLog(logOf("chaos-w1", false, false, []map[string]any{
+	in.addWorkerLog(logOf("chaos-w1", goWorker, false, []map[string]any{
 		{"msg": "job claimed", "job_id": 1.0, "operation_key": k1, "attempt": 1.0, seenKey: base},
 	}))
 	in.Takeovers = &takeoverInput{Lease: 4 * time.Second, Start: base.Add(-20 * time.Second), Workers: map[string]workerFacts{
@@ -930,10 +1191,19 @@ func TestCheckFindsAFalseTakeoverOfALiveRenewingWorker_R27(t *testing.T) {
 		}
 	}
 
+	// The Python worker renews as refundworker does (R27): its takeovers
+	// are judged alike, only the Node.js worker's may be left out
+	// (--node-renews=false).
+	in := takeoverCampaign(base)
+	in.Takeovers.Workers["chaos-w1"] = workerFacts{Kind: pythonWorker, Renews: true, Patient: true, Replica: "replica-a"}
+	if v := check(in); v.FalseTakeovers != 1 || !strings.Contains(verdictText(v), "from chaos-w1 (Python, patient, renewing") {
+		t.Fatalf("a live renewing Python worker taken over: false=%d\n%s", v.FalseTakeovers, verdictText(v))
+	}
+
 	// Its write-back rejected after the takeover: it was live all along,
 	// and the details say so.
-	in := takeoverCampaign(base)
-	in.addWorkerLog(logOf("chaos-w1", false, false, []map[string]any{
+	in = takeoverCampaign(base)
+	in.addWorkerLog(logOf("chaos-w1", goWorker, false, []map[string]any{
 		{"msg": "write-back rejected by the fence; filing the answer as an observation", "job_id": 1.0,
 			"operation_key": in.Specs[0].Key, "attempt": 1.0, "decision": "complete", seenKey: base.Add(12 * time.Second)},
 	}))
@@ -960,7 +1230,7 @@ func TestCheckExcusesTakeoversWhileAFaultHeldTheHolder_R27(t *testing.T) {
 	}
 	failing := func(in *checkInput, at ...float64) {
 		for _, a := range at {
-			in.addWorkerLog(logOf("chaos-w1", false, false, []map[string]any{
+			in.addWorkerLog(logOf("chaos-w1", goWorker, false, []map[string]any{
 				{"msg": "jobfence: repeating call", "method": "RenewLeases", "try": 2.0, seenKey: s(a)},
 			}))
 		}
@@ -987,13 +1257,13 @@ func TestCheckExcusesTakeoversWhileAFaultHeldTheHolder_R27(t *testing.T) {
 		}, 0},
 		{"its coordinator down, its write-back repeated", func(in *checkInput) {
 			in.Takeovers.Outages = []outage{{What: "coordinator down", Replica: "replica-a", From: s(4), To: s(7)}}
-			in.addWorkerLog(logOf("chaos-w1", false, false, []map[string]any{
+			in.addWorkerLog(logOf("chaos-w1", goWorker, false, []map[string]any{
 				{"msg": "jobfence: repeating call", "method": "Reschedule", "try": 3.0, seenKey: s(8)},
 			}))
 		}, 0},
 		{"its coordinator down, only its claims failing", func(in *checkInput) {
 			in.Takeovers.Outages = []outage{{What: "coordinator down", Replica: "replica-a", From: s(4), To: s(7)}}
-			in.addWorkerLog(logOf("chaos-w1", false, false, []map[string]any{
+			in.addWorkerLog(logOf("chaos-w1", goWorker, false, []map[string]any{
 				{"msg": "jobfence: repeating call", "method": "Claim", "try": 3.0, seenKey: s(5)},
 			}))
 		}, 1},
@@ -1033,14 +1303,14 @@ func TestCheckExcusesTakeoversWhileAFaultHeldTheHolder_R27(t *testing.T) {
 			in.Takeovers.Outages = []outage{{What: "db-blackhole", N: 3, Replica: "replica-a", From: s(11), To: s(12)}}
 		}, 1},
 		{"its write-back had failed", func(in *checkInput) {
-			in.addWorkerLog(logOf("chaos-w1", false, false, []map[string]any{
+			in.addWorkerLog(logOf("chaos-w1", goWorker, false, []map[string]any{
 				{"msg": "write-back failed; the lease will expire and a takeover reconciles", "job_id": 1.0,
 					"operation_key": in.Specs[0].Key, "attempt": 1.0, "decision": "reschedule", seenKey: s(3)},
 			}))
 		}, 0},
 		{"a grant it never learnt of", func(in *checkInput) { in.Grants = nil }, 0},
 		{"a worker that does not renew", func(in *checkInput) {
-			in.Takeovers.Workers["chaos-w1"] = workerFacts{Node: true, Replica: "replica-a"}
+			in.Takeovers.Workers["chaos-w1"] = workerFacts{Kind: nodeWorker, Replica: "replica-a"}
 		}, 0},
 	} {
 		in := takeoverCampaign(base)
@@ -1059,7 +1329,7 @@ func TestCheckCountsGrantsKeptPastTheirLeaseByRenewal_R27(t *testing.T) {
 	base := time.Now()
 	in := campaign()
 	in.Takeovers = &takeoverInput{Lease: 4 * time.Second, Workers: map[string]workerFacts{"chaos-w1": {Renews: true}}}
-	in.addWorkerLog(logOf("chaos-w1", false, false, []map[string]any{
+	in.addWorkerLog(logOf("chaos-w1", goWorker, false, []map[string]any{
 		{"msg": "job claimed", "job_id": 1.0, "operation_key": "k1", "attempt": 1.0, seenKey: base},
 		{"msg": "job claimed", "job_id": 2.0, "operation_key": "k2", "attempt": 1.0, seenKey: base},
 		{"msg": "job written", "job_id": 1.0, "operation_key": "k1", "attempt": 1.0, "decision": "complete",
@@ -1070,5 +1340,43 @@ func TestCheckCountsGrantsKeptPastTheirLeaseByRenewal_R27(t *testing.T) {
 	n, longest := heldPastLease(in, in.Takeovers)
 	if n != 1 || longest != 9*time.Second {
 		t.Fatalf("held past the lease: %d, longest %s; want 1, 9s", n, longest)
+	}
+}
+
+// The spool's lines are the SDKs' (job_id and attempt as strings); what is
+// left in them is read without the lease token.
+func TestReadSpool(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, spoolName(4))
+	if left, err := readSpool(path); err != nil || left != nil {
+		t.Fatalf("no spool file: %v, %v", left, err)
+	}
+	lines := `{"v":1,"job_id":"236","operation_key":"k236","attempt":"1","lease_token":"secret","source":"worker:chaos-py-w5-3",` +
+		`"outcome":"succeeded","provider_refund_id":"re_000234","provider_event_id":"","detail":"d","spooled_at":"2026-12-01T17:24:38.855495Z"}` +
+		"\n\n" + `{"v":1,"job_id":"235","operation_key":"k235","attempt":"2","lease_token":"secret","outcome":"pending",` +
+		`"provider_refund_id":"re_000233"}` + "\n"
+	if err := os.WriteFile(path, []byte(lines), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	left, err := readSpool(path)
+	want := []spoolLeft{{Spool: path, Key: "k236", JobID: 236, Attempt: 1, Outcome: "succeeded", RefundID: "re_000234"},
+		{Spool: path, Key: "k235", JobID: 235, Attempt: 2, Outcome: "pending", RefundID: "re_000233"}}
+	if err != nil || !slices.Equal(left, want) {
+		t.Fatalf("spool read as %+v, %v; want %+v", left, err, want)
+	}
+	// A crash in the middle of an append leaves an unfinished last line,
+	// which holds nothing; a line the campaign cannot read anywhere else is
+	// an error.
+	if err := os.WriteFile(path, []byte(lines+`{"v":1,"job_id":"2`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if left, err := readSpool(path); err != nil || !slices.Equal(left, want) {
+		t.Fatalf("an unfinished last line: %+v, %v", left, err)
+	}
+	if err := os.WriteFile(path, []byte(lines+"{not json\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := readSpool(path); err == nil || !strings.Contains(err.Error(), "line 4") {
+		t.Fatalf("a line the campaign cannot read: %v", err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 
@@ -33,6 +34,9 @@ type config struct {
 	nodeWorkers     int
 	node            string
 	nodeScript      string
+	pythonWorkers   int
+	python          string
+	pythonScript    string
 	logDir          string
 	keep            bool
 	dryRun          bool
@@ -93,6 +97,13 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.nodeScript, "node-worker-script", "",
 		"the compiled Node.js example worker (default clients/node/dist/examples/refund-worker.js in the module; "+
 			"build it with npm run build in clients/node)")
+	fs.IntVar(&c.pythonWorkers, "python-workers", 0,
+		"Python example workers (clients/python examples/refund_worker.py) to run besides the Go and Node.js ones (0..8)")
+	fs.StringVar(&c.python, "python", defaultPython(),
+		"the Python interpreter, for --python-workers: one that imports grpc and google.protobuf (Debian's "+
+			"python3-grpcio and python3-protobuf are installed for /usr/bin/python3 only)")
+	fs.StringVar(&c.pythonScript, "python-worker-script", "",
+		"the Python example worker (default clients/python/examples/refund_worker.py in the module)")
 	fs.Float64Var(&c.faultRate, "fault-rate", 1,
 		"how often faults come: the pauses between two faults on one target are divided by this (0.1..10)")
 	fs.StringVar(&c.binDir, "bin-dir", "",
@@ -158,6 +169,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, fmt.Errorf("--workers must be 1..16, got %d", c.workers)
 	case c.nodeWorkers < 0 || c.nodeWorkers > 8:
 		return c, fmt.Errorf("--node-workers must be 0..8, got %d", c.nodeWorkers)
+	case c.pythonWorkers < 0 || c.pythonWorkers > 8:
+		return c, fmt.Errorf("--python-workers must be 0..8, got %d", c.pythonWorkers)
 	case c.replicas < 1 || c.replicas > 4:
 		return c, fmt.Errorf("--replicas must be 1..4, got %d", c.replicas)
 	case c.concurrency < 1 || c.concurrency > 100:
@@ -185,6 +198,17 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, fmt.Errorf("--mysql-dsn must reach the server over tcp (the proxies forward TCP), got %q", c.dsn.Net)
 	}
 	return c, nil
+}
+
+// defaultPython is --python's default: Debian's interpreter when it is
+// there, the one apt installs python3-grpcio and python3-protobuf for (a
+// python3 earlier on PATH does not see them), else python3 on PATH.
+func defaultPython() string {
+	const debian = "/usr/bin/python3"
+	if st, err := os.Stat(debian); err == nil && !st.IsDir() {
+		return debian
+	}
+	return "python3"
 }
 
 func kindList() string {

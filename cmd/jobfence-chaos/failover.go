@@ -78,7 +78,7 @@ type workerProcNow struct {
 	slot *workerSlot
 	p    *proc
 	id   string
-	node bool
+	kind workerKind
 }
 
 func (s *system) currentWorkers() []workerProcNow {
@@ -87,7 +87,7 @@ func (s *system) currentWorkers() []workerProcNow {
 		w.mu.Lock()
 		if w.proc != nil && !w.proc.exited() && len(w.procs) > 0 {
 			wp := w.procs[len(w.procs)-1]
-			out = append(out, workerProcNow{slot: w, p: w.proc, id: wp.id, node: w.node})
+			out = append(out, workerProcNow{slot: w, p: w.proc, id: wp.id, kind: w.kind})
 		}
 		w.mu.Unlock()
 	}
@@ -95,8 +95,8 @@ func (s *system) currentWorkers() []workerProcNow {
 }
 
 // isGrantRecord tells a worker's log line of a claim or takeover: the Go
-// worker's "job claimed" (takeover true or false), the Node.js worker's
-// "job claimed" and "job taken over".
+// worker's "job claimed" (takeover true or false), the Node.js and Python
+// workers' "job claimed" and "job taken over".
 func isGrantRecord(r map[string]any) bool {
 	return r["msg"] == "job claimed" || r["msg"] == "job taken over"
 }

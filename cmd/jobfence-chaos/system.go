@@ -25,10 +25,11 @@ import (
 const providerName = "acme"
 
 // binaries are the commands the campaign runs; node and nodeScript only
-// with Node.js workers.
+// with Node.js workers, python and pythonScript only with Python workers.
 type binaries struct {
 	coordinator, provider, worker string
 	node, nodeScript              string
+	python, pythonScript          string
 }
 
 // moduleRoot is the folder of the jobfence module that holds the working
@@ -110,16 +111,39 @@ func (r *replica) current() *proc {
 	return r.proc
 }
 
+// workerKind is which worker a slot runs: refundworker or one of the SDKs'
+// example workers. Their flags are alike; their logs differ in a few
+// messages (workerlog.go) and in what the checks may read from them.
+type workerKind int
+
+const (
+	goWorker     workerKind = iota // cmd/refundworker
+	nodeWorker                     // clients/node examples/refund-worker, compiled
+	pythonWorker                   // clients/python/examples/refund_worker.py
+)
+
+// String names the kind in the timeline and the checks' details.
+func (k workerKind) String() string {
+	switch k {
+	case nodeWorker:
+		return "Node.js"
+	case pythonWorker:
+		return "Python"
+	}
+	return "Go"
+}
+
 // workerSlot is one worker position; a killed worker is replaced by a new
 // process (and worker id) in the same slot, talking to the same replica.
 type workerSlot struct {
 	idx     int
 	replica *replica
-	node    bool // the Node.js example worker instead of refundworker
+	kind    workerKind
 	// renews: its worker renews its leases while a job's provider calls
-	// run (R27): refundworker always (the campaign never passes
-	// --no-lease-renewal), the Node.js worker with --node-renews. Invariant
-	// 10 holds its takeovers to the faults that hit it.
+	// run (R27): refundworker and the Python example worker always (the
+	// campaign never passes --no-lease-renewal), the Node.js worker with
+	// --node-renews. Invariant 10 holds its takeovers to the faults that
+	// hit it.
 	renews bool
 	// patient: a renewing worker whose provider-call deadline
 	// (--patient-provider-timeout) outlasts the provider-slow calls, which
@@ -142,7 +166,7 @@ type workerSlot struct {
 type workerProc struct {
 	id   string
 	p    *proc
-	node bool
+	kind workerKind
 }
 
 func (w *workerSlot) current() *proc {
@@ -341,8 +365,11 @@ func (s *system) startWorker(w *workerSlot) error {
 	w.mu.Lock()
 	w.gen++
 	id := fmt.Sprintf("chaos-w%d", w.idx+1)
-	if w.node {
+	switch w.kind {
+	case nodeWorker:
 		id = fmt.Sprintf("chaos-node-w%d", w.idx+1)
+	case pythonWorker:
+		id = fmt.Sprintf("chaos-py-w%d", w.idx+1)
 	}
 	if w.gen > 1 {
 		id += "-" + strconv.Itoa(w.gen)
@@ -365,17 +392,26 @@ func (s *system) startWorker(w *workerSlot) error {
 		// One spool per slot, in the run's folder: a worker that replaces a
 		// killed one files the receipts it left (R28), and nothing spooled
 		// by another run reaches this one.
-		"--receipt-spool", filepath.Join(s.dir, fmt.Sprintf("slot-%d.receipts.jsonl", w.idx+1)),
+		"--receipt-spool", filepath.Join(s.dir, spoolName(w.idx)),
 	}
 	bin, ready := s.bins.worker, "refundworker started"
-	if w.node {
+	var env []string
+	switch w.kind {
+	case nodeWorker:
 		// The Node worker logs JSON always and long-polls its claims.
 		args = append([]string{s.bins.nodeScript}, append(args, "--claim-wait", "1s")...)
 		bin, ready = s.bins.node, "refund-worker started"
-	} else {
+	case pythonWorker:
+		// So does the Python one. It puts its own ../src on sys.path (as
+		// the SDK's tests run it), so no PYTHONPATH; no bytecode is written
+		// into the checkout.
+		args = append([]string{s.bins.pythonScript}, append(args, "--claim-wait", "1s")...)
+		bin, ready = s.bins.python, "refund-worker started"
+		env = []string{"PYTHONDONTWRITEBYTECODE=1"}
+	default:
 		args = append(args, "--poll-interval", "250ms", "--log-format", "json")
 	}
-	p, err := startProc(id, bin, args, nil, filepath.Join(s.dir, id+".log"))
+	p, err := startProc(id, bin, args, env, filepath.Join(s.dir, id+".log"))
 	if err != nil {
 		return err
 	}
@@ -387,7 +423,7 @@ func (s *system) startWorker(w *workerSlot) error {
 	p.markReady(rec)
 	w.mu.Lock()
 	w.proc = p
-	w.procs = append(w.procs, &workerProc{id: id, p: p, node: w.node})
+	w.procs = append(w.procs, &workerProc{id: id, p: p, kind: w.kind})
 	w.mu.Unlock()
 	s.watch(p)
 	return nil

@@ -1,20 +1,29 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"os"
 	"time"
 )
 
-// A worker's log, read into typed records once. Two workers write them: the
-// Go one (cmd/refundworker: the Go SDK's slog JSON) and the Node.js example
-// worker (clients/node examples/refund-worker: JSON lines). Both name the job
-// on every line of it by job_id, operation_key and attempt (the Node worker
-// writes its int64s as strings) and, since R25, the grant by its
-// fingerprint. They differ in the messages of an accepted write-back, a
-// takeover, a failed write-back and a late answer. Which worker wrote a log
-// is known from its process (workerLog.Node), not from its lines; the
-// checks read the Node.js worker's rejections and filings as of unknown
-// outcome (docs/CHAOS.md, notes on 5).
+// A worker's log, read into typed records once. Three workers write them:
+// the Go one (cmd/refundworker: the Go SDK's slog JSON), the Node.js example
+// worker (clients/node examples/refund-worker: JSON lines) and the Python
+// example worker (clients/python/examples/refund_worker.py: the logging
+// module's records as JSON lines, the Python SDK's worker.py and client.py
+// writing most of them). All name the job on every line of it by job_id,
+// operation_key and attempt (the Node worker writes its int64s as strings)
+// and, since R25, the grant by its fingerprint. The Python SDK words its
+// lines as the Go SDK does, but for a takeover, which it logs as the Node.js
+// worker does ("job taken over"); the Node.js worker differs in the
+// messages of an accepted write-back, a takeover, a failed write-back, a
+// late answer, a lost grant, a failed renewal and a failed filing. Which
+// worker wrote a log is known from its process (workerLog.Kind), not from
+// its lines; the checks read the Node.js worker's rejections and filings as
+// of unknown outcome (docs/CHAOS.md, notes on 5).
 
 // jobRef is the job and attempt a worker's line is about.
 type jobRef struct {
@@ -30,18 +39,18 @@ type workerLine interface{ job() jobRef }
 func (r jobRef) job() jobRef { return r }
 
 type (
-	// grantLine is a grant the worker was given: "job claimed" (both
-	// workers; refundworker's also for a takeover) and the Node.js worker's
-	// "job taken over".
+	// grantLine is a grant the worker was given: "job claimed" (every
+	// worker; refundworker's also for a takeover) and the Node.js and Python
+	// workers' "job taken over".
 	grantLine struct {
 		jobRef
 		Grant string // fingerprint; "" when the line lacks it
 		Seen  time.Time
 	}
 	// writtenLine is a write-back the coordinator accepted (replayed or
-	// not): refundworker's "job written" (decision complete, reschedule or
-	// escalate) and the Node.js worker's "job completed", "job rescheduled"
-	// and "job escalated to manual review".
+	// not): refundworker's and the Python worker's "job written" (decision
+	// complete, reschedule or escalate) and the Node.js worker's "job
+	// completed", "job rescheduled" and "job escalated to manual review".
 	writtenLine struct {
 		jobRef
 		Kind     string // the history's event kind: completed, rescheduled or escalated
@@ -58,43 +67,52 @@ type (
 		Seen     time.Time
 	}
 	// writeFailedLine is a write-back that failed (the coordinator
-	// unreachable, its retries spent): refundworker's "…the lease will
-	// expire…" and the Node.js worker's "…the lease will lapse…".
+	// unreachable, its retries spent): refundworker's and the Python
+	// worker's "…the lease will expire…" and the Node.js worker's "…the
+	// lease will lapse…".
 	writeFailedLine struct {
 		jobRef
 		Decision string // as in rejectedLine
 		Seen     time.Time
 	}
 	// lateLine is a provider call that outlived its deadline (its answer,
-	// if one comes, is filed as an observation): refundworker's "handler
-	// outlived the provider-call deadline…" and the Node.js worker's
-	// "provider call outlived its deadline…".
+	// if one comes, is filed as an observation): refundworker's and the
+	// Python worker's "handler outlived the provider-call deadline…" and
+	// the Node.js worker's "provider call outlived its deadline…".
 	lateLine struct {
 		jobRef
 		Seen time.Time
 	}
 	// grantLostLine is a renewal that found the grant gone (R27): the
-	// worker cancels the handler. Both workers' "grant lost…".
+	// worker cancels the handler. Every worker's "grant lost…".
 	grantLostLine struct {
 		jobRef
 		Seen time.Time
 	}
 	// callFailedLine is a call about the grants a worker holds that
 	// failed, the coordinator or its database away: a lease renewal (R27;
-	// both workers' "lease renewal failed; …") or a try of a renewal or a
-	// write-back that refundworker's client repeats ("jobfence: repeating
-	// call" of RenewLeases, Complete, Reschedule or Escalate). It names no
-	// job: one renewal call renews all of a worker's due jobs, and the
-	// client's line does not say.
+	// every worker's "lease renewal failed; …") or a try of a renewal or a
+	// write-back that refundworker's or the Python worker's client repeats
+	// ("jobfence: repeating call" of RenewLeases, Complete, Reschedule or
+	// Escalate). It names no job: one renewal call renews all of a worker's
+	// due jobs, and the client's line does not say.
 	callFailedLine struct {
 		jobRef
 		Seen time.Time
 	}
 	// observationLine is the end of a filing (R15): "observation filed"
-	// (Filed), or one of the lines of a filing that failed.
+	// (Filed), one of the lines of a filing that failed, or of a receipt
+	// the coordinator could not take kept in the worker's receipt spool
+	// (Spooled, R28) and filed from it later ("spooled receipt filed":
+	// Filed and Refiled) or refused for good and dropped from it (Dropped),
+	// logged by whichever process of the slot did it. The Go and Python
+	// workers' carry the outcome and refund id.
 	observationLine struct {
 		jobRef
 		Filed    bool
+		Spooled  bool
+		Refiled  bool
+		Dropped  bool
 		Outcome  string // the provider's answer filed ("succeeded", …); "" when the line does not say
 		RefundID string
 		Error    string // why it was not filed
@@ -108,20 +126,20 @@ type (
 // workerLog is one worker process's log.
 type workerLog struct {
 	Worker string
-	// Node: the Node.js example worker, whose rejection and filing lines
-	// are read as of unknown outcome (docs/CHAOS.md, notes on 5).
-	Node bool
+	// Kind: which worker wrote it; the Node.js example worker's rejection
+	// and filing lines are read as of unknown outcome (weakReceipts).
+	Kind workerKind
 	// Killed: the campaign SIGKILLed the process, which may have died
 	// between a rejection and its filing.
 	Killed bool
 	Lines  []workerLine
 }
 
-// Messages of the lines the checks read; Go: refundworker's only, JS: the
-// Node.js worker's only.
+// Messages of the lines the checks read; Go: refundworker's and the Python
+// worker's (its SDK words them alike) only, JS: the Node.js worker's only.
 const (
 	msgClaimed       = "job claimed"
-	msgTakenOver     = "job taken over" // JS
+	msgTakenOver     = "job taken over" // JS and the Python worker's
 	msgWritten       = "job written"    // Go, with the decision
 	msgRejected      = "write-back rejected by the fence; filing the answer as an observation"
 	msgObservedFiled = "observation filed"
@@ -131,7 +149,14 @@ const (
 	msgLateJS        = "provider call outlived its deadline; outcome unknown"
 	msgNotFiledGo    = "observation not filed: the provider's answer is only in this log"
 	msgNotFiledJS    = "filing an observation failed"
-	msgNotFiled      = "observation not filed" // neither worker logs it now; read as before
+	msgNotFiled      = "observation not filed" // no worker logs it now; read as before
+	msgNotSpooledGo  = "observation neither filed nor spooled: the provider's answer is only in this log"
+	// The receipt spool's (R28): spooled and refiled, every worker's (the
+	// Node.js one's too); dropped, refundworker's (the Python worker marks
+	// its line of a failed filing dropped_from_spool).
+	msgSpooled       = "observation not filed; spooled, to be filed when the coordinator takes it (R28)"
+	msgRefiled       = "spooled receipt filed"
+	msgDroppedGo     = "spooled receipt refused for good, dropped from the spool: the provider's answer is only in this log"
 	msgGrantLostGo   = "grant lost; cancelling the handler before it sends anything new (R27)"
 	msgGrantLostJS   = "grant lost: the provider call is cancelled and nothing new is sent (R27)"
 	msgRenewFailedGo = "lease renewal failed; trying again soon"
@@ -185,8 +210,12 @@ func parseWorkerLine(r map[string]any) workerLine {
 			return callFailedLine{Seen: seenAt(r)}
 		}
 		return nil
-	case msgObservedFiled, msgNotFiledGo, msgNotFiledJS, msgNotFiled:
-		return observationLine{jobRef: ref, Filed: msg == msgObservedFiled, Outcome: str(r["outcome"]),
+	case msgObservedFiled, msgNotFiledGo, msgNotFiledJS, msgNotFiled, msgNotSpooledGo, msgSpooled, msgRefiled, msgDroppedGo:
+		// The Python worker drops a spooled receipt with the line of a
+		// filing that failed, marked dropped_from_spool.
+		dropped, _ := r["dropped_from_spool"].(bool)
+		return observationLine{jobRef: ref, Filed: msg == msgObservedFiled || msg == msgRefiled, Spooled: msg == msgSpooled,
+			Refiled: msg == msgRefiled, Dropped: dropped || msg == msgDroppedGo, Outcome: str(r["outcome"]),
 			RefundID: str(r["provider_refund_id"]), Error: str(r["error"]), Seen: seenAt(r)}
 	}
 	kind := writtenKindOfMsg[msg]
@@ -209,8 +238,8 @@ func str(v any) string {
 	return s
 }
 
-// num is a record's integer field: a JSON number (the Go worker's) or a
-// decimal string (the Node.js worker's int64s); 0 otherwise.
+// num is a record's integer field: a JSON number (the Go and Python
+// workers') or a decimal string (the Node.js worker's int64s); 0 otherwise.
 func num(v any) int64 {
 	switch n := v.(type) {
 	case float64:
@@ -234,27 +263,54 @@ type receipt struct {
 	Attempt  int64
 	Why      string // "stale", "write_failed" or "late"
 	RefundID string
-	Filed    string // "filed", "not filed: <error>", or "" when the worker logged neither
-	FiledAt  time.Time
-	Killed   bool // the worker was SIGKILLed by the campaign before it logged the filing
+	// Filed is how the worker's log says it ended: receiptFiled,
+	// receiptRefiled, "spooled: <error>" (in the slot's receipt spool, to be
+	// filed by this process or the one replacing it, R28), "not filed:
+	// <error>", "dropped from the spool: <error>", or "" when the worker
+	// logged none of these.
+	Filed   string
+	FiledAt time.Time
+	Killed  bool // the worker was SIGKILLed by the campaign before it logged the filing
 }
+
+// The ends of a receipt's filing that put it on file (receipt.Filed).
+const (
+	receiptFiled   = "filed"
+	receiptRefiled = "filed from the spool"
+)
+
+// filed reports whether the worker logged the receipt on file.
+func (r receipt) filed() bool { return r.Filed == receiptFiled || r.Filed == receiptRefiled }
+
+// weakReceipts reports whether the checks read a kind's rejection and
+// filing lines as saying neither what the rejected write-back carried nor
+// the outcome of the observation filed (docs/CHAOS.md, notes on 5): the
+// Node.js worker's, a choice kept so that an older Node worker's log still
+// checks. The Python worker is judged as strictly as refundworker (R15):
+// its SDK logs the decision a rejected or failed write-back carried
+// (worker.py's _write: decision complete means the provider said
+// refunded) and the outcome and refund id of every observation it files or
+// fails to file (_observe), so a success it saw and did not get on file is
+// a failure, not an answer of unknown outcome.
+func (k workerKind) weakReceipts() bool { return k == nodeWorker }
 
 // receiptsOf reads a worker's receipts from its log, and counts its
 // write-backs rejected by the fence. A rejected or failed write-back is a
 // receipt when it carried a provider success (decision complete); a late
-// answer when the worker files it as a success. The Node.js worker's lines
-// are read as saying neither what the rejected write-back carried nor the
-// outcome of the observation it filed: each of its rejected, failed or late
-// write-backs is a receipt of unknown outcome (Why ends in "_node").
+// answer when the worker files it as a success. The lines of a kind with
+// weakReceipts are read as saying neither: each of its rejected, failed or
+// late write-backs is a receipt of unknown outcome (Why ends in "_node").
 func receiptsOf(l workerLog) (out []receipt, staleRejections int) {
 	type key struct{ job, attempt int64 }
-	open := map[key]int{} // receipt index waiting for its filing line
+	open := map[key]int{}    // receipt index waiting for its filing line
+	spooled := map[key]int{} // receipt index in the spool, waiting for its refiling line
 	late := map[key]bool{}
+	weak := l.Kind.weakReceipts()
 	suffix := ""
-	if l.Node {
+	if weak {
 		suffix = "_node"
 	}
-	carriedSuccess := func(decision string) bool { return l.Node || decision == "complete" }
+	carriedSuccess := func(decision string) bool { return weak || decision == "complete" }
 	keys := map[key]string{}
 	add := func(k key, why string) {
 		open[k] = len(out)
@@ -279,7 +335,21 @@ func receiptsOf(l workerLog) (out []receipt, staleRejections int) {
 		case lateLine:
 			late[k] = true
 		case observationLine:
-			if !l.Node && line.Outcome != "succeeded" {
+			if !weak && line.Outcome != "succeeded" {
+				continue
+			}
+			if line.Refiled || line.Dropped {
+				// Filed from the spool or dropped from it: a receipt this
+				// process spooled, or one a killed process of the slot left
+				// there (its own log says it spooled it; the database says
+				// whether it is on file).
+				if i, ok := spooled[k]; ok {
+					delete(spooled, k)
+					out[i].FiledAt = line.Seen
+					if out[i].Filed = receiptRefiled; line.Dropped {
+						out[i].Filed = "dropped from the spool: " + line.Error
+					}
+				}
 				continue
 			}
 			i, ok := open[k]
@@ -294,9 +364,13 @@ func receiptsOf(l workerLog) (out []receipt, staleRejections int) {
 			delete(open, k)
 			out[i].FiledAt = line.Seen
 			out[i].RefundID = line.RefundID
-			if line.Filed {
-				out[i].Filed = "filed"
-			} else {
+			switch {
+			case line.Filed:
+				out[i].Filed = receiptFiled
+			case line.Spooled:
+				out[i].Filed = "spooled: " + line.Error
+				spooled[k] = i
+			default:
 				out[i].Filed = "not filed: " + line.Error
 			}
 		}
@@ -401,9 +475,13 @@ func releasesOf(l workerLog) (out []release, callFailures []time.Time) {
 }
 
 // addWorkerLog adds what the checks read from one worker's log to the input:
-// its receipts and fence rejections, its accepted write-backs, its grants,
+// its kind, its receipts and fence rejections, its accepted write-backs, its grants,
 // the grants it let go and its failed calls about them.
 func (in *checkInput) addWorkerLog(l workerLog) {
+	if in.Kinds == nil {
+		in.Kinds = map[string]workerKind{}
+	}
+	in.Kinds[l.Worker] = l.Kind
 	rs, stale := receiptsOf(l)
 	in.Receipts = append(in.Receipts, rs...)
 	in.StaleRejections += stale
@@ -417,4 +495,53 @@ func (in *checkInput) addWorkerLog(l workerLog) {
 		}
 		in.CallFailures[l.Worker] = append(in.CallFailures[l.Worker], failures...)
 	}
+}
+
+// spoolLeft is a receipt a worker left in its slot's receipt spool (R28):
+// still there when the campaign stopped the workers, for the slot's next
+// worker to file. The lease token of the line is never read.
+type spoolLeft struct {
+	Spool    string // the spool file
+	Key      string
+	JobID    int64
+	Attempt  int64
+	Outcome  string
+	RefundID string
+}
+
+// spoolName is the receipt spool of slot idx (0-based) in the run's folder:
+// every worker of the slot, a killed one's replacement too, keeps it.
+func spoolName(idx int) string { return fmt.Sprintf("slot-%d.receipts.jsonl", idx+1) }
+
+// readSpool reads what is left in a receipt spool, in the lines the Go,
+// Node.js and Python SDKs share (job_id and attempt as decimal strings). A
+// missing file holds nothing (an empty spool's file is removed); an
+// unfinished last line, a crash in the middle of an append, holds nothing
+// either (the SDKs cut it off); any other line the campaign cannot read is
+// an error.
+func readSpool(path string) ([]spoolLeft, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []spoolLeft
+	lines := bytes.Split(data, []byte{'\n'})
+	for n, line := range lines {
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		var r map[string]any
+		if err := json.Unmarshal(line, &r); err != nil {
+			if n == len(lines)-1 {
+				break // unfinished
+			}
+			return out, fmt.Errorf("%s line %d: %w", path, n+1, err)
+		}
+		out = append(out, spoolLeft{Spool: path, Key: str(r["operation_key"]), JobID: num(r["job_id"]),
+			Attempt: num(r["attempt"]), Outcome: str(r["outcome"]), RefundID: str(r["provider_refund_id"])})
+	}
+	return out, nil
 }
