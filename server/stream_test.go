@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"sync/atomic"
@@ -278,7 +279,9 @@ func TestWorkStreamEndsWithoutTakingWork(t *testing.T) {
 // written are handed back under their own tokens, and a second worker
 // reading its stream is granted work all along (here: every job).
 func TestWorkStreamSlowReaderIsCutAndItsGrantsHandedBack(t *testing.T) {
-	c := start(t, testdb.SQLiteBackend())
+	// Polls as in production: the stuck worker's grants are taken over at
+	// the first poll instant after their leases ran out.
+	c := start(t, testdb.SQLiteBackend(), func(o *server.Options) { o.ClaimPollInterval = 200 * time.Millisecond })
 	ctx := ctxFor(t)
 	// Fixed HTTP/2 windows of 64 KiB (no window growth): the grants fill them
 	// within a few hundred.
@@ -305,18 +308,26 @@ func TestWorkStreamSlowReaderIsCutAndItsGrantsHandedBack(t *testing.T) {
 		}
 	}
 	reader := c.openWork(t, ctx, &pb.WorkStart{WorkerId: "reader", Credits: 100, LeaseDuration: durationpb.New(time.Minute)})
-	done := map[int64]bool{}
-	deadline := time.After(40 * time.Second)
-	for len(done) < n {
+	// The reader pipelines: each grant's completion and credit go out at
+	// once, the replies are counted as they come.
+	completed, deadline := 0, time.After(40*time.Second)
+	for completed < n {
 		select {
 		case g := <-reader.grants:
-			if r := reader.call(completeCall(g, g.LeaseToken)); replyError(t, r) != nil {
-				t.Fatalf("complete job %d: %v", g.Job.Id, replyError(t, r))
+			reader.callID++
+			c := completeCall(g, g.LeaseToken)
+			c.CallId = reader.callID
+			if err := reader.stream.Send(&pb.WorkRequest{Kind: &pb.WorkRequest_Call{Call: c}}); err != nil {
+				t.Fatal(err)
 			}
-			done[g.Job.Id] = true
 			reader.credit(1)
+		case r := <-reader.replies:
+			if err := replyError(t, r); err != nil {
+				t.Fatalf("a completion of the reading worker: %v", err)
+			}
+			completed++
 		case <-deadline:
-			t.Fatalf("the reading worker completed %d of %d jobs in 40s", len(done), n)
+			t.Fatalf("the reading worker completed %d of %d jobs in 40s", completed, n)
 		}
 	}
 	ended := make(chan error, 1)
@@ -348,4 +359,52 @@ func TestWorkStreamSlowReaderIsCutAndItsGrantsHandedBack(t *testing.T) {
 		t.Fatalf("%v grants taken over, %v handed back, %d received: want the grants not sent handed back",
 			taken, back, received.Load())
 	}
+}
+
+// T1 on worker streams: A is granted attempt 1, its lease runs out, B's
+// stream takes the job over (attempt 2, reconcile) and completes it; A's
+// late completion on its own stream is refused STALE_ATTEMPT naming attempt
+// 2, and A files the provider's answer on the stream as an observation
+// (R15), which is then on the job. The history shows A wrote nothing.
+func TestZombieLateWritesRejectedOnWorkerStreams_T1(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, c *coordinator) {
+		ctx := ctxFor(t)
+		a := c.openWork(t, ctx, &pb.WorkStart{WorkerId: "zombie-a", Credits: 1, LeaseDuration: durationpb.New(time.Minute)})
+		job := c.enqueue(t)
+		ga := a.grant()
+		c.expire(t, job.Id)
+		b := c.openWork(t, ctx, &pb.WorkStart{WorkerId: "worker-b", Credits: 1, LeaseDuration: durationpb.New(time.Minute)})
+		gb := b.grant() // at the next poll instant at the latest: the test coordinator polls each minute, a stream opening claims at once
+		if gb.Job.Id != job.Id || gb.Attempt != 2 || !gb.Takeover || gb.NextAction != pb.NextAction_NEXT_ACTION_RECONCILE {
+			t.Fatalf("B's grant = %v, want job %d taken over at attempt 2 to reconcile", gb, job.Id)
+		}
+		if r := b.call(completeCall(gb, gb.LeaseToken)); replyError(t, r) != nil {
+			t.Fatalf("B's completion: %v", replyError(t, r))
+		}
+		late := replyError(t, a.call(completeCall(ga, ga.LeaseToken)))
+		if meta := errorInfo(t, late, codes.FailedPrecondition, server.ReasonStaleAttempt); meta["current_attempt"] != "2" {
+			t.Fatalf("A's late completion: metadata %v, want current_attempt 2", meta)
+		}
+		filed := a.call(&pb.WorkCall{Call: &pb.WorkCall_ReportObservation{ReportObservation: &pb.ReportObservationRequest{
+			Job: &pb.ReportObservationRequest_JobId{JobId: job.Id}, Attempt: ga.Attempt, LeaseToken: ga.LeaseToken,
+			Source: "worker:zombie-a", Outcome: pb.ObservationOutcome_OBSERVATION_OUTCOME_SUCCEEDED,
+			ProviderRefundId: "re_" + job.OperationKey}}})
+		if err := replyError(t, filed); err != nil || filed.GetReportObservation().GetObservation().GetId() == 0 {
+			t.Fatalf("A's observation on the stream = %v, %v", filed, err)
+		}
+		got, err := c.client.GetJob(ctx, &pb.GetJobRequest{Job: &pb.GetJobRequest_JobId{JobId: job.Id}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var kinds []string
+		for _, e := range got.Events {
+			kinds = append(kinds, fmt.Sprintf("%s@%d", e.Kind, e.Attempt))
+		}
+		if want := "enqueued@0 claimed@1 taken_over@2 completed@2"; strings.Join(kinds, " ") != want ||
+			got.Job.State != pb.JobState_JOB_STATE_SUCCEEDED || len(got.Observations) != 1 ||
+			!got.Observations[0].AttemptVerified {
+			t.Fatalf("history %v, state %v, observations %v; want %s and A's verified receipt", kinds, got.Job.State,
+				got.Observations, want)
+		}
+	})
 }

@@ -27,6 +27,11 @@ type drainer interface {
 	complete(ctx context.Context, worker int, g grant) error
 }
 
+// batchCompleter is a drainer that completes a claim's grants together.
+type batchCompleter interface {
+	completeAll(ctx context.Context, worker int, gs []grant) error
+}
+
 type grpcDrainer struct{ clients []pb.CoordinatorClient }
 
 func (d grpcDrainer) claim(ctx context.Context, w int, max int) ([]grant, error) {
@@ -117,6 +122,15 @@ func (b *bench) drain(ctx context.Context, tag string, batch int, d drainer) (dr
 			}
 			if len(grants) == 0 {
 				return nil
+			}
+			if bc, ok := d.(batchCompleter); ok {
+				if err := bc.completeAll(ctx, w, grants); err != nil {
+					return fmt.Errorf("%s drain: complete: %w", tag, err)
+				}
+				for range grants {
+					mine = append(mine, time.Since(start))
+				}
+				continue
 			}
 			// Like a worker runtime, every claimed job is worked at once and
 			// written back on its own (the SDKs run one goroutine or promise

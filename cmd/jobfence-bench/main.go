@@ -11,6 +11,8 @@
 //	G  lease renewal (R27): how soon a SIGKILLed worker's jobs are taken over with a short
 //	   renewed lease and a long plain one, and what renewals cost the database and the
 //	   coordinator, at a steady rate and alone; not in the default set
+//	W  write-path costs: what the index entries and rows a job writes cost the database;
+//	   not in the default set
 //
 // Every run creates a fresh database on the server named by --mysql-dsn and drops
 // it at the end (unless --keep). It exits non-zero when a scenario fails
@@ -114,7 +116,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		"extra flags for the coordinator process, space-separated, e.g. '--claim-poll-interval 50ms'")
 	fs.StringVar(&c.scenarios, "scenarios", "abcef",
 		"which scenarios to run: letters of a (candidate query), b (Claim RPC), c (end-to-end; d comes with it), e (latency), "+
-			"f (console pages), g (lease renewal: takeover after a killed worker, and renewals' cost; two to three minutes)")
+			"f (console pages), g (lease renewal: takeover after a killed worker, and renewals' cost; two to three minutes), "+
+			"w (write-path costs: the backlog drained in shared transactions once per index variant, and history and "+
+			"ledger rows alone; run it with --history 0)")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write the bench process's CPU profile to this file")
 	fs.IntVar(&c.maxConns, "mysql-max-conns", 32,
 		"connection pool of the coordinator (--mysql-max-conns) and of the in-process direct baseline")
@@ -207,8 +211,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		}
 	}
 	for _, s := range c.scenarios {
-		if !strings.ContainsRune("abcdefg", s) {
-			return c, fmt.Errorf("--scenarios: unknown scenario %q (letters of abcefg)", s)
+		if !strings.ContainsRune("abcdefgw", s) {
+			return c, fmt.Errorf("--scenarios: unknown scenario %q (letters of abcefgw)", s)
 		}
 	}
 	switch {
