@@ -244,6 +244,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		"COMMITs cut: %d after reaching the server, %d before\n", cc["job taken over; next action reconcile"],
 		cc["fenced write rejected"], cc["claim outcome unknown; nothing granted"], cc["write outcome unknown"],
 		cc["observation filed"], s.cutsDelivered.Load(), s.cutsDropped.Load())
+	if line := s.cuts.summary(); line != "" {
+		fmt.Fprintln(stdout, line)
+	}
 	if s.front != nil {
 		refused, notStored := s.webhookRefusals()
 		fmt.Fprintf(stdout, "webhooks: deliveries answered through the front: %s; refused by the coordinators: %s; "+
@@ -396,19 +399,22 @@ func (s *system) replicaDSN(r *replica) string {
 }
 
 // start brings the deployment up: the provider (and, with webhooks, the
-// front it delivers them to), a proxy and a coordinator per replica, the
-// workers spread over the replicas.
+// front it delivers them to), a database proxy, a coordinator and a worker
+// front per replica, the workers spread over the replicas.
 func (s *system) start(ctx context.Context, dbName string) error {
 	s.dbName = dbName
 	for i := range s.cfg.replicas {
 		name := replicaName(i)
-		px, err := newDBProxy(name, s.cfg.dsn.Addr)
+		px, err := newTCPProxy(name, s.cfg.dsn.Addr)
 		if err != nil {
 			return err
 		}
 		r := &replica{idx: i, name: name, proxy: px}
 		s.replicas = append(s.replicas, r)
 		if r.listen, err = freeLoopbackPort(); err != nil {
+			return err
+		}
+		if r.workerFront, err = newTCPProxy(name+workersTargetSuffix, r.listen); err != nil {
 			return err
 		}
 		if s.cfg.webhooks {
@@ -437,7 +443,8 @@ func (s *system) start(ctx context.Context, dbName string) error {
 		if r.webhookListen != "" {
 			webhooks = ", webhooks on " + r.webhookListen
 		}
-		s.tl.printf("%s serving on %s%s, database through %s", r.name, r.listen, webhooks, r.proxy.Addr())
+		s.tl.printf("%s serving on %s (its workers through %s)%s, database through %s", r.name, r.listen,
+			r.workerFront.Addr(), webhooks, r.proxy.Addr())
 	}
 	if s.front != nil {
 		s.tl.printf("provider's webhooks: to %s, spread over the replicas' webhook listeners (at most %d attempts each)",

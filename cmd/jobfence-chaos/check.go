@@ -87,6 +87,10 @@ type checkInput struct {
 	Releases     []release
 	CallFailures map[string][]time.Time
 	Takeovers    *takeoverInput
+	// StreamEnds are when each worker's log showed its worker stream
+	// ending (by worker id): a grant on its way then was lost with it
+	// (invariant 10).
+	StreamEnds map[string][]time.Time
 }
 
 // invariant is the verdict on one invariant.
@@ -121,6 +125,9 @@ type verdict struct {
 	// Takeovers in the histories, and those of a live renewing worker
 	// (invariant 10).
 	Takeovers, FalseTakeovers int
+	// HandedBack counts the coordinators' hand-backs of grants they could
+	// not deliver (invariant 8).
+	HandedBack int
 }
 
 // Failed reports whether any invariant failed.
@@ -160,7 +167,7 @@ func check(in checkInput) verdict {
 	if by := countByKind(in.Kinds, in.Grants, in.Acks); by != "" {
 		i7.Summary += "; logged by kind of worker (grants, write-backs accepted): " + by
 	}
-	i8, expedites := checkReceiptsChangeNoState(in.DB, x)
+	i8, expedites, handedBack := checkReceiptsChangeNoState(in.DB, in.Grants, x)
 	i9, hooks := checkWebhookReceipts(in, x)
 	i10, takeovers := checkNoFalseTakeover(in, x)
 
@@ -186,6 +193,7 @@ func check(in checkInput) verdict {
 		ReceiptsLostInFailover: hooks.LostInFailover,
 		Takeovers:              takeovers.Takeovers,
 		FalseTakeovers:         takeovers.False,
+		HandedBack:             handedBack,
 	}
 }
 
@@ -193,10 +201,10 @@ func check(in checkInput) verdict {
 // numbers, with the failover's losses when it ran one.
 func (v verdict) summaryLine(seed uint64, jobs, faults int, failover string, enqueuesLost int) string {
 	s := fmt.Sprintf("seed=%d jobs=%d faults=%d double_refunds=%d lost=%d stale_writes_accepted=%d unobserved_late_success=%d "+
-		"takeovers=%d false_takeovers=%d webhooks_delivered=%d webhook_observations=%d expedited=%d webhook_receipts_lost=%d "+
-		"duplicate_receipts=%d", seed, jobs, faults, v.DoubleRefunds, v.Lost, v.StaleWritesAccepted, v.UnobservedLateSuccess,
-		v.Takeovers, v.FalseTakeovers, v.WebhooksDelivered, v.WebhookObservations, v.Expedited, v.ReceiptsLost,
-		v.DuplicateReceipts)
+		"takeovers=%d false_takeovers=%d handed_back=%d webhooks_delivered=%d webhook_observations=%d expedited=%d "+
+		"webhook_receipts_lost=%d duplicate_receipts=%d", seed, jobs, faults, v.DoubleRefunds, v.Lost, v.StaleWritesAccepted,
+		v.UnobservedLateSuccess, v.Takeovers, v.FalseTakeovers, v.HandedBack, v.WebhooksDelivered, v.WebhookObservations,
+		v.Expedited, v.ReceiptsLost, v.DuplicateReceipts)
 	if failover != "" {
 		s += fmt.Sprintf(" failover=%s grants_lost_in_failover=%d writes_lost_in_failover=%d enqueues_lost_in_failover=%d "+
 			"receipts_lost_in_failover=%d", failover, v.GrantsLost, v.WritesLost, enqueuesLost, v.ReceiptsLostInFailover)
@@ -829,16 +837,24 @@ func workerObservations(obs []observationRow) []observationRow {
 // checkReceiptsChangeNoState is invariant 8 (R15, R28, R29): evidence moves
 // work, never state. In each history (walkHistory) every expedite took a
 // ready job to ready, due to reconcile, under the attempt of the event
-// before it and holding no grant; a resolution holds no grant; and, where
-// the history keeps grants (R25), every claim and takeover minted one. With
-// invariant 3 (no kind of event but these) and invariant 7 (every holder's
-// write-back under the grant of its attempt), every change of a job is a
-// claim, a takeover, its holder's fenced write or a person's resolution.
-// expedites counts the expedited events (the summary's expedited).
-func checkReceiptsChangeNoState(db dbState, x *checkFacts) (i8 *invariant, expedites int) {
-	i8 = &invariant{N: 8, Name: "no receipt changed a job: only claims, takeovers, holders' fenced write-backs and " +
-		"people's resolutions did; an expedite only made a ready job due (R15, R28, R29)"}
-	claims, takeovers, writes, resolutions, byWebhook := 0, 0, 0, 0, 0
+// before it and holding no grant; a resolution holds no grant; a
+// coordinator's hand-back of a grant it could not deliver is a fenced
+// write like the holder's own, under the grant's attempt and token, in the
+// holder's name, making the job ready with the grant's next action; and,
+// where the history keeps grants (R25), every claim and takeover minted
+// one. With invariant 3 (no kind of event but these) and invariant 7 (every
+// holder's write-back under the grant of its attempt), every change of a
+// job is a claim, a takeover, its holder's fenced write (or the
+// coordinator's hand-back in its name) or a person's resolution. expedites
+// counts the expedited events (the summary's expedited), handedBack the
+// hand-backs (handed_back); those of a grant its holder logged are listed:
+// gRPC cannot rule out that a grant it handed to the transport just before
+// a cut reached the worker, whose token the hand-back ended (R25).
+func checkReceiptsChangeNoState(db dbState, grants []grantLog, x *checkFacts) (i8 *invariant, expedites, handedBack int) {
+	i8 = &invariant{N: 8, Name: "no receipt changed a job: only claims, takeovers, holders' fenced write-backs (or the " +
+		"coordinators' hand-backs of grants they could not deliver) and people's resolutions did; an expedite only made a " +
+		"ready job due (R15, R28, R29)"}
+	claims, takeovers, writes, resolutions, byWebhook, seen := 0, 0, 0, 0, 0, 0
 	for _, w := range x.walked {
 		claims += w.h.claims
 		takeovers += w.h.takeovers
@@ -846,8 +862,19 @@ func checkReceiptsChangeNoState(db dbState, x *checkFacts) (i8 *invariant, exped
 		resolutions += w.h.resolutions
 		expedites += w.h.expedites
 		byWebhook += w.h.webhookExpedites
+		handedBack += len(w.h.handBacks)
 		for _, p := range w.h.evidenceProblems {
 			i8.fail("job %d (%s): %s%s", w.job.ID, w.job.Key, p, x.historyOf(w.job))
+		}
+		for _, e := range w.h.handBacks {
+			if g := slices.IndexFunc(grants, func(g grantLog) bool {
+				return g.Worker == e.WorkerID && g.Attempt == e.Attempt && x.jobOf(g.Key, g.JobID).ID == w.job.ID
+			}); g >= 0 {
+				seen++
+				i8.note("job %d (%s): hand-back %d (%q) of attempt %d, a grant %s had logged at %s: it may have reached "+
+					"the worker before the cut; the hand-back ended its token (R25)", w.job.ID, w.job.Key, e.ID, e.Reason,
+					e.Attempt, e.WorkerID, grants[g].Seen.Format("15:04:05.000"))
+			}
 		}
 	}
 	if db.Tokens {
@@ -866,8 +893,10 @@ func checkReceiptsChangeNoState(db dbState, x *checkFacts) (i8 *invariant, exped
 	if db.Tokens {
 		i8.Summary += " each minting a grant"
 	}
-	i8.Summary += fmt.Sprintf(", %d holders' write-backs under their grants (invariant 7), %d resolutions", writes, resolutions)
-	return i8, expedites
+	i8.Summary += fmt.Sprintf(", %d holders' write-backs under their grants (invariant 7; %d of them the coordinators' "+
+		"hand-backs of grants they could not deliver, %d of grants their holder had logged), %d resolutions", writes,
+		handedBack, seen, resolutions)
+	return i8, expedites, handedBack
 }
 
 // webhookTally is what invariant 9 counts for the verdict.
@@ -1228,20 +1257,29 @@ type impairment struct {
 // (they may then succeed late, logging nothing); a fast failure fails them
 // at once, and the worker logs each failed renewal or write-back (a commit
 // cut is neither: it cuts at most four COMMITs, and a renewal it fails is
-// repeated at once).
+// repeated at once). A stream cut is a fast failure: the renewal in flight
+// is answered UNAVAILABLE and repeated, and so is every renewal while the
+// worker cannot connect again (R27).
 var (
 	stallOutages    = map[string]bool{string(faultDBLatency): true, string(faultDBBlackhole): true, string(faultDBFailover): true}
-	fastFailOutages = map[string]bool{"coordinator down": true, string(faultDBDown): true, string(faultDBReset): true}
+	fastFailOutages = map[string]bool{"coordinator down": true, string(faultDBDown): true, string(faultDBReset): true,
+		string(faultCoordinatorStreamCut): true}
 )
+
+// streamEndSlack is how long after a grant was made its holder's log may
+// show its worker stream ending and the grant still have been on its way
+// (lost with the stream): the coordinator sends a grant the moment it
+// commits, so the stream ended before it could arrive.
+const streamEndSlack = time.Second
 
 // impairmentsOf lists what kept a worker's renewals from the database, in
 // order of start: every freeze, its end (a kill or the stop) on, a stall of
 // its replica's database or of every replica's (a failover), and a fast
-// failure of its coordinator or its replica's database while its log shows
-// a renewal or a write-back failing (a holder that tried nothing during
-// the outage lost nothing to it). Each lasts, beyond its end, for as long
-// as the log shows such calls failing within a lease of it (failures, its
-// failed calls, sorted).
+// failure of its coordinator, of its connections to it (a stream cut) or of
+// its replica's database while its log shows a renewal or a write-back
+// failing (a holder that tried nothing during the outage lost nothing to
+// it). Each lasts, beyond its end, for as long as the log shows such calls
+// failing within a lease of it (failures, its failed calls, sorted).
 func impairmentsOf(wf workerFacts, outages []outage, failures []time.Time, lease time.Duration) []impairment {
 	var out []impairment
 	for _, sp := range wf.Frozen {
@@ -1258,6 +1296,8 @@ func impairmentsOf(wf workerFacts, outages []outage, failures []time.Time, lease
 		switch {
 		case o.What == "coordinator down":
 			why = "coordinator-down"
+		case o.What == string(faultCoordinatorStreamCut):
+			why = "stream-cut"
 		case o.Replica == "":
 			why = "failover"
 		}
@@ -1299,15 +1339,21 @@ func impairmentsOf(wf workerFacts, outages []outage, failures []time.Time, lease
 // takeover of the attempt before) whose holder renews must fall in such a
 // window of an impairment of the holder (impairmentsOf): frozen, killed or
 // stopped, its replica's database stalled (db-latency, db-blackhole) or
-// failing over, or its coordinator down or its replica's database refusing
-// (db-down, db-reset) while its log shows renewals or write-backs failing.
-// Or the takeover came after the holder let the grant go (its log shows
-// the write-back's outcome, a late answer or the grant lost, before the
-// takeover), or took a grant its holder never learnt of (a claim whose
-// COMMIT's reply was lost grants nothing, R7). Anything else is a false
-// takeover: a live holder lost its job to the clock. Takeovers of workers
-// that do not renew are counted, not judged (R17 keeps their provider calls
-// inside the lease instead).
+// failing over, or its coordinator down, its connections to it cut
+// (coordinator-stream-cut: R27's renewals failing while it reconnects) or
+// its replica's database refusing (db-down, db-reset) while its log shows
+// renewals or write-backs failing. Or the takeover came after the holder
+// let the grant go (its log shows the write-back's outcome, a late answer
+// or the grant lost, before the takeover), or took a grant its holder
+// never learnt of: a claim whose COMMIT's reply was lost grants nothing
+// (R7), and a grant the coordinator had written to a worker stream that
+// ended before it arrived (a cut, a dying coordinator: the holder's log
+// shows its stream ending as the grant was made) is as lost, the
+// coordinator handing back only what it could not write; its lease runs
+// out into a takeover (R6). Anything else is a false takeover: a live
+// holder lost its job to the clock. Takeovers of workers that do not renew
+// are counted, not judged (R17 keeps their provider calls inside the lease
+// instead).
 func checkNoFalseTakeover(in checkInput, x *checkFacts) (i10 *invariant, t takeoverTally) {
 	i10 = &invariant{N: 10, Name: "no live worker that renews its leases was taken over: each takeover of a renewing " +
 		"worker's grant came while a fault held it from renewing (R8, R27)"}
@@ -1415,7 +1461,16 @@ func checkNoFalseTakeover(in checkInput, x *checkFacts) (i10 *invariant, t takeo
 			if why == "" && !slices.ContainsFunc(in.Grants, func(g grantLog) bool {
 				return g.Worker == holder && g.Attempt == prev.Attempt && ofGrant(g.Key, g.JobID, g.Attempt, j)
 			}) {
+				// Nobody renews what nobody knows it holds (R7); one lost
+				// with its stream waited for its lease like a lost Claim
+				// answer (R6).
 				why = "grant-unknown-R7"
+				made := prev.At.Add(offset)
+				if slices.ContainsFunc(in.StreamEnds[holder], func(e time.Time) bool {
+					return !e.Before(made.Add(-takeoverSlackStart)) && !e.After(made.Add(streamEndSlack))
+				}) {
+					why = "grant-lost-with-stream-R6"
+				}
 			}
 			if why != "" {
 				excused[why]++

@@ -89,7 +89,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.settleTimeout, "settle-timeout", 90*time.Second,
 		"after the fault window, how long every job has to become final")
 	fs.StringVar(&c.faultsSpec, "faults", "all",
-		"fault kinds to draw from: all, or a comma-separated list of groups (worker, coordinator, db, provider) and kinds ("+
+		"fault kinds to draw from: all, or a comma-separated list of groups (worker, coordinator, db, provider, webhook) "+
+			"and kinds ("+
 			kindList()+")")
 	fs.IntVar(&c.nodeWorkers, "node-workers", 0,
 		"Node.js example workers (clients/node examples/refund-worker) to run besides the Go ones (0..8)")
@@ -123,11 +124,13 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: jobfence-chaos --mysql-dsn DSN [--duration D] [--seed S] [flags]\n"+
 			"       jobfence-chaos --failover async|semi-sync [--duration D] [--seed S] [flags]\n\n"+
-			"Runs the fake provider, coordinator replicas (each behind its own fault-injecting database proxy) and\n"+
-			"refundworker processes on loopback, injects faults drawn from the seed for --duration, heals, settles and\n"+
-			"checks that no refund was lost or made twice. Ends with one line:\n"+
+			"Runs the fake provider, coordinator replicas (each behind its own fault-injecting database proxy, its\n"+
+			"workers reaching it through another) and refundworker processes on loopback, injects faults drawn from\n"+
+			"the seed for --duration, heals, settles and checks that no refund was lost or made twice. Ends with one\n"+
+			"line:\n"+
 			"  seed=S jobs=N faults=F double_refunds=0 lost=0 stale_writes_accepted=0 unobserved_late_success=0 "+
-			"takeovers=T false_takeovers=0 webhooks_delivered=D webhook_observations=O expedited=E webhook_receipts_lost=0 "+
+			"takeovers=T false_takeovers=0 handed_back=H webhooks_delivered=D webhook_observations=O expedited=E "+
+			"webhook_receipts_lost=0 "+
 			"duplicate_receipts=0\n"+
 			"(with --failover followed by failover=MODE grants_lost_in_failover=N writes_lost_in_failover=W "+
 			"enqueues_lost_in_failover=E)\n"+

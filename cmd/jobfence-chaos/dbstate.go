@@ -34,6 +34,9 @@ type (
 		// On claimed and taken_over the new grant, on a holder's write-back
 		// the grant the writer carried.
 		Grant string
+		// Reason is the event's reason: a coordinator's hand-back of a
+		// grant it could not deliver says so there (handBackReasons).
+		Reason string
 		// At is created_at, on the database's clock (R12).
 		At time.Time
 	}
@@ -125,10 +128,10 @@ func readDB(ctx context.Context, db *sql.DB) (dbState, error) {
 		grant = "LOWER(HEX(LEFT(lease_token_hash, 6)))"
 	}
 	err = scanRows(ctx, tx, `SELECT id, job_id, attempt, kind, worker_id, from_state, to_state, next_action,
-  provider_refund_id, `+grant+`, created_at FROM refund_job_events ORDER BY id`, func(r *sql.Rows) error {
+  provider_refund_id, `+grant+`, reason, created_at FROM refund_job_events ORDER BY id`, func(r *sql.Rows) error {
 		var e eventRow
 		err := r.Scan(&e.ID, &e.JobID, &e.Attempt, &e.Kind, &e.WorkerID, &e.FromState, &e.ToState, &e.NextAction,
-			&e.ProviderRefundID, &e.Grant, &e.At)
+			&e.ProviderRefundID, &e.Grant, &e.Reason, &e.At)
 		st.Events = append(st.Events, e)
 		return err
 	})

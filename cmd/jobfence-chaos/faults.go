@@ -101,6 +101,8 @@ func (s *system) apply(ctx context.Context, f fault) (string, error) {
 		}
 		s.tl.printf("fault #%d end: %s restarted", f.N, r.name)
 		return "", nil
+	case faultCoordinatorStreamCut:
+		return s.applyStreamCut(ctx, f)
 	case faultDBReset, faultDBLatency, faultDBDown, faultDBBlackhole, faultDBCommitCut:
 		return s.applyDB(ctx, f)
 	case faultWebhookDelay, faultWebhookDuplicate, faultWebhookReorder, faultWebhookBadSignature,
@@ -139,7 +141,7 @@ func (s *system) applyWorker(ctx context.Context, f fault) (string, error) {
 		var rec map[string]any
 		if f.AfterRefund {
 			var skip string
-			if rec, skip = s.claimedRefund(ctx, p); skip != "" {
+			if _, rec, skip = s.claimedRefund(ctx, []*proc{p}); skip != "" {
 				return skip, nil
 			}
 		} else {
@@ -165,26 +167,30 @@ func (s *system) applyWorker(ctx context.Context, f fault) (string, error) {
 	return "", nil
 }
 
-// claimedRefund waits (up to 5 s, within the window) for p's next claim of
-// a job to refund and for the provider to log that job's refund, and
-// returns the claim's record.
-func (s *system) claimedRefund(ctx context.Context, p *proc) (map[string]any, string) {
+// claimedRefund waits (up to 5 s, within the window) for the next claim of
+// a job to refund by one of ps and for the provider to log that job's
+// refund, and returns the claiming process and its claim's record.
+func (s *system) claimedRefund(ctx context.Context, ps []*proc) (*proc, map[string]any, string) {
 	wait := min(5*time.Second, time.Until(deadlineOf(ctx)))
 	refunds := s.provider.recordCount()
-	rec, err := p.waitRecord(wait, p.recordCount(), func(r map[string]any) bool {
+	p, rec, err := waitAny(ps, wait, func(r map[string]any) bool {
 		action, _ := r["next_action"].(string)
 		return r["msg"] == "job claimed" && strings.EqualFold(action, "refund")
 	})
 	if err != nil {
-		return nil, "no claim to freeze in: " + err.Error()
+		names := make([]string, len(ps))
+		for i, p := range ps {
+			names[i] = p.name
+		}
+		return nil, nil, fmt.Sprintf("no claim of a refund to act on: %s: %v", strings.Join(names, ", "), err)
 	}
 	key, _ := rec["operation_key"].(string)
 	if _, err := s.provider.waitRecord(time.Second, refunds, func(r map[string]any) bool {
 		return r["msg"] == "refund created" && r["idempotency_key"] == key
 	}); err != nil {
-		return nil, fmt.Sprintf("the provider made no refund for %s within 1s", key)
+		return nil, nil, fmt.Sprintf("the provider made no refund for %s within 1s", key)
 	}
-	return rec, ""
+	return p, rec, ""
 }
 
 // applyZombie plays T1 with processes: the worker is frozen with the
@@ -199,7 +205,7 @@ func (s *system) applyZombie(ctx context.Context, f fault) (string, error) {
 	if zombie == nil || zombie.exited() {
 		return "worker not running", nil
 	}
-	rec, skip := s.claimedRefund(ctx, zombie)
+	_, rec, skip := s.claimedRefund(ctx, []*proc{zombie})
 	if skip != "" {
 		return skip, nil
 	}

@@ -10,25 +10,43 @@ import (
 type history struct {
 	claims, takeovers, writes   int
 	resolutions                 int
-	expedites, webhookExpedites int      // expedited events, and those a webhook's receipt made (R28)
-	attemptProblems             []string // invariant 3
-	staleWrites                 []string // invariant 4
-	grantProblems               []string // invariant 7
-	evidenceProblems            []string // invariant 8
+	expedites, webhookExpedites int        // expedited events, and those a webhook's receipt made (R28)
+	handBacks                   []eventRow // the coordinator's hand-backs of grants it could not deliver (of writes)
+	attemptProblems             []string   // invariant 3
+	staleWrites                 []string   // invariant 4
+	grantProblems               []string   // invariant 7
+	evidenceProblems            []string   // invariant 8
+}
+
+// handBackReasons begin the reason of a coordinator's hand-back: a grant it
+// committed and could not deliver, ended by a fenced Reschedule under the
+// grant's own attempt and token, due now, keeping its next action, in the
+// name of the grant's holder (docs/DESIGN.md, "The worker stream"): the
+// worker stream failed, was cut or closed before the grant went out
+// (server/stream.go), or a long-polled Claim's caller left before the
+// answer (dispatch).
+var handBackReasons = []string{"worker stream", "claim abandoned by its caller"}
+
+// isHandBack reports whether e is a coordinator's hand-back.
+func isHandBack(e eventRow) bool {
+	return e.Kind == "rescheduled" && slices.ContainsFunc(handBackReasons, func(p string) bool {
+		return strings.HasPrefix(e.Reason, p)
+	})
 }
 
 // walkHistory replays one job's events in id order: the attempt must start at
 // 0, step by exactly one on each claim or takeover and never go down; a
 // takeover sets next action reconcile (R6); each write-back must be made
 // under the attempt of the latest claim or takeover while the job was
-// running (the fence, R9); there is at most one completion and nothing
-// follows it; the row agrees with the end of its history (state, attempt,
-// next action, refund id) — a row changed without a history entry shows
-// there.
+// running (the fence, R9), a coordinator's hand-back too, which also names
+// the grant's holder, makes the job ready and keeps the grant's next action;
+// there is at most one completion and nothing follows it; the row agrees
+// with the end of its history (state, attempt, next action, refund id) — a
+// row changed without a history entry shows there.
 func walkHistory(j jobRow, evs []eventRow) history {
 	var h history
 	cur, maxAttempt := int64(0), int64(0)
-	curGrant := ""
+	curGrant, curHolder, curNext := "", "", ""
 	state := ""
 	completed := false
 	for n, e := range evs {
@@ -70,7 +88,7 @@ func walkHistory(j jobRow, evs []eventRow) history {
 				h.attemptProblems = append(h.attemptProblems, fmt.Sprintf("takeover %d with next action %q, not reconcile (R6)",
 					e.ID, e.NextAction))
 			}
-			cur, curGrant = e.Attempt, e.Grant
+			cur, curGrant, curHolder, curNext = e.Attempt, e.Grant, e.WorkerID, e.NextAction
 		case "completed", "rescheduled", "escalated":
 			h.writes++
 			if e.Attempt != cur || state != "running" {
@@ -80,6 +98,18 @@ func walkHistory(j jobRow, evs []eventRow) history {
 				// R25: the history keeps the grant the writer carried.
 				h.grantProblems = append(h.grantProblems, fmt.Sprintf("%s event %d under attempt %d carried grant %s, but "+
 					"the attempt's grant is %s", e.Kind, e.ID, e.Attempt, or(e.Grant, "(none)"), or(curGrant, "(none)")))
+			}
+			if isHandBack(e) {
+				// Fenced like the holder's own write (above), it ends a grant
+				// that never reached the holder, or may have (R25: its token
+				// writes nothing more): nothing but giving the job back.
+				h.handBacks = append(h.handBacks, e)
+				if e.WorkerID != curHolder || e.ToState != "ready" || e.NextAction != curNext {
+					h.evidenceProblems = append(h.evidenceProblems, fmt.Sprintf("hand-back %d (%q) under attempt %d names %s, "+
+						"takes the job to %s, next %s: a grant the coordinator could not deliver goes back in its holder's "+
+						"name (%s), to ready, keeping the grant's next action (%s)", e.ID, e.Reason, e.Attempt,
+						or(e.WorkerID, "(nobody)"), e.ToState, e.NextAction, or(curHolder, "(nobody)"), curNext))
+				}
 			}
 			completed = completed || e.Kind == "completed"
 		case "resolved":

@@ -5,11 +5,13 @@
 //	jobfence-chaos --mysql-dsn 'root@tcp(127.0.0.1:3306)/' --duration 1m --seed 42
 //
 // It creates a fresh database, starts the fake provider, two coordinator
-// replicas (each reaching MariaDB through its own in-process toxiproxy) and
-// several refundworker processes, enqueues refunds, and for --duration
-// injects faults drawn from --seed: frozen and killed workers, killed
-// coordinators, cut, delayed and blackholed database connections (COMMITs
-// included), provider hangs, provider calls longer than the lease (which
+// replicas (each reaching MariaDB through its own in-process toxiproxy, and
+// reached by its workers through another) and several refundworker
+// processes, enqueues refunds, and for --duration injects faults drawn from
+// --seed: frozen and killed workers, killed coordinators, the workers'
+// streams and calls to a coordinator cut mid-flight, cut, delayed and
+// blackholed database connections (COMMITs included), provider hangs,
+// provider calls longer than the lease (which
 // the patient workers wait out, renewing their leases), cut replies,
 // pending refunds, lookup lag and 503 bursts; the provider's Stripe-signed webhooks reach the coordinators'
 // --webhook-listen through a front spread over the replicas, delayed,
@@ -22,7 +24,8 @@
 // line of its output is
 //
 //	seed=S jobs=N faults=F double_refunds=0 lost=0 stale_writes_accepted=0 unobserved_late_success=0
-//	  takeovers=T false_takeovers=0 webhooks_delivered=D webhook_observations=O expedited=E webhook_receipts_lost=0 duplicate_receipts=0
+//	  takeovers=T false_takeovers=0 handed_back=H webhooks_delivered=D webhook_observations=O expedited=E
+//	  webhook_receipts_lost=0 duplicate_receipts=0
 //
 // (one line), and the exit status is 1 when an invariant failed. The same seed and
 // flags replay the same fault plan. Every flag falls back to an environment

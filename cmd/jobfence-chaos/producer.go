@@ -125,7 +125,9 @@ func (s *system) enqueue(ctx context.Context, clients []*jobfence.Client, n int,
 			var job jobfence.Job
 			var created bool
 			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			job, created, err = clients[(n+try)%len(clients)].EnqueueRefund(cctx, jobfence.EnqueueRequest{
+			replica := (n + try) % len(clients)
+			s.enqueueCues.fire(replica, sp.Key)
+			job, created, err = clients[replica].EnqueueRefund(cctx, jobfence.EnqueueRequest{
 				OperationKey: sp.Key, OrderID: sp.Order, PaymentID: sp.Payment,
 				AmountMinor: sp.AmountMinor, Currency: "EUR", Provider: providerName,
 			})

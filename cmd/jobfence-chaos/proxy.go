@@ -14,11 +14,15 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// dbProxy is one coordinator replica's own way to MariaDB: an in-process
-// toxiproxy listener on loopback whose connections the campaign delays, cuts
-// and blackholes. Its address never changes, so a restarted coordinator finds
-// it with the same flags.
-type dbProxy struct {
+// tcpProxy is an in-process toxiproxy listener on loopback in front of one
+// upstream, whose connections the campaign delays, cuts and blackholes. The
+// campaign runs two per replica: the replica's own way to MariaDB (every
+// database fault, the failover's repoint), and its workers' way to the
+// coordinator (the worker front, which a coordinator-stream-cut takes Down
+// and Up: every worker stream and call on it cut, the coordinator left
+// running). Its address never changes, so a restarted coordinator or worker
+// finds it with the same flags.
+type tcpProxy struct {
 	name  string
 	proxy *toxiproxy.Proxy
 
@@ -33,22 +37,22 @@ var toxiServer = sync.OnceValue(func() *toxiproxy.ApiServer {
 	return toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
 })
 
-// newDBProxy starts a proxy on a free loopback port in front of upstream.
+// newTCPProxy starts a proxy on a free loopback port in front of upstream.
 // Errors: the listener could not be opened.
-func newDBProxy(name, upstream string) (*dbProxy, error) {
+func newTCPProxy(name, upstream string) (*tcpProxy, error) {
 	p := toxiproxy.NewProxy(toxiServer(), name, "127.0.0.1:0", upstream)
 	if err := p.Start(); err != nil {
 		return nil, fmt.Errorf("proxy %s: %w", name, err)
 	}
-	return &dbProxy{name: name, proxy: p, toxics: map[string]bool{}}, nil
+	return &tcpProxy{name: name, proxy: p, toxics: map[string]bool{}}, nil
 }
 
 // Addr is the proxy's listen address, the same across Down/Up.
-func (d *dbProxy) Addr() string { return d.proxy.Listen }
+func (d *tcpProxy) Addr() string { return d.proxy.Listen }
 
 // addToxic adds a toxic (toxiproxy's JSON shape) under name. Errors: a bad
 // toxic, or one by that name already there.
-func (d *dbProxy) addToxic(name, typ, stream string, attrs any) error {
+func (d *tcpProxy) addToxic(name, typ, stream string, attrs any) error {
 	body, err := json.Marshal(map[string]any{
 		"name": name, "type": typ, "stream": stream, "toxicity": 1.0, "attributes": attrs,
 	})
@@ -65,7 +69,7 @@ func (d *dbProxy) addToxic(name, typ, stream string, attrs any) error {
 }
 
 // removeToxic removes the named toxic; a missing one is no error.
-func (d *dbProxy) removeToxic(name string) {
+func (d *tcpProxy) removeToxic(name string) {
 	d.mu.Lock()
 	had := d.toxics[name]
 	delete(d.toxics, name)
@@ -77,7 +81,7 @@ func (d *dbProxy) removeToxic(name string) {
 
 // Down closes the listener and every connection through it: new connections
 // are refused until Up.
-func (d *dbProxy) Down() {
+func (d *tcpProxy) Down() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.down = true
@@ -86,7 +90,7 @@ func (d *dbProxy) Down() {
 
 // Up opens the listener again on the same address. Errors: the port could not
 // be bound again.
-func (d *dbProxy) Up() error {
+func (d *tcpProxy) Up() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if !d.down {
@@ -104,7 +108,7 @@ func (d *dbProxy) Up() error {
 // open connection (to the old server) is cut, and new ones reach upstream.
 // A proxy that is down (a db-down fault) stays down and reaches upstream
 // once Up. Toxics stay in place. Errors: the port could not be bound again.
-func (d *dbProxy) Repoint(upstream string) error {
+func (d *tcpProxy) Repoint(upstream string) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	// Stop waits until the accept loop has ended, so that no goroutine reads
@@ -121,7 +125,7 @@ func (d *dbProxy) Repoint(upstream string) error {
 }
 
 // Heal removes every toxic and brings the listener back.
-func (d *dbProxy) Heal() error {
+func (d *tcpProxy) Heal() error {
 	d.mu.Lock()
 	names := make([]string, 0, len(d.toxics))
 	for n := range d.toxics {
@@ -135,7 +139,7 @@ func (d *dbProxy) Heal() error {
 }
 
 // Close stops the proxy for good.
-func (d *dbProxy) Close() { d.proxy.Stop() }
+func (d *tcpProxy) Close() { d.proxy.Stop() }
 
 // commitCutType is the toxic type name of commitCut.
 const commitCutType = "jobfence_commit_cut"
@@ -186,7 +190,7 @@ func (t *commitCut) Pipe(stub *toxics.ToxicStub) {
 }
 
 // cuts returns how many COMMITs the named commitCut toxic has cut.
-func (d *dbProxy) cuts(name string) int64 {
+func (d *tcpProxy) cuts(name string) int64 {
 	w := d.proxy.Toxics.GetToxic(name)
 	if w == nil {
 		return 0

@@ -27,8 +27,14 @@ const (
 	// worker is held frozen in turn, so the zombie's write-back meets a job
 	// still running under the newer attempt.
 	faultWorkerZombie faultKind = "worker-zombie"
-	// Coordinators: killed and restarted with the same flags.
-	faultCoordinatorKill faultKind = "coordinator-kill"
+	// Coordinators: killed and restarted with the same flags; or left
+	// running while every connection of its workers is cut (their worker
+	// streams and unary calls, mid-flight: a grant being sent, a
+	// write-back between its COMMIT and its reply), new ones refused for a
+	// moment, as a load balancer or a NAT in front of it that drops its
+	// connections would.
+	faultCoordinatorKill      faultKind = "coordinator-kill"
+	faultCoordinatorStreamCut faultKind = "coordinator-stream-cut"
 	// One replica's database connections: cut when data next flows (a reply
 	// or a request lost, COMMITs included), delayed, refused, blackholed,
 	// or cut exactly at a COMMIT.
@@ -72,7 +78,7 @@ const (
 // faultGroups maps the group names of --faults to their kinds.
 var faultGroups = map[string][]faultKind{
 	"worker":      {faultWorkerStop, faultWorkerStopInJob, faultWorkerZombie, faultWorkerKill},
-	"coordinator": {faultCoordinatorKill},
+	"coordinator": {faultCoordinatorKill, faultCoordinatorStreamCut},
 	"db":          {faultDBReset, faultDBLatency, faultDBDown, faultDBBlackhole, faultDBCommitCut},
 	"provider": {faultProviderHangBefore, faultProviderHangAfter, faultProviderCutReply, faultProviderPending,
 		faultProviderLookupLag, faultProviderErrors, faultProviderFail, faultProviderSlow},
@@ -133,7 +139,7 @@ type fault struct {
 	N      int           // its number in the campaign, from 1, in order of At
 	At     time.Duration // when it starts, from the start of the fault window
 	Kind   faultKind
-	Target string // worker-N, replica-X, replica-X-db, provider, provider-slow, provider-webhooks or database
+	Target string // worker-N, replica-X, replica-X-workers, replica-X-db, provider, provider-slow, provider-webhooks or database
 	Slot   int    // worker slot or replica index
 	For    time.Duration
 
@@ -142,8 +148,9 @@ type fault struct {
 	Deliver         bool          // db-commit-cut: COMMIT reaches the server before the cut
 	Stream          string        // db-reset, db-blackhole: "downstream" (replies) or "upstream" (requests)
 	Amount          time.Duration // provider hang, pending time or lookup lag; webhook-delay's hold
-	Delay           time.Duration // worker-stop-in-job: from the claim's log record to SIGSTOP
-	AfterRefund     bool          // worker-stop-in-job: SIGSTOP when the provider logs the claimed job's refund
+	Delay           time.Duration // worker-stop-in-job: from the claim's log record to SIGSTOP; coordinator-stream-cut: from its cue to the cut
+	AfterRefund     bool          // worker-stop-in-job: SIGSTOP when the provider logs the claimed job's refund; coordinator-stream-cut: cut then
+	AtEnqueue       bool          // coordinator-stream-cut: cut Delay after the producer sends an enqueue through the replica
 	Hold            time.Duration // worker-zombie: how long the new holder stays frozen after the zombie wakes
 	Lag             time.Duration // provider-cut-reply, provider-hang-after: lookup lag of the refunds made
 	Mode            string        // db-failover: async or semi-sync
@@ -191,6 +198,16 @@ func (f fault) String() string {
 		s += fmt.Sprintf(" SIGKILL, replacement after %s", round(f.For))
 	case faultCoordinatorKill:
 		s += fmt.Sprintf(" SIGKILL, restart after %s", round(f.For))
+	case faultCoordinatorStreamCut:
+		s += fmt.Sprintf(" %s's worker connections cut (streams and calls)", replicaName(f.Slot))
+		switch {
+		case f.AfterRefund:
+			s += fmt.Sprintf(" %s after the provider makes the refund of a job one of them claimed (its write-back in flight)",
+				round(f.Delay))
+		case f.AtEnqueue:
+			s += fmt.Sprintf(" %s after the producer sends an enqueue through it (its job's grant in flight)", round(f.Delay))
+		}
+		s += fmt.Sprintf(", new ones refused for %s", round(f.For))
 	case faultDBReset:
 		s += fmt.Sprintf(" reset_peer %s for %s", f.Stream, round(f.For))
 	case faultDBLatency:
@@ -289,10 +306,10 @@ type weighted struct {
 }
 
 // plan draws the campaign's faults from seed: one lane per worker slot, per
-// replica (process), per replica's database proxy and one for the provider,
-// each with its own random stream (seeded by the seed and the target's
-// name), so that the plan of one lane does not change when another target is
-// added. Faults are numbered in order of At.
+// replica (process), per replica's worker front, per replica's database
+// proxy and one for the provider, each with its own random stream (seeded
+// by the seed and the target's name), so that the plan of one lane does not
+// change when another target is added. Faults are numbered in order of At.
 func plan(seed uint64, p planParams) []fault {
 	var lanes []lane
 	for i := range p.Workers {
@@ -304,6 +321,13 @@ func plan(seed uint64, p planParams) []fault {
 		lanes = append(lanes, lane{target: replicaName(i), slot: i,
 			gap:   [2]time.Duration{8 * time.Second, 20 * time.Second},
 			kinds: []weighted{{faultCoordinatorKill, 1}}})
+	}
+	for i := range p.Replicas {
+		// A lane of its own, so that the coordinator lane's plan is what it
+		// was before the worker streams.
+		lanes = append(lanes, lane{target: replicaName(i) + workersTargetSuffix, slot: i,
+			gap:   [2]time.Duration{8 * time.Second, 20 * time.Second},
+			kinds: []weighted{{faultCoordinatorStreamCut, 1}}})
 	}
 	for i := range p.Replicas {
 		lanes = append(lanes, lane{target: replicaName(i) + "-db", slot: i,
@@ -418,6 +442,28 @@ func draw(kind faultKind, rng *rand.Rand, uniform func(lo, hi time.Duration) tim
 		f.For = uniform(300*time.Millisecond, 2*time.Second)
 	case faultCoordinatorKill:
 		f.For = uniform(300*time.Millisecond, 3*time.Second)
+	case faultCoordinatorStreamCut:
+		// A third of them a few milliseconds after the provider made the
+		// refund of a job a worker of the replica claimed: its Complete
+		// before, in or after its COMMIT, or its reply on the way back
+		// (R10, R21). A third as the producer enqueues through the
+		// replica, which may hand the new job to a waiting stream in the
+		// enqueue's own transaction: the grant committed and cut on its
+		// way (handed back, or lost with the stream: R6, R7). A third take
+		// new connections again almost at once (the workers reconnect
+		// through their backoff); the others refuse them for 0.5–2 s,
+		// their renewals failing meanwhile (R27).
+		switch rng.IntN(3) {
+		case 1:
+			f.AfterRefund, f.Delay = true, uniform(0, 5*time.Millisecond)
+		case 2:
+			f.AtEnqueue, f.Delay = true, uniform(0, 10*time.Millisecond)
+		}
+		if rng.IntN(3) == 0 {
+			f.For = uniform(20*time.Millisecond, 100*time.Millisecond)
+		} else {
+			f.For = uniform(500*time.Millisecond, 2*time.Second)
+		}
 	case faultDBReset:
 		f.Stream = stream()
 		f.For = uniform(100*time.Millisecond, 1500*time.Millisecond)
@@ -492,6 +538,10 @@ const slowTarget = "provider-slow"
 
 // webhookTarget is the lane of the webhook faults.
 const webhookTarget = "provider-webhooks"
+
+// workersTargetSuffix names the lane of a replica's worker front
+// (coordinator-stream-cut): replica-a-workers.
+const workersTargetSuffix = "-workers"
 
 // failoverTarget is the lane of the db-failover fault.
 const failoverTarget = "database"

@@ -89,12 +89,18 @@ func (t *timeline) printf(format string, args ...any) {
 	fmt.Fprintf(t.w, "[%7.3fs] %s\n", time.Since(t.start).Seconds(), fmt.Sprintf(format, args...))
 }
 
-// replica is one coordinator process and its own proxy to MariaDB.
+// replica is one coordinator process, its own proxy to MariaDB and its
+// workers' front.
 type replica struct {
 	idx    int
 	name   string
-	listen string // fixed, so that workers and restarts find it
-	proxy  *dbProxy
+	listen string // fixed, so that the front, the producer and restarts find it
+	proxy  *tcpProxy
+	// workerFront is the one way its workers reach it (their
+	// --coordinator): a proxy in front of listen, whose connections a
+	// coordinator-stream-cut cuts. The producer, the failover's probes and
+	// the webhook front go to the coordinator directly.
+	workerFront *tcpProxy
 	// webhookListen is its --webhook-listen, fixed like listen, so that
 	// the webhook front finds a restarted coordinator; "" without webhooks.
 	webhookListen string
@@ -203,6 +209,10 @@ type system struct {
 
 	// COMMITs cut by db-commit-cut faults, after and before reaching the server.
 	cutsDelivered, cutsDropped atomic.Int64
+	// What the coordinator-stream-cut faults did, and the producer's
+	// enqueues they may wait for.
+	cuts        streamCutTally
+	enqueueCues enqueueCues
 
 	// checkDB is the campaign's own handle on its database, for the settle
 	// loop and the checks; a failover moves it to the promoted replica.
@@ -376,7 +386,7 @@ func (s *system) startWorker(w *workerSlot) error {
 	}
 	w.mu.Unlock()
 	args := []string{
-		"--coordinator", w.replica.listen,
+		"--coordinator", w.replica.workerFront.Addr(),
 		"--provider", s.providerURL,
 		"--provider-name", providerName,
 		"--worker-id", id,
@@ -463,6 +473,9 @@ func (s *system) heal(ctx context.Context) error {
 		if err := r.proxy.Heal(); err != nil {
 			errs = append(errs, err)
 		}
+		if err := r.workerFront.Heal(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	for _, w := range s.workers {
 		if p := w.current(); p != nil && !p.exited() && p.stopped.Load() {
@@ -536,8 +549,10 @@ func (s *system) close() {
 		p.kill()
 	}
 	for _, r := range s.replicas {
-		if r.proxy != nil {
-			r.proxy.Close()
+		for _, px := range []*tcpProxy{r.proxy, r.workerFront} {
+			if px != nil {
+				px.Close()
+			}
 		}
 	}
 	s.front.close()

@@ -118,6 +118,19 @@ type (
 		Error    string // why it was not filed
 		Seen     time.Time
 	}
+	// streamEndedLine is a worker stream that ended with an error (its
+	// coordinator gone, draining or cut off), which the worker opens again:
+	// a claim failure, since the stream is how it takes its grants. A grant
+	// the coordinator had written to it just before is lost with it (R7's
+	// "no job" from the worker's side; its lease runs out into a takeover,
+	// R6). Every SDK's "worker stream ended; opening it again", with the
+	// error (the Node.js one's also without, at info, for a stream the
+	// coordinator ended cleanly). It names no job.
+	streamEndedLine struct {
+		jobRef
+		Error string
+		Seen  time.Time
+	}
 	// keyLine is any other line that names a job by operation key: it names
 	// the job of the attempt's later lines that lack the key.
 	keyLine struct{ jobRef }
@@ -161,7 +174,8 @@ const (
 	msgGrantLostJS   = "grant lost: the provider call is cancelled and nothing new is sent (R27)"
 	msgRenewFailedGo = "lease renewal failed; trying again soon"
 	msgRenewFailedJS = "lease renewal failed; tried again sooner, nothing aborted (R27)"
-	msgRepeatingGo   = "jobfence: repeating call" // with the method, of grantCalls
+	msgRepeatingGo   = "jobfence: repeating call"              // with the method, of grantCalls
+	msgStreamEnded   = "worker stream ended; opening it again" // every SDK's
 )
 
 // grantCalls are the methods of the calls about a held grant: a renewal,
@@ -210,6 +224,8 @@ func parseWorkerLine(r map[string]any) workerLine {
 			return callFailedLine{Seen: seenAt(r)}
 		}
 		return nil
+	case msgStreamEnded:
+		return streamEndedLine{Error: str(r["error"]), Seen: seenAt(r)}
 	case msgObservedFiled, msgNotFiledGo, msgNotFiledJS, msgNotFiled, msgNotSpooledGo, msgSpooled, msgRefiled, msgDroppedGo:
 		// The Python worker drops a spooled receipt with the line of a
 		// filing that failed, marked dropped_from_spool.
@@ -476,7 +492,8 @@ func releasesOf(l workerLog) (out []release, callFailures []time.Time) {
 
 // addWorkerLog adds what the checks read from one worker's log to the input:
 // its kind, its receipts and fence rejections, its accepted write-backs, its grants,
-// the grants it let go and its failed calls about them.
+// the grants it let go, its failed calls about them and the ends of its
+// worker streams.
 func (in *checkInput) addWorkerLog(l workerLog) {
 	if in.Kinds == nil {
 		in.Kinds = map[string]workerKind{}
@@ -494,6 +511,16 @@ func (in *checkInput) addWorkerLog(l workerLog) {
 			in.CallFailures = map[string][]time.Time{}
 		}
 		in.CallFailures[l.Worker] = append(in.CallFailures[l.Worker], failures...)
+	}
+	for _, line := range l.Lines {
+		// A stream the coordinator ended cleanly (the Node.js worker logs
+		// it without an error) lost no grant: it was answered in full.
+		if e, ok := line.(streamEndedLine); ok && e.Error != "" {
+			if in.StreamEnds == nil {
+				in.StreamEnds = map[string][]time.Time{}
+			}
+			in.StreamEnds[l.Worker] = append(in.StreamEnds[l.Worker], e.Seen)
+		}
 	}
 }
 
