@@ -49,6 +49,20 @@
 // observations when it is fenced off (R15), never acts on a failed claim
 // (R7), and drains on shutdown (rolling deploys).
 //
+// # The worker stream
+//
+// By default the Worker opens one stream to the coordinator (Work) instead
+// of polling with Claim: it announces its free slots as credits, and the
+// coordinator pushes grants as they come, at once when a job is enqueued on
+// the same coordinator, never more than the credits it holds (R18). The
+// Worker's write-backs, renewals and receipts go on the same stream and are
+// answered exactly as the unary calls, so errors decode to the same types;
+// a call cut with its stream is repeated (R21), on the next stream or as a
+// unary call. A stream that ends is opened again with every free slot. On
+// shutdown the Worker half-closes it: the coordinator grants no more, and
+// the jobs still running write back with unary calls. Against a coordinator
+// without Work, or with WorkerOptions.NoStream, it claims with Claim.
+//
 // # Lease renewal
 //
 // While a handler runs, the Worker renews the job's lease at about a third
