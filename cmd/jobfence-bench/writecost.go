@@ -39,6 +39,12 @@ var writeCostVariants = []writeCostVariant{
 	{name: "baseline_again"},
 }
 
+// writeCostCounters are what scenario W counts per job besides CPU: the
+// redo log bytes, buffer pool page writes and handler row operations, which
+// do not depend on how busy the machine is.
+var writeCostCounters = []string{"Innodb_os_log_written", "Innodb_buffer_pool_write_requests",
+	"Handler_write", "Handler_update", "Handler_read_key"}
+
 // writeCostRounds is how many times scenario W drains each variant.
 const writeCostRounds = 3
 
@@ -79,6 +85,7 @@ func (b *bench) writeCosts(ctx context.Context) error {
 	// them instead of landing on one.
 	cpu := make([][]float64, len(writeCostVariants))
 	rate := make([][]float64, len(writeCostVariants))
+	work := make([][]float64, len(writeCostVariants)) // writeCostCounters per job, first round
 	for round := range writeCostRounds {
 		for i, v := range writeCostVariants {
 			tag := fmt.Sprintf("w%d-%d", round, i)
@@ -90,13 +97,27 @@ func (b *bench) writeCosts(ctx context.Context) error {
 			}
 			b.logf("write costs, round %d, %s: draining %d jobs in shared transactions, batch %d", round+1, v.name,
 				b.cfg.backlog, batch)
+			before, err := b.readStatus(ctx, writeCostCounters...)
+			if err != nil {
+				return err
+			}
 			meter := startCPU(0, b.dbPID)
 			r, err := b.drain(ctx, tag, batch, batchedStoreDrainer{st: b.st})
 			if err != nil {
 				return fmt.Errorf("variant %s: %w", v.name, err)
 			}
 			perJob, _ := meter.perJob(r.jobs)
+			after, err := b.readStatus(ctx, writeCostCounters...)
+			if err != nil {
+				return err
+			}
 			cpu[i], rate[i] = append(cpu[i], perJob[1]), append(rate[i], r.rate())
+			if round == 0 {
+				work[i] = make([]float64, len(writeCostCounters))
+				for k, name := range writeCostCounters {
+					work[i][k] = after.perJob(before, name, r.jobs)
+				}
+			}
 			if err := b.alterIndexes(ctx, v.adds, v.drops); err != nil {
 				return fmt.Errorf("variant %s: restoring the schema: %w", v.name, err)
 			}
@@ -106,7 +127,10 @@ func (b *bench) writeCosts(ctx context.Context) error {
 	for i, v := range writeCostVariants {
 		b.summary("write_cost", "variant", v.name, "batch", batch, "rounds", writeCostRounds,
 			"jobs_per_s", num(medianOf(rate[i]), 0), "db_cpu_us_per_job", num(medianOf(cpu[i]), 1),
-			"db_cpu_us_per_job_each", quote(joinNums(cpu[i])), "over_baseline_us_per_job", num(medianOf(cpu[i])-base, 1))
+			"db_cpu_us_per_job_each", quote(joinNums(cpu[i])), "over_baseline_us_per_job", num(medianOf(cpu[i])-base, 1),
+			"redo_bytes_per_job", num(work[i][0], 0), "page_writes_per_job", num(work[i][1], 1),
+			"row_writes_per_job", num(work[i][2], 2), "row_updates_per_job", num(work[i][3], 2),
+			"key_reads_per_job", num(work[i][4], 1))
 	}
 	for _, t := range []struct{ table, cols, row string }{
 		{"refund_job_events", "job_id, attempt, kind, worker_id, from_state, to_state, next_action, created_at, lease_token_hash",
