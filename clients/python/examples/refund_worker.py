@@ -1,14 +1,19 @@
 #!/usr/bin/env python3
 """refund_worker: the example jobfence worker in Python.
 
-It claims refund jobs from a coordinator, refunds through the fake payment
+It takes refund jobs from a coordinator, refunds through the fake payment
 provider (the ``fakeprovider`` command, a Stripe-like refunds API) over HTTP,
 and writes each outcome back under the grant it was given, with this
 package's Worker::
 
     python3 examples/refund_worker.py --coordinator 127.0.0.1:50051 --provider http://127.0.0.1:8099
 
-It works jobs until SIGTERM or SIGINT, then stops claiming and drains the
+The jobs come on the worker stream: the coordinator pushes grants as slots
+free up, and the write-backs, renewals and receipts go on the same stream;
+--no-stream claims with Claim calls (--claim-wait, --poll-interval) and writes
+back with unary calls instead, as does a coordinator without the stream.
+
+It works jobs until SIGTERM or SIGINT, then stops taking jobs and drains the
 jobs in flight (a rolling deploy); a second signal acts as it would without
 the worker (SIGINT: KeyboardInterrupt, SIGTERM: the process ends). Its flags
 and environment variables are those of the Go and Node example workers
@@ -120,6 +125,9 @@ FLAGS: list[tuple[str, Callable[[str], Any], str, str]] = [
     ("lease", parse_duration, "30s", "lease to ask for (1s..15m); renewed while a job's provider calls run (R27)"),
     ("renew-interval", parse_duration, "0", "how often a running job's lease is renewed; 0: a third of the lease (R27)"),
     ("no-lease-renewal", parse_bool, "false", "never renew a lease: --lease must then outlast --provider-timeout (R17)"),
+    ("no-stream", parse_bool, "false", "claim with Claim calls (--claim-wait, --poll-interval) and write back with unary "
+                                       "calls instead of the worker stream, on which the coordinator pushes grants as "
+                                       "slots free up"),
     ("provider-timeout", parse_duration, "3s", "deadline of each provider call"),
     ("same-key-resends", parse_bool, "true", "the provider honours same-key, same-body resends inside its "
                                              "idempotency-key window (fakeprovider does); false: every \"no record\" "
@@ -127,8 +135,10 @@ FLAGS: list[tuple[str, Callable[[str], Any], str, str]] = [
     ("resend-margin", parse_duration, "5m", "no same-key resend is started closer than this to the resend deadline (R22)"),
     ("pending-delay", parse_duration, "30s", "when to reconcile a pending refund again (R4)"),
     ("unknown-delay", parse_duration, "5s", "when to reconcile after a provider call whose outcome is unknown (R14)"),
-    ("claim-wait", parse_duration, "10s", "long-poll each claim up to this long (0..60s); 0: poll every --poll-interval"),
-    ("poll-interval", parse_duration, "1s", "pause after a claim that found too little work (without --claim-wait)"),
+    ("claim-wait", parse_duration, "10s", "with --no-stream: long-poll each claim up to this long (0..60s); 0: poll "
+                                          "every --poll-interval"),
+    ("poll-interval", parse_duration, "1s", "with --no-stream: pause after a claim that found too little work (without "
+                                            "--claim-wait)"),
     ("drain-timeout", parse_duration, "30s", "on SIGTERM, how long jobs in flight may finish their provider call "
                                              "and write-back"),
     ("receipt-spool", str, "", "file keeping the receipts the coordinator could not take (R28), filed again before "
@@ -409,6 +419,7 @@ def main(argv: list[str]) -> int:
             provider_timeout=c.provider_timeout,
             policy=ProviderPolicy(same_key_resend_safe=c.same_key_resends, resend_margin=c.resend_margin,
                                   pending_delay=c.pending_delay, unknown_delay=c.unknown_delay),
+            no_stream=c.no_stream,
             claim_wait=c.claim_wait,
             poll_interval=c.poll_interval,
             drain_timeout=c.drain_timeout,
@@ -424,7 +435,7 @@ def main(argv: list[str]) -> int:
     log.info("refund-worker started", extra={
         "coordinator": c.coordinator, "provider": c.provider, "provider_name": c.provider_name,
         "concurrency": c.concurrency, "lease_s": c.lease, "provider_timeout_s": c.provider_timeout, "pid": os.getpid(),
-        "receipt_spool": worker.receipt_spool or "off",
+        "receipt_spool": worker.receipt_spool or "off", "stream": not c.no_stream,
     })
     drained = True
     try:

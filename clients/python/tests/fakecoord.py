@@ -2,16 +2,23 @@
 scripted answers: each method answers from a queue of responses and
 errors, records every request and its metadata, and sends errors the way
 the coordinator does, a google.rpc.Status with an ErrorInfo (and a
-BadRequest) in the grpc-status-details-bin trailer (R24)."""
+BadRequest) in the grpc-status-details-bin trailer (R24).
+
+The worker stream (Work) is served only with ``FakeCoordinator(stream=True)``;
+without it Work is UNIMPLEMENTED, as from a coordinator that predates it, and
+a Worker falls back to Claim calls. On a stream the calls answer from the
+same scripts as the unary calls, their errors as the WorkReply's serialized
+status; the test grants jobs and ends streams by hand (FakeStream)."""
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 from collections import defaultdict, deque
 from concurrent import futures
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import grpc
 
@@ -38,6 +45,15 @@ class Fail:
 
 
 @dataclass
+class Cut:
+    """On a worker stream: the call is taken and never answered, and the
+    stream ends with this code. As a unary answer, an error of that code."""
+
+    code: grpc.StatusCode = grpc.StatusCode.UNAVAILABLE
+    message: str = "stream cut"
+
+
+@dataclass
 class Sleep:
     """Answer after this many seconds (to run past the caller's deadline)."""
 
@@ -57,11 +73,68 @@ def status_details(f: Fail) -> bytes:
     return bytes(st.SerializeToString())
 
 
+_OK = object()  # a FakeStream's clean end
+
+
+class FakeStream:
+    """One worker stream as the fake serves it: every request the worker
+    sent (the WorkStart first), and what the test sends it."""
+
+    def __init__(self, metadata: dict[str, str]) -> None:
+        self.metadata = metadata
+        self.requests: list[pb.WorkRequest] = []
+        self.half_closed = threading.Event()  # the worker's request side ended
+        self.ended = threading.Event()
+        self._out: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._cv = threading.Condition()
+
+    @property
+    def start(self) -> pb.WorkStart:
+        return self.requests[0].start
+
+    def credits(self) -> list[int]:
+        """The credits given back, in order (WorkStart's not included)."""
+        with self._cv:
+            return [r.credit.credits for r in self.requests if r.WhichOneof("kind") == "credit"]
+
+    def calls(self) -> list[pb.WorkCall]:
+        with self._cv:
+            return [r.call for r in self.requests if r.WhichOneof("kind") == "call"]
+
+    def grant(self, *jobs: pb.ClaimedJob) -> None:
+        self._out.put(pb.WorkResponse(grant=pb.WorkGrant(jobs=jobs)))
+
+    def retry_after(self, seconds: float) -> None:
+        m = pb.WorkResponse()
+        m.retry_after.FromNanoseconds(int(seconds * 1e9))
+        self._out.put(m)
+
+    def end(self, code: Optional[grpc.StatusCode] = None, message: str = "scripted end") -> None:
+        """Ends the stream: cleanly, or with code."""
+        self._out.put(_OK if code is None else Cut(code, message))
+
+    def _got(self, r: pb.WorkRequest) -> None:
+        with self._cv:
+            self.requests.append(r)
+            self._cv.notify_all()
+
+    def wait_for(self, pred: Callable[[FakeStream], bool], what: str, timeout: float = 10) -> None:
+        with self._cv:
+            if not self._cv.wait_for(lambda: pred(self), timeout):
+                raise TimeoutError(f"no {what} within {timeout}s: {self.requests}")
+
+
 class FakeCoordinator:
-    def __init__(self) -> None:
+    def __init__(self, stream: bool = False) -> None:
         self.script: dict[str, deque[Any]] = defaultdict(deque)
         self.calls: dict[str, list[tuple[Any, dict[str, str]]]] = defaultdict(list)
+        self.via: dict[str, list[str]] = defaultdict(list)  # "unary" or "stream", by call
+        self.serve_stream = stream
+        self.streams: list[FakeStream] = []
+        #: What a stream does when the worker half-closes it: by default it ends cleanly.
+        self.on_half_close: Any = lambda st: st.end()
         self.lock = threading.Lock()
+        self._streams_cv = threading.Condition(self.lock)
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
         self.server.add_generic_rpc_handlers((_Handler(self),))
         self.port = self.server.add_insecure_port("127.0.0.1:0")
@@ -72,26 +145,88 @@ class FakeCoordinator:
         with self.lock:
             self.script[method].extend(answers)
 
-    def count(self, method: str) -> int:
+    def count(self, method: str, via: str = "") -> int:
+        """The calls of method; via "unary" or "stream": only those."""
         with self.lock:
-            return len(self.calls[method])
+            return len([v for v in self.via[method] if not via or v == via])
+
+    def stream(self, i: int, timeout: float = 10) -> FakeStream:
+        """The i-th worker stream (from 0), once its WorkStart came."""
+        with self._streams_cv:
+            if not self._streams_cv.wait_for(lambda: len(self.streams) > i and self.streams[i].requests, timeout):
+                raise TimeoutError(f"no worker stream {i} within {timeout}s ({len(self.streams)} opened)")
+            return self.streams[i]
 
     def stop(self) -> None:
         self.server.stop(0)
 
-    def handle(self, method: str, request: Any, context: grpc.ServicerContext) -> Any:
+    def _next(self, method: str, request: Any, md: dict[str, str], via: str) -> Any:
         with self.lock:
-            self.calls[method].append((request, {k: v for k, v in context.invocation_metadata()}))
+            self.calls[method].append((request, md))
+            self.via[method].append(via)
             nxt = self.script[method].popleft() if self.script[method] else None
         if isinstance(nxt, Sleep):
             time.sleep(nxt.seconds)
             nxt = nxt.then
+        if nxt is None:
+            nxt = getattr(pb, method + "Response")()
+        return nxt
+
+    def handle(self, method: str, request: Any, context: grpc.ServicerContext) -> Any:
+        nxt = self._next(method, request, {k: v for k, v in context.invocation_metadata()}, "unary")
+        if isinstance(nxt, Cut):
+            nxt = Fail(nxt.code, message=nxt.message)
         if isinstance(nxt, Fail):
             context.set_trailing_metadata((("grpc-status-details-bin", status_details(nxt)),))
             context.abort(nxt.code, nxt.message)
-        if nxt is None:
-            nxt = getattr(pb, method + "Response")() if method not in ("WhoAmI",) else pb.WhoAmIResponse()
         return nxt
+
+    def work(self, requests: Any, context: grpc.ServicerContext) -> Any:
+        """Serves one worker stream: a thread reads the worker's messages and
+        answers its calls from the scripts; this generator sends."""
+        st = FakeStream({k: v for k, v in context.invocation_metadata()})
+        with self._streams_cv:
+            self.streams.append(st)
+            self.calls["Work"].append((None, st.metadata))
+            self.via["Work"].append("stream")
+
+        def read() -> None:
+            try:
+                for r in requests:
+                    st._got(r)
+                    with self._streams_cv:
+                        self._streams_cv.notify_all()
+                    if r.WhichOneof("kind") != "call":
+                        continue
+                    kind = str(r.call.WhichOneof("call"))
+                    method = "".join(w.capitalize() for w in kind.split("_"))
+                    nxt = self._next(method, getattr(r.call, kind), st.metadata, "stream")
+                    if isinstance(nxt, Cut):
+                        st._out.put(nxt)
+                        return
+                    reply = pb.WorkReply(call_id=r.call.call_id)
+                    if isinstance(nxt, Fail):
+                        reply.error = status_details(nxt)
+                    else:
+                        getattr(reply, kind).CopyFrom(nxt)
+                    st._out.put(pb.WorkResponse(reply=reply))
+            except Exception:  # noqa: BLE001 - the stream was cancelled
+                st._out.put(_OK)
+                return
+            st.half_closed.set()
+            self.on_half_close(st)
+
+        threading.Thread(target=read, daemon=True).start()
+        try:
+            while True:
+                m = st._out.get()
+                if m is _OK:
+                    return
+                if isinstance(m, Cut):
+                    context.abort(m.code, m.message)
+                yield m
+        finally:
+            st.ended.set()
 
 
 class _Handler(grpc.GenericRpcHandler):
@@ -100,10 +235,19 @@ class _Handler(grpc.GenericRpcHandler):
 
     def service(self, details: Any) -> Optional[grpc.RpcMethodHandler]:
         name = details.method.rsplit("/", 1)[-1]
+        fake = self.fake
+        if name == "Work":
+            if not fake.serve_stream:
+                with fake.lock:
+                    fake.calls["Work"].append((None, {}))
+                    fake.via["Work"].append("unimplemented")
+                return None  # UNIMPLEMENTED: a coordinator without the worker stream
+            return grpc.stream_stream_rpc_method_handler(
+                fake.work, request_deserializer=pb.WorkRequest.FromString,
+                response_serializer=lambda m: m.SerializeToString())
         if name not in METHODS:
             return None
         req_cls = getattr(pb, name + "Request")
-        fake = self.fake
         return grpc.unary_unary_rpc_method_handler(
             lambda req, ctx: fake.handle(name, req, ctx),
             request_deserializer=req_cls.FromString,

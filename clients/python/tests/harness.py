@@ -16,6 +16,7 @@ import re
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import threading
@@ -190,6 +191,26 @@ class Coordinator:
         self.clients.append(c)
         return c
 
+    def metrics(self) -> dict[str, float]:
+        """The coordinator's Prometheus metrics now, by series (name and
+        labels as exposed, e.g. 'grpc_server_handled_total{grpc_code="OK",...}')."""
+        rec = self.proc.wait_for(lambda r: r.get("msg") == "metrics serving", '"metrics serving"', 10)
+        with urllib.request.urlopen(f"http://{rec['listen']}/metrics", timeout=15) as r:
+            text = r.read().decode()
+        out: dict[str, float] = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                series, _, value = line.rpartition(" ")
+                out[series] = float(value)
+        return out
+
+    def rpc_count(self, method: str, metric: str = "grpc_server_started_total") -> int:
+        """How many calls of method (its gRPC name: "Claim", "Work"…) the
+        coordinator started; with metric="grpc_server_handled_total", how many
+        it answered, whatever their code."""
+        label = f'grpc_method="{method}"'
+        return int(sum(v for k, v in self.metrics().items() if k.startswith(metric + "{") and label in k))
+
     def sql(self, statement: str) -> str:
         return mysql(statement, self.database)
 
@@ -210,16 +231,17 @@ class Coordinator:
 
 def start_coordinator(*extra: str, database: Optional[str] = None) -> Coordinator:
     """Creates a fresh database jobfence_py_<random> (or takes the one named),
-    starts the coordinator on it at 127.0.0.1:0 and reads the address from its
-    "coordinator serving" line."""
+    starts the coordinator on it at 127.0.0.1:0 (extra may name another
+    --listen) with its metrics at another port (Coordinator.metrics), and
+    reads the address from its "coordinator serving" line."""
     binary = go_binary("coordinator", "JOBFENCE_COORDINATOR_BIN")
     fresh = database is None
     database = database or f"jobfence_py_{secrets.token_hex(6)}"
     if fresh:
         mysql(f"CREATE DATABASE `{database}`")
     s = mysql_server()
-    proc = Proc("coordinator", [binary, "--listen", "127.0.0.1:0", "--log-format", "json",
-                                "--mysql-dsn", s.dsn(database), *extra])
+    proc = Proc("coordinator", [binary, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
+                                "--log-format", "json", "--mysql-dsn", s.dsn(database), *extra])
     try:
         rec = proc.wait_for(lambda r: r.get("msg") == "coordinator serving" and isinstance(r.get("listen"), str),
                             '"coordinator serving"')
@@ -229,6 +251,105 @@ def start_coordinator(*extra: str, database: Optional[str] = None) -> Coordinato
             mysql(f"DROP DATABASE IF EXISTS `{database}`")
         raise
     return Coordinator(str(rec["listen"]), database, proc)
+
+
+class _DataFrames:
+    """Finds the HTTP/2 DATA frames (messages, not pings or window updates)
+    in what a client sends, after the connection preface."""
+
+    def __init__(self) -> None:
+        self._buf = b""
+        self._preface = 24
+
+    def feed(self, data: bytes) -> bool:
+        """Whether data completed a DATA frame with a payload."""
+        self._buf += data
+        if self._preface:
+            n = min(self._preface, len(self._buf))
+            self._buf, self._preface = self._buf[n:], self._preface - n
+        saw = False
+        while len(self._buf) >= 9:
+            length = int.from_bytes(self._buf[:3], "big")
+            if len(self._buf) < 9 + length:
+                break
+            saw = saw or (self._buf[3] == 0 and length > 0)
+            self._buf = self._buf[9 + length:]
+        return saw
+
+
+class CutProxy:
+    """A TCP proxy to a coordinator, to cut a worker's connection at a chosen
+    moment: after hold_replies(), once the worker has sent its next message
+    (an HTTP/2 DATA frame: a write-back, not a ping or a window update),
+    nothing the coordinator sends reaches the worker any more; cut() then
+    closes every connection. Connections made after cut() are served
+    normally."""
+
+    def __init__(self, target: str) -> None:
+        host, port = target.rsplit(":", 1)
+        self._target = (host, int(port))
+        self._lis = socket.create_server(("127.0.0.1", 0))
+        self.address = f"127.0.0.1:{self._lis.getsockname()[1]}"
+        self._lock = threading.Lock()
+        self._conns: list[socket.socket] = []
+        self._armed = False  # the worker's next message holds the replies
+        self.holding = threading.Event()
+        self._closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def hold_replies(self) -> None:
+        with self._lock:
+            self._armed = True
+
+    def cut(self) -> None:
+        with self._lock:
+            conns, self._conns = self._conns, []
+            self._armed = False
+        for c in conns:
+            try:
+                c.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            c.close()
+        self.holding.clear()
+
+    def close(self) -> None:
+        self._closed = True
+        self._lis.close()
+        self.cut()
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                down, _ = self._lis.accept()
+                up = socket.create_connection(self._target)
+            except OSError:
+                continue
+            with self._lock:
+                self._conns += [down, up]
+            threading.Thread(target=self._pump, args=(down, up, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(up, down, False), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, upstream: bool) -> None:
+        frames = _DataFrames()
+        try:
+            while data := src.recv(65536):
+                if upstream:
+                    saw = frames.feed(data)
+                    with self._lock:
+                        if self._armed and saw:
+                            self._armed = False
+                            self.holding.set()
+                elif self.holding.is_set():
+                    continue  # the coordinator's answer never arrives
+                dst.sendall(data)
+        except OSError:
+            pass
+        for sock in (src, dst):
+            try:
+                sock.close()
+            except OSError:
+                pass
 
 
 def start_provider() -> tuple[Proc, str]:

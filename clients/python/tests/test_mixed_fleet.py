@@ -9,6 +9,10 @@ writes hit the fence. In the end every job succeeded exactly once, the
 provider refunded every operation key exactly once (double_refunds=0), and
 the ledger agrees (R1, R2, R8, R9, R14, R15, R25, R27, T1, T3).
 
+The workers take their jobs from the worker stream, but for py-1, which
+claims with Claim calls (--no-stream), so that both kinds of Python worker
+share the fleet; the frozen ones hold streams.
+
 Nothing here asserts on timing: waits are generous and event-driven; the
 numbers (takeovers, stale rejections, jobs per language) are printed.
 
@@ -119,8 +123,8 @@ def _run_fleet(coord: Any, procs: list[Proc], spool_dir: Path) -> None:
     node_js = node_worker_js()
     workers: list[tuple[str, str, Proc]] = []
 
-    def start(lang: str, wid: str, provider_timeout: str, by_env: bool = False) -> None:
-        f = flags(lang, coord.address, url, wid, provider_timeout, spool_dir)
+    def start(lang: str, wid: str, provider_timeout: str, by_env: bool = False, extra: tuple[str, ...] = ()) -> None:
+        f = flags(lang, coord.address, url, wid, provider_timeout, spool_dir) + list(extra)
         cmd = {"go": [refundworker], "node": ["node", node_js], "py": [sys.executable, str(PY_WORKER)]}[lang]
         env: dict[str, str] = {}
         if by_env:  # configured by REFUNDWORKER_* variables only
@@ -134,7 +138,7 @@ def _run_fleet(coord: Any, procs: list[Proc], spool_dir: Path) -> None:
     start("go", "go-2", "1500ms")
     start("node", "node-1", "1500ms")
     start("node", "node-2", "1500ms", by_env=True)
-    start("py", "py-1", "1500ms")
+    start("py", "py-1", "1500ms", extra=("--no-stream", "true"))
     start("py", "py-2", "1500ms", by_env=True)
     started_msg = {"go": "refundworker started", "node": "refund-worker started", "py": "refund-worker started"}
     for lang, _, p in workers:

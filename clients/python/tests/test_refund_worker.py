@@ -1,7 +1,8 @@
 """The example refund worker (examples/refund_worker.py) as a process, against
 a real coordinator on MariaDB and the fake provider over HTTP: refunds made
 once under their operation key (R1, R2), a cut reply reconciled instead of
-resent blindly (T3, R14), and a clean drain on SIGTERM."""
+resent blindly (T3, R14), and a clean drain on SIGTERM; the jobs come on the
+worker stream, or with --no-stream from Claim calls."""
 
 from __future__ import annotations
 
@@ -43,7 +44,9 @@ def test_refund_worker_refunds_once_and_drains_on_sigterm(coord: Coordinator) ->
                                     "--worker-id", "py-ex-1", "--lease", "5s", "--provider-timeout", "2s",
                                     "--unknown-delay", "200ms", "--claim-wait", "2s", "--log-level", "debug"],
                       env={"REFUNDWORKER_COORDINATOR": coord.address, "REFUNDWORKER_CONCURRENCY": "3"})
-        worker.wait_for(lambda r: r.get("msg") == "refund-worker started", "its start")
+        started = worker.wait_for(lambda r: r.get("msg") == "refund-worker started", "its start")
+        assert started["stream"] is True
+        claims = coord.rpc_count("Claim")
 
         def all_done() -> bool:
             return all(c.get_job(operation_key=k).job.state is JobState.SUCCEEDED for k in keys)
@@ -52,6 +55,7 @@ def test_refund_worker_refunds_once_and_drains_on_sigterm(coord: Coordinator) ->
         assert worker.stop(30) == 0, worker.tail()
         stopped = worker.wait_for(lambda r: r.get("msg") == "refund-worker stopped", "its stop record")
         assert stopped["drained"] is True and stopped["stats"]["completed"] == len(keys), stopped
+        assert coord.rpc_count("Claim") == claims, "a Claim call: the jobs come on the worker stream"
         oracle = admin(url, "GET", "/v1/_oracle")
         assert oracle["double_refunds"] == 0 and len(oracle["refunds"]) == len(keys)
         for op in oracle["operations"]:
@@ -105,3 +109,34 @@ def test_refund_worker_receipt_spool_flag_R28(coord: Coordinator, tmp_path: Path
             second.stop(5)
         assert first.stop(30) == 0, first.tail()
     assert not spool.exists(), "an empty spool was left behind"
+
+
+def test_refund_worker_no_stream_flag_claims_with_claim_calls(coord: Coordinator) -> None:
+    ex = load_example()
+    assert ex.parse_config([], {}).no_stream is False
+    assert ex.parse_config([], {"REFUNDWORKER_NO_STREAM": "true"}).no_stream is True
+    assert ex.parse_config(["--no-stream"], {}).no_stream is True
+    assert ex.parse_config(["--no-stream=false"], {"REFUNDWORKER_NO_STREAM": "1"}).no_stream is False
+
+    c = coord.client()
+    key = "pyex-unary"
+    c.enqueue_refund(operation_key=key, order_id=f"order-{key}", payment_id=f"pay-{key}", amount_minor=100,
+                     currency="EUR", provider="pyex-unary")
+    provider, url = start_provider()
+    worker = None
+    try:
+        admin(url, "POST", "/v1/_admin/payments", {"payment_id": f"pay-{key}", "amount_minor": 100, "currency": "EUR"})
+        works = coord.rpc_count("Work")
+        worker = Proc("py-worker-unary", [sys.executable, str(EXAMPLE), "--coordinator", coord.address,
+                                          "--provider", url, "--provider-name", "pyex-unary", "--worker-id",
+                                          "py-ex-unary", "--claim-wait", "1s", "--receipt-spool", "off"],
+                      env={"REFUNDWORKER_NO_STREAM": "true"})
+        started = worker.wait_for(lambda r: r.get("msg") == "refund-worker started", "its start")
+        assert started["stream"] is False
+        eventually(lambda: c.get_job(operation_key=key).job.state is JobState.SUCCEEDED, 30, "the job succeeded")
+        assert worker.stop(30) == 0, worker.tail()
+        assert coord.rpc_count("Work") == works, "a worker stream was opened"
+    finally:
+        if worker is not None:
+            worker.stop(5)
+        provider.stop(5)

@@ -6,7 +6,9 @@
   reason into the classes of :mod:`jobfence.errors` (R24).
 - :func:`decide_at` / :func:`decide`: the decision table of R14 and R16, the
   resend window judged on the coordinator's clock (R22).
-- :class:`Worker`: claims only free slots (R18), dispatches by next action,
+- :class:`Worker`: takes only free slots (R18), pushed to it on the worker
+  stream (:mod:`jobfence.stream`; claimed with Claim calls with
+  ``no_stream`` or from a coordinator without it), dispatches by next action,
   writes back under the claim's grant (attempt and lease token, R9, R25),
   files what the fence refuses as an observation (R15), renews leases while
   handlers run (R27), spools the receipts the coordinator cannot take and
@@ -54,6 +56,7 @@ from .errors import (
     UnavailableError,
     WriteOutcomeUnknownError,
     decode_error,
+    decode_rpc_status,
 )
 from .spool import (
     MAX_RECEIPT_SPOOL_BYTES,
@@ -164,5 +167,6 @@ __all__ = [
     "decide",
     "decide_at",
     "decode_error",
+    "decode_rpc_status",
     "default_receipt_spool",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 import random
 import threading
@@ -179,6 +180,16 @@ class Client:
     def stub(self) -> Any:
         """The generated jobfence.v1 CoordinatorStub, for calls this class does not cover."""
         return self._stub
+
+    def _through(self, stub: Any) -> Client:
+        """This Client calling through stub instead, on the same channel, with
+        the same credentials, timeouts and retries: the Worker's, whose stub
+        sends write-backs, renewals and receipts on its worker stream. Closing
+        it closes nothing."""
+        c = copy.copy(self)
+        c._stub = stub
+        c._owned = False
+        return c
 
     def close(self) -> None:
         """Closes the channel this Client dialled; does nothing for from_channel."""

@@ -3,7 +3,9 @@
 The coordinator attaches an ErrorInfo{domain: "jobfence", reason, metadata} to
 every error it returns, in the status details of the ``grpc-status-details-bin``
 trailer. This module turns it into one exception class per reason; callers
-branch with ``except`` and ``isinstance``, never on message text.
+branch with ``except`` and ``isinstance``, never on message text. A worker
+stream's reply carries the same status, serialized (decode_rpc_status), and
+decodes through the same code.
 
     CoordinatorError                 every error a Client call raises
     ├── FencedError                  the fence refused the write (R9, R25)
@@ -62,6 +64,7 @@ __all__ = [
     "UnavailableError",
     "WriteOutcomeUnknownError",
     "decode_error",
+    "decode_rpc_status",
 ]
 
 #: The google.rpc.ErrorInfo domain of every error the coordinator returns.
@@ -385,6 +388,25 @@ def decode_error(err: BaseException) -> BaseException:
     out = decode_status(code, str(message), details)
     out.__cause__ = orig
     return out
+
+
+# The gRPC codes by their numbers, as a google.rpc.Status carries them.
+_CODE_OF: dict[int, grpc.StatusCode] = {c.value[0]: c for c in grpc.StatusCode}
+
+
+def decode_rpc_status(serialized: bytes) -> CoordinatorError:
+    """Decodes a serialized google.rpc.Status, the bytes of a
+    ``grpc-status-details-bin`` trailer: the error of a worker stream's reply
+    (WorkReply.error), which is the unary call's status to the byte. Its code,
+    message and details go through decode_status, as a unary call's do, so
+    the class, reason, metadata and violations are the ones the unary call
+    raises (R24). Bytes that do not decode are an INTERNAL error."""
+    try:
+        st = status_pb2.Status.FromString(serialized)
+    except Exception:
+        return CoordinatorError(grpc.StatusCode.INTERNAL, "jobfence: a worker stream reply's error does not decode")
+    code = _CODE_OF.get(int(st.code), grpc.StatusCode.UNKNOWN)
+    return decode_status(code, str(st.message), serialized)
 
 
 def refusal_of(r: pb.LeaseRenewal) -> CoordinatorError:

@@ -1,11 +1,14 @@
-"""The Worker: claim → provider call → fenced write-back, on threads.
+"""The Worker: grant → provider call → fenced write-back, on threads.
 
 Threads, not asyncio: grpcio's blocking API is the one that is mature in
 the versions Debian ships (1.51), and a provider client is most often a
-blocking one (http.client, requests). One thread claims, one thread per job
-in flight runs its provider call and write-back, one thread renews the
-leases of every job whose handler runs (R27), and, with a receipt spool,
-one files the receipts the coordinator could not take again (R28).
+blocking one (http.client, requests). One thread (run()'s) reads the worker
+stream, on which the coordinator pushes grants, and grpcio's own thread
+sends on it (see jobfence.stream); with no_stream, or against a coordinator
+without it, that thread claims instead. One thread per job in flight runs
+its provider call and write-back, one thread renews the leases of every job
+whose handler runs (R27), and, with a receipt spool, one files the receipts
+the coordinator could not take again (R28).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from .spool import (
     SpooledReceipt,
     default_receipt_spool,
 )
+from .stream import StreamStub, WorkSession
 from .types import ClaimedJob, JobState, NextAction
 
 __all__ = [
@@ -188,7 +192,7 @@ class WorkerEventKind(enum.Enum):
     """What a Worker did."""
 
     CLAIMED = "claimed"  # a job was granted
-    CLAIM_FAILED = "claim_failed"  # a claim failed; nothing acted on (R7)
+    CLAIM_FAILED = "claim_failed"  # a claim, or the worker stream, failed; nothing acted on (R7; error set)
     HANDLED = "handled"  # a handler returned (result set)
     PROVIDER_DEADLINE = "provider_deadline"  # a handler outlived its deadline and grace
     WRITTEN = "written"  # the write-back was accepted (replayed set)
@@ -230,7 +234,7 @@ class WorkerStats:
 
     claimed: int = 0
     takeovers: int = 0  # of which taken over from an expired lease (M1)
-    claim_failures: int = 0
+    claim_failures: int = 0  # failed claims and worker streams that failed
     completed: int = 0
     rescheduled: int = 0
     escalated: int = 0
@@ -271,7 +275,7 @@ class WorkerOptions:
     #: How often a running job's lease is renewed; None: a third of the lease
     #: it was granted (its lease_until less claimed_at), within ±10 %.
     renew_interval: Optional[float] = None
-    #: Claim only this provider's jobs, when set.
+    #: Take only this provider's jobs, when set.
     provider: str = ""
     #: The deadline of each handler call.
     provider_timeout: float = 10.0
@@ -283,11 +287,24 @@ class WorkerOptions:
     #: (by default same-key resends are not trusted: "no record" escalates, R16).
     policy: ProviderPolicy = ProviderPolicy()
     policies: Mapping[str, ProviderPolicy] = field(default_factory=dict)
-    #: The pause after a claim that found less work than asked for (not with claim_wait).
+    #: Turns the worker stream off: the worker then claims with Claim calls
+    #: (polling every poll_interval, or long polls with claim_wait) and writes
+    #: back with unary calls. By default it opens one stream
+    #: (Coordinator.Work) on which the coordinator pushes grants as slots free
+    #: up, at once when a job is enqueued on the same coordinator, and its
+    #: write-backs, renewals and receipts go on it, answered exactly as the
+    #: unary calls; a call cut with its stream is repeated (R21), on the next
+    #: stream or as a unary call. A coordinator without Work is claimed from
+    #: as with no_stream.
+    no_stream: bool = False
+    #: The pause after a claim that found less work than asked for (not with
+    #: claim_wait). Claims only: not on the worker stream.
     poll_interval: float = 1.0
-    #: Long-poll each claim up to this long (0..60 s); stop() cancels a waiting claim.
+    #: Long-poll each claim up to this long (0..60 s); stop() cancels a
+    #: waiting claim. Claims only: the worker stream waits as long as it is open.
     claim_wait: float = 0.0
-    #: The first pause after a failed claim, doubling up to max_claim_backoff.
+    #: The first pause after a failed claim (or a worker stream that failed),
+    #: doubling up to max_claim_backoff.
     claim_backoff: float = 0.2
     max_claim_backoff: float = 5.0
     #: How long run() drains after stop(): jobs in flight may finish their
@@ -348,9 +365,17 @@ class WorkerOptions:
 
 
 class Worker:
-    """Runs the claim → provider call → fenced write-back loop:
+    """Runs the grant → provider call → fenced write-back loop:
 
-    - it claims only what it can start now, max_jobs = free slots (R18);
+    - it takes only what it can start now (R18): on the worker stream it
+      gives the coordinator one credit per free slot, and one back when a
+      job's slot frees; claiming (no_stream, or a coordinator without the
+      stream), it asks for max_jobs = free slots;
+    - its write-backs, renewals and receipts go on the worker stream while
+      one is open, answered and decoded exactly as the unary calls; one cut
+      with its stream is repeated (R21), on the next stream or as a unary
+      call; a stream that ends while the worker runs is opened again, with
+      backoff and all free slots as credits;
     - while a handler runs it renews the job's lease, every due job of the
       worker in one RenewLeases call (R27); when a renewal finds the grant
       gone (STALE_ATTEMPT, JOB_NOT_RUNNING, NOT_FOUND) it cancels the
@@ -371,7 +396,9 @@ class Worker:
       backs off and claims again (R7); a claim answered with retry_after
       waits that long (R19);
     - stop() (or SIGTERM, with ``run(install_signal_handlers=True)``) stops
-      the claiming and drains: jobs in flight finish their provider calls and
+      the claiming and drains: it half-closes the worker stream (grants
+      already in flight still arrive and are worked; later write-backs go as
+      unary calls), and jobs in flight finish their provider calls and
       write-backs, until drain_timeout.
 
     Worker() opens and locks the receipt spool. Raises ValueError for an
@@ -400,6 +427,12 @@ class Worker:
         self._stats = WorkerStats()
         self._stats_lock = threading.Lock()
         self._renewer = _Renewer(self) if opts.lease_renewal else None
+        # The worker stream; None with no_stream. The worker's calls then go
+        # through a stub that sends write-backs, renewals and receipts on it.
+        self._session: Optional[WorkSession] = None
+        if not opts.no_stream:
+            self._session = WorkSession(self, client.stub, client._metadata)
+            self._client = client._through(StreamStub(client.stub, self._session))
         # The receipt spool (R28); None when off. _refile_lock serialises
         # refile passes; _backlog is set while the spool holds receipts the
         # coordinator was away for, so that the next successful call asks
@@ -449,13 +482,16 @@ class Worker:
             return self._active
 
     def stop(self) -> None:
-        """Stops claiming; run() drains and returns. Safe from any thread;
-        a waiting long-poll claim is cancelled (a job it may still have
-        granted returns through a takeover after its lease, R7)."""
+        """Stops taking jobs; run() drains and returns. Safe from any thread.
+        The worker stream is half-closed (grants already on their way are
+        still worked); a waiting long-poll claim is cancelled (a job it may
+        still have granted returns through a takeover after its lease, R7)."""
         with self._cv:
             self._stopping = True
             self._cv.notify_all()
         self._stop_event.set()
+        if self._session is not None:
+            self._session.close_send()
 
     def shutdown(self, timeout: Optional[float] = None) -> bool:
         """stop(), then waits up to timeout seconds for run() to return; True
@@ -468,8 +504,9 @@ class Worker:
         return self._done.wait(timeout)
 
     def run(self, *, install_signal_handlers: bool = False) -> None:
-        """Claims and works jobs until stop(), then drains. Claim and
-        write-back failures are handled inside and never end it.
+        """Takes jobs (from the worker stream, or by claiming) and works them
+        until stop(), then drains. Stream, claim and write-back failures are
+        handled inside and never end it.
 
         With ``install_signal_handlers`` (from the main thread only) SIGTERM
         and SIGINT call stop(): the rolling-deploy path, jobs already claimed
@@ -497,7 +534,7 @@ class Worker:
             if self._renewer is not None:
                 renewer = threading.Thread(target=self._renewer.run, name="jobfence-renewer", daemon=True)
                 renewer.start()
-            self._claim_loop()
+            self._grant_loop()
             drained = self._drain()
         finally:
             if self._renewer is not None:
@@ -555,6 +592,22 @@ class Worker:
                 if left <= 0:
                     return
                 self._cv.wait(left)
+
+    def _is_stopping(self) -> bool:
+        with self._cv:
+            return self._stopping
+
+    def _emit_claim_failed(self, e: BaseException) -> None:
+        self._emit(WorkerEvent(WorkerEventKind.CLAIM_FAILED, error=e))
+
+    def _grant_loop(self) -> None:
+        """Takes jobs until the worker stops: from the worker stream, or by
+        claiming when it is off or the coordinator has none."""
+        if self._session is not None:
+            if self._session.run(self._start):
+                return
+            self._log.info("the coordinator has no worker stream; claiming with Claim calls")
+        self._claim_loop()
 
     def _claim_loop(self) -> None:
         o = self.options
@@ -616,6 +669,8 @@ class Worker:
             with self._cv:
                 self._active -= 1
                 self._cv.notify_all()
+            if self._session is not None:
+                self._session.freed()
 
     def _drain(self) -> bool:
         end = time.monotonic() + self.options.drain_timeout

@@ -1,0 +1,336 @@
+"""The worker stream (Coordinator.Work): one bidirectional stream per Worker.
+
+The coordinator pushes grants on it as the worker's slots free up: the stream
+opens with every free slot as credits, a grant uses one per job (R18), a
+finished job gives one back (WorkCredit). Write-backs, renewals and receipts
+go on it as WorkCalls, each answered by a WorkReply with the unary call's
+response, or its error as the serialized google.rpc.Status the unary call's
+trailer would carry. That status is decoded by errors.decode_rpc_status, the
+code that decodes a unary call's error, so the typed errors (R24) and the
+Client's retries (R21) apply unchanged: a call cut with its stream is
+answered UNAVAILABLE and the Client repeats it, on the next stream or as a
+unary call (every call that may go on the stream is idempotent: R15, R21,
+R27). Calls made while no stream is open, or while the worker drains, go as
+unary calls.
+
+Threads: grpcio sends a stream's requests from an iterator fed by a queue
+(its own thread takes from it: put never blocks), and the Worker's run()
+thread reads the responses and starts the jobs granted.
+"""
+
+from __future__ import annotations
+
+import queue
+import random
+import threading
+import time
+from typing import TYPE_CHECKING, Any, Callable, Optional
+
+import grpc
+
+from .client import _duration
+from .errors import CoordinatorError, DeadlineExceededError, UnavailableError, decode_error, decode_rpc_status
+from .types import ClaimedJob, claimed_of
+from .v1 import coordinator_pb2 as pb
+
+if TYPE_CHECKING:
+    from .worker import Worker
+
+# The calls that may go on the stream: the stub's method and the WorkCall's
+# (and WorkReply's) field of each.
+STREAM_CALLS = {
+    "Complete": "complete",
+    "Reschedule": "reschedule",
+    "Escalate": "escalate",
+    "RenewLeases": "renew_leases",
+    "ReportObservation": "report_observation",
+}
+
+
+class StreamUnsupported(Exception):
+    """The coordinator does not serve Work: claim with Claim calls instead."""
+
+
+class NoStream(Exception):
+    """The call was not sent on a stream (none open, or the worker drains):
+    it goes as a unary call instead."""
+
+
+_END = object()
+
+
+class _Requests:
+    """The request side of one stream. grpcio's thread takes the messages in
+    order and half-closes the stream at close()."""
+
+    def __init__(self) -> None:
+        self._q: queue.SimpleQueue[Any] = queue.SimpleQueue()
+
+    def put(self, m: pb.WorkRequest) -> None:
+        self._q.put(m)
+
+    def close(self) -> None:
+        self._q.put(_END)
+
+    def __iter__(self) -> _Requests:
+        return self
+
+    def __next__(self) -> pb.WorkRequest:
+        m = self._q.get()
+        if m is _END:
+            raise StopIteration
+        return m  # type: ignore[no-any-return]
+
+
+class _Pending:
+    """A call waiting for its reply; set under the session's lock."""
+
+    __slots__ = ("done", "reply", "error")
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.reply: Optional[pb.WorkReply] = None
+        self.error: Optional[BaseException] = None
+
+
+class _Stream:
+    """One open stream: its requests, the call, the calls waiting for their replies."""
+
+    def __init__(self, requests: _Requests, call: Any) -> None:
+        self.requests = requests
+        self.call = call
+        self.pending: dict[int, _Pending] = {}
+        self.half_closed = False
+        self.timer: Optional[threading.Timer] = None
+
+
+class WorkSession:
+    """A Worker's stream to the coordinator. It keeps the count of free slots
+    the coordinator may fill (credits): a new stream opens with all of them, a
+    grant uses one per job, a finished job (freed) gives one back."""
+
+    def __init__(self, w: Worker, stub: Any, metadata: Callable[[], list[tuple[str, str]]]) -> None:
+        self._w = w
+        self._stub = stub  # the generated stub: Work itself is never wrapped
+        self._metadata = metadata
+        self._lock = threading.Lock()
+        self._stream: Optional[_Stream] = None  # None while none is open
+        self._free = w.options.concurrency  # slots running no job
+        self._closing = False  # the worker stops: no more streams, calls go unary
+        self._next_id = 0
+
+    def run(self, start: Callable[[ClaimedJob], None]) -> bool:
+        """Keeps a stream open until the worker stops, starting the jobs it
+        is granted with start. True once the last stream ended after
+        close_send (every call sent answered, every grant in flight
+        received); False when the coordinator has no Work: nothing was
+        granted, and the worker claims with Claim calls for good."""
+        w = self._w
+        o = w.options
+        backoff = o.claim_backoff
+        while True:
+            err: Optional[BaseException] = None
+            delivered = False
+            try:
+                st = self._open()
+                if st is None:
+                    return True
+                delivered = self._receive(st, start)
+            except StreamUnsupported:
+                return False
+            except Exception as e:  # noqa: BLE001 - the stream failed: open another
+                err = e
+            if w._is_stopping():
+                return True
+            if delivered or err is None:
+                # The stream worked (or the coordinator ended it cleanly): the
+                # next one should too.
+                backoff = o.claim_backoff
+            if err is not None:
+                w._count("claim_failures")
+                w._emit_claim_failed(err)
+                w._log.warning("worker stream ended; opening it again", extra={"error": str(err), "backoff": backoff})
+            w._pause(backoff * (0.5 + random.random()))
+            backoff = min(2 * backoff, o.max_claim_backoff)
+
+    def _open(self) -> Optional[_Stream]:
+        """Opens a stream with every free slot as credits; None once the worker stops."""
+        o = self._w.options
+        md = self._metadata()  # asked per stream, as per call
+        with self._lock:
+            if self._closing:
+                return None
+            start = pb.WorkStart(worker_id=o.worker_id, provider=o.provider, credits=max(self._free, 0))
+            if o.lease:
+                start.lease_duration.CopyFrom(_duration(o.lease))
+            requests = _Requests()
+            requests.put(pb.WorkRequest(start=start))
+            try:
+                call = self._stub.Work(requests, metadata=md)
+            except BaseException:
+                requests.close()
+                raise
+            st = _Stream(requests, call)
+            self._stream = st
+        self._w._log.debug("worker stream opened", extra={"credits": start.credits})
+        return st
+
+    def _receive(self, st: _Stream, start: Callable[[ClaimedJob], None]) -> bool:
+        """Reads st until it ends: grants are started, replies handed to their
+        calls; at the end the calls still waiting are answered UNAVAILABLE
+        (safe to repeat, R21). Whether anything came; raises how it ended
+        (StreamUnsupported when the coordinator has no Work), nothing after a
+        clean end."""
+        w = self._w
+        delivered = False
+        end: Optional[grpc.RpcError] = None
+        try:
+            for m in st.call:
+                delivered = True
+                kind = m.WhichOneof("kind")
+                if kind == "grant":
+                    received = time.monotonic()
+                    jobs = list(m.grant.jobs)
+                    with self._lock:
+                        self._free -= len(jobs)
+                    w._kick_refile()
+                    for j in jobs:
+                        start(claimed_of(j, received))
+                elif kind == "reply":
+                    with self._lock:
+                        p = st.pending.pop(int(m.reply.call_id), None)
+                        if p is not None:
+                            p.reply = m.reply
+                            p.done.set()
+                elif kind == "retry_after":
+                    # R19: due work waits on the provider's budget; the
+                    # coordinator offers it again after the wait, holding the
+                    # credits.
+                    ra = m.retry_after
+                    w._log.debug("provider budget exhausted",
+                                 extra={"retry_after": int(ra.seconds) + int(ra.nanos) / 1e9})
+        except grpc.RpcError as e:
+            end = e
+        finally:
+            self._ended(st, end)
+        if end is None:
+            return delivered
+        if _code(end) == grpc.StatusCode.UNIMPLEMENTED:
+            raise StreamUnsupported()
+        raise decode_error(end)
+
+    def _ended(self, st: _Stream, end: Optional[grpc.RpcError]) -> None:
+        why = "closed by the coordinator" if end is None else str(decode_error(end))
+        with self._lock:
+            if self._stream is st:
+                self._stream = None
+            for p in st.pending.values():
+                p.error = UnavailableError(grpc.StatusCode.UNAVAILABLE,
+                                           f"jobfence: worker stream ended before the answer: {why}")
+                p.done.set()
+            st.pending = {}
+            if st.timer is not None:
+                st.timer.cancel()
+        st.requests.close()  # frees grpcio's thread, which may wait on the queue
+        st.call.cancel()  # a no-op once the call ended; else it ends it
+
+    def freed(self) -> None:
+        """Gives a slot back: one credit more for the coordinator."""
+        with self._lock:
+            self._free += 1
+            st = self._stream
+            if st is None or self._closing or st.half_closed:
+                return  # the next stream opens with it
+            st.requests.put(pb.WorkRequest(credit=pb.WorkCredit(credits=1)))
+
+    def close_send(self) -> None:
+        """Half-closes the stream when the worker stops: no more grants;
+        those in flight still arrive, every call sent is answered, then the
+        coordinator ends the stream. Calls from now on go as unary calls. A
+        stream still open drain_timeout later is cancelled (its calls are
+        answered UNAVAILABLE and repeated as unary calls)."""
+        with self._lock:
+            self._closing = True
+            st = self._stream
+            if st is None or st.half_closed:
+                return
+            st.half_closed = True
+            st.requests.close()
+            st.timer = threading.Timer(self._w.options.drain_timeout, self._give_up, args=(st,))
+            st.timer.daemon = True
+            st.timer.start()
+
+    def _give_up(self, st: _Stream) -> None:
+        with self._lock:
+            if self._stream is not st:
+                return
+        self._w._log.warning("worker stream still open after the half-close; cancelling it",
+                             extra={"drain_timeout": self._w.options.drain_timeout})
+        st.call.cancel()
+
+    def call(self, c: pb.WorkCall, timeout: Optional[float]) -> pb.WorkReply:
+        """Sends c on the stream and waits up to timeout seconds for its
+        reply. Raises NoStream when no stream takes calls; UnavailableError
+        when the stream ended before the reply; DeadlineExceededError after
+        timeout; the reply's error, decoded as the unary call's."""
+        p = _Pending()
+        with self._lock:
+            st = self._stream
+            if st is None or self._closing or st.half_closed:
+                raise NoStream()
+            self._next_id += 1
+            c.call_id = self._next_id
+            st.pending[c.call_id] = p
+            st.requests.put(pb.WorkRequest(call=c))
+        if not p.done.wait(timeout):
+            with self._lock:
+                st.pending.pop(c.call_id, None)
+                answered = p.done.is_set()
+            if not answered:
+                raise DeadlineExceededError(grpc.StatusCode.DEADLINE_EXCEEDED,
+                                            f"jobfence: no answer on the worker stream within {timeout:g}s")
+        if p.error is not None:
+            raise p.error
+        assert p.reply is not None
+        if p.reply.error:
+            raise decode_rpc_status(bytes(p.reply.error))
+        return p.reply
+
+
+class StreamStub:
+    """The Worker's view of the coordinator: the generated stub, but for
+    write-backs, renewals and receipts, which go on the worker stream when
+    one is open (STREAM_CALLS). Their answers and errors are the unary
+    calls', so the Client calls through it as through the stub."""
+
+    def __init__(self, stub: Any, session: WorkSession) -> None:
+        self._stub = stub
+        self._session = session
+        for method, fld in STREAM_CALLS.items():
+            setattr(self, method, self._on_stream(method, fld))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stub, name)
+
+    def _on_stream(self, method: str, fld: str) -> Callable[..., Any]:
+        unary = getattr(self._stub, method)
+
+        def call(req: Any, timeout: Optional[float] = None, metadata: Any = None) -> Any:
+            try:
+                reply = self._session.call(pb.WorkCall(**{fld: req}), timeout)
+            except NoStream:
+                return unary(req, timeout=timeout, metadata=metadata)
+            if reply.WhichOneof("result") != fld:
+                raise CoordinatorError(grpc.StatusCode.INTERNAL,
+                                       f"jobfence: the worker stream answered a {method} without its response")
+            return getattr(reply, fld)
+
+        return call
+
+
+def _code(e: grpc.RpcError) -> Optional[grpc.StatusCode]:
+    call: Any = e
+    try:
+        return call.code()
+    except Exception:  # noqa: BLE001
+        return None
