@@ -23,8 +23,9 @@ type history struct {
 // grant's own attempt and token, due now, keeping its next action, in the
 // name of the grant's holder (docs/DESIGN.md, "The worker stream"): the
 // worker stream failed, was cut or closed before the grant went out
-// (server/stream.go), or a long-polled Claim's caller left before the
-// answer (dispatch).
+// (server/stream.go), or the caller of the dispatcher's long-polled claim —
+// a Claim call, or a stream's claimer whose stream just ended — left before
+// the answer (dispatch).
 var handBackReasons = []string{"worker stream", "claim abandoned by its caller"}
 
 // isHandBack reports whether e is a coordinator's hand-back.

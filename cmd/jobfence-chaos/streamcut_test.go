@@ -95,8 +95,11 @@ func TestCheckAcceptsAHandBackOfAGrantNotDelivered(t *testing.T) {
 // The stream workers' lines: the Go SDK's "worker stream ended; opening it
 // again" (warn, with the error), the Node.js and Python SDKs' alike (the
 // Node one also at info, without an error, for a stream the coordinator
-// ended cleanly). Lines the campaign does not know, or of unexpected
-// shapes, are left out or read as naming their job, never a failure.
+// ended cleanly), and the Node.js worker's write-back repeated after a cut
+// (a call about a held grant that failed, as refundworker's "repeating
+// call" of a write-back is). Lines the campaign does not know, or of
+// unexpected shapes, are left out or read as naming their job, never a
+// failure.
 func TestParseWorkerLinesOfStreamWorkers(t *testing.T) {
 	seen := time.Now()
 	recs := []map[string]any{
@@ -106,6 +109,8 @@ func TestParseWorkerLinesOfStreamWorkers(t *testing.T) {
 			"code": 14.0, seenKey: seen},
 		{"msg": "worker stream ended; opening it again", "retry_in_ms": 400.0, seenKey: seen},
 		{"msg": "worker stream opened", "credits": 2.0},
+		{"msg": "write-back repeated after UNAVAILABLE (R21)", "job_id": "8", "operation_key": "k8", "attempt": "3",
+			"retry": 1.0, "error": "worker stream ended before the answer", seenKey: seen},
 		{"msg": "a line nobody logs yet", "job_id": 7.0, "operation_key": "k7", "attempt": 2.0},
 		{"msg": "a line nobody logs yet either"},
 		{"msg": 42.0, "job_id": map[string]any{"x": 1.0}, "attempt": []any{"2"}},
@@ -115,6 +120,7 @@ func TestParseWorkerLinesOfStreamWorkers(t *testing.T) {
 		streamEndedLine{Error: "jobfence: Unavailable: error reading from server: EOF", Seen: seen},
 		streamEndedLine{Error: "14 UNAVAILABLE: Connection dropped", Seen: seen},
 		streamEndedLine{Seen: seen},
+		callFailedLine{jobRef: jobRef{Key: "k8", JobID: 8, Attempt: 3}, Seen: seen},
 		keyLine{jobRef{Key: "k7", JobID: 7, Attempt: 2}},
 	}
 	if got := parseWorkerLines(recs); !slices.Equal(got, want) {

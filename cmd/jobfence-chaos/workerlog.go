@@ -19,8 +19,9 @@ import (
 // and, since R25, the grant by its fingerprint. The Python SDK words its
 // lines as the Go SDK does, but for a takeover, which it logs as the Node.js
 // worker does ("job taken over"); the Node.js worker differs in the
-// messages of an accepted write-back, a takeover, a failed write-back, a
-// late answer, a lost grant, a failed renewal and a failed filing. Which
+// messages of an accepted write-back, a takeover, a failed write-back and
+// one repeated, a late answer, a lost grant, a failed renewal and a failed
+// filing. All three log the end of a worker stream alike. Which
 // worker wrote a log is known from its process (workerLog.Kind), not from
 // its lines; the checks read the Node.js worker's rejections and filings as
 // of unknown outcome (docs/CHAOS.md, notes on 5).
@@ -94,8 +95,9 @@ type (
 	// every worker's "lease renewal failed; …") or a try of a renewal or a
 	// write-back that refundworker's or the Python worker's client repeats
 	// ("jobfence: repeating call" of RenewLeases, Complete, Reschedule or
-	// Escalate). It names no job: one renewal call renews all of a worker's
-	// due jobs, and the client's line does not say.
+	// Escalate), or the Node.js worker's write-back repeated after
+	// UNAVAILABLE. It names no job but the Node.js line's: one renewal call
+	// renews all of a worker's due jobs, and the client's line does not say.
 	callFailedLine struct {
 		jobRef
 		Seen time.Time
@@ -174,7 +176,8 @@ const (
 	msgGrantLostJS   = "grant lost: the provider call is cancelled and nothing new is sent (R27)"
 	msgRenewFailedGo = "lease renewal failed; trying again soon"
 	msgRenewFailedJS = "lease renewal failed; tried again sooner, nothing aborted (R27)"
-	msgRepeatingGo   = "jobfence: repeating call"              // with the method, of grantCalls
+	msgRepeatingGo   = "jobfence: repeating call" // with the method, of grantCalls
+	msgRepeatedJS    = "write-back repeated after UNAVAILABLE (R21)"
 	msgStreamEnded   = "worker stream ended; opening it again" // every SDK's
 )
 
@@ -219,6 +222,8 @@ func parseWorkerLine(r map[string]any) workerLine {
 		return grantLostLine{jobRef: ref, Seen: seenAt(r)}
 	case msgRenewFailedGo, msgRenewFailedJS:
 		return callFailedLine{Seen: seenAt(r)}
+	case msgRepeatedJS:
+		return callFailedLine{jobRef: ref, Seen: seenAt(r)}
 	case msgRepeatingGo:
 		if grantCalls[str(r["method"])] {
 			return callFailedLine{Seen: seenAt(r)}
