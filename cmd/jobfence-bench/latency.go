@@ -34,25 +34,32 @@ func (b *bench) latency(ctx context.Context) error {
 		return err
 	}
 	for k, rate := range b.cfg.latencyRates {
-		// What the drains or the previous rate left for InnoDB to write back
-		// is not this rate's work.
-		settled, err := b.settle(ctx)
-		if err != nil {
-			return err
+		for _, api := range b.cfg.latencyAPIs {
+			// What the drains or the previous run left for InnoDB to write
+			// back is not this run's work.
+			settled, err := b.settle(ctx)
+			if err != nil {
+				return err
+			}
+			r, err := b.latencyRun(ctx, k, rate, api)
+			if err != nil {
+				return fmt.Errorf("%w\ncoordinator log:\n%s", err, b.coord.logs())
+			}
+			name := "latency"
+			if api == "stream" {
+				name = "latency_stream"
+			}
+			b.summary(name, "rate", rate, "jobs", len(r.e2e), "achieved_per_s", num(r.achieved, 0),
+				"p50_ms", ms(r.e2e.percentile(0.50)), "p95_ms", ms(r.e2e.percentile(0.95)),
+				"p99_ms", ms(r.e2e.percentile(0.99)), "max_ms", ms(r.e2e.percentile(1)),
+				"enqueue_p50_ms", ms(r.enqueue.percentile(0.50)), "enqueue_p99_ms", ms(r.enqueue.percentile(0.99)),
+				"producer_lag_p99_ms", ms(r.lag.percentile(0.99)), "claims", r.claims, "empty_claims", r.emptyClaims,
+				"jobs_per_claim", num(ratio(float64(len(r.e2e)), float64(r.claims)), 2),
+				"coordinator_cpu_us_per_job", num(r.cpu[0], 1), "db_cpu_us_per_job", num(r.cpu[1], 1),
+				"bench_cpu_us_per_job", num(r.benchCPU, 1),
+				"statements_per_job", num(r.statements, 2), "commits_per_job", num(r.commits, 2),
+				"settle_s", num(settled.Seconds(), 1))
 		}
-		r, err := b.latencyRun(ctx, k, rate)
-		if err != nil {
-			return fmt.Errorf("%w\ncoordinator log:\n%s", err, b.coord.logs())
-		}
-		b.summary("latency", "rate", rate, "jobs", len(r.e2e), "achieved_per_s", num(r.achieved, 0),
-			"p50_ms", ms(r.e2e.percentile(0.50)), "p95_ms", ms(r.e2e.percentile(0.95)),
-			"p99_ms", ms(r.e2e.percentile(0.99)), "max_ms", ms(r.e2e.percentile(1)),
-			"enqueue_p50_ms", ms(r.enqueue.percentile(0.50)), "enqueue_p99_ms", ms(r.enqueue.percentile(0.99)),
-			"producer_lag_p99_ms", ms(r.lag.percentile(0.99)), "claims", r.claims, "empty_claims", r.emptyClaims,
-			"jobs_per_claim", num(ratio(float64(len(r.e2e)), float64(r.claims)), 2),
-			"coordinator_cpu_us_per_job", num(r.cpu[0], 1), "db_cpu_us_per_job", num(r.cpu[1], 1),
-			"statements_per_job", num(r.statements, 2), "commits_per_job", num(r.commits, 2),
-			"settle_s", num(settled.Seconds(), 1))
 	}
 	return b.stopCoordinator()
 }
@@ -70,12 +77,14 @@ type latencyResult struct {
 	// woken for went to another claimer)
 	emptyClaims int64
 	cpu         []float64 // CPU µs per job: coordinator, database server
+	benchCPU    float64   // the bench's own: the producer and the workers
 
 	statements, commits float64 // the database server's, per job
 }
 
-// latencyRun is run k of scenario E, at rate jobs/s.
-func (b *bench) latencyRun(ctx context.Context, k, rate int) (latencyResult, error) {
+// latencyRun is run k of scenario E, at rate jobs/s, with workers of api
+// (unary: long-polling Claim calls; stream: worker streams).
+func (b *bench) latencyRun(ctx context.Context, k, rate int, api string) (latencyResult, error) {
 	var r latencyResult
 	n := max(1, int(float64(rate)*b.cfg.latencyDuration.Seconds()))
 	clients, closeAll, err := b.coord.clients(b.cfg.latencyWorkers + latencyProducerConns)
@@ -112,14 +121,18 @@ func (b *bench) latencyRun(ctx context.Context, k, rate int) (latencyResult, err
 	var workers sync.WaitGroup
 	for w := range b.cfg.latencyWorkers {
 		workers.Go(func() {
-			if err := b.latencyWorker(workCtx, workerClients[w], fmt.Sprintf("bench-latency-%d-%d", rate, w), &counts, record); err != nil {
+			work := b.latencyWorker
+			if api == "stream" {
+				work = b.latencyStreamWorker
+			}
+			if err := work(workCtx, workerClients[w], fmt.Sprintf("bench-latency-%s-%d-%d", api, rate, w), &counts, record); err != nil {
 				fail(err)
 			}
 		})
 	}
 
 	var achieved float64
-	achieved, r.lag, r.enqueue, err = produce(runCtx, producerClients, rate, n, fmt.Sprintf("lat-%d-%d-", k, rate),
+	achieved, r.lag, r.enqueue, err = produce(runCtx, producerClients, rate, n, fmt.Sprintf("lat-%d-%d-%s-", k, rate, api),
 		func(key string, t0 time.Time) { pending.Store(key, t0) })
 	if err == nil {
 		seen, progress := completed.Load(), time.Now()
@@ -135,7 +148,7 @@ func (b *bench) latencyRun(ctx context.Context, k, rate int) (latencyResult, err
 	}
 	stopWorkers()
 	workers.Wait()
-	r.cpu, _ = meter.perJob(n)
+	r.cpu, r.benchCPU = meter.perJob(n)
 	r.claims, r.emptyClaims = counts.claims.Load(), counts.empty.Load()
 	if after, cerr := b.readDBCounters(ctx); cerr == nil {
 		r.statements = after.perJob(before, "Questions", n)
@@ -208,6 +221,47 @@ func produce(ctx context.Context, clients []pb.CoordinatorClient, rate, n int, p
 		achieved = float64(n-1) / span.Seconds()
 	}
 	return achieved, lags, enqueues, err
+}
+
+// latencyStreamWorker is latencyWorker on a worker stream: it opens the
+// stream with --latency-slots credits and completes each grant at once in
+// its own goroutine, its credit given back with the answer. It returns nil
+// when ctx ends.
+func (b *bench) latencyStreamWorker(ctx context.Context, c pb.CoordinatorClient, id string, counts *claimCounts,
+	record func(string, time.Time)) error {
+	s, err := openStream(ctx, c, id, b.cfg.latencySlots)
+	if err != nil {
+		return err
+	}
+	var inflight sync.WaitGroup
+	defer inflight.Wait()
+	var failed atomic.Pointer[error]
+	for {
+		select {
+		case j := <-s.grants:
+			counts.claims.Add(1)
+			inflight.Go(func() {
+				if err := s.complete(ctx, j); err != nil {
+					if ctx.Err() == nil {
+						err = fmt.Errorf("complete job %d attempt %d: %w", j.Job.Id, j.Attempt, err)
+						failed.CompareAndSwap(nil, &err)
+					}
+					return
+				}
+				record(j.Job.OperationKey, time.Now())
+			})
+		case err := <-s.ended:
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("worker stream ended: %w", err)
+		case <-ctx.Done():
+			return nil
+		}
+		if e := failed.Load(); e != nil {
+			return *e
+		}
+	}
 }
 
 // latencyWorker is a worker with --latency-slots slots: whenever a slot is

@@ -72,6 +72,7 @@ type config struct {
 	latencyRates    []int
 	latencyDuration time.Duration // per rate (quick)
 	latencyWorkers  int
+	latencyAPIs     []string // unary, stream: the workers of each scenario E run
 	latencySlots    int
 	claimWait       time.Duration
 
@@ -137,6 +138,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&rates, "latency-rates", "100,500,1000", "producer rates (jobs/s) of scenario E")
 	fs.DurationVar(&c.latencyDuration, "latency-duration", 20*time.Second, "producer run per rate in scenario E (quick: 2s)")
 	fs.IntVar(&c.latencyWorkers, "latency-workers", 8, "long-polling workers of scenario E")
+	latencyAPIs := fs.String("latency-api", "unary,stream",
+		"scenario E's workers, one run per rate each: unary (long-polling Claim calls), stream (worker streams)")
 	fs.IntVar(&c.latencySlots, "latency-slots", 4, "jobs each scenario E worker handles at once (its max_jobs when idle)")
 	fs.DurationVar(&c.claimWait, "claim-wait", 5*time.Second, "Claim long-poll wait of scenario E and G workers")
 	fs.IntVar(&c.takeoverJobs, "takeover-jobs", 20, "scenario G: jobs the worker process holds when it is killed (1..100)")
@@ -209,6 +212,12 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		if slices.Contains(c.batches[:i], n) {
 			return c, fmt.Errorf("--batch: %d is listed twice", n)
 		}
+	}
+	for _, api := range strings.Split(*latencyAPIs, ",") {
+		if api != "unary" && api != "stream" || slices.Contains(c.latencyAPIs, api) {
+			return c, fmt.Errorf("--latency-api: want unary and/or stream, each once, got %q", *latencyAPIs)
+		}
+		c.latencyAPIs = append(c.latencyAPIs, api)
 	}
 	for _, s := range c.scenarios {
 		if !strings.ContainsRune("abcdefgw", s) {

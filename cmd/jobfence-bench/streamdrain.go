@@ -17,28 +17,154 @@ import (
 	pb "github.com/jobfence/jobfence/gen/jobfence/v1"
 )
 
-// streamIdle is how long a stream worker waits for a grant before it takes
-// the backlog for drained.
+// streamIdle is how long a draining stream worker waits for a grant before
+// it takes the backlog for drained.
 const streamIdle = 500 * time.Millisecond
 
-// drainStream drains the backlog tag through worker streams (Coordinator.Work):
-// each of --workers workers opens one stream with batch credits, completes
-// every grant on the stream as it arrives, one goroutine per job like the
-// unary drain, and gives the job's credit back once the completion is
-// answered, until no grant came for streamIdle.
+// benchStream is a bench worker's stream (Coordinator.Work): grants arrive
+// on grants, completions are calls answered by their replies.
+type benchStream struct {
+	stream  pb.Coordinator_WorkClient
+	grants  chan *pb.ClaimedJob
+	ended   chan error // the stream's end: io.EOF after a clean one
+	sendMu  sync.Mutex
+	mu      sync.Mutex
+	next    uint64
+	pending map[uint64]chan *pb.WorkReply
+}
+
+// openStream opens a stream with credits.
+func openStream(ctx context.Context, c pb.CoordinatorClient, id string, credits int) (*benchStream, error) {
+	stream, err := c.Work(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s := &benchStream{stream: stream, grants: make(chan *pb.ClaimedJob, credits), ended: make(chan error, 1),
+		pending: map[uint64]chan *pb.WorkReply{}}
+	if err := s.send(&pb.WorkRequest{Kind: &pb.WorkRequest_Start{Start: &pb.WorkStart{WorkerId: id,
+		Credits: int32(credits), LeaseDuration: durationpb.New(time.Minute)}}}); err != nil {
+		return nil, err
+	}
+	go func() {
+		for {
+			m, err := stream.Recv()
+			if err != nil {
+				s.ended <- err
+				return
+			}
+			switch k := m.GetKind().(type) {
+			case *pb.WorkResponse_Grant:
+				for _, j := range k.Grant.GetJobs() {
+					s.grants <- j
+				}
+			case *pb.WorkResponse_Reply:
+				s.mu.Lock()
+				ch := s.pending[k.Reply.GetCallId()]
+				delete(s.pending, k.Reply.GetCallId())
+				s.mu.Unlock()
+				ch <- k.Reply
+			}
+		}
+	}()
+	return s, nil
+}
+
+func (s *benchStream) send(m *pb.WorkRequest) error {
+	s.sendMu.Lock()
+	defer s.sendMu.Unlock()
+	return s.stream.Send(m)
+}
+
+// complete completes j on the stream and, once answered, gives its credit
+// back.
+func (s *benchStream) complete(ctx context.Context, j *pb.ClaimedJob) error {
+	ch := make(chan *pb.WorkReply, 1)
+	s.mu.Lock()
+	s.next++
+	id := s.next
+	s.pending[id] = ch
+	s.mu.Unlock()
+	err := s.send(&pb.WorkRequest{Kind: &pb.WorkRequest_Call{Call: &pb.WorkCall{CallId: id,
+		Call: &pb.WorkCall_Complete{Complete: &pb.CompleteRequest{JobId: j.Job.Id, Attempt: j.Attempt,
+			LeaseToken: j.LeaseToken, ProviderRefundId: fmt.Sprintf("re_bench_%d", j.Job.Id)}}}}})
+	if err != nil {
+		return err
+	}
+	select {
+	case reply := <-ch:
+		if len(reply.GetError()) > 0 {
+			var st spb.Status
+			_ = proto.Unmarshal(reply.GetError(), &st)
+			return status.FromProto(&st).Err()
+		}
+		if reply.GetComplete().GetReplayed() {
+			return errors.New("first completion answered as a replay")
+		}
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return s.send(&pb.WorkRequest{Kind: &pb.WorkRequest_Credit{Credit: &pb.WorkCredit{Credits: 1}}})
+}
+
+// close half-closes the stream and waits for its clean end.
+func (s *benchStream) close() error {
+	s.sendMu.Lock()
+	err := s.stream.CloseSend()
+	s.sendMu.Unlock()
+	if err != nil {
+		return err
+	}
+	if err := <-s.ended; !errors.Is(err, io.EOF) {
+		return fmt.Errorf("worker stream ended: %w", err)
+	}
+	return nil
+}
+
+// drainStream drains the backlog tag through worker streams: each of
+// --workers workers opens one stream with batch credits, completes every
+// grant on the stream as it arrives, one goroutine per job like the unary
+// drain, and gives the job's credit back once the completion is answered,
+// until no grant came for streamIdle.
 func (b *bench) drainStream(ctx context.Context, tag string, batch int, clients []pb.CoordinatorClient) (drainResult, error) {
 	var mu sync.Mutex
 	var done []time.Duration
 	start := time.Now()
 	err := parallel(ctx, b.cfg.workers, func(ctx context.Context, w int) error {
-		mine, err := streamWorker(ctx, clients[w], fmt.Sprintf("bench-stream-%d", w), batch, start)
-		mu.Lock()
-		done = append(done, mine...)
-		mu.Unlock()
+		s, err := openStream(ctx, clients[w], fmt.Sprintf("bench-stream-%d", w), batch)
 		if err != nil {
 			return fmt.Errorf("%s drain: %w", tag, err)
 		}
-		return nil
+		var jobs sync.WaitGroup
+		var first error
+		idle := time.NewTimer(streamIdle)
+		defer idle.Stop()
+	loop:
+		for {
+			select {
+			case j := <-s.grants:
+				jobs.Go(func() {
+					err := s.complete(ctx, j)
+					mu.Lock()
+					defer mu.Unlock()
+					if err != nil && first == nil {
+						first = fmt.Errorf("%s drain: complete job %d attempt %d: %w", tag, j.Job.Id, j.Attempt, err)
+					} else if err == nil {
+						done = append(done, time.Since(start))
+					}
+				})
+				idle.Reset(streamIdle)
+			case <-idle.C:
+				break loop
+			case err := <-s.ended:
+				jobs.Wait()
+				return fmt.Errorf("%s drain: worker stream ended: %w", tag, err)
+			}
+		}
+		jobs.Wait()
+		if first != nil {
+			return first
+		}
+		return s.close()
 	})
 	if err != nil {
 		return drainResult{}, err
@@ -49,122 +175,4 @@ func (b *bench) drainStream(ctx context.Context, tag string, batch int, clients 
 		r.elapsed = done[len(done)-1]
 	}
 	return r, b.checkDrained(ctx, tag, r.jobs)
-}
-
-// streamWorker is one worker of drainStream; it returns its completion
-// times since start.
-func streamWorker(ctx context.Context, c pb.CoordinatorClient, id string, credits int, start time.Time) ([]time.Duration, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stream, err := c.Work(ctx)
-	if err != nil {
-		return nil, err
-	}
-	var sendMu sync.Mutex
-	send := func(m *pb.WorkRequest) error {
-		sendMu.Lock()
-		defer sendMu.Unlock()
-		return stream.Send(m)
-	}
-	if err := send(&pb.WorkRequest{Kind: &pb.WorkRequest_Start{Start: &pb.WorkStart{WorkerId: id,
-		Credits: int32(credits), LeaseDuration: durationpb.New(time.Minute)}}}); err != nil {
-		return nil, err
-	}
-	grants := make(chan *pb.ClaimedJob, credits)
-	var pmu sync.Mutex
-	pending := map[uint64]chan *pb.WorkReply{}
-	ended := make(chan error, 1)
-	go func() {
-		for {
-			m, err := stream.Recv()
-			if err != nil {
-				ended <- err
-				return
-			}
-			switch k := m.GetKind().(type) {
-			case *pb.WorkResponse_Grant:
-				for _, j := range k.Grant.GetJobs() {
-					grants <- j
-				}
-			case *pb.WorkResponse_Reply:
-				pmu.Lock()
-				ch := pending[k.Reply.GetCallId()]
-				delete(pending, k.Reply.GetCallId())
-				pmu.Unlock()
-				ch <- k.Reply
-			}
-		}
-	}()
-	var (
-		mu    sync.Mutex
-		done  []time.Duration
-		first error
-		jobs  sync.WaitGroup
-		next  uint64
-	)
-	complete := func(j *pb.ClaimedJob, callID uint64) {
-		defer jobs.Done()
-		ch := make(chan *pb.WorkReply, 1)
-		pmu.Lock()
-		pending[callID] = ch
-		pmu.Unlock()
-		err := send(&pb.WorkRequest{Kind: &pb.WorkRequest_Call{Call: &pb.WorkCall{CallId: callID,
-			Call: &pb.WorkCall_Complete{Complete: &pb.CompleteRequest{JobId: j.Job.Id, Attempt: j.Attempt,
-				LeaseToken: j.LeaseToken, ProviderRefundId: fmt.Sprintf("re_bench_%d", j.Job.Id)}}}}})
-		var reply *pb.WorkReply
-		if err == nil {
-			select {
-			case reply = <-ch:
-				if len(reply.GetError()) > 0 {
-					var st spb.Status
-					_ = proto.Unmarshal(reply.GetError(), &st)
-					err = status.FromProto(&st).Err()
-				} else if reply.GetComplete().GetReplayed() {
-					err = errors.New("first completion answered as a replay")
-				}
-			case <-ctx.Done():
-				err = ctx.Err()
-			}
-		}
-		if err == nil {
-			err = send(&pb.WorkRequest{Kind: &pb.WorkRequest_Credit{Credit: &pb.WorkCredit{Credits: 1}}})
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		if err != nil && first == nil {
-			first = fmt.Errorf("complete job %d attempt %d: %w", j.Job.Id, j.Attempt, err)
-		} else if err == nil {
-			done = append(done, time.Since(start))
-		}
-	}
-	idle := time.NewTimer(streamIdle)
-	defer idle.Stop()
-loop:
-	for {
-		select {
-		case j := <-grants:
-			next++
-			jobs.Add(1)
-			go complete(j, next)
-			idle.Reset(streamIdle)
-		case <-idle.C:
-			break loop
-		case err := <-ended:
-			jobs.Wait()
-			return done, fmt.Errorf("worker stream ended: %w", err)
-		}
-	}
-	jobs.Wait()
-	sendMu.Lock()
-	err = stream.CloseSend()
-	sendMu.Unlock()
-	if err != nil {
-		return done, err
-	}
-	if err := <-ended; !errors.Is(err, io.EOF) {
-		return done, fmt.Errorf("worker stream ended: %w", err)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	return done, first
 }
