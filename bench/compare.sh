@@ -18,6 +18,7 @@
 #   DURATION    producer run per rate         20s
 #   OUT         where binaries and summaries go (a new temporary folder)
 #   JOBFENCE_FLAGS, RIVER_FLAGS   further flags for either bench, space-separated
+#   TABLE_ONLY  when set, measure nothing: print the table of the run in OUT again
 # Run it from anywhere in the repository; it needs Go and both servers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,6 +37,7 @@ mkdir -p "$OUT"
 
 say() { printf '\n== %s\n' "$*" >&2; }
 
+if [ -z "${TABLE_ONLY:-}" ]; then
 # Both binaries are built before anything is measured, so that no compiler
 # shares the machine with a measurement.
 say "building the jobfence bench and the River harness into $OUT"
@@ -52,6 +54,7 @@ say "jobfence: scenarios C (batch $BATCH, 16 workers, $BACKLOG jobs) and E ($RAT
 say "River: burn $RIVER_JOBS jobs, steady $RATES jobs/s for $DURATION"
 "$OUT/river-bench" --pg-dsn "$PG_DSN" --jobs "$RIVER_JOBS" --rates "$RATES" --duration "$DURATION" \
   ${river_flags[@]+"${river_flags[@]}"} >"$OUT/river.txt"
+fi
 
 # val FILE PATTERN KEY: the value of KEY on the first line of FILE matching PATTERN.
 val() {
@@ -84,16 +87,25 @@ jf_client="$(sum "$(val "$jf" "$coord" cpu_us_per_job)" "$(val "$jf" "$coord" be
 row "drain database CPU us/job (MariaDB | PostgreSQL)" "$jf_db" "$(val "$rv" '^river burn ' cpu_us_per_job_pg)"
 row "drain client-side CPU us/job (coordinator+workers | River)" "$jf_client" "$(val "$rv" '^river burn ' cpu_us_per_job_client)"
 row "drain all processes CPU us/job" "$(sum "$jf_db" "$jf_client")" "$(val "$rv" '^river burn ' cpu_us_per_job_total)"
+stream="^e2e_stream .* credits=$BATCH( |\$)"
+row "drain jobs/s (C through worker streams | burn)" "$(val "$jf" "$stream" jobs_per_s)" "$(val "$rv" '^river burn ' jobs_per_s)"
+st_db="$(val "$jf" "$stream" db_cpu_us_per_job)"
+st_client="$(sum "$(val "$jf" "$stream" cpu_us_per_job)" "$(val "$jf" "$stream" bench_cpu_us_per_job)")"
+row "stream drain all processes CPU us/job" "$(sum "$st_db" "$st_client")" "$(val "$rv" '^river burn ' cpu_us_per_job_total)"
 IFS=, read -r -a rates <<<"$RATES"
 for r in "${rates[@]}"; do
-  lat="^latency rate=$r " st="^river steady rate=$r "
-  for p in p50 p95 p99; do
-    row "$r jobs/s: enqueue->completed $p ms" "$(val "$jf" "$lat" "${p}_ms")" "$(val "$rv" "$st" "${p}_ms")"
+  st="^river steady rate=$r "
+  for kind in latency latency_stream; do
+    lat="^$kind rate=$r "
+    for p in p50 p95 p99; do
+      row "$r jobs/s ($kind): enqueue->completed $p ms" "$(val "$jf" "$lat" "${p}_ms")" "$(val "$rv" "$st" "${p}_ms")"
+    done
+    row "$r jobs/s ($kind): database CPU us/job" "$(val "$jf" "$lat" db_cpu_us_per_job)" "$(val "$rv" "$st" cpu_us_per_job_pg)"
+    jf_all="$(sum "$(sum "$(val "$jf" "$lat" db_cpu_us_per_job)" "$(val "$jf" "$lat" coordinator_cpu_us_per_job)")" \
+      "$(val "$jf" "$lat" bench_cpu_us_per_job)")"
+    row "$r jobs/s ($kind): all processes CPU us/job" "$jf_all" "$(val "$rv" "$st" cpu_us_per_job_total)"
   done
-  row "$r jobs/s: database CPU us/job" "$(val "$jf" "$lat" db_cpu_us_per_job)" "$(val "$rv" "$st" cpu_us_per_job_pg)"
-  row "$r jobs/s: coordinator (*) | River process CPU us/job" \
-    "$(val "$jf" "$lat" coordinator_cpu_us_per_job)" "$(val "$rv" "$st" cpu_us_per_job_client)"
 done
-printf '%s\n' "(*) scenario E reports the coordinator's CPU, not its workers' and producer's; River's process" \
-  "    holds its client, workers and producer, so that row understates jobfence's client side." \
+printf '%s\n' "jobfence's all processes: the database, the coordinator and the bench (its producer and workers);" \
+  "River's: PostgreSQL and its one process (client, workers and producer)." \
   "Summaries and binaries: $OUT"
