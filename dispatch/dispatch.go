@@ -221,17 +221,52 @@ func (d *Dispatcher) enqueueMany(ctx context.Context, ps []store.EnqueueParams) 
 // leases). Errors: the store's (*store.BudgetExhaustedError among them),
 // the caller's context, ErrClosed.
 func (d *Dispatcher) Claim(ctx context.Context, p store.ClaimParams, wait time.Duration) ([]store.ClaimedJob, error) {
+	return d.ClaimNext(ctx, p, wait, nil)
+}
+
+// Shortfall is what a claim tells the next claim of the same caller (a
+// worker stream's): whether it was granted fewer jobs than it asked for,
+// and the wake count at that moment.
+type Shortfall struct {
+	short bool
+	wakes uint64
+}
+
+// ClaimNext is Claim for a caller that claims again and again (a worker
+// stream), carrying prev from one call to the next. When its previous claim
+// was granted fewer jobs than it asked for, the database had no more due
+// work for it at that claim's commit; if nothing woke a waiter since, it
+// waits at once for a wake, a hand-off or the next poll instant instead of
+// looking first, which saves an empty claim transaction per job at a low
+// rate. Any wake since counts as work that may be there: it looks.
+func (d *Dispatcher) ClaimNext(ctx context.Context, p store.ClaimParams, wait time.Duration, prev *Shortfall) ([]store.ClaimedJob, error) {
 	deadline := time.Now().Add(wait)
 	looked := false // a look or a poll round has just found nothing for this caller
+	note := func(jobs []store.ClaimedJob, wakes uint64) {
+		if prev != nil {
+			*prev = Shortfall{short: len(jobs) > 0 && len(jobs) < p.MaxJobs, wakes: wakes}
+		}
+	}
 	for {
 		wt := d.waiters.add(p.Provider)
+		if prev != nil && prev.short && d.waiters.wakeCount() == prev.wakes {
+			looked = true // nothing due at the previous grant, and nothing since (a wake from now on reaches wt)
+		}
+		if prev != nil {
+			prev.short = false
+		}
 		if !looked {
+			var wakes uint64
+			if prev != nil {
+				wakes = d.waiters.wakeCount()
+			}
 			out, err := d.claims.do(ctx, p)
 			if err == nil {
 				err = out.Err
 			}
 			if err != nil || len(out.Jobs) > 0 {
 				d.waiters.remove(wt) // not armed: it can only have been woken
+				note(out.Jobs, wakes)
 				return out.Jobs, err
 			}
 		}
@@ -265,6 +300,7 @@ func (d *Dispatcher) Claim(ctx context.Context, p store.ClaimParams, wait time.D
 				d.release(p, wt.out) // granted to a caller that left
 				return nil, nil
 			}
+			note(wt.out.Jobs, wt.wakes)
 			return wt.out.Jobs, wt.out.Err
 		}
 		looked = wt.handed && wt.looked
@@ -294,7 +330,7 @@ func (d *Dispatcher) pollRound(wt *waiter, p store.ClaimParams) {
 	cancel()
 	d.opts.Metrics.ClaimTx.Observe(float64(len(claims)))
 	looked := d.waiters.wakeCount() == wakes
-	wt.out, wt.handed, wt.looked = outs[0], true, looked
+	wt.out, wt.handed, wt.looked, wt.wakes = outs[0], true, looked, wakes
 	for i, w := range peers {
 		w.looked = looked
 		d.waiters.hand(w, outs[i+1])

@@ -31,6 +31,9 @@ type waiter struct {
 	// round claimed for it and no wake can have missed it meanwhile.
 	handed, looked bool
 	out            store.ClaimOutcome
+	// wakes is the wake count when the waiter was taken to be handed its
+	// outcome: what the caller's next claim compares against (Shortfall).
+	wakes uint64
 }
 
 // add registers a waiter for jobs of provider (any when empty).
@@ -90,6 +93,7 @@ func (w *waiters) take(n int, providers map[string]bool) []*waiter {
 	kept := w.queue[:0]
 	for _, c := range w.queue {
 		if len(out) < n && c.claim != nil && (providers == nil || c.provider == "" || providers[c.provider]) {
+			c.wakes = w.wakes
 			out = append(out, c)
 			continue
 		}

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/jobfence/jobfence/dispatch"
 	pb "github.com/jobfence/jobfence/gen/jobfence/v1"
 	"github.com/jobfence/jobfence/store"
 )
@@ -232,6 +233,7 @@ func (ws *workStream) addCredits(n int) error {
 // replicas' work is found at the next poll instant.
 func (ws *workStream) claimLoop() {
 	backoff := 50 * time.Millisecond
+	var shortfall dispatch.Shortfall // a grant of fewer jobs than asked for spares the next claim its first look
 	for {
 		ws.mu.Lock()
 		n := min(ws.credits, maxStreamClaim)
@@ -247,7 +249,7 @@ func (ws *workStream) claimLoop() {
 		p := ws.claim
 		p.MaxJobs = n
 		began := time.Now()
-		claimed, err := ws.s.dispatch.Claim(ws.claimCtx, p, MaxClaimWait)
+		claimed, err := ws.s.dispatch.ClaimNext(ws.claimCtx, p, MaxClaimWait, &shortfall)
 		var budget *store.BudgetExhaustedError
 		switch {
 		case ws.claimCtx.Err() != nil:
