@@ -1,5 +1,6 @@
-// refund-worker: the example jobfence worker for Node.js. It claims refund jobs
-// from a coordinator, refunds through the fake payment provider (the
+// refund-worker: the example jobfence worker for Node.js. It takes refund jobs
+// from a coordinator (granted on the worker stream; with --no-stream, claimed
+// with Claim calls), refunds through the fake payment provider (the
 // `fakeprovider` command, a Stripe-like refunds API) over HTTP, and writes each
 // outcome back with the attempt it was granted, using this package's Worker.
 //
@@ -76,6 +77,8 @@ export interface Config {
   /** 0: a third of each job's lease (R27). */
   renewIntervalMs: number;
   noLeaseRenewal: boolean;
+  /** Claim with Claim calls and write back with unary calls, not on the worker stream. */
+  noStream: boolean;
   providerTimeoutMs: number;
   sameKeyResends: boolean;
   resendMarginMs: number;
@@ -127,6 +130,12 @@ const flags = {
     default: "false",
     usage: "never renew a lease: --lease must then outlast --provider-timeout and the deploy hand-over time (R17)",
   },
+  "no-stream": {
+    kind: "bool",
+    default: "false",
+    usage: "claim with Claim calls (--claim-wait) and write back with unary calls instead of the worker stream, on which " +
+      "the coordinator pushes grants as slots free up and the write-backs, renewals and receipts travel",
+  },
   "provider-timeout": { kind: "duration", default: "3s", usage: "deadline of each provider call; with --no-lease-renewal shorter than --lease (R17)" },
   "same-key-resends": {
     kind: "bool",
@@ -137,7 +146,11 @@ const flags = {
   "resend-margin": { kind: "duration", default: "5m", usage: "no same-key resend is started closer than this to the job's resend deadline (R22)" },
   "pending-delay": { kind: "duration", default: "30s", usage: "when to reconcile a pending refund again (R4)" },
   "unknown-delay": { kind: "duration", default: "5s", usage: "when to reconcile after a provider call whose outcome is unknown (R14)" },
-  "claim-wait": { kind: "duration", default: "10s", usage: "long-poll each claim up to this long (0..60s); 0: poll every second" },
+  "claim-wait": {
+    kind: "duration",
+    default: "10s",
+    usage: "with --no-stream: long-poll each claim up to this long (0..60s); 0: poll every second",
+  },
   "drain-timeout": { kind: "duration", default: "30s", usage: "on SIGTERM, how long jobs in flight may finish their provider call and write-back" },
   "receipt-spool": {
     kind: "string",
@@ -231,6 +244,7 @@ export function parseConfig(argv: string[], env: NodeJS.ProcessEnv): Config | "h
     leaseMs: dur("lease"),
     renewIntervalMs: dur("renew-interval"),
     noLeaseRenewal: bool("no-lease-renewal"),
+    noStream: bool("no-stream"),
     providerTimeoutMs: dur("provider-timeout"),
     sameKeyResends: bool("same-key-resends"),
     resendMarginMs: dur("resend-margin"),
@@ -616,6 +630,8 @@ export interface Stats {
   renewals: number;
   renew_failures: number;
   grants_lost: number;
+  /** Worker streams that ended while the worker ran, each opened again. */
+  stream_ends: number;
 }
 
 // jobFields names a job and its grant in a log line: the grant's fingerprint
@@ -731,6 +747,19 @@ function track(stats: Stats, log: Logger, e: WorkerEvent): void {
       stats.claim_failures++;
       log.log("warn", "claim failed; nothing acted on (R7)", { error: e.error.message, reason: e.error.reason });
       return;
+    case "stream_ended":
+      stats.stream_ends++;
+      log.log(e.error === undefined ? "info" : "warn", "worker stream ended; opening it again", {
+        retry_in_ms: e.retryInMs,
+        ...(e.error === undefined ? {} : { error: e.error.message, code: e.error.code, reason: e.error.reason }),
+      });
+      return;
+    case "stream_unsupported":
+      log.log("info", "the coordinator has no worker stream; claiming with Claim calls", { error: e.error.message });
+      return;
+    case "budget_exhausted":
+      log.log("debug", "provider budget exhausted; work is offered again after the wait (R19)", { retry_after_ms: e.retryAfterMs });
+      return;
   }
 }
 
@@ -777,7 +806,7 @@ async function main(): Promise<number> {
   const stats: Stats = {
     claimed: 0, takeovers: 0, reconciles: 0, completed: 0, rescheduled: 0, escalated: 0, replayed: 0,
     stale_rejected: 0, observations: 0, unknown_outcomes: 0, provider_deadlines: 0, resends_refused: 0, write_failures: 0, claim_failures: 0,
-    spooled: 0, refiled: 0, renewals: 0, renew_failures: 0, grants_lost: 0,
+    spooled: 0, refiled: 0, renewals: 0, renew_failures: 0, grants_lost: 0, stream_ends: 0,
   };
   const worker = new Worker({
     client,
@@ -786,6 +815,7 @@ async function main(): Promise<number> {
     concurrency: c.concurrency,
     leaseMs: c.leaseMs,
     renewLeases: !c.noLeaseRenewal,
+    noStream: c.noStream,
     renewIntervalMs: c.renewIntervalMs === 0 ? undefined : c.renewIntervalMs,
     provider: c.providerName,
     providerCallTimeoutMs: c.providerTimeoutMs,
@@ -816,7 +846,8 @@ async function main(): Promise<number> {
   worker.start();
   log.log("info", "refund-worker started", {
     coordinator: c.coordinator, provider: c.provider, provider_name: c.providerName, concurrency: c.concurrency,
-    lease_ms: c.leaseMs, lease_renewal: !c.noLeaseRenewal, provider_timeout_ms: c.providerTimeoutMs, pid: process.pid,
+    lease_ms: c.leaseMs, lease_renewal: !c.noLeaseRenewal, worker_stream: !c.noStream, provider_timeout_ms: c.providerTimeoutMs,
+    pid: process.pid,
   });
 
   const sig = await signalled;

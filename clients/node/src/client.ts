@@ -24,12 +24,15 @@ import {
   type LeaseRenewal,
   type ListJobsRequestSchema,
   type ListJobsResponse,
+  type RenewLeasesRequestSchema,
   type ResolveReviewRequestSchema,
   type ResolveReviewResponse,
   type ReportObservationRequestSchema,
   type ReportObservationResponse,
   type RescheduleRequestSchema,
   type RescheduleResponse,
+  type WorkRequest,
+  type WorkResponse,
 } from "./gen/jobfence/v1/coordinator_pb.js";
 
 /** TLSOptions configures a TLS connection; `true` uses the system roots. */
@@ -191,8 +194,9 @@ export interface RenewalRefused extends RenewalOf {
 export class CoordinatorClient {
   /** The underlying connect client, for calls this wrapper does not cover. */
   readonly raw: Client<typeof Coordinator>;
+  /** The deadline of a call that names none (`CoordinatorClientOptions.defaultTimeoutMs`). */
+  readonly defaultTimeoutMs: number;
   private readonly sessions: Http2SessionManager;
-  private readonly defaultTimeoutMs: number;
 
   constructor(opts: CoordinatorClientOptions) {
     const baseUrl = toBaseUrl(opts.address, opts.tls !== undefined);
@@ -268,10 +272,7 @@ export class CoordinatorClient {
    */
   async renewLeases(grants: readonly Grant[], opts?: RenewLeasesOptions): Promise<Renewal[]> {
     const { leaseMs, ...callOpts } = opts ?? {};
-    const req = {
-      grants: grants.map((g) => ({ jobId: g.jobId, attempt: g.attempt, leaseToken: g.leaseToken })),
-      leaseDuration: leaseMs === undefined ? undefined : durationFromMs(leaseMs),
-    };
+    const req = renewLeasesRequest(grants, leaseMs);
     const resp = await this.call((o) => this.raw.renewLeases(req, o), callOpts);
     return resp.renewals.map(renewalOf);
   }
@@ -310,6 +311,28 @@ export class CoordinatorClient {
     return this.call((o) => this.raw.resolveReview(req, o), opts);
   }
 
+  /**
+   * work opens the worker stream (Coordinator.Work), the Worker's by default
+   * (see WorkerOptions.noStream): a bidirectional gRPC stream on this
+   * client's HTTP/2 connection. `requests` are sent as the transport takes
+   * them, a WorkStart first; their end is the stream's half-close. The
+   * answer yields the coordinator's messages — grants, one reply per call,
+   * retry_after — until the coordinator ends the stream (after a half-close,
+   * once every call sent is answered) or `signal` aborts it. The stream has
+   * no deadline. It rejects with a CoordinatorError, decoded as a unary
+   * call's is (R24): UNIMPLEMENTED from a coordinator without Work,
+   * INVALID_ARGUMENT naming a field of a bad WorkStart or WorkCredit,
+   * UNAVAILABLE when the connection is lost or the coordinator stops.
+   */
+  async *work(requests: AsyncIterable<WorkRequest>, opts: { signal?: AbortSignal } = {}): AsyncGenerator<WorkResponse, void, undefined> {
+    try {
+      // timeoutMs 0: no deadline, whatever the transport's default.
+      yield* this.raw.work(requests, { signal: opts.signal, timeoutMs: 0 });
+    } catch (err) {
+      throw toCoordinatorError(err);
+    }
+  }
+
   /** close ends the connection; calls still in flight fail. */
   close(): void {
     this.sessions.abort();
@@ -328,8 +351,16 @@ export class CoordinatorClient {
   }
 }
 
-// renewalOf decodes one grant's answer; a refusal by its reason (R24).
-function renewalOf(r: LeaseRenewal): Renewal {
+/** renewLeasesRequest is the RenewLeases request of grants, as a call or on the worker stream. */
+export function renewLeasesRequest(grants: readonly Grant[], leaseMs: number | undefined): MessageInitShape<typeof RenewLeasesRequestSchema> {
+  return {
+    grants: grants.map((g) => ({ jobId: g.jobId, attempt: g.attempt, leaseToken: g.leaseToken })),
+    leaseDuration: leaseMs === undefined ? undefined : durationFromMs(leaseMs),
+  };
+}
+
+/** renewalOf decodes one grant's answer; a refusal by its reason (R24). */
+export function renewalOf(r: LeaseRenewal): Renewal {
   const of: RenewalOf = {
     jobId: r.jobId,
     attempt: r.attempt,

@@ -5,7 +5,8 @@
 // Callers branch with `instanceof`, never on message text.
 
 import { fromBinary } from "@bufbuild/protobuf";
-import { Code, ConnectError, decodeBinaryHeader } from "@connectrpc/connect";
+import { Code, ConnectError, decodeBinaryHeader, encodeBinaryHeader } from "@connectrpc/connect";
+import { findTrailerError } from "@connectrpc/connect/protocol-grpc";
 
 import { BadRequestSchema, ErrorInfoSchema, type ErrorInfo } from "./gen/google/rpc/error_details_pb.js";
 import { StatusSchema } from "./gen/google/rpc/status_pb.js";
@@ -207,6 +208,28 @@ export function toCoordinatorError(err: unknown): CoordinatorError {
   const details = errorDetails(ce);
   const ei = details.info;
   return errorOf(ce.rawMessage, ce.code, ei?.reason, ei?.metadata ?? {}, details.violations, ce);
+}
+
+/**
+ * workReplyError decodes the error of a worker stream reply
+ * (`WorkReply.error`): a google.rpc.Status serialized, the very bytes the
+ * unary call's grpc-status-details-bin trailer carries. It is read as that
+ * trailer is — by connect's gRPC trailer decoder, then toCoordinatorError —
+ * so a call answered on the stream rejects with the class, code, message,
+ * reason, metadata and field violations its unary call would have (R24).
+ * Bytes that do not decode, or a Status of code OK, are an INTERNAL error.
+ */
+export function workReplyError(status: Uint8Array): CoordinatorError {
+  let ce: ConnectError | undefined;
+  try {
+    ce = findTrailerError(new Headers({ "grpc-status-details-bin": encodeBinaryHeader(status) }));
+  } catch (err) {
+    return toCoordinatorError(new ConnectError("a worker stream reply's error does not decode", Code.Internal, undefined, undefined, err));
+  }
+  if (ce === undefined) {
+    return toCoordinatorError(new ConnectError("a worker stream reply carried an error of status OK", Code.Internal));
+  }
+  return toCoordinatorError(ce);
 }
 
 // errorOf is the CoordinatorError subclass of an ErrorInfo reason (R24).

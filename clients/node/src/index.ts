@@ -1,6 +1,6 @@
 // Package entry point: the typed Coordinator client, the Worker runtime with
-// its lease renewal (R27) and its receipt spool (R28), the decision helper,
-// the grant fingerprint (R25) and the error classes.
+// its worker stream, its lease renewal (R27) and its receipt spool (R28), the
+// decision helper, the grant fingerprint (R25) and the error classes.
 
 export { CoordinatorClient, MaxRenewBatch, grantOf } from "./client.js";
 export type {

@@ -11,6 +11,7 @@ import { CoordinatorError, FencedWriteError, GrantLostError, Reason, isRetryable
 import { NextAction, ObservationOutcome, type ClaimedJob, type Job } from "./gen/jobfence/v1/coordinator_pb.js";
 import { grantFingerprint, type ClaimedJobView } from "./grant.js";
 import { ReceiptRefileIntervalMs, ReceiptSpool, ReceiptSpoolOff, defaultReceiptSpool, type SpooledReceipt } from "./spool.js";
+import { WorkSession, type WorkerCalls } from "./stream.js";
 
 /** WorkerJob is one claimed job as a handler sees it. */
 export interface WorkerJob {
@@ -85,6 +86,36 @@ export interface JobIds {
 export type WorkerEvent =
   | ({ type: "claimed"; nextAction: NextAction; takeover: boolean } & JobIds)
   | { type: "claim_failed"; error: CoordinatorError }
+  | {
+      /**
+       * The worker stream ended while the worker runs: `error` says why (a
+       * lost connection, a stream that could not open), undefined when the
+       * coordinator ended it cleanly (it is stopping). It opens again in
+       * `retryInMs`, with every free slot as credits. Calls it carried and
+       * had no answer for are answered UNAVAILABLE and repeated (R21); a
+       * grant it may have been sending grants nothing to act on (R7).
+       */
+      type: "stream_ended";
+      error: CoordinatorError | undefined;
+      retryInMs: number;
+    }
+  | {
+      /**
+       * The coordinator has no worker stream (UNIMPLEMENTED): the worker
+       * claims with Claim calls from now on, as with `noStream`.
+       */
+      type: "stream_unsupported";
+      error: CoordinatorError;
+    }
+  | {
+      /**
+       * R19: jobs are due but their providers' outbound budgets allow none
+       * now; work is offered again (on the stream) or claimed again after
+       * `retryAfterMs`.
+       */
+      type: "budget_exhausted";
+      retryAfterMs: number;
+    }
   | ({ type: "handler_error"; error: unknown } & JobIds)
   | ({ type: "provider_deadline" } & JobIds)
   | ({ type: "resend_refused"; reason: string } & JobIds)
@@ -187,6 +218,21 @@ export interface WorkerOptions {
   /** Claim only jobs of this provider. */
   provider?: string;
   /**
+   * Turn the worker stream off: claim with Claim calls (long polls of
+   * `claimWaitMs`, or polls every `idlePollMs`) and write back with unary
+   * calls. By default the worker opens one stream (Coordinator.Work), on
+   * which the coordinator pushes grants as slots free up — at once when a
+   * job is enqueued on the same coordinator — never more than the free
+   * slots (R18); the write-backs, renewals and receipts go on it, answered
+   * exactly as the unary calls (the same errors, R24), and a call cut off
+   * with its stream is repeated (R21), on the next stream or as a unary
+   * call. A stream that ends is opened again after `claimErrorBackoffMs`,
+   * doubling up to 5 s (`stream_ended`). A coordinator without the stream
+   * (UNIMPLEMENTED) is claimed from as with `noStream`
+   * (`stream_unsupported`). Default false.
+   */
+  noStream?: boolean;
+  /**
    * The provider-call deadline: a handler still running after it is aborted
    * and the outcome counts as unknown. Default 10 s. Without renewal
    * (`renewLeases: false`) it must be shorter than the lease (R17); a
@@ -231,16 +277,22 @@ export interface WorkerOptions {
   /**
    * Long poll: how long an idle Claim may wait at the coordinator for work
    * (0..60 s); new jobs then start within milliseconds of their enqueue.
-   * 0 polls instead. Default 10 s.
+   * 0 polls instead. Default 10 s. Only for Claim calls (`noStream`): the
+   * worker stream waits as long as it is open.
    */
   claimWaitMs?: number;
   /**
    * The least time between two claims that found nothing (when long polling,
    * counted from the start of the claim, so a coordinator that answers at
-   * once, e.g. while draining, is not hammered). Default 1 s.
+   * once, e.g. while draining, is not hammered). Default 1 s. Only for
+   * Claim calls (`noStream`).
    */
   idlePollMs?: number;
-  /** Wait after a failed claim. Default 1 s. */
+  /**
+   * Wait after a failed claim. Default 1 s. The first wait before the
+   * worker stream opens again after it ended, doubling while it cannot be
+   * opened, up to 5 s (or this, when longer), ±50 % jitter.
+   */
   claimErrorBackoffMs?: number;
   /** How often a write-back is repeated after UNAVAILABLE or a cut deadline. Default 6. */
   writeRetries?: number;
@@ -257,10 +309,11 @@ export interface WorkerOptions {
    * transport error, UNAUTHENTICATED, INTERNAL), after the worker's own
    * repeats (`writeRetries`), is appended to it as one JSON line, fsynced
    * before the worker moves on, and filed again: when the worker starts
-   * (before its first claim), every 30 s, and as soon as a call succeeds after
-   * such a failure. The coordinator deduplicates a receipt filed twice. A
-   * permanent refusal (INVALID_ARGUMENT, NOT_FOUND, OBSERVATION_LIMIT,
-   * PERMISSION_DENIED…) is reported (`observation_failed`), not spooled. The
+   * (before it opens its stream or claims), every 30 s, and as soon as a
+   * call succeeds after such a failure. The coordinator deduplicates a
+   * receipt filed twice. A permanent refusal (INVALID_ARGUMENT, NOT_FOUND,
+   * OBSERVATION_LIMIT, PERMISSION_DENIED…) is reported
+   * (`observation_failed`), not spooled. The
    * file holds lease tokens: it is created 0600 in a 0700 folder, and no event
    * carries a token. Bounded by MaxSpooledReceipts and MaxReceiptSpoolBytes;
    * past them a receipt is reported only (`observation_failed` with
@@ -281,8 +334,10 @@ export interface WorkerOptions {
 /**
  * Worker runs the claim → provider call → fenced write-back loop.
  *
- * - It claims only as many jobs as it has free slots (R18): no batch is
- *   claimed to be held in memory.
+ * - It is granted only as many jobs as it has free slots (R18): no batch is
+ *   claimed to be held in memory. The grants come on the worker stream,
+ *   which also carries its write-backs, renewals and receipts, or from
+ *   Claim calls (`noStream`, or a coordinator without the stream).
  * - While a handler runs, it renews the job's lease (R27, `renewLeases`), and
  *   aborts the handler's signal with a GrantLostError once a renewal says the
  *   grant is lost.
@@ -308,10 +363,15 @@ export interface WorkerOptions {
  */
 export class Worker {
   private readonly client: CoordinatorClient;
+  // The worker stream; undefined with noStream. calls is where the
+  // write-backs, renewals and receipts go: the session (on its stream while
+  // one is open, else unary), or the client.
+  private readonly session: WorkSession | undefined;
+  private readonly calls: WorkerCalls;
   // The part of a Claim's deadline beyond its long poll.
   private readonly claimTimeoutMs = 10_000;
   private readonly opts:
-    Required<Omit<WorkerOptions, "leaseMs" | "provider" | "onEvent" | "client" | "handlers" | "receiptSpool" | "renewIntervalMs">> &
+    Required<Omit<WorkerOptions, "leaseMs" | "provider" | "onEvent" | "client" | "handlers" | "receiptSpool" | "renewIntervalMs" | "noStream">> &
     Pick<WorkerOptions, "leaseMs" | "provider" | "onEvent" | "handlers" | "renewIntervalMs">;
   // The jobs whose handler runs, by job id, renewed by one timer (R27).
   // renewing is the renewal pass in flight; the timer is set only between
@@ -388,6 +448,14 @@ export class Worker {
     if (every !== undefined && this.opts.leaseMs !== undefined && every >= this.opts.leaseMs) {
       throw new RangeError(`renewIntervalMs (${every}) must be shorter than leaseMs (${this.opts.leaseMs})`);
     }
+    if (options.noStream === true) {
+      this.calls = this.client;
+    } else {
+      this.session = new WorkSession(this.client, {
+        workerId: this.opts.workerId, provider: this.opts.provider ?? "", leaseMs: this.opts.leaseMs,
+      }, this.opts.concurrency);
+      this.calls = this.session;
+    }
     if (options.receiptSpool !== ReceiptSpoolOff) {
       this.spool = ReceiptSpool.open(options.receiptSpool || defaultReceiptSpool(this.opts.workerId));
       if (this.spool.torn > 0) {
@@ -429,12 +497,18 @@ export class Worker {
       await this.refile();
       this.refileTimer = setInterval(() => void this.refile(), ReceiptRefileIntervalMs);
     }
+    if (this.session !== undefined && (await this.streamLoop(this.session)) === "stopped") {
+      return;
+    }
     await this.loop();
   }
 
   /**
    * stop drains the worker: it claims nothing more and resolves once every
-   * in-flight job has written back. A long-poll Claim still waiting at the
+   * in-flight job has written back. The worker stream is half-closed: the
+   * coordinator grants nothing more, answers the calls sent on it and ends
+   * it, and grants already on their way are handled; the write-backs after
+   * that go as unary calls. A long-poll Claim still waiting at the
    * coordinator is cancelled; jobs a finished claim granted are handled.
    * Answers that arrived after their provider-call deadline are filed for up
    * to lateAnswerGraceMs more. Then the receipt spool gets a last refile pass
@@ -448,6 +522,7 @@ export class Worker {
     // cancel land inside the claim's own commit, the job returns through a
     // takeover after its lease.
     this.stopSignal.abort();
+    this.session?.closeSend();
     await this.loopDone;
     while (this.active.size > 0) {
       await Promise.allSettled([...this.active]);
@@ -510,17 +585,60 @@ export class Worker {
         continue;
       }
       this.kickRefile();
-      const claimedAt = performance.now();
-      for (const claimed of jobs) {
-        const run = this.runJob(claimed, claimedAt).finally(() => {
-          this.active.delete(run);
-          this.wake();
-        });
-        this.active.add(run);
+      this.startJobs(jobs);
+      if (retryAfterMs > 0) {
+        this.emit({ type: "budget_exhausted", retryAfterMs });
       }
       if (jobs.length === 0) {
         await this.sleep(Math.max(retryAfterMs, this.opts.idlePollMs - (performance.now() - started)));
       }
+    }
+  }
+
+  // streamLoop keeps the worker stream open while the worker runs, opening
+  // it again after it ended, and returns "stopped" once the stream the drain
+  // half-closed has ended; "unsupported" when the coordinator has no worker
+  // stream, so that the worker claims with Claim calls instead.
+  private async streamLoop(session: WorkSession): Promise<"stopped" | "unsupported"> {
+    const first = this.opts.claimErrorBackoffMs;
+    let backoffMs = first;
+    while (!this.stopping) {
+      const end = await session.serve(
+        (jobs) => {
+          this.kickRefile();
+          this.startJobs(jobs);
+        },
+        (retryAfterMs) => this.emit({ type: "budget_exhausted", retryAfterMs }),
+      );
+      if (end.error?.code === Code.Unimplemented) {
+        this.emit({ type: "stream_unsupported", error: end.error });
+        return "unsupported";
+      }
+      if (this.stopping) {
+        break;
+      }
+      if (end.received || end.error === undefined) {
+        backoffMs = first; // it was open, or the coordinator is stopping: not a failure to open
+      }
+      const retryInMs = Math.round(backoffMs * (0.5 + Math.random()));
+      this.emit({ type: "stream_ended", error: end.error, retryInMs });
+      await pause(retryInMs, this.stopSignal.signal);
+      backoffMs = Math.min(2 * backoffMs, Math.max(first, maxStreamBackoffMs));
+    }
+    return "stopped";
+  }
+
+  // startJobs runs granted jobs, each in a slot of its own; a slot that
+  // frees is a credit for the worker stream.
+  private startJobs(jobs: ClaimedJob[]): void {
+    const claimedAt = performance.now();
+    for (const claimed of jobs) {
+      const run = this.runJob(claimed, claimedAt).finally(() => {
+        this.active.delete(run);
+        this.session?.freed();
+        this.wake();
+      });
+      this.active.add(run);
     }
   }
 
@@ -690,7 +808,7 @@ export class Worker {
     const timeoutMs = Math.ceil(Math.min(10_000, Math.max(1_000, Math.min(...batch.map((h) => h.intervalMs)))));
     let renewals: Renewal[];
     try {
-      renewals = await this.client.renewLeases(batch.map((h) => grantOf(h.claimed)), { leaseMs: this.opts.leaseMs, timeoutMs });
+      renewals = await this.calls.renewLeases(batch.map((h) => grantOf(h.claimed)), { leaseMs: this.opts.leaseMs, timeoutMs });
     } catch (e) {
       // Never an abort: the grant holds until a takeover commits (R8), and
       // a renewal after the lease ran out still lands until then (R27).
@@ -784,16 +902,16 @@ export class Worker {
     const write = (): Promise<{ replayed: boolean }> => {
       switch (decision.kind) {
         case "complete":
-          return this.client.complete({ ...grant, providerRefundId: decision.providerRefundId });
+          return this.calls.complete({ ...grant, providerRefundId: decision.providerRefundId });
         case "reschedule":
-          return this.client.reschedule({
+          return this.calls.reschedule({
             ...grant,
             nextAction: decision.nextAction,
             when: { case: "delay", value: durationFromMs(decision.delayMs) },
             reason: clip(decision.reason, 1024),
           });
         case "escalate":
-          return this.client.escalate({ ...grant, reason: clip(decision.reason, 1024) });
+          return this.calls.escalate({ ...grant, reason: clip(decision.reason, 1024) });
       }
     };
     for (let retry = 0; ; retry++) {
@@ -858,7 +976,7 @@ export class Worker {
     };
     for (let retry = 0; ; retry++) {
       try {
-        const resp = await this.client.reportObservation(observationRequest(receipt));
+        const resp = await this.calls.reportObservation(observationRequest(receipt));
         this.kickRefile();
         this.emit({
           type: "observation",
@@ -948,7 +1066,7 @@ export class Worker {
       }
       const ids: JobIds = { jobId: r.jobId, attempt: r.attempt, grant: grantFingerprint(r.leaseToken), operationKey: r.operationKey };
       try {
-        const resp = await this.client.reportObservation(observationRequest(r), signal === undefined ? undefined : { signal });
+        const resp = await this.calls.reportObservation(observationRequest(r), signal === undefined ? undefined : { signal });
         settled++;
         this.emit({
           type: "refiled", ...ids, duplicate: resp.duplicate, attemptVerified: resp.observation?.attemptVerified ?? false,
@@ -1071,6 +1189,10 @@ function withoutToken(claimed: ClaimedJob): ClaimedJobView {
   return view;
 }
 
+// maxStreamBackoffMs bounds the wait before the worker stream opens again,
+// unless claimErrorBackoffMs is longer.
+const maxStreamBackoffMs = 5_000;
+
 // Refile timing: passes kicked by a healed call are at least refileMinGapMs
 // apart; the pass at the end of stop() is bounded by finalRefileTimeoutMs.
 const refileMinGapMs = 5_000;
@@ -1163,4 +1285,20 @@ function clip(s: string, max: number): string {
 
 function delay(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+// pause waits ms, or less when signal aborts.
+function pause(ms: number, signal: AbortSignal): Promise<void> {
+  if (signal.aborted) {
+    return Promise.resolve();
+  }
+  return new Promise((resolve) => {
+    const done = (): void => {
+      clearTimeout(timer);
+      signal.removeEventListener("abort", done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal.addEventListener("abort", done, { once: true });
+  });
 }

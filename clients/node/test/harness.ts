@@ -98,6 +98,21 @@ export interface Coordinator {
   sql(statement: string): Promise<string>;
   /** expireLease ends a running job's lease in test data (T1: never by moving a clock). */
   expireLease(jobId: bigint): Promise<void>;
+  /** signal sends a signal (SIGSTOP, SIGCONT…) to the coordinator process. */
+  signal(sig: NodeJS.Signals): void;
+  /**
+   * restart kills the coordinator process (SIGKILL: nothing drains, every
+   * connection is cut) and starts a new one on the same database, address
+   * and arguments. Clients made by client() reconnect on their own.
+   */
+  restart(): Promise<void>;
+  /**
+   * metric reads the coordinator's /metrics (it must run with
+   * --metrics-listen): the sum of the samples of metric `name` that carry
+   * every label given, e.g. `metric("grpc_server_handled_total",
+   * {grpc_method: "Claim"})`; 0 when there is none.
+   */
+  metric(name: string, labels?: Record<string, string>): Promise<number>;
   stop(): Promise<void>;
 }
 
@@ -111,19 +126,37 @@ export async function startCoordinator(extraArgs: string[] = []): Promise<Coordi
   await mysql(`CREATE DATABASE \`${database}\``);
   const s = mysqlServer();
   const dsn = `${s.user}${s.password ? `:${s.password}` : ""}@tcp(${s.host}:${s.port})/${database}`;
-  const proc = spawn(bin, ["--listen", "127.0.0.1:0", "--log-format", "json", "--mysql-dsn", dsn, ...extraArgs], {
-    stdio: ["ignore", "ignore", "pipe"],
-  });
   const logs: Array<Record<string, unknown>> = [];
   const clients: CoordinatorClient[] = [];
+  const launch = async (listen: string): Promise<{ proc: ChildProcess; address: string }> => {
+    const proc = spawn(bin, ["--listen", listen, "--log-format", "json", "--mysql-dsn", dsn, ...extraArgs], {
+      stdio: ["ignore", "ignore", "pipe"],
+    });
+    try {
+      return { proc, address: await serving(proc, logs) };
+    } catch (err) {
+      proc.kill("SIGKILL");
+      throw err;
+    }
+  };
+  let proc: ChildProcess;
   let address: string;
   try {
-    address = await serving(proc, logs);
+    ({ proc, address } = await launch("127.0.0.1:0"));
   } catch (err) {
-    proc.kill("SIGKILL");
     await mysql(`DROP DATABASE IF EXISTS \`${database}\``).catch(() => undefined);
     throw err;
   }
+  const kill = async (sig: NodeJS.Signals): Promise<void> => {
+    if (proc.exitCode === null && proc.signalCode === null) {
+      const exited = new Promise((resolve) => proc.once("exit", resolve));
+      proc.kill("SIGCONT");
+      proc.kill(sig);
+      const timer = setTimeout(() => proc.kill("SIGKILL"), 10_000);
+      await exited;
+      clearTimeout(timer);
+    }
+  };
   return {
     address,
     database,
@@ -138,17 +171,43 @@ export async function startCoordinator(extraArgs: string[] = []): Promise<Coordi
       await mysql(`UPDATE refund_jobs SET lease_until = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE id = ${jobId} AND state = 'running'`,
         database);
     },
+    signal(sig) {
+      if (proc.exitCode === null && proc.signalCode === null) {
+        proc.kill(sig);
+      }
+    },
+    async restart() {
+      await kill("SIGKILL");
+      // The port is free again once the process is gone; the new one takes it.
+      ({ proc } = await launch(address));
+    },
+    async metric(name, labels = {}) {
+      let rec: Record<string, unknown> | undefined;
+      await eventually(() => {
+        rec = [...logs].reverse().find((r) => r["msg"] === "metrics serving");
+        if (rec === undefined) {
+          throw new Error("the coordinator serves no metrics: start it with --metrics-listen");
+        }
+      }, 5_000);
+      const text = await (await fetch(`http://${String(rec!["listen"])}/metrics`, { signal: AbortSignal.timeout(5_000) })).text();
+      let sum = 0;
+      for (const line of text.split("\n")) {
+        const m = /^([a-zA-Z_:][\w:]*)(?:\{(.*)\})? (\S+)$/.exec(line);
+        if (m === null || m[1] !== name) {
+          continue;
+        }
+        const has = new Set((m[2] ?? "").match(/\w+="(?:[^"\\]|\\.)*"/g) ?? []);
+        if (Object.entries(labels).every(([k, v]) => has.has(`${k}=${JSON.stringify(v)}`))) {
+          sum += Number(m[3]);
+        }
+      }
+      return sum;
+    },
     async stop() {
       for (const c of clients) {
         c.close();
       }
-      if (proc.exitCode === null && proc.signalCode === null) {
-        const exited = new Promise((resolve) => proc.once("exit", resolve));
-        proc.kill("SIGTERM");
-        const timer = setTimeout(() => proc.kill("SIGKILL"), 10_000);
-        await exited;
-        clearTimeout(timer);
-      }
+      await kill("SIGTERM");
       await mysql(`DROP DATABASE IF EXISTS \`${database}\``);
     },
   };

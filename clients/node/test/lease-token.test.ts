@@ -27,6 +27,7 @@ import {
   type WorkerJob,
 } from "../src/index.js";
 import { eventually, refund, startCoordinator, testSpool, type Coordinator } from "./harness.js";
+import { WorkTap, methodOf } from "./work-tap.js";
 
 // Top-level await: a missing MySQL fails the whole file loudly, never skips it.
 const coord: Coordinator = await startCoordinator();
@@ -246,9 +247,23 @@ describe("lease tokens (R25)", () => {
     for (let i = 0; i < 3; i++) {
       jobs.push((await client.enqueueRefund(refund({ provider }))).job!);
     }
-    // What went over the wire, seen below the SDK.
-    const granted = new Map<bigint, string>(); // job id → token from Claim
+    // What went over the wire, seen below the SDK: unary calls, and the
+    // calls and grants of the worker stream, the Worker's by default.
+    const granted = new Map<bigint, string>(); // job id → token from Claim or a stream's grant
     const sent: Array<{ method: string; jobId: bigint; attempt: bigint; leaseToken: string }> = [];
+    const tap = new WorkTap();
+    tap.onSent = (m) => {
+      if (m.kind.case === "call" && m.kind.value.call.case !== "renewLeases" && m.kind.value.call.case !== undefined) {
+        const c = m.kind.value.call;
+        const r = c.value as { jobId?: bigint; job?: { value?: unknown }; attempt: bigint; leaseToken: string };
+        sent.push({ method: methodOf(c.case), jobId: r.jobId ?? (r.job?.value as bigint), attempt: r.attempt, leaseToken: r.leaseToken });
+      }
+    };
+    tap.onReceived = (m) => {
+      for (const c of m.kind.case === "grant" ? m.kind.value.jobs : []) {
+        granted.set(c.job!.id, c.leaseToken);
+      }
+    };
     const wire: Interceptor = (next) => async (req) => {
       if (req.method.name !== "Claim" && !req.stream) {
         const m = req.message as unknown as { jobId?: bigint; job?: { value?: unknown }; attempt: bigint; leaseToken: string };
@@ -266,7 +281,7 @@ describe("lease tokens (R25)", () => {
     const events: WorkerEvent[] = [];
     let n = 0;
     const worker = new Worker({
-      client: coord.client({ interceptors: [wire] }),
+      client: coord.client({ interceptors: [wire, tap.interceptor] }),
       workerId: "node-token-worker",
       receiptSpool: testSpool("node-token-worker"),
       provider,
@@ -301,6 +316,7 @@ describe("lease tokens (R25)", () => {
     // The wire: each write-back carried a token minted for that very job.
     const writes = sent.filter((s) => ["Complete", "Reschedule", "Escalate"].includes(s.method));
     assert.deepEqual(writes.map((w) => w.method).sort(), ["Complete", "Complete", "Complete", "Reschedule"]);
+    assert.equal(tap.calls("complete").length + tap.calls("reschedule").length, 4, "on the worker stream, the Worker's default");
     for (const w of writes) {
       assert.match(w.leaseToken, tokenShape, `${w.method} of job ${w.jobId} carried a token`);
     }

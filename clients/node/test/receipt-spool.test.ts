@@ -21,6 +21,7 @@ import {
 } from "../src/index.js";
 import { encodeReceipt } from "../src/spool.js";
 import { eventually, refund, startCoordinator, testSpool, type Coordinator } from "./harness.js";
+import { WorkTap } from "./work-tap.js";
 
 // Top-level await: a missing MySQL fails the whole file loudly, never skips it.
 const coord: Coordinator = await startCoordinator();
@@ -115,12 +116,13 @@ describe("receipt spool through the Worker (R28)", () => {
     assert.ok(!rendered.includes(token), "no event carries the lease token");
     assert.deepEqual(await receiptsOf(job), []);
 
-    // The next worker on the spool: it files the receipt before its first claim.
+    // The next worker on the spool: it files the receipt before its first
+    // claim, or before it opens its worker stream.
     let claims = 0;
     let claimsAtRefile = -1;
     const next: WorkerEvent[] = [];
     const counting = coord.client({ interceptors: [(call) => async (req) => {
-      if (req.method.name === "Claim") claims++;
+      if (req.method.name === "Claim" || req.method.name === "Work") claims++;
       return call(req);
     }] });
     const a2 = worker({ client: counting, workerId: "A2", provider: "p-nothing-here", receiptSpool: spool,
@@ -159,10 +161,13 @@ describe("receipt spool through the Worker (R28)", () => {
   it("does not spool a permanent refusal, and drops one met when refiling", async () => {
     const spool = testSpool("A");
     const events: WorkerEvent[] = [];
+    // Refused as a unary call and on the worker stream alike.
+    const tap = new WorkTap();
+    tap.refuse("reportObservation", 100, Code.PermissionDenied);
     const denied = coord.client({ interceptors: [(call) => async (req) => {
       if (req.method.name === "ReportObservation") throw new ConnectError("test: not a worker", Code.PermissionDenied);
       return call(req);
-    }] });
+    }, tap.interceptor] });
     const { a, release } = await goStale(spool, events, { client: denied });
     try {
       release();
@@ -173,6 +178,7 @@ describe("receipt spool through the Worker (R28)", () => {
     }
     assert.ok(!events.some((e) => e.type === "spooled"));
     assert.ok(!existsSync(spool), "nothing was spooled");
+    assert.equal(tap.calls("reportObservation").length, 1, "refused once on the stream, never repeated");
 
     // A spooled receipt of a job this coordinator does not know: NOT_FOUND is
     // final, the receipt is reported and leaves the spool.

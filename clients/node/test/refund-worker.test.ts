@@ -54,6 +54,17 @@ describe("refund-worker configuration", () => {
     assert.ok(off !== "help" && off.noLeaseRenewal);
   });
 
+  it("takes its jobs on the worker stream unless --no-stream; --claim-wait stays for Claim calls", () => {
+    const c = parseConfig(["--claim-wait", "1s"], {});
+    assert.ok(c !== "help" && !c.noStream && c.claimWaitMs === 1_000, "the stream by default, --claim-wait still accepted");
+    const off = parseConfig(["--no-stream"], {});
+    assert.ok(off !== "help" && off.noStream);
+    const fromEnv = parseConfig([], { REFUNDWORKER_NO_STREAM: "true" });
+    assert.ok(fromEnv !== "help" && fromEnv.noStream);
+    const on = parseConfig(["--no-stream=false"], { REFUNDWORKER_NO_STREAM: "true" });
+    assert.ok(on !== "help" && !on.noStream, "the flag wins over the variable");
+  });
+
   it("refuses bad values and a plaintext token off loopback", () => {
     assert.throws(() => parseConfig([], { REFUNDWORKER_CONCURRENCY: "0" }), /REFUNDWORKER_CONCURRENCY|concurrency/);
     assert.throws(() => parseConfig(["--lease", "soon"], {}), /--lease/);

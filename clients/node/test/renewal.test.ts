@@ -30,6 +30,7 @@ import {
   type WorkerOptions,
 } from "../src/index.js";
 import { eventually, refund, startCoordinator, testSpool, type Coordinator } from "./harness.js";
+import { WorkTap, statusBytes } from "./work-tap.js";
 
 // Top-level await: a missing MySQL fails the whole file loudly, never skips it.
 // The first coordinator's metrics show what it saw; the second lets one grant
@@ -72,18 +73,39 @@ interface RenewCall {
 
 /**
  * watchedClient records the worker's RenewLeases calls and the lease tokens
- * its claims returned; fail(n) makes the next n RenewLeases calls fail with
+ * its grants carried, as unary calls and on the worker stream (the Worker's
+ * default); fail(n) makes the next n RenewLeases calls fail with
  * UNAVAILABLE, as a coordinator that cannot be reached would.
  */
 function watchedClient(c: Coordinator): { client: CoordinatorClient; renewals: RenewCall[]; tokens: string[]; fail: (n: number) => void } {
   const renewals: RenewCall[] = [];
   const tokens: string[] = [];
   let failing = 0;
+  const record = (grants: RenewCall["grants"]): void => {
+    renewals.push({ at: performance.now(), grants: grants.map((g) => ({ jobId: g.jobId, attempt: g.attempt, leaseToken: g.leaseToken })) });
+  };
+  const tap = new WorkTap();
+  tap.onSent = (m) => {
+    if (m.kind.case === "call" && m.kind.value.call.case === "renewLeases") {
+      record(m.kind.value.call.value.grants);
+    }
+  };
+  tap.onReceived = (m) => {
+    if (m.kind.case === "grant") {
+      tokens.push(...m.kind.value.jobs.map((j) => j.leaseToken));
+    }
+  };
+  tap.refusal = (call) => {
+    if (call.call.case !== "renewLeases" || failing <= 0) {
+      return undefined;
+    }
+    failing--;
+    return statusBytes(Code.Unavailable, "test: coordinator unreachable");
+  };
   const client = c.client({
     interceptors: [(next) => async (req) => {
       if (req.method.name === "RenewLeases" && !req.stream) {
-        const msg = req.message as unknown as { grants: RenewCall["grants"] };
-        renewals.push({ at: performance.now(), grants: msg.grants.map((g) => ({ jobId: g.jobId, attempt: g.attempt, leaseToken: g.leaseToken })) });
+        record((req.message as unknown as { grants: RenewCall["grants"] }).grants);
         if (failing > 0) {
           failing--;
           throw new ConnectError("test: coordinator unreachable", Code.Unavailable);
@@ -94,7 +116,7 @@ function watchedClient(c: Coordinator): { client: CoordinatorClient; renewals: R
         tokens.push(...(res.message as unknown as ClaimResponse).jobs.map((j) => j.leaseToken));
       }
       return res;
-    }],
+    }, tap.interceptor],
   });
   return { client, renewals, tokens, fail: (n) => (failing = n) };
 }

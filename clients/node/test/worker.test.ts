@@ -23,6 +23,7 @@ import {
 } from "../src/index.js";
 import { ErrorInfoSchema } from "../src/gen/google/rpc/error_details_pb.js";
 import { eventually, refund, startCoordinator, testSpool, type Coordinator } from "./harness.js";
+import { WorkTap } from "./work-tap.js";
 
 
 // Top-level await: a missing MySQL fails the whole file loudly, never skips it.
@@ -129,13 +130,14 @@ describe("Worker", () => {
     let maxRunning = 0;
     const claims: Array<{ maxJobs: number; inFlight: number }> = [];
     let worker!: Worker;
+    const tap = new WorkTap(); // the worker stream, the Worker's default: credits instead of max_jobs
     const client = coord.client({
       interceptors: [(next) => async (req) => {
         if (req.method.name === "Claim") {
           claims.push({ maxJobs: (req.message as unknown as { maxJobs: number }).maxJobs, inFlight: worker.inFlight });
         }
         return next(req);
-      }],
+      }, tap.interceptor],
     });
     worker = newWorker({
       client,
@@ -168,6 +170,7 @@ describe("Worker", () => {
     for (const c of claims) {
       assert.ok(c.maxJobs >= 1 && c.maxJobs + c.inFlight <= 2, `claim of ${c.maxJobs} with ${c.inFlight} in flight`);
     }
+    assert.deepEqual(tap.starts().map((st) => st.credits), [2], "the stream opened with the free slots as credits");
     assert.ok([...fake.sends.values()].every((n) => n === 1), "one send per operation_key");
   });
 
@@ -358,7 +361,10 @@ describe("Worker", () => {
     fake.refund(job!.operationKey); // the provider holds the refund already
     const seen: WorkerJob[] = [];
     const events: WorkerEvent[] = [];
-    const worker = newWorker({ client, provider, handlers: providerHandlers(fake, seen) }, events);
+    // Claim calls: this is R7 for a Claim's answer (a stream's grant is
+    // committed before it is sent, and one it could not deliver is handed
+    // back by the coordinator).
+    const worker = newWorker({ client, provider, noStream: true, handlers: providerHandlers(fake, seen) }, events);
     worker.start();
     await eventually(() => assert.ok(events.some((e) => e.type === "claim_failed")));
     const failed = events.find((e) => e.type === "claim_failed")!;
@@ -378,80 +384,90 @@ describe("Worker", () => {
     assert.deepEqual(got.events.map((e) => e.kind), ["enqueued", "claimed", "taken_over", "completed"]);
   });
 
-  it("TestWorkerRepeatsWriteAfterLostReply_R21: WRITE_OUTCOME_UNKNOWN is retried and answered replayed", async () => {
-    const provider = uniqueProvider();
-    const [job] = await enqueue(1, provider);
-    let cut = true;
-    const client = coord.client({
-      interceptors: [(next) => async (req) => {
-        const res = await next(req);
-        if (req.method.name === "Complete" && cut) {
-          cut = false;
-          throw new ConnectError("test: write outcome unknown", Code.Unavailable, undefined, [
-            { desc: ErrorInfoSchema, value: { domain: "jobfence", reason: "WRITE_OUTCOME_UNKNOWN" } },
-          ]);
-        }
-        return res;
-      }],
+  for (const noStream of [false, true]) {
+    it(`TestWorkerRepeatsWriteAfterLostReply_R21: WRITE_OUTCOME_UNKNOWN is retried and answered replayed (${noStream ? "unary calls" : "worker stream"})`, async () => {
+      const provider = uniqueProvider();
+      const [job] = await enqueue(1, provider);
+      let cut = true;
+      // The reply is lost after the commit: of the unary call, or of the
+      // call on the worker stream.
+      const tap = new WorkTap();
+      tap.dropReply("complete", 1, Code.Unavailable, "WRITE_OUTCOME_UNKNOWN");
+      const client = coord.client({
+        interceptors: [(next) => async (req) => {
+          const res = await next(req);
+          if (req.method.name === "Complete" && cut) {
+            cut = false;
+            throw new ConnectError("test: write outcome unknown", Code.Unavailable, undefined, [
+              { desc: ErrorInfoSchema, value: { domain: "jobfence", reason: "WRITE_OUTCOME_UNKNOWN" } },
+            ]);
+          }
+          return res;
+        }, tap.interceptor],
+      });
+      const events: WorkerEvent[] = [];
+      const worker = newWorker({ client, provider, noStream, handlers: providerHandlers(new FakeProvider()) }, events);
+      worker.start();
+      const got = await waitState(job!.id, JobState.SUCCEEDED);
+      await eventually(() => assert.ok(events.some((e) => e.type === "written")));
+      await worker.stop();
+      const retry = events.find((e) => e.type === "write_retry");
+      assert.ok(retry && retry.type === "write_retry" && retry.error instanceof WriteOutcomeUnknownError);
+      const written = events.find((e) => e.type === "written");
+      assert.ok(written && written.type === "written" && written.replayed);
+      assert.equal(got.events.filter((e) => e.kind === "completed").length, 1);
+      assert.equal(tap.calls("complete").length, noStream ? 0 : 2, "where the write and its repeat went");
     });
-    const events: WorkerEvent[] = [];
-    const worker = newWorker({ client, provider, handlers: providerHandlers(new FakeProvider()) }, events);
-    worker.start();
-    const got = await waitState(job!.id, JobState.SUCCEEDED);
-    await eventually(() => assert.ok(events.some((e) => e.type === "written")));
-    await worker.stop();
-    const retry = events.find((e) => e.type === "write_retry");
-    assert.ok(retry && retry.type === "write_retry" && retry.error instanceof WriteOutcomeUnknownError);
-    const written = events.find((e) => e.type === "written");
-    assert.ok(written && written.type === "written" && written.replayed);
-    assert.equal(got.events.filter((e) => e.kind === "completed").length, 1);
-  });
+  }
 
-  it("TestWorkerStopDrains: stop() claims nothing more and waits for in-flight jobs", async () => {
-    const provider = uniqueProvider();
-    const jobs = await enqueue(3, provider);
-    const fake = new FakeProvider();
-    let gateOpen!: () => void;
-    const gate = new Promise<void>((r) => (gateOpen = r));
-    let started = 0;
-    let claimsAfterStop = 0;
-    let stopping = false;
-    const client = coord.client({
-      interceptors: [(next) => async (req) => {
-        if (req.method.name === "Claim" && stopping) {
-          claimsAfterStop++;
-        }
-        return next(req);
-      }],
-    });
-    const worker = newWorker({
-      client,
-      provider,
-      concurrency: 2,
-      handlers: {
-        async refund(j) {
-          started++;
-          await gate;
-          return fake.refund(j.operationKey);
+  for (const noStream of [false, true]) {
+    it(`TestWorkerStopDrains: stop() claims nothing more and waits for in-flight jobs (${noStream ? "unary calls" : "worker stream"})`, async () => {
+      const provider = uniqueProvider();
+      const jobs = await enqueue(3, provider);
+      const fake = new FakeProvider();
+      let gateOpen!: () => void;
+      const gate = new Promise<void>((r) => (gateOpen = r));
+      let started = 0;
+      let claimsAfterStop = 0;
+      let stopping = false;
+      const client = coord.client({
+        interceptors: [(next) => async (req) => {
+          if (req.method.name === "Claim" && stopping) {
+            claimsAfterStop++;
+          }
+          return next(req);
+        }],
+      });
+      const worker = newWorker({
+        client,
+        provider,
+        noStream,
+        concurrency: 2,
+        handlers: {
+          async refund(j) {
+            started++;
+            await gate;
+            return fake.refund(j.operationKey);
+          },
+          reconcile: async (j) => fake.lookup(j.operationKey),
         },
-        reconcile: async (j) => fake.lookup(j.operationKey),
-      },
+      });
+      worker.start();
+      await eventually(() => assert.equal(started, 2));
+      stopping = true;
+      let stopped = false;
+      const stop = worker.stop().then(() => (stopped = true));
+      await new Promise((r) => setTimeout(r, 200));
+      assert.equal(stopped, false, "stop() waits for in-flight jobs");
+      gateOpen();
+      await stop;
+      assert.equal(worker.inFlight, 0);
+      assert.equal(claimsAfterStop, 0);
+      const states = await Promise.all(jobs.map(async (j) => (await getJob(j.id)).job!));
+      assert.deepEqual(states.map((j) => JobState[j.state]).sort(), ["READY", "SUCCEEDED", "SUCCEEDED"]);
+      assert.equal(states.find((j) => j.state === JobState.READY)!.attempt, 0n);
     });
-    worker.start();
-    await eventually(() => assert.equal(started, 2));
-    stopping = true;
-    let stopped = false;
-    const stop = worker.stop().then(() => (stopped = true));
-    await new Promise((r) => setTimeout(r, 200));
-    assert.equal(stopped, false, "stop() waits for in-flight jobs");
-    gateOpen();
-    await stop;
-    assert.equal(worker.inFlight, 0);
-    assert.equal(claimsAfterStop, 0);
-    const states = await Promise.all(jobs.map(async (j) => (await getJob(j.id)).job!));
-    assert.deepEqual(states.map((j) => JobState[j.state]).sort(), ["READY", "SUCCEEDED", "SUCCEEDED"]);
-    assert.equal(states.find((j) => j.state === JobState.READY)!.attempt, 0n);
-  });
+  }
 
   it("TestWorkerLongPoll: a parked claim receives a new job, and stop() cancels a parked claim", async () => {
     const provider = uniqueProvider();
@@ -467,9 +483,12 @@ describe("Worker", () => {
     const events: WorkerEvent[] = [];
     // Polling alone would not claim again for a minute.
     let claimsWhenClaimed = 0;
+    // Claim calls: the long poll is theirs (the worker stream waits as long
+    // as it is open).
     const worker = newWorker({
       client,
       provider,
+      noStream: true,
       claimWaitMs: 30_000,
       idlePollMs: 60_000,
       handlers: providerHandlers(new FakeProvider()),

@@ -22,6 +22,7 @@ import {
   type WorkerEvent,
 } from "../src/index.js";
 import { eventually, refund, startCoordinator, testSpool, type Coordinator } from "./harness.js";
+import { WorkTap, methodOf } from "./work-tap.js";
 
 
 // Top-level await: a missing MySQL fails the whole file loudly, never skips it.
@@ -117,6 +118,20 @@ describe("zombie writes", () => {
     const calls: string[] = [];
     const granted: string[] = []; // the zombie's lease tokens, as Claim returned them
     const sentTokens = new Map<string, string>(); // method → the lease token it carried
+    // The Worker's calls and grants on its worker stream, as the unary ones.
+    const tap = new WorkTap();
+    tap.onSent = (m) => {
+      if (m.kind.case === "call" && m.kind.value.call.case !== undefined) {
+        const method = methodOf(m.kind.value.call.case);
+        calls.push(method);
+        sentTokens.set(method, (m.kind.value.call.value as { leaseToken?: string }).leaseToken ?? "");
+      }
+    };
+    tap.onReceived = (m) => {
+      if (m.kind.case === "grant") {
+        granted.push(...m.kind.value.jobs.map((j) => j.leaseToken));
+      }
+    };
     const zombieClient = coord.client({
       interceptors: [(next) => async (r) => {
         calls.push(r.method.name);
@@ -128,7 +143,7 @@ describe("zombie writes", () => {
           granted.push(...(res.message as unknown as ClaimResponse).jobs.map((j) => j.leaseToken));
         }
         return res;
-      }],
+      }, tap.interceptor],
     });
     const b = coord.client();
     const job = (await b.enqueueRefund(req)).job!;
