@@ -161,6 +161,12 @@ func (b *bench) drain(ctx context.Context, tag string, batch int, d drainer) (dr
 	if err != nil {
 		return drainResult{}, err
 	}
+	return b.drained(ctx, tag, done)
+}
+
+// drained is the drain whose completions came at done (since its start, in
+// any order), checked with checkDrained.
+func (b *bench) drained(ctx context.Context, tag string, done []time.Duration) (drainResult, error) {
 	slices.Sort(done)
 	r := drainResult{jobs: len(done), done: done}
 	if len(done) > 0 {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"sync"
 	"time"
 
@@ -169,10 +168,5 @@ func (b *bench) drainStream(ctx context.Context, tag string, batch int, clients 
 	if err != nil {
 		return drainResult{}, err
 	}
-	slices.Sort(done)
-	r := drainResult{jobs: len(done), done: done}
-	if len(done) > 0 {
-		r.elapsed = done[len(done)-1]
-	}
-	return r, b.checkDrained(ctx, tag, r.jobs)
+	return b.drained(ctx, tag, done)
 }
