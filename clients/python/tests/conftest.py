@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from typing import Iterator
@@ -10,6 +11,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 sys.path.insert(0, os.path.dirname(__file__))
 
 from fakecoord import FakeCoordinator  # noqa: E402
+from harness import Coordinator, start_coordinator  # noqa: E402
+from workerrun import Records  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -26,3 +29,23 @@ def fake() -> Iterator[FakeCoordinator]:
     f = FakeCoordinator()
     yield f
     f.stop()
+
+
+@pytest.fixture(scope="module")
+def coord() -> Iterator[Coordinator]:
+    """A real coordinator on a fresh database, one for each test module that asks for it."""
+    c = start_coordinator()
+    yield c
+    c.stop()
+
+
+@pytest.fixture
+def logs(request: pytest.FixtureRequest) -> Iterator[tuple[logging.Logger, Records]]:
+    """A logger of the test's own that nothing else hears, and its records."""
+    log = logging.getLogger(f"jobfence.test.{request.node.name}")
+    log.setLevel(logging.DEBUG)
+    log.propagate = False
+    h = Records()
+    log.addHandler(h)
+    yield log, h
+    log.removeHandler(h)

@@ -32,6 +32,16 @@ METHODS = [
 ]
 
 
+def claimed(job_id: int, attempt: int = 1, action: int = pb.NEXT_ACTION_REFUND) -> pb.ClaimedJob:
+    """A grant of job job_id at provider "acme", its lease token tok-<job_id>,
+    to script as a Claim answer or a stream's grant."""
+    c = pb.ClaimedJob(job=pb.Job(id=job_id, operation_key=f"op-{job_id}", provider="acme"), attempt=attempt,
+                      next_action=action, lease_token=f"tok-{job_id}")
+    c.claimed_at.FromSeconds(1_900_000_000)
+    c.lease_until.FromSeconds(1_900_000_030)
+    return c
+
+
 @dataclass
 class Fail:
     """A scripted error: code, reason (empty: no ErrorInfo), metadata, field violations."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import time
-from typing import Iterator
 
 import pytest
 
@@ -30,13 +29,6 @@ from jobfence import (
 )
 
 from harness import Coordinator, kinds, refund, start_coordinator
-
-
-@pytest.fixture(scope="module")
-def coord() -> Iterator[Coordinator]:
-    c = start_coordinator()
-    yield c
-    c.stop()
 
 
 def claim_one(c: Client, worker: str, provider: str, lease: float = 30):

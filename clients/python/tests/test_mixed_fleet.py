@@ -23,7 +23,6 @@ node_modules), or JOBFENCE_NODE_WORKER_JS.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -31,14 +30,13 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from jobfence import Client, JobState, NextAction
 
-from harness import REPO, Proc, go_binary, start_coordinator
+from harness import REPO, Proc, admin, go_binary, start_coordinator
 
 JOBS = 600
 PROVIDER = "acme"
@@ -57,14 +55,6 @@ FAULT_PHASES: list[tuple[str, dict[str, Any]]] = [
     ("R4: refunds pending for 1 s", {"pending": 1, "times": 8}),
     ("R14: reply cut and lookups lag 2 s behind", {"cut_reply": True, "lookup_lag": 2, "times": 3}),
 ]
-
-
-def admin(url: str, method: str, path: str, body: Any = None) -> Any:
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url + path, data=data, method=method, headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=15) as r:
-        text = r.read()
-    return json.loads(text) if text else None
 
 
 def node_worker_js() -> str:

@@ -9,22 +9,13 @@ from __future__ import annotations
 import importlib.util
 import sys
 from pathlib import Path
-from typing import Any, Iterator, Optional
-
-import pytest
+from typing import Any, Optional
 
 from jobfence import JobState
 
-from harness import Coordinator, Proc, admin, eventually, start_coordinator, start_provider
+from harness import Coordinator, Proc, admin, eventually, start_provider
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "refund_worker.py"
-
-
-@pytest.fixture(scope="module")
-def coord() -> Iterator[Coordinator]:
-    c = start_coordinator()
-    yield c
-    c.stop()
 
 
 def test_refund_worker_refunds_once_and_drains_on_sigterm(coord: Coordinator) -> None:

@@ -26,13 +26,7 @@ from jobfence import (
 )
 
 from harness import Coordinator, eventually, kinds, refund, start_coordinator
-
-
-@pytest.fixture(scope="module")
-def coord() -> Iterator[Coordinator]:
-    c = start_coordinator()
-    yield c
-    c.stop()
+from workerrun import Running
 
 
 Fn = Callable[[ClaimedJob, HandlerContext], Result]
@@ -56,29 +50,6 @@ class Recorder:
         with self.lock:
             self.calls.append(("reconcile", job.job.id, job.attempt))
         return self._reconcile(job, ctx)
-
-
-class Running:
-    """A Worker run on a thread, with its events; stopped and joined at the end."""
-
-    def __init__(self, w: Worker) -> None:
-        self.w = w
-        self.error: Optional[BaseException] = None
-        self.t = threading.Thread(target=self._run, daemon=True)
-        self.t.start()
-
-    def _run(self) -> None:
-        try:
-            self.w.run()
-        except BaseException as e:  # noqa: BLE001
-            self.error = e
-
-    def stop(self) -> None:
-        self.w.stop()
-        self.t.join(60)
-        assert not self.t.is_alive(), "the worker did not drain"
-        if self.error is not None:
-            raise self.error
 
 
 @pytest.fixture

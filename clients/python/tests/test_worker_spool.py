@@ -12,12 +12,10 @@ import logging
 import os
 import signal
 import threading
-import time
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 import grpc
-import pytest
 
 from jobfence import (
     ClaimedJob,
@@ -38,18 +36,11 @@ from jobfence import (
 from jobfence.spool import ReceiptSpool, encode_receipt
 from jobfence.v1 import coordinator_pb2 as pb
 
-from fakecoord import Fail, FakeCoordinator
+from fakecoord import Fail, FakeCoordinator, claimed
 from harness import Coordinator, Proc, admin, eventually, go_binary, kinds, refund, start_coordinator, start_provider
+from workerrun import Records, Running, run_for
 
 SPOOLED_MSG = "observation not filed; spooled, to be filed when the coordinator takes it (R28)"
-
-
-def claimed(job_id: int) -> pb.ClaimedJob:
-    c = pb.ClaimedJob(job=pb.Job(id=job_id, operation_key=f"op-{job_id}", provider="acme"), attempt=1,
-                      next_action=pb.NEXT_ACTION_REFUND, lease_token=f"tok-{job_id}")
-    c.claimed_at.FromSeconds(1_900_000_000)
-    c.lease_until.FromSeconds(1_900_000_030)
-    return c
 
 
 class Refunds:
@@ -60,43 +51,6 @@ class Refunds:
 
     def reconcile(self, job: ClaimedJob, ctx: HandlerContext) -> Result:
         return Result.succeeded(f"re_{job.job.id}")
-
-
-class Records(logging.Handler):
-    """Keeps every record a logger gets, its extra fields included."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-    def msgs(self) -> list[str]:
-        return [r.getMessage() for r in self.records]
-
-    def text(self) -> str:
-        return "\n".join(json.dumps(vars(r), default=str) for r in self.records)
-
-
-@pytest.fixture
-def records(request: pytest.FixtureRequest) -> Iterator[tuple[logging.Logger, Records]]:
-    log = logging.getLogger(f"jobfence.test.{request.node.name}")
-    log.setLevel(logging.DEBUG)
-    log.propagate = False
-    h = Records()
-    log.addHandler(h)
-    yield log, h
-    log.removeHandler(h)
-
-
-def run_for(w: Worker, seconds: float) -> None:
-    t = threading.Thread(target=w.run, daemon=True)
-    t.start()
-    time.sleep(seconds)
-    w.stop()
-    t.join(30)
-    assert not t.is_alive()
 
 
 def fast_client(address: str) -> Client:
@@ -258,30 +212,9 @@ def require_one_receipt(coord: Coordinator, job_id: int, source: str, refund_id:
     assert kinds(d) == ["enqueued@0", "claimed@1", "taken_over@2", "completed@2"]
 
 
-class Running:
-    def __init__(self, w: Worker) -> None:
-        self.w = w
-        self.error: Optional[BaseException] = None
-        self.t = threading.Thread(target=self._run, daemon=True)
-        self.t.start()
-
-    def _run(self) -> None:
-        try:
-            self.w.run()
-        except BaseException as e:  # noqa: BLE001
-            self.error = e
-
-    def stop(self) -> None:
-        self.w.stop()
-        self.t.join(60)
-        assert not self.t.is_alive(), "the worker did not drain"
-        if self.error is not None:
-            raise self.error
-
-
 def test_a_receipt_the_stopped_coordinator_could_not_take_is_filed_once_by_the_next_worker_R28(
-        tmp_path: Path, records: tuple[logging.Logger, Records]) -> None:
-    log, logs = records
+        tmp_path: Path, logs: tuple[logging.Logger, Records]) -> None:
+    log, records = logs
     coord = start_coordinator()
     again: Optional[Coordinator] = None
     running: list[Running] = []
@@ -358,8 +291,8 @@ def test_a_receipt_the_stopped_coordinator_could_not_take_is_filed_once_by_the_n
         assert dup.duplicate
         require_one_receipt(again, job.id, "worker:py-A", "re_late")
 
-        assert token not in logs.text(), "a log line carries the lease token"
-        assert SPOOLED_MSG in logs.msgs() and "spooled receipt filed" in logs.msgs()
+        assert token not in records.text(), "a log line carries the lease token"
+        assert SPOOLED_MSG in records.msgs() and "spooled receipt filed" in records.msgs()
     finally:
         for x in running:
             x.w.stop()

@@ -30,8 +30,9 @@ from jobfence import (
 )
 from jobfence.v1 import coordinator_pb2 as pb
 
-from fakecoord import Cut, Fail, FakeCoordinator
+from fakecoord import Cut, Fail, FakeCoordinator, FakeStream, claimed
 from test_errors import CASES
+from workerrun import Records, Running
 
 FP = grpc.StatusCode.FAILED_PRECONDITION
 
@@ -41,14 +42,6 @@ def sfake() -> Iterator[FakeCoordinator]:
     f = FakeCoordinator(stream=True)
     yield f
     f.stop()
-
-
-def claimed(job_id: int, attempt: int = 1) -> pb.ClaimedJob:
-    c = pb.ClaimedJob(job=pb.Job(id=job_id, operation_key=f"op-{job_id}", provider="acme"), attempt=attempt,
-                      next_action=pb.NEXT_ACTION_REFUND, lease_token=f"tok-{job_id}")
-    c.claimed_at.FromSeconds(1_900_000_000)
-    c.lease_until.FromSeconds(1_900_000_030)
-    return c
 
 
 class Gated:
@@ -75,51 +68,6 @@ class Gated:
         return self.refund(job, ctx)
 
 
-class Running:
-    def __init__(self, w: Worker) -> None:
-        self.w = w
-        self.error: BaseException | None = None
-        self.t = threading.Thread(target=self._run, daemon=True)
-        self.t.start()
-
-    def _run(self) -> None:
-        try:
-            self.w.run()
-        except BaseException as e:  # noqa: BLE001
-            self.error = e
-
-    def stop(self) -> None:
-        self.w.stop()
-        self.t.join(15)
-        assert not self.t.is_alive(), "the worker did not drain"
-        if self.error is not None:
-            raise self.error
-
-
-class Records(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-    @property
-    def msgs(self) -> list[str]:
-        return [r.getMessage() for r in self.records]
-
-
-@pytest.fixture
-def logs(request: pytest.FixtureRequest) -> Iterator[tuple[logging.Logger, Records]]:
-    log = logging.getLogger(f"jobfence.test.{request.node.name}")
-    log.setLevel(logging.DEBUG)
-    log.propagate = False
-    h = Records()
-    log.addHandler(h)
-    yield log, h
-    log.removeHandler(h)
-
-
 def client(fake: FakeCoordinator, attempts: int = 3, logger: Optional[logging.Logger] = None) -> Client:
     return Client(fake.address, retry=RetryPolicy(attempts=attempts, backoff=0.01), call_timeout=5, logger=logger)
 
@@ -139,6 +87,19 @@ def wait(cond: Any, what: str, timeout: float = 10) -> None:
         if time.monotonic() > end:
             raise TimeoutError(f"no {what} within {timeout}s")
         time.sleep(0.01)
+
+
+def one_job_held(sfake: FakeCoordinator) -> tuple[Gated, threading.Event, Worker, Running, FakeStream]:
+    """A worker of two slots on sfake's first stream, granted job 1, whose
+    handler has started and waits for the gate returned."""
+    h = Gated()
+    gate = h.hold(1)
+    w = worker(sfake, h, concurrency=2)
+    r = Running(w)
+    st = sfake.stream(0)
+    st.grant(claimed(1))
+    wait(lambda: h.started == [1], "the job's handler")
+    return h, gate, w, r, st
 
 
 def test_stream_opens_with_a_credit_per_free_slot_and_gets_one_back_per_finished_job_R18(
@@ -231,19 +192,13 @@ def test_a_write_back_cut_with_its_stream_is_repeated_and_a_new_stream_opens_R21
     s = w.stats()
     assert (s.write_failures, s.claim_failures, s.replayed) == (0, 1, 0), s
     assert [e.kind for e in events].count(WorkerEventKind.CLAIM_FAILED) == 1
-    assert "worker stream ended; opening it again" in records.msgs
+    assert "worker stream ended; opening it again" in records.msgs()
     assert sfake.count("Claim") == 0
 
 
 def test_a_stream_that_ends_is_opened_again_with_the_free_slots_and_takes_the_write_backs(
         sfake: FakeCoordinator) -> None:
-    h = Gated()
-    gate = h.hold(1)
-    w = worker(sfake, h, concurrency=2)
-    r = Running(w)
-    first = sfake.stream(0)
-    first.grant(claimed(1))
-    wait(lambda: h.started == [1], "the job's handler")
+    _, gate, _, r, first = one_job_held(sfake)
     first.end(grpc.StatusCode.UNAVAILABLE, "the coordinator is stopping")
     second = sfake.stream(1)
     assert second.start.credits == 1, "the running job's slot is not free"
@@ -282,13 +237,7 @@ def test_stop_half_closes_the_stream_works_the_grants_in_flight_and_writes_back_
         threading.Thread(target=end_after_both, daemon=True).start()
 
     sfake.on_half_close = half_closed
-    h = Gated()
-    gate = h.hold(1)
-    w = worker(sfake, h, concurrency=2)
-    r = Running(w)
-    st = sfake.stream(0)
-    st.grant(claimed(1))
-    wait(lambda: h.started == [1], "the job's handler")
+    h, gate, w, r, st = one_job_held(sfake)
     w.stop()
     assert st.half_closed.wait(5), "stop() did not half-close the stream"
     wait(lambda: 9 in h.started, "the grant in flight worked")
@@ -311,7 +260,7 @@ def test_a_coordinator_without_the_stream_is_claimed_from_for_good(
     r.stop()
     assert fake.count("Work") == 1, "the stream was tried again"
     assert fake.count("Complete", via="unary") == 1
-    assert "the coordinator has no worker stream; claiming with Claim calls" in records.msgs
+    assert "the coordinator has no worker stream; claiming with Claim calls" in records.msgs()
     assert w.stats().claim_failures == 0
 
 

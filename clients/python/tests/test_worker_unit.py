@@ -4,7 +4,6 @@ leaves a handler that outlives its deadline to a reconcile (R14, R15)."""
 
 from __future__ import annotations
 
-import threading
 import time
 
 import grpc
@@ -23,15 +22,8 @@ from jobfence import (
 )
 from jobfence.v1 import coordinator_pb2 as pb
 
-from fakecoord import Fail, FakeCoordinator
-
-
-def claimed(job_id: int, attempt: int = 1, action: int = pb.NEXT_ACTION_REFUND) -> pb.ClaimedJob:
-    c = pb.ClaimedJob(job=pb.Job(id=job_id, operation_key=f"op-{job_id}", provider="acme"), attempt=attempt,
-                      next_action=action, lease_token=f"tok-{job_id}")
-    c.claimed_at.FromSeconds(1_900_000_000)
-    c.lease_until.FromSeconds(1_900_000_030)
-    return c
+from fakecoord import Fail, FakeCoordinator, claimed
+from workerrun import run_for
 
 
 class Handler:
@@ -49,15 +41,6 @@ class Handler:
         return Result.pending(f"re_{job.job.id}")
 
 
-def run(w: Worker, seconds: float) -> None:
-    t = threading.Thread(target=w.run, daemon=True)
-    t.start()
-    time.sleep(seconds)
-    w.stop()
-    t.join(10)
-    assert not t.is_alive()
-
-
 def client(fake: FakeCoordinator) -> Client:
     return Client(fake.address, retry=RetryPolicy(attempts=2, backoff=0.01), call_timeout=5)
 
@@ -66,7 +49,7 @@ def test_claims_only_free_slots_R18(fake: FakeCoordinator) -> None:
     fake.answer("Claim", pb.ClaimResponse(jobs=[claimed(1), claimed(2)]))
     h = Handler(sleep=0.5)
     w = Worker(client(fake), h, worker_id="w", concurrency=3, poll_interval=0.05, lease_renewal=False)
-    run(w, 0.4)
+    run_for(w, 0.4)
     asks = [req.max_jobs for req, _ in fake.calls["Claim"]]
     assert asks[0] == 3 and all(n == 1 for n in asks[1:]), asks  # two slots busy, one free
     assert sorted(h.calls) == [("refund", 1), ("refund", 2)]
@@ -75,7 +58,7 @@ def test_claims_only_free_slots_R18(fake: FakeCoordinator) -> None:
 def test_dispatches_by_next_action_and_writes_with_the_grant_R14_R25(fake: FakeCoordinator) -> None:
     fake.answer("Claim", pb.ClaimResponse(jobs=[claimed(1), claimed(2, 3, pb.NEXT_ACTION_RECONCILE)]))
     h = Handler()
-    run(Worker(client(fake), h, worker_id="w", concurrency=2, poll_interval=0.05), 0.5)
+    run_for(Worker(client(fake), h, worker_id="w", concurrency=2, poll_interval=0.05), 0.5)
     assert sorted(h.calls) == [("reconcile", 2), ("refund", 1)]
     [(done, _)] = fake.calls["Complete"]
     assert (done.job_id, done.attempt, done.lease_token, done.provider_refund_id) == (1, 1, "tok-1", "re_1")
@@ -90,7 +73,7 @@ def test_a_failed_claim_is_never_acted_on_nor_repeated_as_such_R7(fake: FakeCoor
     events: list[WorkerEvent] = []
     h = Handler()
     w = Worker(client(fake), h, worker_id="w", claim_backoff=0.05, poll_interval=0.05, on_event=events.append)
-    run(w, 0.5)
+    run_for(w, 0.5)
     assert [e.kind for e in events][:2] == [WorkerEventKind.CLAIM_FAILED] * 2
     assert h.calls == [] and w.stats().claim_failures == 2
     assert fake.count("Complete") == fake.count("Reschedule") == 0
@@ -101,7 +84,7 @@ def test_claim_retry_after_is_waited_out_R19(fake: FakeCoordinator) -> None:
     resp.retry_after.FromMilliseconds(800)
     fake.answer("Claim", resp)
     w = Worker(client(fake), Handler(), worker_id="w", poll_interval=0.01)
-    run(w, 0.5)
+    run_for(w, 0.5)
     assert fake.count("Claim") == 1, "claimed again before retry_after"
 
 
@@ -111,7 +94,7 @@ def test_a_handler_past_its_deadline_is_unknown_and_its_late_answer_filed_R14_R1
     events: list[WorkerEvent] = []
     w = Worker(client(fake), h, worker_id="w", provider_timeout=0.2, late_answer_grace=0.1, poll_interval=0.05,
                lease_renewal=False, on_event=events.append)
-    run(w, 1.2)
+    run_for(w, 1.2)
     [(resched, _)] = fake.calls["Reschedule"]
     assert resched.next_action == pb.NEXT_ACTION_RECONCILE and "outcome unknown" in resched.reason
     [(obs, _)] = fake.calls["ReportObservation"]
@@ -125,7 +108,7 @@ def test_a_stale_write_back_files_the_answer_with_the_lease_token_R15_R25(fake: 
     fake.answer("Complete", Fail(grpc.StatusCode.FAILED_PRECONDITION, Reason.STALE_ATTEMPT,
                                  metadata={"current_attempt": "2"}))
     w = Worker(client(fake), Handler(), worker_id="w", poll_interval=0.05, lease_renewal=False)
-    run(w, 0.5)
+    run_for(w, 0.5)
     assert fake.count("Complete") == 1, "the fence's refusal was repeated"
     [(obs, _)] = fake.calls["ReportObservation"]
     assert (obs.attempt, obs.lease_token, obs.outcome) == (1, "tok-1", pb.OBSERVATION_OUTCOME_SUCCEEDED)
@@ -145,7 +128,7 @@ def test_renewals_batch_every_due_job_into_one_call_R27(fake: FakeCoordinator) -
         for x in r.renewals:
             x.lease_until.FromSeconds(1_900_000_040)
     w = Worker(client(fake), Handler(sleep=1.0), worker_id="w", concurrency=2, poll_interval=0.05)
-    run(w, 0.3)  # stop() drains: the handlers run their second out
+    run_for(w, 0.3)  # stop() drains: the handlers run their second out
     calls = [req for req, _ in fake.calls["RenewLeases"]]
     assert len(calls) >= 3, calls
     # Jobs due within half an interval of each other share a call; a busy
