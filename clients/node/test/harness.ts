@@ -12,6 +12,7 @@ import { mkdtemp } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { createInterface } from "node:readline";
+import { after } from "node:test";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 
@@ -211,6 +212,19 @@ export async function startCoordinator(extraArgs: string[] = []): Promise<Coordi
       await mysql(`DROP DATABASE IF EXISTS \`${database}\``);
     },
   };
+}
+
+/**
+ * startCoordinators starts a coordinator for each list of extra arguments,
+ * all at once (startCoordinator), for the test file that calls it at its top
+ * level: they are stopped after the file's tests.
+ */
+export async function startCoordinators<A extends string[][]>(...extraArgs: A): Promise<{ [K in keyof A]: Coordinator }> {
+  const coords = await Promise.all(extraArgs.map((args) => startCoordinator(args)));
+  after(async () => {
+    await Promise.all(coords.map((c) => c.stop()));
+  });
+  return coords as { [K in keyof A]: Coordinator };
 }
 
 function serving(proc: ChildProcess, logs: Array<Record<string, unknown>>): Promise<string> {

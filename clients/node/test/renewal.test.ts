@@ -7,7 +7,7 @@
 
 import assert from "node:assert/strict";
 import { inspect } from "node:util";
-import { after, describe, it } from "node:test";
+import { describe, it } from "node:test";
 
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError } from "@connectrpc/connect";
@@ -29,21 +29,15 @@ import {
   type WorkerEvent,
   type WorkerOptions,
 } from "../src/index.js";
-import { eventually, refund, startCoordinator, testSpool, type Coordinator } from "./harness.js";
+import { eventually, refund, startCoordinators, testSpool, type Coordinator } from "./harness.js";
 import { WorkTap, statusBytes } from "./work-tap.js";
 
 // Top-level await: a missing MySQL fails the whole file loudly, never skips it.
 // The first coordinator's metrics show what it saw; the second lets one grant
 // live 2 s (--max-grant-age).
-const [coord, short]: [Coordinator, Coordinator] = await Promise.all([
-  startCoordinator(["--metrics-listen", "127.0.0.1:0"]),
-  startCoordinator(["--max-grant-age", "2s"]),
-]);
+const [coord, short] = await startCoordinators(["--metrics-listen", "127.0.0.1:0"], ["--max-grant-age", "2s"]);
 const admin: CoordinatorClient = coord.client();
 const shortAdmin: CoordinatorClient = short.client();
-after(async () => {
-  await Promise.all([coord.stop(), short.stop()]);
-});
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 

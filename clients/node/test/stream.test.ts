@@ -5,7 +5,7 @@
 // restarts, the drain's half-close, and the fallbacks to Claim calls.
 
 import assert from "node:assert/strict";
-import { after, describe, it } from "node:test";
+import { describe, it } from "node:test";
 
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 
@@ -28,20 +28,14 @@ import {
   type WorkerOptions,
 } from "../src/index.js";
 import { WorkSession } from "../src/stream.js";
-import { eventually, refund, startCoordinator, testSpool, type Coordinator } from "./harness.js";
+import { eventually, refund, startCoordinators, testSpool, type Coordinator } from "./harness.js";
 import { WorkTap } from "./work-tap.js";
 
 // Top-level await: a missing MySQL fails the whole file loudly, never skips it.
 // The first coordinator's metrics show what it served; the second is
 // restarted by a test.
-const [coord, restarted]: [Coordinator, Coordinator] = await Promise.all([
-  startCoordinator(["--metrics-listen", "127.0.0.1:0"]),
-  startCoordinator(),
-]);
+const [coord, restarted] = await startCoordinators(["--metrics-listen", "127.0.0.1:0"], []);
 const admin: CoordinatorClient = coord.client();
-after(async () => {
-  await Promise.all([coord.stop(), restarted.stop()]);
-});
 
 /** Unary counts the unary calls a client made, by method. */
 function unaryCounter(): { interceptor: Interceptor; count: (method: string) => number } {
@@ -107,6 +101,18 @@ async function waitSucceeded(c: CoordinatorClient, id: bigint, timeoutMs = 15_00
     const got = await c.getJob({ job: { case: "jobId", value: id } });
     assert.equal(got.job!.state, JobState.SUCCEEDED, `job ${id}: ${JobState[got.job!.state]}, last reason ${got.job!.lastReason}`);
   }, timeoutMs);
+}
+
+/** workJobs starts worker, enqueues n jobs for provider, waits until each succeeded and stops the worker. */
+async function workJobs(worker: Worker, n: number, provider: string): Promise<void> {
+  worker.start();
+  try {
+    for (const j of await enqueue(admin, n, provider)) {
+      await waitSucceeded(admin, j.id);
+    }
+  } finally {
+    await worker.stop();
+  }
 }
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
@@ -307,14 +313,7 @@ describe("the worker stream through the Worker", () => {
     const { client, tap, unary } = watched(coord);
     const events: WorkerEvent[] = [];
     const worker = newWorker({ client, provider, workerId: "unary", noStream: true, idlePollMs: 50 }, events);
-    worker.start();
-    try {
-      for (const j of await enqueue(admin, 3, provider)) {
-        await waitSucceeded(admin, j.id);
-      }
-    } finally {
-      await worker.stop();
-    }
+    await workJobs(worker, 3, provider);
     assert.equal(tap.opened, 0, "no worker stream");
     assert.ok(unary.count("Claim") >= 1);
     assert.equal(unary.count("Complete"), 3);
@@ -333,14 +332,7 @@ describe("the worker stream through the Worker", () => {
     const { client, unary } = watched(coord, [noWork]);
     const events: WorkerEvent[] = [];
     const worker = newWorker({ client, provider, workerId: "old-coordinator", idlePollMs: 50 }, events);
-    worker.start();
-    try {
-      for (const j of await enqueue(admin, 3, provider)) {
-        await waitSucceeded(admin, j.id);
-      }
-    } finally {
-      await worker.stop();
-    }
+    await workJobs(worker, 3, provider);
     assert.equal(works, 1, "Work was tried once");
     const unsupported = events.filter((e) => e.type === "stream_unsupported");
     assert.equal(unsupported.length, 1);
