@@ -28,6 +28,18 @@ const MaxStreamCredits = 1000
 // the worker back: one worker cannot queue unbounded work here.
 const maxStreamCalls = 256
 
+// StreamSilence is how long a worker stream may send nothing and still be
+// granted work. A worker that is frozen (SIGSTOP, a long pause) keeps its
+// stream and its credits; granting it more would leave each job waiting a
+// lease for its takeover. So a stream silent for longer is granted nothing
+// (its waiting claim is withdrawn, and whatever it had been granted by then
+// handed back) until its next message. Workers send a heartbeat, a
+// WorkCredit of 0, every StreamHeartbeat while they send nothing else.
+const (
+	StreamSilence   = 3 * time.Second
+	StreamHeartbeat = time.Second
+)
+
 // maxStreamClaim is the most jobs one claim of a stream asks for, a Claim's
 // max_jobs bound.
 const maxStreamClaim = 100
@@ -87,6 +99,13 @@ type workStream struct {
 	out     chan outgoing // to the sender
 	sending atomic.Int64  // UnixNano when the sender's Send began, 0 between sends
 	calls   sync.WaitGroup
+
+	// heard is when the worker last sent something (UnixNano); heardCh a
+	// token for each message, for a claimer waiting out a silence.
+	heard   atomic.Int64
+	heardCh chan struct{}
+	// withdraw cancels the claim waiting now, when the stream falls silent.
+	withdraw context.CancelFunc
 }
 
 // outgoing is one message for the sender, with the jobs it grants: handed
@@ -99,7 +118,8 @@ type outgoing struct {
 func newWorkStream(s *Server, ctx context.Context, p store.ClaimParams, credits int) *workStream {
 	failed := make(chan struct{})
 	ws := &workStream{s: s, ctx: ctx, claim: p, credits: credits, creditCh: make(chan struct{}, 1),
-		out: make(chan outgoing, maxStreamCalls+1), failed: failed}
+		out: make(chan outgoing, maxStreamCalls+1), failed: failed, heardCh: make(chan struct{}, 1)}
+	ws.heard.Store(time.Now().UnixNano())
 	ws.fail = func(err error) {
 		ws.failOnce.Do(func() { ws.failErr = err; close(failed) })
 	}
@@ -116,6 +136,7 @@ func (ws *workStream) serve(stream pb.Coordinator_WorkServer) error {
 	claimed := make(chan struct{})
 	go func() { defer close(claimed); ws.claimLoop() }()
 	go ws.watchSends()
+	go ws.watchSilence()
 
 	type received struct {
 		m   *pb.WorkRequest
@@ -146,6 +167,11 @@ loop:
 			if r.err != nil {
 				end = streamEnd(r.err) // nil on a half-close
 				break loop
+			}
+			ws.heard.Store(time.Now().UnixNano())
+			select {
+			case ws.heardCh <- struct{}{}:
+			default:
 			}
 			if err := ws.take(r.m, slots); err != nil {
 				end = ws.s.toStatus(ws.ctx, err, jobAttrs{})
@@ -207,13 +233,13 @@ func (ws *workStream) take(m *pb.WorkRequest, slots chan struct{}) error {
 	}
 }
 
-// addCredits adds n credits (1..MaxStreamCredits, and at most that many
-// held) and wakes the claimer.
+// addCredits adds n credits (0..MaxStreamCredits, and at most that many
+// held; 0 is a heartbeat) and wakes the claimer.
 func (ws *workStream) addCredits(n int) error {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
-	if n < 1 || n > MaxStreamCredits {
-		return store.Invalid("credit.credits", "must be 1..%d, got %d", MaxStreamCredits, n)
+	if n < 0 || n > MaxStreamCredits {
+		return store.Invalid("credit.credits", "must be 0..%d (0: a heartbeat), got %d", MaxStreamCredits, n)
 	}
 	if ws.credits+n > MaxStreamCredits {
 		return store.Invalid("credit.credits", "the stream would hold %d credits, more than %d: give back only "+
@@ -246,15 +272,35 @@ func (ws *workStream) claimLoop() {
 				return
 			}
 		}
+		if ws.silent() {
+			select { // its next message, a heartbeat at the latest, resumes it
+			case <-ws.heardCh:
+				continue
+			case <-ws.claimCtx.Done():
+				return
+			}
+		}
 		p := ws.claim
 		p.MaxJobs = n
 		began := time.Now()
-		claimed, err := ws.s.dispatch.ClaimNext(ws.claimCtx, p, MaxClaimWait, &shortfall)
+		cctx, withdraw := context.WithCancel(ws.claimCtx)
+		ws.mu.Lock()
+		ws.withdraw = withdraw
+		ws.mu.Unlock()
+		claimed, err := ws.s.dispatch.ClaimNext(cctx, p, MaxClaimWait, &shortfall)
+		ws.mu.Lock()
+		ws.withdraw = nil
+		ws.mu.Unlock()
+		withdrawn := cctx.Err() != nil
+		withdraw()
 		var budget *store.BudgetExhaustedError
 		switch {
 		case ws.claimCtx.Err() != nil:
 			ws.handBack(claimed, "worker stream closed before the grant was sent")
 			return
+		case withdrawn:
+			ws.handBack(claimed, "worker stream silent: the worker sent nothing for "+StreamSilence.String())
+			continue
 		case errors.As(err, &budget):
 			// R19: due work waits on the provider's budget; the stream keeps
 			// its credits and is offered work again after the wait.
@@ -281,6 +327,31 @@ func (ws *workStream) claimLoop() {
 		ws.mu.Unlock()
 		grant := &pb.WorkGrant{Jobs: ws.s.grantedToProto(ws.ctx, p.WorkerID, claimed)}
 		ws.queue(outgoing{msg: &pb.WorkResponse{Kind: &pb.WorkResponse_Grant{Grant: grant}}, jobs: claimed})
+	}
+}
+
+// silent reports whether the worker has sent nothing for StreamSilence.
+func (ws *workStream) silent() bool {
+	return time.Since(time.Unix(0, ws.heard.Load())) > StreamSilence
+}
+
+// watchSilence withdraws the waiting claim of a stream that falls silent.
+func (ws *workStream) watchSilence() {
+	t := time.NewTicker(StreamSilence / 6)
+	defer t.Stop()
+	for {
+		select {
+		case <-ws.claimCtx.Done():
+			return
+		case <-t.C:
+		}
+		if ws.silent() {
+			ws.mu.Lock()
+			if ws.withdraw != nil {
+				ws.withdraw()
+			}
+			ws.mu.Unlock()
+		}
 	}
 }
 

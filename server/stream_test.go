@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -34,6 +35,35 @@ type workStream struct {
 	replies chan *pb.WorkReply
 	end     chan error
 	callID  uint64
+	sendMu  sync.Mutex
+	quiet   chan struct{} // closed: no more heartbeats
+	once    sync.Once
+}
+
+// heartbeats sends a heartbeat every server.StreamHeartbeat, as the SDKs
+// do, until the stream's context ends or silence is called.
+func (w *workStream) heartbeats(ctx context.Context) {
+	t := time.NewTicker(server.StreamHeartbeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.quiet:
+			return
+		case <-t.C:
+		}
+		_ = w.send(&pb.WorkRequest{Kind: &pb.WorkRequest_Credit{Credit: &pb.WorkCredit{Credits: 0}}})
+	}
+}
+
+// silence stops the heartbeats: the worker falls silent, as a frozen one.
+func (w *workStream) silence() { w.once.Do(func() { close(w.quiet) }) }
+
+func (w *workStream) send(m *pb.WorkRequest) error {
+	w.sendMu.Lock()
+	defer w.sendMu.Unlock()
+	return w.stream.Send(m)
 }
 
 func (c *coordinator) openWork(t *testing.T, ctx context.Context, start *pb.WorkStart) *workStream {
@@ -48,7 +78,8 @@ func (c *coordinator) openWork(t *testing.T, ctx context.Context, start *pb.Work
 		t.Fatal(err)
 	}
 	w := &workStream{t: t, stream: stream, cancel: cancel, grants: make(chan *pb.ClaimedJob, 2000),
-		replies: make(chan *pb.WorkReply, 100), end: make(chan error, 1)}
+		replies: make(chan *pb.WorkReply, 100), end: make(chan error, 1), quiet: make(chan struct{})}
+	go w.heartbeats(ctx)
 	go func() {
 		for {
 			m, err := stream.Recv()
@@ -86,14 +117,14 @@ func (w *workStream) noGrant(within time.Duration) {
 	w.t.Helper()
 	select {
 	case g := <-w.grants:
-		w.t.Fatalf("granted job %d attempt %d without a credit for it", g.Job.Id, g.Attempt)
+		w.t.Fatalf("granted job %d attempt %d, want nothing granted now (no credit, or a silent stream)", g.Job.Id, g.Attempt)
 	case <-time.After(within):
 	}
 }
 
 func (w *workStream) credit(n int32) {
 	w.t.Helper()
-	if err := w.stream.Send(&pb.WorkRequest{Kind: &pb.WorkRequest_Credit{Credit: &pb.WorkCredit{Credits: n}}}); err != nil {
+	if err := w.send(&pb.WorkRequest{Kind: &pb.WorkRequest_Credit{Credit: &pb.WorkCredit{Credits: n}}}); err != nil {
 		w.t.Fatal(err)
 	}
 }
@@ -103,7 +134,7 @@ func (w *workStream) call(c *pb.WorkCall) *pb.WorkReply {
 	w.t.Helper()
 	w.callID++
 	c.CallId = w.callID
-	if err := w.stream.Send(&pb.WorkRequest{Kind: &pb.WorkRequest_Call{Call: c}}); err != nil {
+	if err := w.send(&pb.WorkRequest{Kind: &pb.WorkRequest_Call{Call: c}}); err != nil {
 		w.t.Fatal(err)
 	}
 	select {
@@ -204,7 +235,11 @@ func TestWorkStreamGrantsOnEnqueueAndAnswersLikeUnary(t *testing.T) {
 			renewed.GetRenewLeases().GetRenewals()[0].GetRefused() != pb.ErrorReason_ERROR_REASON_STALE_ATTEMPT {
 			t.Fatalf("a renewal without the token = %v, %v; want it refused STALE_ATTEMPT", renewed, err)
 		}
-		if err := w.stream.CloseSend(); err != nil {
+		w.silence()
+		w.sendMu.Lock()
+		err := w.stream.CloseSend()
+		w.sendMu.Unlock()
+		if err != nil {
 			t.Fatal(err)
 		}
 		if err := w.ended(10 * time.Second); !errors.Is(err, io.EOF) {
@@ -299,6 +334,14 @@ func TestWorkStreamSlowReaderIsCutAndItsGrantsHandedBack(t *testing.T) {
 		Credits: server.MaxStreamCredits, LeaseDuration: durationpb.New(3 * time.Second)}}}); err != nil {
 		t.Fatal(err)
 	}
+	// It sends heartbeats, but reads nothing.
+	go func() {
+		for range time.Tick(server.StreamHeartbeat) {
+			if stuck.Send(&pb.WorkRequest{Kind: &pb.WorkRequest_Credit{Credit: &pb.WorkCredit{}}}) != nil {
+				return
+			}
+		}
+	}()
 	const n = 1500
 	for range n {
 		req := refundReq()
@@ -317,7 +360,7 @@ func TestWorkStreamSlowReaderIsCutAndItsGrantsHandedBack(t *testing.T) {
 			reader.callID++
 			c := completeCall(g, g.LeaseToken)
 			c.CallId = reader.callID
-			if err := reader.stream.Send(&pb.WorkRequest{Kind: &pb.WorkRequest_Call{Call: c}}); err != nil {
+			if err := reader.send(&pb.WorkRequest{Kind: &pb.WorkRequest_Call{Call: c}}); err != nil {
 				t.Fatal(err)
 			}
 			reader.credit(1)
@@ -407,4 +450,28 @@ func TestZombieLateWritesRejectedOnWorkerStreams_T1(t *testing.T) {
 				got.Observations, want)
 		}
 	})
+}
+
+// A frozen worker keeps its stream and its credits, but is granted nothing
+// once it has sent nothing for server.StreamSilence: a job enqueued then
+// goes to a worker that can start it, first grant at attempt 1, instead of
+// waiting a lease for a takeover. Its next message (a heartbeat) makes it
+// eligible again.
+func TestWorkStreamSilentIsGrantedNothing(t *testing.T) {
+	c := start(t, testdb.SQLiteBackend())
+	ctx := ctxFor(t)
+	w := c.openWork(t, ctx, &pb.WorkStart{WorkerId: "frozen", Credits: 4, LeaseDuration: durationpb.New(time.Minute)})
+	w.silence()
+	time.Sleep(server.StreamSilence + time.Second)
+	j := c.enqueue(t)
+	w.noGrant(500 * time.Millisecond)
+	if g := c.claimOne(t, "alive", j.Id); g.Attempt != 1 {
+		t.Fatalf("the live worker got attempt %d, want 1: the job went to the silent stream first", g.Attempt)
+	}
+	w.credit(0) // it wakes up
+	time.Sleep(100 * time.Millisecond)
+	again := c.enqueue(t)
+	if g := w.grant(); g.Job.Id != again.Id || g.Attempt != 1 {
+		t.Fatalf("after a heartbeat the stream was granted %v, want job %d", g, again.Id)
+	}
 }

@@ -110,7 +110,28 @@ func (s *workSession) open(ctx context.Context) (pb.Coordinator_WorkClient, erro
 		s.closing = true // stopped meanwhile: grants already in flight still arrive
 		_ = stream.CloseSend()
 	}
+	go s.heartbeats(stream)
 	return stream, nil
+}
+
+// streamHeartbeat is how often a stream that is open and not half-closed
+// says the worker is still there (a WorkCredit of 0): the coordinator grants
+// nothing to a stream silent for 3 s (server.StreamSilence), so that a
+// frozen worker is not handed jobs it cannot start.
+const streamHeartbeat = time.Second
+
+// heartbeats sends stream's heartbeats until it ends or is half-closed.
+func (s *workSession) heartbeats(stream pb.Coordinator_WorkClient) {
+	t := time.NewTicker(streamHeartbeat)
+	defer t.Stop()
+	for range t.C {
+		s.mu.Lock()
+		current := s.stream == stream && !s.closing
+		s.mu.Unlock()
+		if !current || s.send(stream, &pb.WorkRequest{Kind: &pb.WorkRequest_Credit{Credit: &pb.WorkCredit{}}}) != nil {
+			return
+		}
+	}
 }
 
 // receive reads stream until it ends: grants are started, replies handed

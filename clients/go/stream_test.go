@@ -7,6 +7,7 @@ import (
 
 	jobfence "github.com/jobfence/jobfence/clients/go"
 	"github.com/jobfence/jobfence/internal/proctest"
+	"github.com/jobfence/jobfence/server"
 )
 
 // The Worker takes its jobs from the worker stream by default: a job
@@ -66,5 +67,26 @@ func TestWorkerStreamCutAfterWriteBackRepeatsIt_R21(t *testing.T) {
 	}
 	if s := w.Stats(); s.Completed != 2 || s.StaleRejected != 0 || s.WriteFailures != 0 {
 		t.Fatalf("stats %+v", s)
+	}
+}
+
+// An idle worker's stream stays one the coordinator grants work to: its
+// heartbeats keep it from falling silent (server.StreamSilence), so a job
+// enqueued after a long idle spell is still pushed to it.
+func TestWorkerStreamHeartbeatsKeepAnIdleWorkerEligible(t *testing.T) {
+	c := startCoordinator(t)
+	h := &recorder{}
+	w := newWorker(t, c, h, jobfence.WorkerOptions{WorkerID: "idle", PollInterval: time.Minute})
+	r := runWorker(t, w)
+	time.Sleep(server.StreamSilence + 1500*time.Millisecond)
+	job := c.enqueue(t, "acme")
+	begun := time.Now()
+	waitState(t, c, job.ID, jobfence.StateSucceeded)
+	if took := time.Since(begun); took > 2*time.Second {
+		t.Fatalf("the job took %s to reach the idle worker", took)
+	}
+	r.cancel()
+	if err := r.wait(t, 10*time.Second); err != nil {
+		t.Fatalf("Run: %v", err)
 	}
 }

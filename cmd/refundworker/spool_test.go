@@ -12,6 +12,7 @@ import (
 	jobfence "github.com/jobfence/jobfence/clients/go"
 	"github.com/jobfence/jobfence/fakeprovider"
 	"github.com/jobfence/jobfence/internal/proctest"
+	"github.com/jobfence/jobfence/server"
 )
 
 // refuseReceipts makes the coordinator's database refuse every new receipt
@@ -61,6 +62,9 @@ func TestReceiptOutlivesTheWorkerProcess_R28(t *testing.T) {
 			if err := a.Signal(syscall.SIGSTOP); err != nil {
 				t.Fatal(err)
 			}
+			// Frozen, A's stream falls silent and is offered no more work: the
+			// takeover goes to B.
+			time.Sleep(server.StreamSilence + 500*time.Millisecond)
 			e.expireLease(t, job.ID)
 			b := e.worker(t, "B")
 			e.waitJob(t, job.ID, "completed by B", func(d jobfence.JobDetail) bool { return d.Job.State == jobfence.StateSucceeded })

@@ -3617,10 +3617,13 @@ func (x *WorkStart) GetCredits() int32 {
 }
 
 // WorkCredit gives the coordinator more credits: slots that freed. The
-// credits held at once are at most 1000.
+// credits held at once are at most 1000. A WorkCredit of 0 is a heartbeat:
+// a stream that sent nothing for 3 s is granted nothing until its next
+// message (a frozen worker keeps its stream, and could start nothing it was
+// granted), so workers send one every second while they send nothing else.
 type WorkCredit struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// 1..1000.
+	// 0..1000; 0: a heartbeat.
 	Credits       int32 `protobuf:"varint,1,opt,name=credits,proto3" json:"credits,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

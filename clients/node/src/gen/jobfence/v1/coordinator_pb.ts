@@ -1775,13 +1775,16 @@ export const WorkStartSchema: GenMessage<WorkStart> = /*@__PURE__*/
 
 /**
  * WorkCredit gives the coordinator more credits: slots that freed. The
- * credits held at once are at most 1000.
+ * credits held at once are at most 1000. A WorkCredit of 0 is a heartbeat:
+ * a stream that sent nothing for 3 s is granted nothing until its next
+ * message (a frozen worker keeps its stream, and could start nothing it was
+ * granted), so workers send one every second while they send nothing else.
  *
  * @generated from message jobfence.v1.WorkCredit
  */
 export type WorkCredit = Message<"jobfence.v1.WorkCredit"> & {
   /**
-   * 1..1000.
+   * 0..1000; 0: a heartbeat.
    *
    * @generated from field: int32 credits = 1;
    */
