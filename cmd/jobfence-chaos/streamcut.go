@@ -143,52 +143,82 @@ func (s *system) writeBackAfterCut(ctx context.Context, f fault, holder *proc, f
 	return "none logged"
 }
 
-// grantAfterCut reads, a second after the front opened again, what became
-// of the job of key, whose enqueue the producer sent just before the cut,
-// prints it and returns its class for the summary: handed back (the
-// coordinator could not deliver the grant, docs/DESIGN.md "The worker
-// stream"), delivered (its holder logged it), lost with its stream (granted,
-// neither logged nor handed back: its lease runs out into a takeover, R6,
-// R7), not made by then, or unknown (the database did not answer).
+// grantAfterCut follows, for up to 2 leases and a second after the front
+// opened again (within the window), what became of the job of key, whose
+// enqueue the producer sent just before the cut; it prints it and returns
+// its class for the summary: handed back (the coordinator could not deliver
+// the grant, docs/DESIGN.md "The worker stream"), delivered (its holder
+// logged it), lost with its stream (neither logged nor handed back, and
+// taken over once its lease ran out, R6, R7), not logged by then (none of
+// these yet), not made by then, or unknown (the database did not answer
+// by then).
 func (s *system) grantAfterCut(ctx context.Context, f fault, key string) string {
-	sleepCtx(ctx, time.Second)
+	what := fmt.Sprintf("fault #%d: the job of %s", f.N, key)
+	deadline := time.Now().Add(2*s.cfg.lease + time.Second)
+	for {
+		evs, err := s.historyOfKey(ctx, key)
+		last := !time.Now().Before(deadline) || ctx.Err() != nil
+		switch {
+		case err != nil && last:
+			s.tl.printf("%s: history not read: %v", what, err)
+			return "unknown"
+		case err != nil:
+			// A failover moves the campaign's handle to the new primary.
+			sleepCtx(ctx, 250*time.Millisecond)
+			continue
+		}
+		i := slices.IndexFunc(evs, func(e eventRow) bool { return e.Kind == "claimed" })
+		if i < 0 {
+			if last {
+				s.tl.printf("%s: not granted by then", what)
+				return "not made by then"
+			}
+			sleepCtx(ctx, 250*time.Millisecond)
+			continue
+		}
+		g := evs[i]
+		j := slices.IndexFunc(evs, func(e eventRow) bool { return isHandBack(e) && e.Attempt == g.Attempt })
+		switch {
+		case j >= 0:
+			s.tl.printf("%s: granted to %s (attempt %d) and handed back by the coordinator: %q", what, g.WorkerID,
+				g.Attempt, evs[j].Reason)
+			return "handed back"
+		case s.workerLogged(g.WorkerID, key, g.Attempt):
+			s.tl.printf("%s: granted to %s (attempt %d), who logged it", what, g.WorkerID, g.Attempt)
+			return "delivered"
+		case slices.ContainsFunc(evs, func(e eventRow) bool { return e.Kind == "taken_over" && e.Attempt == g.Attempt+1 }):
+			s.tl.printf("%s: granted to %s (attempt %d), neither logged by it nor handed back, and taken over when its "+
+				"lease ran out: lost with its stream (R6, R7)", what, g.WorkerID, g.Attempt)
+			return "lost with its stream"
+		case last:
+			s.tl.printf("%s: granted to %s (attempt %d), neither logged by it, handed back nor taken over by then", what,
+				g.WorkerID, g.Attempt)
+			return "not logged by then"
+		}
+		sleepCtx(ctx, 250*time.Millisecond)
+	}
+}
+
+// historyOfKey reads the history of the job of key (kind, attempt, worker
+// and reason of each event), on the campaign's own handle.
+func (s *system) historyOfKey(ctx context.Context, key string) ([]eventRow, error) {
 	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
 	defer cancel()
 	rows, err := s.db().QueryContext(qctx, `SELECT e.kind, e.attempt, e.worker_id, e.reason FROM refund_job_events e
   JOIN refund_jobs j ON j.id = e.job_id WHERE j.operation_key = ? ORDER BY e.id`, key)
-	what := fmt.Sprintf("fault #%d: the job of %s", f.N, key)
 	if err != nil {
-		s.tl.printf("%s: history not read: %v", what, err)
-		return "unknown"
+		return nil, err
 	}
 	defer rows.Close()
 	var evs []eventRow
 	for rows.Next() {
 		var e eventRow
 		if err := rows.Scan(&e.Kind, &e.Attempt, &e.WorkerID, &e.Reason); err != nil {
-			s.tl.printf("%s: history not read: %v", what, err)
-			return "unknown"
+			return nil, err
 		}
 		evs = append(evs, e)
 	}
-	i := slices.IndexFunc(evs, func(e eventRow) bool { return e.Kind == "claimed" })
-	if i < 0 {
-		s.tl.printf("%s: not granted by then", what)
-		return "not made by then"
-	}
-	g := evs[i]
-	if j := slices.IndexFunc(evs, func(e eventRow) bool { return isHandBack(e) && e.Attempt == g.Attempt }); j >= 0 {
-		s.tl.printf("%s: granted to %s (attempt %d) and handed back by the coordinator: %q", what, g.WorkerID, g.Attempt,
-			evs[j].Reason)
-		return "handed back"
-	}
-	if s.workerLogged(g.WorkerID, key, g.Attempt) {
-		s.tl.printf("%s: granted to %s (attempt %d), who logged it", what, g.WorkerID, g.Attempt)
-		return "delivered"
-	}
-	s.tl.printf("%s: granted to %s (attempt %d), neither logged by it nor handed back: lost with its stream, its "+
-		"lease runs out into a takeover (R6, R7)", what, g.WorkerID, g.Attempt)
-	return "lost with its stream"
+	return evs, rows.Err()
 }
 
 // workerLogged reports whether the worker process with id logged a grant

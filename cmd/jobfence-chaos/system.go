@@ -408,11 +408,15 @@ func (s *system) startWorker(w *workerSlot) error {
 	var env []string
 	switch w.kind {
 	case nodeWorker:
-		// The Node worker logs JSON always and long-polls its claims.
+		// The Node worker logs JSON always. Like every worker here it takes
+		// its grants from the worker stream (its SDK's default; the
+		// campaign never passes --no-stream); --claim-wait shapes its Claim
+		// calls only where there is no stream (an older worker, a
+		// coordinator without Work).
 		args = append([]string{s.bins.nodeScript}, append(args, "--claim-wait", "1s")...)
 		bin, ready = s.bins.node, "refund-worker started"
 	case pythonWorker:
-		// So does the Python one. It puts its own ../src on sys.path (as
+		// So does the Python one, alike. It puts its own ../src on sys.path (as
 		// the SDK's tests run it), so no PYTHONPATH; no bytecode is written
 		// into the checkout.
 		args = append([]string{s.bins.pythonScript}, append(args, "--claim-wait", "1s")...)
