@@ -93,6 +93,7 @@ class FakeStream:
     def __init__(self, metadata: dict[str, str]) -> None:
         self.metadata = metadata
         self.requests: list[pb.WorkRequest] = []
+        self.times: list[float] = []  # when each request came, by time.monotonic()
         self.half_closed = threading.Event()  # the worker's request side ended
         self.ended = threading.Event()
         self._out: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -103,9 +104,16 @@ class FakeStream:
         return self.requests[0].start
 
     def credits(self) -> list[int]:
-        """The credits given back, in order (WorkStart's not included)."""
+        """The credits given back, in order (WorkStart's and heartbeats not included)."""
         with self._cv:
-            return [r.credit.credits for r in self.requests if r.WhichOneof("kind") == "credit"]
+            return [r.credit.credits for r in self.requests
+                    if r.WhichOneof("kind") == "credit" and r.credit.credits != 0]
+
+    def heartbeats(self) -> list[float]:
+        """When each heartbeat (a WorkCredit of 0 credits) came, by time.monotonic()."""
+        with self._cv:
+            return [t for r, t in zip(self.requests, self.times)
+                    if r.WhichOneof("kind") == "credit" and r.credit.credits == 0]
 
     def calls(self) -> list[pb.WorkCall]:
         with self._cv:
@@ -126,6 +134,7 @@ class FakeStream:
     def _got(self, r: pb.WorkRequest) -> None:
         with self._cv:
             self.requests.append(r)
+            self.times.append(time.monotonic())
             self._cv.notify_all()
 
     def wait_for(self, pred: Callable[[FakeStream], bool], what: str, timeout: float = 10) -> None:

@@ -2,8 +2,8 @@
 credit per free slot and one back per finished job (R18), write-backs on
 the stream whose errors decode exactly as the unary calls' (R24), a call cut
 with its stream repeated (R21), a new stream after one ends, the drain's
-half-close, and the fallback to Claim calls for good against a coordinator
-without the stream."""
+half-close, the heartbeats of an idle stream, and the fallback to Claim calls
+for good against a coordinator without the stream."""
 
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ from jobfence import (
     WorkerEvent,
     WorkerEventKind,
 )
+from jobfence.stream import STREAM_HEARTBEAT_INTERVAL
 from jobfence.v1 import coordinator_pb2 as pb
 
 from fakecoord import Cut, Fail, FakeCoordinator, FakeStream, claimed
@@ -247,6 +248,51 @@ def test_stop_half_closes_the_stream_works_the_grants_in_flight_and_writes_back_
     assert sfake.count("Complete", via="unary") == 2 and sfake.count("Complete", via="stream") == 0
     assert st.credits() == [], "credits given after the half-close"
     assert len(sfake.streams) == 1 and w.stats().completed == 2
+
+
+def test_an_idle_stream_sends_a_heartbeat_every_second_and_none_after_the_half_close(
+        sfake: FakeCoordinator) -> None:
+    # A heartbeat is a WorkCredit of 0 credits: "still here, no new slot".
+    # The coordinator offers work only to a stream that spoke within the last
+    # 3 s, so a worker with nothing to send says so every second.
+    sfake.on_half_close = lambda st: None  # open after the half-close, until the test ends it
+    w = worker(sfake, Gated())
+    r = Running(w)
+    st = sfake.stream(0)
+    opened = st.times[0]
+    st.wait_for(lambda s: len(s.heartbeats()) >= 2, "two heartbeats", timeout=2.5)
+    beats = st.heartbeats()
+    gaps = [b - a for a, b in zip([opened] + beats, beats)]
+    assert all(g >= 0.8 * STREAM_HEARTBEAT_INTERVAL for g in gaps), f"heartbeats too often: {gaps}"
+    assert st.credits() == [] and st.calls() == []
+    w.stop()
+    assert st.half_closed.wait(5), "stop() did not half-close the stream"
+    # Half-closed, the stream stays open (the coordinator answers what it
+    # carries) and the worker sends nothing more on it.
+    sent = len(st.requests)
+    time.sleep(1.5 * STREAM_HEARTBEAT_INTERVAL)
+    assert len(st.requests) == sent and not st.ended.is_set()
+    st.end()
+    r.stop()
+    assert len(sfake.streams) == 1 and w.stats().claim_failures == 0
+
+
+def test_heartbeats_go_on_while_every_slot_runs_a_blocked_handler(sfake: FakeCoordinator) -> None:
+    # No handler can hold them back: they are sent by grpcio's thread, not
+    # the worker's or a job's.
+    h = Gated()
+    gate = h.hold(1)
+    w = worker(sfake, h, concurrency=1)
+    r = Running(w)
+    st = sfake.stream(0)
+    st.grant(claimed(1))
+    wait(lambda: h.started == [1], "the job's handler")
+    held = time.monotonic()
+    st.wait_for(lambda s: len([t for t in s.heartbeats() if t > held]) >= 2, "two heartbeats", timeout=2.5)
+    gate.set()
+    st.wait_for(lambda s: s.credits() == [1], "the freed slot's credit")
+    r.stop()
+    assert w.stats().completed == 1
 
 
 def test_a_coordinator_without_the_stream_is_claimed_from_for_good(

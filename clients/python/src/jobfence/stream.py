@@ -13,9 +13,18 @@ unary call (every call that may go on the stream is idempotent: R15, R21,
 R27). Calls made while no stream is open, or while the worker drains, go as
 unary calls.
 
+While a stream is open and not half-closed, the worker sends a heartbeat, a
+WorkCredit of 0 credits ("still here, no new slot"), whenever it has sent
+nothing else for STREAM_HEARTBEAT_INTERVAL: the coordinator offers work only
+to a stream that spoke within the last few seconds, so a frozen process (a
+SIGSTOP, a long pause) is granted nothing it cannot start.
+
 Threads: grpcio sends a stream's requests from an iterator fed by a queue
 (its own thread takes from it: put never blocks), and the Worker's run()
-thread reads the responses and starts the jobs granted.
+thread reads the responses and starts the jobs granted. The heartbeats come
+from that iterator too: after STREAM_HEARTBEAT_INTERVAL waiting on an empty
+queue it hands grpcio a heartbeat, on grpcio's thread, which no handler can
+block; one that cannot be sent fails the stream as any failed send does.
 """
 
 from __future__ import annotations
@@ -47,6 +56,16 @@ STREAM_CALLS = {
 }
 
 
+# Seconds of silence after which an open stream sends a heartbeat
+# (WorkCredit of 0 credits); well inside the coordinator's 3 s
+# (server.StreamSilence) after which a silent stream is granted nothing.
+STREAM_HEARTBEAT_INTERVAL = 1.0
+
+
+def _heartbeat() -> pb.WorkRequest:
+    return pb.WorkRequest(credit=pb.WorkCredit(credits=0))
+
+
 class StreamUnsupported(Exception):
     """The coordinator does not serve Work: claim with Claim calls instead."""
 
@@ -61,7 +80,10 @@ _END = object()
 
 class _Requests:
     """The request side of one stream. grpcio's thread takes the messages in
-    order and half-closes the stream at close()."""
+    order and half-closes the stream at close(); when none came for
+    STREAM_HEARTBEAT_INTERVAL it takes a heartbeat instead. grpcio asks for
+    the next message only once the last one was sent, so heartbeats never
+    queue up behind a send held back by flow control."""
 
     def __init__(self) -> None:
         self._q: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -76,7 +98,10 @@ class _Requests:
         return self
 
     def __next__(self) -> pb.WorkRequest:
-        m = self._q.get()
+        try:
+            m = self._q.get(timeout=STREAM_HEARTBEAT_INTERVAL)
+        except queue.Empty:
+            return _heartbeat()
         if m is _END:
             raise StopIteration
         return m  # type: ignore[no-any-return]
