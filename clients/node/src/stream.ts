@@ -2,6 +2,12 @@
 // against credits, and write-backs, renewals and receipts sent as calls on
 // the same stream, each answered exactly as its unary call would be
 // (docs/DESIGN.md, "The worker stream").
+//
+// An open stream that is not half-closed sends a heartbeat, a WorkCredit of
+// 0 credits ("still here, no new slot"), whenever it has sent nothing else
+// for STREAM_HEARTBEAT_MS: the coordinator offers work only to a stream that
+// spoke within the last 3 s (server.StreamSilence), so a frozen process (a
+// SIGSTOP, a long GC pause) is not granted jobs it cannot start.
 
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
@@ -33,6 +39,13 @@ import {
   type WorkReply,
   type WorkRequest,
 } from "./gen/jobfence/v1/coordinator_pb.js";
+
+/**
+ * STREAM_HEARTBEAT_MS is how long an open stream stays silent before it
+ * sends a heartbeat (a WorkCredit of 0 credits): well inside the 3 s of
+ * silence after which the coordinator grants the stream nothing.
+ */
+export const STREAM_HEARTBEAT_MS = 1000;
 
 /**
  * WorkerCalls are the calls a Worker makes for the jobs it holds, with the
@@ -110,7 +123,7 @@ export class WorkSession implements WorkerCalls {
     if (this.closing) {
       return { error: undefined, received: false };
     }
-    const s: OpenStream = { out: new Outbox<WorkRequest>(), pending: new Map() };
+    const s: OpenStream = { out: new Outbox<WorkRequest>({ ms: STREAM_HEARTBEAT_MS, message: heartbeat }), pending: new Map() };
     s.out.push(create(WorkRequestSchema, {
       kind: {
         case: "start",
@@ -285,6 +298,11 @@ export class WorkSession implements WorkerCalls {
   }
 }
 
+// heartbeat is the message an idle stream sends: no new slot, still here.
+function heartbeat(): WorkRequest {
+  return create(WorkRequestSchema, { kind: { case: "credit", value: { credits: 0 } } });
+}
+
 // CallInit is the call of a WorkCall: one request, as its init shape.
 type CallInit = NonNullable<MessageInitShape<typeof WorkCallSchema>["call"]>;
 
@@ -299,12 +317,18 @@ function unexpected(reply: WorkReply, want: NonNullable<WorkCall["call"]["case"]
  * one message at a time, as HTTP/2 flow control lets it. Messages pushed
  * wait in order; close() ends it after them (the half-close). Its one
  * iterator's return() and throw(), which the transport calls when the
- * stream is cancelled, close it too.
+ * stream is cancelled, close it too. With `idle`, a read that waits `idle.ms`
+ * for a message gets `idle.message()` instead (the heartbeat): on a timer of
+ * the event loop, which a handler awaiting its provider never holds up. The
+ * transport reads the next message only once the last one was written, so
+ * heartbeats never queue up behind flow control, and none comes once the
+ * outbox is closed.
  */
 class Outbox<T> implements AsyncIterable<T> {
   private readonly items: T[] = [];
   private closed = false;
   private waiting: ((r: IteratorResult<T, undefined>) => void) | undefined;
+  private idleTimer: ReturnType<typeof setTimeout> | undefined;
   private readonly iterator: AsyncIterator<T, undefined> = {
     next: () => {
       const item = this.items.shift();
@@ -314,7 +338,19 @@ class Outbox<T> implements AsyncIterable<T> {
       if (this.closed) {
         return Promise.resolve({ done: true, value: undefined });
       }
-      return new Promise((resolve) => (this.waiting = resolve));
+      return new Promise((resolve) => {
+        this.waiting = resolve;
+        const idle = this.idle;
+        if (idle !== undefined) {
+          this.idleTimer = setTimeout(() => {
+            this.idleTimer = undefined;
+            if (this.waiting === resolve) {
+              this.waiting = undefined;
+              resolve({ done: false, value: idle.message() });
+            }
+          }, idle.ms);
+        }
+      });
     },
     return: async () => {
       this.abandon();
@@ -326,6 +362,8 @@ class Outbox<T> implements AsyncIterable<T> {
     },
   };
 
+  constructor(private readonly idle?: { ms: number; message: () => T }) {}
+
   /** push queues m; false once the outbox is closed. */
   push(m: T): boolean {
     if (this.closed) {
@@ -334,6 +372,7 @@ class Outbox<T> implements AsyncIterable<T> {
     const w = this.waiting;
     if (w !== undefined) {
       this.waiting = undefined;
+      this.stopIdle();
       w({ done: false, value: m });
     } else {
       this.items.push(m);
@@ -363,6 +402,12 @@ class Outbox<T> implements AsyncIterable<T> {
   private wake(): void {
     const w = this.waiting;
     this.waiting = undefined;
+    this.stopIdle();
     w?.({ done: true, value: undefined });
+  }
+
+  private stopIdle(): void {
+    clearTimeout(this.idleTimer);
+    this.idleTimer = undefined;
   }
 }
