@@ -78,8 +78,10 @@ func (s *workSession) run(ctx context.Context, start func(ClaimedJob)) error {
 			return err
 		case s.w.stopping():
 			return nil
-		case opened != nil && err == nil:
-			backoff = s.w.o.ClaimBackoff // the stream ended cleanly: the coordinator is stopping
+		case opened != nil:
+			// The coordinator took the stream: it is there, and the next
+			// stream opens after the first pause, not a grown one.
+			backoff = s.w.o.ClaimBackoff
 		}
 		if err != nil {
 			s.w.stats.claimFailures.Add(1)

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	pb "github.com/jobfence/jobfence/gen/jobfence/v1"
+	"github.com/jobfence/jobfence/server"
 )
 
 // streamIdle is how long a draining stream worker waits for a grant before
@@ -44,6 +45,22 @@ func openStream(ctx context.Context, c pb.CoordinatorClient, id string, credits 
 		Credits: int32(credits), LeaseDuration: durationpb.New(time.Minute)}}}); err != nil {
 		return nil, err
 	}
+	go func() {
+		// Heartbeats, as the SDKs send them: a stream silent for
+		// server.StreamSilence is granted nothing.
+		t := time.NewTicker(server.StreamHeartbeat)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if s.send(&pb.WorkRequest{Kind: &pb.WorkRequest_Credit{Credit: &pb.WorkCredit{}}}) != nil {
+				return
+			}
+		}
+	}()
 	go func() {
 		for {
 			m, err := stream.Recv()
