@@ -135,8 +135,7 @@ func (ws *workStream) serve(stream pb.Coordinator_WorkServer) error {
 	go func() { defer close(sent); ws.send(stream) }()
 	claimed := make(chan struct{})
 	go func() { defer close(claimed); ws.claimLoop() }()
-	go ws.watchSends()
-	go ws.watchSilence()
+	go ws.watch()
 
 	type received struct {
 		m   *pb.WorkRequest
@@ -335,26 +334,6 @@ func (ws *workStream) silent() bool {
 	return time.Since(time.Unix(0, ws.heard.Load())) > StreamSilence
 }
 
-// watchSilence withdraws the waiting claim of a stream that falls silent.
-func (ws *workStream) watchSilence() {
-	t := time.NewTicker(StreamSilence / 6)
-	defer t.Stop()
-	for {
-		select {
-		case <-ws.claimCtx.Done():
-			return
-		case <-t.C:
-		}
-		if ws.silent() {
-			ws.mu.Lock()
-			if ws.withdraw != nil {
-				ws.withdraw()
-			}
-			ws.mu.Unlock()
-		}
-	}
-}
-
 // pause waits d or until the claimer is stopped.
 func (ws *workStream) pause(d time.Duration) {
 	t := time.NewTimer(d)
@@ -405,13 +384,14 @@ func (ws *workStream) send(stream pb.Coordinator_WorkServer) {
 	}
 }
 
-// watchSends ends a stream whose worker has read nothing for
-// streamSendTimeout while a message waits for it: the leases of the grants
-// it holds run meanwhile, and its calls' answers wait in vain. Ending it
-// hands back what was not written, and frees its goroutines.
-func (ws *workStream) watchSends() {
+// watch is the stream's watchdog. It ends a stream whose worker has read
+// nothing for streamSendTimeout while a message waits for it: the leases of
+// the grants it holds run meanwhile, and its calls' answers wait in vain;
+// ending it hands back what was not written, and frees its goroutines. And
+// it withdraws the waiting claim of a stream that falls silent.
+func (ws *workStream) watch() {
 	limit := streamSendTimeout(ws.claim.Lease)
-	t := time.NewTicker(limit / 4)
+	t := time.NewTicker(min(limit/4, StreamSilence/6))
 	defer t.Stop()
 	for {
 		select {
@@ -425,6 +405,13 @@ func (ws *workStream) watchSends() {
 			ws.fail(status.Errorf(codes.Unavailable, "the worker read nothing for %s: stream closed, "+
 				"grants not yet sent handed back", limit))
 			return
+		}
+		if ws.silent() {
+			ws.mu.Lock()
+			if ws.withdraw != nil {
+				ws.withdraw()
+			}
+			ws.mu.Unlock()
 		}
 	}
 }
