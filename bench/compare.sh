@@ -19,6 +19,10 @@
 #   OUT         where binaries and summaries go (a new temporary folder)
 #   JOBFENCE_FLAGS, RIVER_FLAGS   further flags for either bench, space-separated
 #   TABLE_ONLY  when set, measure nothing: print the table of the run in OUT again
+# The River harness stands in for PostgreSQL's autovacuum while it measures
+# (every second, by autovacuum's rules; bench/river/README.md says why: on a
+# server with autovacuum off, River's fetch otherwise keeps a plan made for
+# an empty table). RIVER_FLAGS='--autovacuum-naptime 0' turns that off.
 # Run it from anywhere in the repository; it needs Go and both servers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -105,6 +109,11 @@ for r in "${rates[@]}"; do
       "$(val "$jf" "$lat" bench_cpu_us_per_job)")"
     row "$r jobs/s ($kind): all processes CPU us/job" "$jf_all" "$(val "$rv" "$st" cpu_us_per_job_total)"
   done
+done
+for r in "${rates[@]}"; do
+  st="^river steady rate=$r " h1="$(val "$rv" "$st" p99_first_half_ms)" h2="$(val "$rv" "$st" p99_second_half_ms)"
+  printf '%s\n' "River at $r jobs/s: p99 ${h1:-n/a} ms for the jobs enqueued in the run's first half," \
+    "  ${h2:-n/a} ms for the second half's (far higher: River fell behind the rate)"
 done
 printf '%s\n' "jobfence's all processes: the database, the coordinator and the bench (its producer and workers);" \
   "River's: PostgreSQL and its one process (client, workers and producer)." \

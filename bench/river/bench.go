@@ -46,6 +46,10 @@ type bench struct {
 	inserts *pgxpool.Pool // to the bench's database: the steady producer's own
 	server  serverMeter
 	version string // the server's
+
+	maintConn  *pgx.Conn   // to the bench's database: the autovacuum stand-in's
+	maint      *maintainer // nil: the stand-in is off
+	autovacuum string      // the server's autovacuum setting
 }
 
 func newBench(ctx context.Context, c config, stdout, stderr io.Writer) (*bench, error) {
@@ -88,6 +92,23 @@ func (b *bench) open(ctx context.Context) error {
 	if err := b.pool.QueryRow(ctx, "SHOW server_version").Scan(&b.version); err != nil {
 		return err
 	}
+	if err := b.pool.QueryRow(ctx, "SHOW autovacuum").Scan(&b.autovacuum); err != nil {
+		return err
+	}
+	if b.cfg.autovacuumNaptime > 0 {
+		cc, err := pgx.ParseConfig(b.cfg.pgDSN)
+		if err != nil {
+			return err
+		}
+		cc.Database = b.dbName
+		cc.RuntimeParams["application_name"] = "river-bench autovacuum stand-in"
+		if b.maintConn, err = pgx.ConnectConfig(ctx, cc); err != nil {
+			return fmt.Errorf("connect to database %s: %w", b.dbName, err)
+		}
+		if b.maint, err = newMaintainer(ctx, b.maintConn, b.cfg.autovacuumNaptime); err != nil {
+			return err
+		}
+	}
 	b.server = findServer(ctx, b.pool)
 	if !b.server.ok {
 		b.logf("PostgreSQL's processes are not on this machine or not readable: its CPU is reported as n/a")
@@ -124,6 +145,9 @@ func (b *bench) close() error {
 			p.Close()
 		}
 	}
+	if b.maintConn != nil {
+		b.maintConn.Close(ctx)
+	}
 	var err error
 	if b.admin != nil {
 		switch {
@@ -157,7 +181,8 @@ func (b *bench) run(ctx context.Context) error {
 		"go", runtime.Version(), "loadavg", loadAvg(), "pg_cpu_from", b.server.how)
 	b.summary("river config", "workers", b.cfg.workers, "fetch_cooldown_ms", num(ms64(b.cfg.fetchCooldown), 1),
 		"fetch_poll_interval_ms", num(ms64(b.cfg.fetchPollInterval), 1), "pool_max_conns", poolSize,
-		"producers", b.cfg.producers, "producer_conns", b.inserts.Config().MaxConns)
+		"producers", b.cfg.producers, "producer_conns", b.inserts.Config().MaxConns,
+		"server_autovacuum", b.autovacuum, "autovacuum_standin_naptime_ms", num(ms64(b.cfg.autovacuumNaptime), 0))
 	if b.cfg.burn {
 		if err := b.burnRun(ctx); err != nil {
 			return err
@@ -243,23 +268,31 @@ func (b *bench) burnRun(ctx context.Context) error {
 		}
 	}
 	insertTime := time.Since(insertStart)
+	// The backlog starts as autovacuum would leave it once it noticed the
+	// inserts (vacuumed and analyzed), and written out.
+	if err := b.maint.pass(ctx); err != nil {
+		return fmt.Errorf("burn: autovacuum stand-in: %w", err)
+	}
 	if err := b.checkpoint(ctx); err != nil {
 		return err
 	}
 
 	b.logf("burn: draining %d jobs with %d workers", n, b.cfg.workers)
 	before := b.server.sample()
+	b.maint.start(ctx)
 	t := newTracker(client, n, false) // the clock starts here, just before the client
 	if err := client.Start(ctx); err != nil {
 		t.stop()
+		b.maint.finish()
 		return fmt.Errorf("burn: start client: %w", err)
 	}
 	startTime := time.Since(t.base)
 	werr := b.wait(ctx, t, n, "burn", func() string { return "" })
 	after := b.server.sample()
+	vacuums, analyzes, merr := b.maint.finish()
 	serr := stopClient(client)
 	t.stop()
-	if err := errors.Join(werr, serr); err != nil {
+	if err := errors.Join(werr, merr, serr); err != nil {
 		return fmt.Errorf("burn: %w", err)
 	}
 	if err := b.checkCompleted(ctx, n); err != nil {
@@ -270,7 +303,8 @@ func (b *bench) burnRun(ctx context.Context) error {
 	b.summary("river burn", "jobs", n, "insert_s", num(insertTime.Seconds(), 2),
 		"seconds", num(last.Seconds(), 3), "jobs_per_s", num(ratio(float64(n), last.Seconds()), 0),
 		"start_ms", ms(startTime), "first_completion_ms", ms(first),
-		"cpu_us_per_job_pg", num(pg, 1), "cpu_us_per_job_client", num(cl, 1), "cpu_us_per_job_total", num(total, 1))
+		"cpu_us_per_job_pg", num(pg, 1), "cpu_us_per_job_client", num(cl, 1), "cpu_us_per_job_total", num(total, 1),
+		"standin_vacuums", vacuums, "standin_analyzes", analyzes)
 	return nil
 }
 
@@ -292,9 +326,11 @@ func (b *bench) steadyRun(ctx context.Context, rate int) error {
 	if err != nil {
 		return err
 	}
+	b.maint.start(ctx) // the warmup included, as autovacuum runs whenever the client does
 	t := newTracker(client, n, true)
 	if err := client.Start(ctx); err != nil {
 		t.stop()
+		b.maint.finish()
 		return fmt.Errorf("steady %d/s: start client: %w", rate, err)
 	}
 	select {
@@ -318,28 +354,32 @@ func (b *bench) steadyRun(ctx context.Context, rate int) error {
 	cancel(nil)
 	produced.Wait()
 	after := b.server.sample()
+	vacuums, analyzes, merr := b.maint.finish()
 	serr := stopClient(client)
 	t.stop()
 	if p.err != nil {
 		werr = nil // the wait ended because the producer failed
 	}
-	if err := errors.Join(p.err, werr, serr); err != nil {
+	if err := errors.Join(p.err, werr, merr, serr); err != nil {
 		return fmt.Errorf("steady %d/s: %w", rate, err)
 	}
 	if err := b.checkCompleted(ctx, n); err != nil {
 		return fmt.Errorf("steady %d/s: %w", rate, err)
 	}
 	e2e := t.e2e
-	if len(e2e) != n {
-		return fmt.Errorf("steady %d/s: %d of %d completions matched to their enqueue", rate, len(e2e), n)
+	if t.matched != n {
+		return fmt.Errorf("steady %d/s: %d of %d completions matched to their enqueue", rate, t.matched, n)
 	}
+	firstHalf, secondHalf := e2e.halves()
 	pg, cl, total := cpuPerJob(before, after, n)
 	b.summary("river steady", "rate", rate, "jobs", n, "achieved_per_s", num(p.achieved, 0),
 		"p50_ms", ms(e2e.percentile(0.50)), "p95_ms", ms(e2e.percentile(0.95)),
 		"p99_ms", ms(e2e.percentile(0.99)), "max_ms", ms(e2e.percentile(1)),
+		"p99_first_half_ms", ms(firstHalf.percentile(0.99)), "p99_second_half_ms", ms(secondHalf.percentile(0.99)),
 		"insert_p50_ms", ms(p.inserts.percentile(0.50)), "insert_p99_ms", ms(p.inserts.percentile(0.99)),
 		"producer_lag_p99_ms", ms(p.lags.percentile(0.99)),
-		"cpu_us_per_job_pg", num(pg, 1), "cpu_us_per_job_client", num(cl, 1), "cpu_us_per_job_total", num(total, 1))
+		"cpu_us_per_job_pg", num(pg, 1), "cpu_us_per_job_client", num(cl, 1), "cpu_us_per_job_total", num(total, 1),
+		"standin_vacuums", vacuums, "standin_analyzes", analyzes)
 	return nil
 }
 
@@ -467,7 +507,8 @@ func (b *bench) checkCompleted(ctx context.Context, n int) error {
 type tracker struct {
 	base     time.Time
 	enqueued []atomic.Int64 // steady: ns after base, +1, when job i's insert began; 0 until then
-	e2e      latencies      // steady: enqueue → completed, written by consume only; read after stop
+	e2e      latencies      // steady: job i's enqueue → completed, written by consume only; read after stop
+	matched  int            // steady: jobs of e2e set, likewise
 
 	completed   atomic.Int64
 	first, last atomic.Int64 // ns after base of the first and the latest completion
@@ -484,7 +525,7 @@ func newTracker(client *river.Client[pgx.Tx], n int, latency bool) *tracker {
 	t := &tracker{base: time.Now(), done: make(chan struct{})}
 	if latency {
 		t.enqueued = make([]atomic.Int64, n)
-		t.e2e = make(latencies, 0, n)
+		t.e2e = make(latencies, n)
 	}
 	events, cancel := client.SubscribeConfig(&river.SubscribeConfig{
 		ChanSize: n + 1000,
@@ -511,8 +552,14 @@ func (t *tracker) consume(events <-chan *river.Event) {
 				t.failed.CompareAndSwap(nil, &msg)
 				continue
 			}
+			if t.e2e[a.Num] != 0 {
+				msg := fmt.Sprintf("job %d (number %d): a second completed event", ev.Job.ID, a.Num)
+				t.failed.CompareAndSwap(nil, &msg)
+				continue
+			}
 			if t0 := t.enqueued[a.Num].Load(); t0 > 0 {
-				t.e2e = append(t.e2e, time.Duration(now-(t0-1)))
+				t.e2e[a.Num] = max(1, time.Duration(now-(t0-1))) // 0 stays "not seen"
+				t.matched++
 			}
 		}
 		t.first.CompareAndSwap(0, now)

@@ -13,7 +13,9 @@
 // of this process (the River client, its workers and the producer).
 //
 // Each run creates a fresh database on the server named by --pg-dsn, applies
-// River's migrations and drops it at the end (unless --keep). It exits
+// River's migrations and drops it at the end (unless --keep). While a phase
+// runs, it vacuums and analyzes that database's tables by autovacuum's rules
+// every --autovacuum-naptime (maintain.go says why). It exits
 // non-zero when something fails functionally (a job not completed, an insert
 // error), never because of a number. README.md beside this file says what is
 // measured and how it compares with jobfence's scenarios.
@@ -73,6 +75,8 @@ type config struct {
 	maxConns          int // 0: pgxpool's default, as `river bench` runs
 	producerConns     int // steady: the producer's own pool
 
+	autovacuumNaptime time.Duration // the autovacuum stand-in's pass interval; 0: off
+
 	stall time.Duration // no completion for this long is a functional failure
 	quiet bool          // no progress lines
 }
@@ -101,6 +105,10 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		"connection pool of the River client that works the jobs (and of the burn's inserts); 0: pgxpool's default, max(4, cores), as river bench runs")
 	fs.IntVar(&c.producerConns, "producer-conns", 16,
 		"steady: connection pool of the producer, an insert-only River client of its own, as an application inserting jobs would have")
+	fs.DurationVar(&c.autovacuumNaptime, "autovacuum-naptime", time.Second,
+		"while a phase runs, vacuum and analyze the bench's tables by autovacuum's rules (the server's thresholds, scale factors and cost delay) "+
+			"every this long, standing in for autovacuum's 60 s naptime, so that a table emptied for the phase is kept as on a running server; 0: off "+
+			"(then a server with autovacuum off, or one within its naptime, leaves River's fetch on a plan made for an empty table)")
 	fs.DurationVar(&c.stall, "stall", 30*time.Second,
 		"fail when no job completes for this long while jobs are outstanding (a functional failure, not a slow run)")
 	fs.BoolVar(&c.quiet, "quiet", false, "no progress lines on stderr")
@@ -139,8 +147,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, errors.New("--workers must be at most 10000 (River's limit)")
 	case slices.Contains(c.rates, 0):
 		return c, errors.New("--rates must be positive")
-	case c.duration <= 0, c.warmup < 0, c.stall <= 0, c.fetchCooldown <= 0, c.fetchPollInterval <= 0:
-		return c, errors.New("durations must be positive")
+	case c.duration <= 0, c.warmup < 0, c.stall <= 0, c.fetchCooldown <= 0, c.fetchPollInterval <= 0, c.autovacuumNaptime < 0:
+		return c, errors.New("durations must be positive, --warmup and --autovacuum-naptime at least 0")
 	}
 	return c, nil
 }

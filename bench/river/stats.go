@@ -24,6 +24,14 @@ func (l latencies) percentile(p float64) time.Duration {
 	return s[max(0, min(rank, len(s)-1))]
 }
 
+// halves splits the latencies of a run's jobs, in the order they were
+// enqueued, into its first and its second half. A consumer keeping up has
+// about the same p99 in both; one falling behind, a higher one in the second.
+func (l latencies) halves() (first, second latencies) {
+	h := len(l) / 2
+	return l[:h], l[h:]
+}
+
 // ms formats d in milliseconds with microsecond resolution.
 func ms(d time.Duration) string { return fmt.Sprintf("%.3f", float64(d)/float64(time.Millisecond)) }
 

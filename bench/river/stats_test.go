@@ -62,3 +62,19 @@ func TestParseFlags(t *testing.T) {
 		}
 	}
 }
+
+func TestHalvesSplitsByEnqueueOrder(t *testing.T) {
+	// Jobs enqueued in this order; a consumer falling behind makes the later
+	// ones slower.
+	l := latencies{1, 2, 3, 10, 20, 30, 40}
+	first, second := l.halves()
+	if !slices.Equal(first, latencies{1, 2, 3}) || !slices.Equal(second, latencies{10, 20, 30, 40}) {
+		t.Fatalf("halves = %v, %v", first, second)
+	}
+	if first.percentile(0.99) != 3 || second.percentile(0.99) != 40 {
+		t.Fatalf("p99 of the halves = %v, %v, want 3 and 40", first.percentile(0.99), second.percentile(0.99))
+	}
+	if a, b := (latencies{}).halves(); len(a) != 0 || len(b) != 0 {
+		t.Fatalf("halves of nothing = %v, %v", a, b)
+	}
+}
