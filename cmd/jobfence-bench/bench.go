@@ -161,7 +161,7 @@ func (b *bench) run(ctx context.Context) error {
 	}
 	b.summary("calibration", "db_rtt_us", us(cal.dbRTT), "db_commit_us", us(cal.commit), "grpc_rtt_us", us(cal.grpcRTT))
 
-	if b.cfg.runs('b') || b.cfg.runs('c') || b.cfg.runs('e') || b.cfg.runs('g') {
+	if b.cfg.runs('b') || b.cfg.runs('c') || b.cfg.runs('e') || b.cfg.runs('g') || b.cfg.runs('h') {
 		if err := b.resolveCoordinator(ctx); err != nil {
 			return err
 		}
@@ -198,6 +198,12 @@ func (b *bench) run(ctx context.Context) error {
 	}
 	if b.cfg.runs('e') {
 		if err := b.latency(ctx); err != nil {
+			return err
+		}
+	}
+	if b.cfg.runs('h') {
+		// Before G, whose killed worker's jobs are not this scenario's.
+		if err := b.grantDelivery(ctx); err != nil {
 			return err
 		}
 	}

@@ -11,6 +11,7 @@
 //	G  lease renewal (R27): how soon a SIGKILLed worker's jobs are taken over with a short
 //	   renewed lease and a long plain one, and what renewals cost the database and the
 //	   coordinator, at a steady rate and alone; not in the default set
+//	H  grant delivery at the full history: enqueue → the WorkGrant read by one of 16 busy worker streams
 //	W  write-path costs: what the index entries and rows a job writes cost the database;
 //	   not in the default set
 //
@@ -34,6 +35,7 @@ import (
 	"time"
 
 	"github.com/jobfence/jobfence/internal/cli"
+	"github.com/jobfence/jobfence/server"
 )
 
 func main() {
@@ -87,6 +89,12 @@ type config struct {
 	renewInterval     time.Duration // 0: a third of the lease, as the SDK's default
 	renewWorkers      int
 	renewPairs        int // cost runs without and with renewal, alternating (quick)
+
+	grantWorkers  int           // worker streams of scenario H
+	grantCredits  int           // credits of each
+	grantHold     time.Duration // each job's provider call
+	grantRate     int
+	grantDuration time.Duration // producer run (quick)
 }
 
 func (c config) mode() string {
@@ -115,9 +123,10 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		"coordinator binary to benchmark; when empty, ./cmd/coordinator is built (run from the module)")
 	fs.StringVar(&coordFlags, "coordinator-flags", "",
 		"extra flags for the coordinator process, space-separated, e.g. '--claim-poll-interval 50ms'")
-	fs.StringVar(&c.scenarios, "scenarios", "abcef",
+	fs.StringVar(&c.scenarios, "scenarios", "abcefh",
 		"which scenarios to run: letters of a (candidate query), b (Claim RPC), c (end-to-end; d comes with it), e (latency), "+
 			"f (console pages), g (lease renewal: takeover after a killed worker, and renewals' cost; two to three minutes), "+
+			"h (grant delivery to busy worker streams), "+
 			"w (write-path costs: the backlog drained in shared transactions once per index variant, and history and "+
 			"ledger rows alone; run it with --history 0)")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write the bench process's CPU profile to this file")
@@ -156,9 +165,15 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		"scenario G: renewal interval of the renewing workers; 0: a third of the lease (the Go SDK's default)")
 	fs.IntVar(&c.renewWorkers, "renew-workers", 20, "scenario G: Go SDK workers of the cost runs, 100 slots each")
 	fs.IntVar(&c.renewPairs, "renew-pairs", 2, "scenario G: cost runs without and with renewal, alternating (quick: 1)")
+	fs.IntVar(&c.grantWorkers, "grant-workers", 16, "scenario H: worker streams, each on its own connection")
+	fs.IntVar(&c.grantCredits, "grant-credits", 4, "scenario H: credits (free slots) each worker stream holds, 1..1000")
+	fs.DurationVar(&c.grantHold, "grant-hold", 100*time.Millisecond,
+		"scenario H: how long a worker holds each granted job (its provider call) before it completes it on the stream")
+	fs.IntVar(&c.grantRate, "grant-rate", 200, "scenario H: producer rate (jobs/s)")
+	fs.DurationVar(&c.grantDuration, "grant-duration", 20*time.Second, "scenario H: producer run (quick: 2s)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: jobfence-bench --mysql-dsn DSN [--quick] [flags]\n\n"+
-			"Seeds the articles' data shape into a fresh database, runs scenarios A-G against a\n"+
+			"Seeds the articles' data shape into a fresh database, runs scenarios A-H against a\n"+
 			"coordinator process and prints one key=value summary line per scenario.\n\n")
 		fs.PrintDefaults()
 	}
@@ -177,6 +192,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		quick := map[string]string{
 			"history": "0,20000,190000", "candidate-reps": "500", "claim-duration": "1.5s",
 			"backlog": "5000", "latency-duration": "2s", "renew-duration": "2s", "renew-pairs": "1",
+			"grant-duration": "2s",
 		}
 		for name, v := range quick {
 			if !given[name] {
@@ -220,8 +236,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		c.latencyAPIs = append(c.latencyAPIs, api)
 	}
 	for _, s := range c.scenarios {
-		if !strings.ContainsRune("abcdefgw", s) {
-			return c, fmt.Errorf("--scenarios: unknown scenario %q (letters of abcefgw)", s)
+		if !strings.ContainsRune("abcdefghw", s) {
+			return c, fmt.Errorf("--scenarios: unknown scenario %q (letters of abcefghw)", s)
 		}
 	}
 	switch {
@@ -244,6 +260,12 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, errors.New("--renew-interval must be 0 (a third of the lease) or shorter than --renew-lease and --takeover-lease")
 	case c.renewRate < 1, c.renewDuration <= 0, c.renewWorkers < 1, c.renewPairs < 1:
 		return c, errors.New("--renew-rate, --renew-duration, --renew-workers and --renew-pairs must be positive")
+	case c.grantWorkers < 1, c.grantRate < 1, c.grantDuration <= 0:
+		return c, errors.New("--grant-workers, --grant-rate and --grant-duration must be positive")
+	case c.grantCredits < 1 || c.grantCredits > server.MaxStreamCredits:
+		return c, fmt.Errorf("--grant-credits must be between 1 and %d (a stream's credits)", server.MaxStreamCredits)
+	case c.grantHold <= 0 || c.grantHold >= 30*time.Second:
+		return c, errors.New("--grant-hold must be positive and under 30s (the streams' lease is a minute)")
 	}
 	return c, nil
 }
