@@ -32,6 +32,7 @@ func (w Writeback) Apply(job Job, now time.Time) Job {
 	switch w.Kind {
 	case EventCompleted:
 		job.ProviderRefundID = w.ProviderRefundID
+		job.NextAttemptAt = now // no longer its lease end (Job.NextAttemptAt)
 	case EventRescheduled:
 		job.NextAction = w.NextAction
 		job.NextAttemptAt = w.NextAttemptAt(now)

@@ -36,6 +36,7 @@ func TestGrantBumpsTheAttemptAndMintsAToken_R2_R5_R25(t *testing.T) {
 	want := rulesWith(before, func(j *store.Job) {
 		j.State, j.Attempt, j.WorkerID, j.UpdatedAt, j.Grant = store.StateRunning, 1, "worker-b", rulesNow, c.LeaseToken.Hash()
 		j.LeaseUntil = time.Date(2025, 3, 14, 9, 27, 23, 589793000, time.UTC) // now + 30 s, in microseconds
+		j.NextAttemptAt = j.LeaseUntil                                        // due at its lease end (R6)
 		j.FirstSentAt = rulesNow                                              // R22
 	})
 	if c.Job != want || c.Takeover {

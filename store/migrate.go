@@ -14,7 +14,16 @@ type Migration struct {
 	Version    int
 	Name       string
 	Statements []string
+	// Contract marks a migration that removes what an earlier release still
+	// uses (an index its queries name), named NNNN_name.contract.sql. It is
+	// applied with the rest on a fresh database; on one that a fleet is
+	// running on, only when asked (coordinator --migrate-contract), once
+	// every coordinator runs a release that no longer needs what it removes.
+	Contract bool
 }
+
+// contractSuffix ends the file name of a contract migration.
+const contractSuffix = ".contract.sql"
 
 // Migrations reads the files NNNN_name.sql in dir of fsys, in version order,
 // each split into statements on a ';' that ends a line. Comment lines ("--")
@@ -40,7 +49,8 @@ func Migrations(fsys fs.FS, dir string) ([]Migration, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, Migration{Version: version, Name: name, Statements: splitSQL(string(body))})
+		out = append(out, Migration{Version: version, Name: name, Statements: splitSQL(string(body)),
+			Contract: strings.HasSuffix(name, contractSuffix)})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
 	for i := 1; i < len(out); i++ {

@@ -101,6 +101,7 @@ func (r Renewal) Renew(job Job, now time.Time) (RenewOutcome, error) {
 	if out.Job.LeaseUntil.After(out.GrantExpiresAt) {
 		out.Job.LeaseUntil = out.GrantExpiresAt
 	}
+	out.Job.NextAttemptAt = out.Job.LeaseUntil // see Job.NextAttemptAt
 	return out, nil
 }
 

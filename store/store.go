@@ -82,9 +82,20 @@ type Job struct {
 	Currency     string
 	Provider     string
 
-	State            State
-	Attempt          int64 // R2: the fencing token, bumped by every claim and takeover
-	NextAction       NextAction
+	State      State
+	Attempt    int64 // R2: the fencing token, bumped by every claim and takeover
+	NextAction NextAction
+	// NextAttemptAt is when the job's next attempt may start: for a ready
+	// job when it is due, for a running one its lease end, when a takeover
+	// may start (R6). Every grant and renewal moves it with LeaseUntil, so
+	// that one index, (state, next_attempt_at, id), finds due jobs (Q1, Q2)
+	// and expired leases alike, in lease order (R23), and a claim or a
+	// completion rewrites one entry of it rather than one in a lease index
+	// besides. Takeovers still test LeaseUntil itself (R6): a row an earlier
+	// release granted or renewed holds an earlier NextAttemptAt than its
+	// lease end, never a later one, so the walk passes it early, never misses
+	// it. A succeeded job's is when it completed; a job in review's, when it
+	// entered review.
 	NextAttemptAt    time.Time
 	LeaseUntil       time.Time // zero unless running
 	ProviderRefundID string
@@ -448,6 +459,7 @@ func (p ClaimParams) Grant(job Job, now time.Time) (ClaimedJob, Event) {
 	job.State = StateRunning
 	job.Attempt++ // R2
 	job.LeaseUntil = now.Add(p.Lease).Truncate(time.Microsecond)
+	job.NextAttemptAt = job.LeaseUntil // see Job.NextAttemptAt
 	job.WorkerID = p.WorkerID
 	job.UpdatedAt = now
 	kind := EventClaimed

@@ -404,8 +404,10 @@ func TestApplyLeavesTheJobAsTheFencedUpdateWrites_R9_R10_R12(t *testing.T) {
 		before store.Job
 		want   store.Job
 	}{
+		// Completed: next_attempt_at is when, no longer the lease end.
 		{"complete", rulesComplete(3, rulesHolderTok, "re_1"), held, rulesWith(held, func(j *store.Job) {
 			j.State, j.LeaseUntil, j.UpdatedAt, j.ProviderRefundID = store.StateSucceeded, time.Time{}, rulesNow, "re_1"
+			j.NextAttemptAt = rulesNow
 		})},
 		{"reschedule by delay", rulesReschedule(3, rulesHolderTok, store.ActionReconcile), held, rulesWith(held, func(j *store.Job) {
 			j.State, j.LeaseUntil, j.UpdatedAt = store.StateReady, time.Time{}, rulesNow

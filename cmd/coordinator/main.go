@@ -107,6 +107,7 @@ type config struct {
 	tlsClientCA     string
 	allowPlaintext  bool
 	migrateOnly     bool
+	migrateContract bool
 	shutdownTimeout time.Duration
 	log             cli.Log
 }
@@ -154,6 +155,10 @@ func parseFlags(args []string, stderr *os.File) (config, error) {
 	fs.BoolVar(&c.migrateOnly, "migrate-only", false,
 		"apply the store's pending migrations and exit: run it with a database user that may create and alter tables "+
 			"(a deploy step), then serve with one that may only read and write rows")
+	fs.BoolVar(&c.migrateContract, "migrate-contract", false,
+		"MySQL: apply the contract migrations too, those that remove what an earlier release still uses (the lease "+
+			"indexes): once every coordinator on the database runs this release, e.g. with --migrate-only; a fresh "+
+			"database gets them at once")
 	fs.BoolVar(&c.allowPlaintext, "allow-plaintext", false,
 		"accept bearer tokens without TLS beyond loopback: only when a TLS-terminating proxy or mesh sidecar on this "+
 			"host carries the traffic")
@@ -514,11 +519,15 @@ func serveDebug(c config, reg *prometheus.Registry, log *slog.Logger) {
 
 func openStore(ctx context.Context, c config, log *slog.Logger) (store.Store, error) {
 	if c.mysqlDSN != "" {
-		st, err := mysql.Open(ctx, c.mysqlDSN, mysql.Options{MaxOpenConns: c.mysqlMaxConns})
+		st, err := mysql.Open(ctx, c.mysqlDSN, mysql.Options{MaxOpenConns: c.mysqlMaxConns, Contract: c.migrateContract})
 		if err != nil {
 			return nil, err
 		}
 		log.Info("store: mysql", "max_conns", c.mysqlMaxConns)
+		if pending := st.PendingContract(); len(pending) > 0 {
+			log.Warn("contract migrations pending: once every coordinator on this database runs this release, "+
+				"apply them with --migrate-only --migrate-contract (DEPLOY.md)", "migrations", strings.Join(pending, ","))
+		}
 		return st, nil
 	}
 	st, err := sqlite.Open(ctx, c.sqlitePath, sqlite.Options{})

@@ -148,11 +148,13 @@ func (e *env) enqueue(t *testing.T, key string) jobfence.Job {
 }
 
 // expireLease ends a job's lease in the data, by the database's clock (T1:
-// never by moving a clock). It only opens the job to takeover (R8).
+// never by moving a clock). It only opens the job to takeover (R8). A
+// running job's next_attempt_at is its lease end and moves with it: claims
+// find expired leases by it (store.Job.NextAttemptAt).
 func (e *env) expireLease(t *testing.T, jobID int64) {
 	t.Helper()
-	res, err := e.db.ExecContext(ctxFor(t),
-		`UPDATE refund_jobs SET lease_until = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE id = ? AND state = 'running'`, jobID)
+	res, err := e.db.ExecContext(ctxFor(t), `UPDATE refund_jobs SET lease_until = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND,
+  next_attempt_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE id = ? AND state = 'running'`, jobID)
 	if err != nil {
 		t.Fatal(err)
 	}

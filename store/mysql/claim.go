@@ -11,13 +11,16 @@ const (
 	selectNow = `SELECT UTC_TIMESTAMP(6)`
 
 	// R6, R23: expired leases, oldest first, read without locking:
-	// takeovers are then locked by primary key (lockTakeovers). A locking walk
-	// of ix_refund_jobs_lease would also lock the entry that ends the range,
-	// the running job with the earliest live lease, and deadlock with that
-	// job's own write-back, which must change the entry.
+	// takeovers are then locked by primary key (lockTakeovers). They are
+	// found on the due index: a running job's next_attempt_at is its lease
+	// end (store.Job.NextAttemptAt), and lease_until is tested as well, for
+	// rows an earlier release wrote. A locking walk would also lock the entry
+	// that ends the range, the running job with the earliest live lease, and
+	// deadlock with that job's own write-back, which must change the entry.
+	// The arguments: the cutoff twice, the filter's, the limit.
 	selectExpiredLeases = `SELECT ` + sqlbase.HasObservations + `, ` + jobColumns + ` FROM refund_jobs FORCE INDEX (%[2]s)
- WHERE state = 'running' AND lease_until <= ?%[1]s
- ORDER BY lease_until, id
+ WHERE state = 'running' AND next_attempt_at <= ? AND lease_until <= ?%[1]s
+ ORDER BY next_attempt_at, id
  LIMIT ?`
 
 	// Locks, by primary key only, the jobs of %s whose lease is still expired
@@ -25,7 +28,7 @@ const (
 	// has taken over meanwhile is left out (R13).
 	lockTakeovers = `SELECT ` + sqlbase.HasObservations + `, ` + jobColumns + ` FROM refund_jobs FORCE INDEX (PRIMARY)
  WHERE id IN (%s) AND state = 'running' AND lease_until <= ?
- ORDER BY lease_until, id
+ ORDER BY next_attempt_at, id
  FOR UPDATE SKIP LOCKED`
 
 	// Q1, Q2, R23: ready and due, oldest first, stable by id (Q4). FORCE
@@ -41,11 +44,12 @@ const (
 
 	// The two candidate groups and the clock in one round trip: UTC_TIMESTAMP
 	// is one value for the whole statement, the cutoff of both groups (R12,
-	// Q1). Expired leases are read, not locked, as in selectExpiredLeases.
+	// Q1). Expired leases are read, not locked, as in selectExpiredLeases;
+	// both groups walk the due index (%[2]s and %[3]s are the same).
 	lockCandidates = `(SELECT UTC_TIMESTAMP(6), 1, ` + sqlbase.HasObservations + `, ` + jobColumns + `
    FROM refund_jobs FORCE INDEX (%[2]s)
-  WHERE state = 'running' AND lease_until <= UTC_TIMESTAMP(6)%[1]s
-  ORDER BY lease_until, id
+  WHERE state = 'running' AND next_attempt_at <= UTC_TIMESTAMP(6) AND lease_until <= UTC_TIMESTAMP(6)%[1]s
+  ORDER BY next_attempt_at, id
   LIMIT ?)
 UNION ALL
 (SELECT UTC_TIMESTAMP(6), 0, ` + sqlbase.HasObservations + `, ` + jobColumns + `
@@ -61,7 +65,7 @@ UNION ALL
 const anyWork = `SELECT EXISTS (SELECT 1 FROM refund_jobs FORCE INDEX (%[3]s)
   WHERE state = 'ready' AND next_attempt_at <= UTC_TIMESTAMP(6)%[1]s)
  OR EXISTS (SELECT 1 FROM refund_jobs FORCE INDEX (%[2]s)
-  WHERE state = 'running' AND lease_until <= UTC_TIMESTAMP(6)%[1]s)`
+  WHERE state = 'running' AND next_attempt_at <= UTC_TIMESTAMP(6) AND lease_until <= UTC_TIMESTAMP(6)%[1]s)`
 
 // R19: provider budgets, shared by every coordinator on the database.
 const (
@@ -88,6 +92,9 @@ var statements = sqlbase.Statements{
 	LockForWrite:  lockJobsForWrite,
 	AllBudgets:    selectAllBudgets,
 	Budgets:       lockBudgets,
+	// One index for due work and expired leases (store.Job.NextAttemptAt).
+	Indexes: sqlbase.Indexes{Lease: "ix_refund_jobs_due", Due: "ix_refund_jobs_due",
+		ProviderLease: "ix_refund_jobs_provider_due", ProviderDue: "ix_refund_jobs_provider_due"},
 }
 
 // DueCandidatesQuery is the claim's candidate query for due jobs (Q1) with

@@ -41,7 +41,7 @@ func TestClaimLeavesLiveLeasesUnlocked_R8_R13(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback() //nolint:errcheck
-	rows, err := tx.QueryContext(ctx, fmt.Sprintf(mysql.CandidatesSQL, "", "ix_refund_jobs_lease", "ix_refund_jobs_due"), 1, 1)
+	rows, err := tx.QueryContext(ctx, fmt.Sprintf(mysql.CandidatesSQL, "", "ix_refund_jobs_due", "ix_refund_jobs_due"), 1, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

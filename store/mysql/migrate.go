@@ -63,10 +63,13 @@ func (s *Store) migrate(ctx context.Context, upTo int) error {
 	if err != nil {
 		return err
 	}
-	return sqlbase.ApplyMigrations(ctx, conn, migrations, applied, upTo, insertAppliedVersion,
+	// Contract migrations: on a fresh database (no release ran on it) with
+	// the rest, else only when asked (store.Migration.Contract).
+	contract := s.contract || len(applied) == 0
+	s.pendingContract, err = sqlbase.ApplyMigrations(ctx, conn, migrations, applied, upTo, contract, insertAppliedVersion,
 		func(m store.Migration, err error) error {
 			switch {
-			case alreadyApplied(err):
+			case alreadyApplied(err), m.Contract && alreadyDropped(err):
 				return nil
 			case errors.Is(unavailable(err), store.ErrDatabaseAccessDenied):
 				return fmt.Errorf("migrate %s: the database user may not change the schema (%v): apply the "+
@@ -76,7 +79,13 @@ func (s *Store) migrate(ctx context.Context, upTo int) error {
 				return fmt.Errorf("migrate %s: %w", m.Name, err)
 			}
 		})
+	return err
 }
+
+// PendingContract names the contract migrations left pending at Open
+// (Options.Contract): once every coordinator on the database runs this
+// release, apply them with one started with Contract.
+func (s *Store) PendingContract() []string { return s.pendingContract }
 
 // appliedVersions reads the versions already applied, creating the table
 // that records them on a fresh database. A schema that is up to date thus
@@ -111,4 +120,11 @@ func appliedVersions(ctx context.Context, conn *sql.Conn) (map[int]bool, error) 
 func alreadyApplied(err error) bool {
 	var me *mysql.MySQLError
 	return errors.As(err, &me) && (me.Number == 1060 || me.Number == 1061)
+}
+
+// alreadyDropped reports ER_CANT_DROP_FIELD_OR_KEY: what a contract
+// migration drops is gone already, by an interrupted earlier run.
+func alreadyDropped(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == 1091
 }

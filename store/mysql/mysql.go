@@ -27,11 +27,20 @@ import (
 type Options struct {
 	// MaxOpenConns bounds the pool; 32 when zero.
 	MaxOpenConns int
+	// Contract applies the contract migrations too (store.Migration.Contract):
+	// those that remove what an earlier release still uses. Set it once every
+	// coordinator on the database runs this release; a fresh database gets
+	// them without it.
+	Contract bool
 }
 
 // Store is the MySQL backend. It implements store.Store.
 type Store struct {
 	db *sql.DB
+	// contract and pendingContract: Options.Contract, and the contract
+	// migrations Open left pending.
+	contract        bool
+	pendingContract []string
 	// Backend implements every store.Store method but Close (and DB), with
 	// this package's SQL and reading of errors (the Dialect fields).
 	*sqlbase.Backend
@@ -103,7 +112,7 @@ func open(ctx context.Context, dsn string, opts Options, upTo int) (*Store, erro
 	db.SetMaxOpenConns(n)
 	db.SetMaxIdleConns(n)
 	db.SetConnMaxLifetime(5 * time.Minute)
-	s := &Store{db: db, Backend: &sqlbase.Backend{
+	s := &Store{db: db, contract: opts.Contract, Backend: &sqlbase.Backend{
 		DB:         db,
 		Dialect:    dialect{},
 		SQL:        statements,

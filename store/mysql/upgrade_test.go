@@ -2,7 +2,9 @@ package mysql_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/jobfence/jobfence/internal/testdb"
@@ -48,4 +50,90 @@ func TestUpgradeDatesReviewsFromTheirEscalation(t *testing.T) {
 	storetest.UpgradeDatesReviewsFromTheirEscalation(t,
 		func() (storetest.DBStore, error) { return mysql.OpenMigratedTo(context.Background(), dsn, 5) },
 		legacyReviews, func() storetest.DBStore { return openMySQL(t, dsn, mysql.Options{}) })
+}
+
+// antedate moves a running job's next_attempt_at (job id, second argument)
+// to hours (first argument) before its lease end, as an earlier release
+// leaves it.
+const antedate = `UPDATE refund_jobs SET next_attempt_at = TIMESTAMPADD(HOUR, -?, lease_until) WHERE id = ?`
+
+// leaseIndexes lists which of the two lease indexes the database still has.
+func leaseIndexes(t *testing.T, db *sql.DB) []string {
+	t.Helper()
+	rows, err := db.Query(`SELECT DISTINCT index_name FROM information_schema.statistics
+ WHERE table_schema = DATABASE() AND table_name = 'refund_jobs'
+   AND index_name IN ('ix_refund_jobs_lease', 'ix_refund_jobs_provider_lease') ORDER BY index_name`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, name)
+	}
+	return out
+}
+
+// While coordinators of the earlier release still run (the lease indexes
+// kept, their grants due before their lease end), claims find every expired
+// lease first and no live one (R6, R23; store.Job.NextAttemptAt).
+func TestTakeoverFindsRowsOfAnEarlierRelease_R6_R23(t *testing.T) {
+	dsn := testdb.MySQL(t)
+	old, err := mysql.OpenMigratedTo(context.Background(), dsn, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old.Close()
+	s := openMySQL(t, dsn, mysql.Options{})
+	if got := leaseIndexes(t, s.DB()); len(got) != 2 {
+		t.Fatalf("lease indexes after the upgrade = %v, want both kept until the contract", got)
+	}
+	storetest.TakeoverFindsRowsOfAnEarlierRelease(t, s, antedate)
+}
+
+// The contract migration that drops the lease indexes waits, on a database
+// an earlier release ran on, until it is asked for; the jobs running at the
+// upgrade are due at their lease end at once (0009). A fresh database has
+// neither index.
+func TestLeaseIndexesDroppedOnlyWhenAsked(t *testing.T) {
+	dsn := testdb.MySQL(t)
+	old, err := mysql.OpenMigratedTo(context.Background(), dsn, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = old.DB().Exec(fmt.Sprintf(legacyJobs, storetest.LegacyAttempt, storetest.LegacyWorker))
+	old.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := openMySQL(t, dsn, mysql.Options{})
+	if got, want := s.PendingContract(), []string{"0010_drop_lease_indexes.contract.sql"}; !slices.Equal(got, want) {
+		t.Fatalf("pending contract migrations = %v, want %v", got, want)
+	}
+	if got := leaseIndexes(t, s.DB()); len(got) != 2 {
+		t.Fatalf("lease indexes before the contract = %v, want both", got)
+	}
+	var late int
+	if err := s.DB().QueryRow(`SELECT COUNT(*) FROM refund_jobs
+ WHERE state = 'running' AND NOT next_attempt_at <=> lease_until`).Scan(&late); err != nil || late != 0 {
+		t.Fatalf("running jobs not due at their lease end after 0009: %d (%v)", late, err)
+	}
+	s.Close()
+
+	for range 2 { // the second open finds nothing left to do
+		s = openMySQL(t, dsn, mysql.Options{Contract: true})
+		if got := leaseIndexes(t, s.DB()); len(got) != 0 || len(s.PendingContract()) != 0 {
+			t.Fatalf("after the contract: lease indexes %v, pending %v; want none", got, s.PendingContract())
+		}
+		s.Close()
+	}
+
+	fresh := openMySQL(t, testdb.MySQL(t), mysql.Options{})
+	if got := leaseIndexes(t, fresh.DB()); len(got) != 0 || len(fresh.PendingContract()) != 0 {
+		t.Fatalf("fresh database: lease indexes %v, pending %v; want none", got, fresh.PendingContract())
+	}
 }

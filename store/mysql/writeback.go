@@ -13,6 +13,7 @@ const (
 )
 
 // R8: only opens the job to takeover, a microsecond ago by the database
-// clock.
-const expireLease = `UPDATE refund_jobs SET lease_until = TIMESTAMPADD(MICROSECOND, -1, UTC_TIMESTAMP(6))
+// clock; next_attempt_at moves with the lease (store.Job.NextAttemptAt).
+const expireLease = `UPDATE refund_jobs SET lease_until = TIMESTAMPADD(MICROSECOND, -1, UTC_TIMESTAMP(6)),
+ next_attempt_at = TIMESTAMPADD(MICROSECOND, -1, UTC_TIMESTAMP(6))
  WHERE id = ? AND state = 'running'`

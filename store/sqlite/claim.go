@@ -13,8 +13,11 @@ const (
 	// might otherwise pick a wider index and sort. No SKIP LOCKED in SQLite: the
 	// claim's BEGIN IMMEDIATE holds the only write lock, so nothing read here
 	// can be claimed by anyone else before this transaction commits (R13).
+	// The arguments: the cutoff twice (next_attempt_at, the lease end, is
+	// tested as in MySQL, where it is what the walk's index holds:
+	// store.Job.NextAttemptAt), the filter's, the limit.
 	selectExpiredLeases = `SELECT ` + sqlbase.HasObservations + `, ` + jobColumns + ` FROM refund_jobs INDEXED BY %[2]s
- WHERE state = 'running' AND lease_until <= ?%[1]s
+ WHERE state = 'running' AND next_attempt_at <= ? AND lease_until <= ?%[1]s
  ORDER BY lease_until, id
  LIMIT ?`
 
@@ -54,4 +57,8 @@ var statements = sqlbase.Statements{
 	LockForWrite:  selectNowAndJobs,
 	AllBudgets:    selectAllBudgets,
 	Budgets:       lockBudgets,
+	// Partial indexes: a transition moves a job's entry from one to another,
+	// which costs what rewriting it in one index would.
+	Indexes: sqlbase.Indexes{Lease: "ix_refund_jobs_lease", Due: "ix_refund_jobs_due",
+		ProviderLease: "ix_refund_jobs_provider_lease", ProviderDue: "ix_refund_jobs_provider_due"},
 }

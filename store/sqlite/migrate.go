@@ -48,8 +48,11 @@ func (s *Store) migrate(ctx context.Context, upTo int) error {
 		for _, v := range versions {
 			applied[int(v)] = true
 		}
-		return sqlbase.ApplyMigrations(ctx, tx, migrations, applied, upTo, insertAppliedVersion,
+		// Contract migrations at once: one process has the file (the lock
+		// file), so no earlier release runs beside this one.
+		_, err = sqlbase.ApplyMigrations(ctx, tx, migrations, applied, upTo, true, insertAppliedVersion,
 			func(m store.Migration, err error) error { return fmt.Errorf("%s: %w", m.Name, err) })
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("migrate: %w", unavailable(err))

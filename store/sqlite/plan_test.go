@@ -27,8 +27,8 @@ func TestCandidateQueriesUseTheirIndexes_Q2(t *testing.T) {
 	}{
 		{selectDueJobs, "", "ix_refund_jobs_due", []any{1, 10}},
 		{selectDueJobs, " AND provider = ?", "ix_refund_jobs_provider_due", []any{1, "acme", 10}},
-		{selectExpiredLeases, "", "ix_refund_jobs_lease", []any{1, 10}},
-		{selectExpiredLeases, " AND provider = ?", "ix_refund_jobs_provider_lease", []any{1, "acme", 10}},
+		{selectExpiredLeases, "", "ix_refund_jobs_lease", []any{1, 1, 10}},
+		{selectExpiredLeases, " AND provider = ?", "ix_refund_jobs_provider_lease", []any{1, 1, "acme", 10}},
 	}
 	for _, c := range cases {
 		query := fmt.Sprintf(c.query, c.filter, c.index)

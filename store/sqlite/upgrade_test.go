@@ -51,3 +51,10 @@ func TestUpgradeDatesReviewsFromTheirEscalation(t *testing.T) {
 		func() (storetest.DBStore, error) { return sqlite.OpenMigratedTo(context.Background(), path, 5) },
 		strings.ReplaceAll(legacyReviews, "NOW", microsNow), func() storetest.DBStore { return openAt(t, path) })
 }
+
+// Claims find every expired lease an earlier release granted, first, and no
+// live one (R6, R23; store.Job.NextAttemptAt).
+func TestTakeoverFindsRowsOfAnEarlierRelease_R6_R23(t *testing.T) {
+	storetest.TakeoverFindsRowsOfAnEarlierRelease(t, openAt(t, testdb.SQLitePath(t)),
+		`UPDATE refund_jobs SET next_attempt_at = lease_until - ? * 3600000000 WHERE id = ?`)
+}

@@ -11,7 +11,8 @@ const (
 	selectJobsByIDs = `SELECT ` + jobColumns + ` FROM refund_jobs WHERE id IN (%s)`
 
 	// R8: only opens the job to takeover; a microsecond in the past so that a
-	// claim in the same millisecond already sees it expired.
-	expireLease = `UPDATE refund_jobs SET lease_until = ` + nowMicros + ` - 1
+	// claim in the same millisecond already sees it expired. next_attempt_at
+	// moves with the lease (store.Job.NextAttemptAt).
+	expireLease = `UPDATE refund_jobs SET lease_until = ` + nowMicros + ` - 1, next_attempt_at = ` + nowMicros + ` - 1
  WHERE id = ? AND state = 'running'`
 )

@@ -219,3 +219,71 @@ func testHasWorkLooksWithoutClaiming(t *testing.T, s store.Store) {
 	want("acme", true) // a takeover is work
 	want("globex", false)
 }
+
+// testRunningJobDueAtItsLeaseEnd: a running job's next_attempt_at is its
+// lease end (store.Job.NextAttemptAt), through its grant, every renewal and
+// an expiry, so that the due index finds its takeover in lease order (R6,
+// R23); its completion dates it from then.
+func testRunningJobDueAtItsLeaseEnd_R6_R23(t *testing.T, s store.Store) {
+	job := enqueue(t, s, refund(t))
+	c := claimOne(t, s, "A", job.ID)
+	due := func(when string, j store.Job) {
+		t.Helper()
+		if j.State != store.StateRunning || j.LeaseUntil.IsZero() || !j.NextAttemptAt.Equal(j.LeaseUntil) {
+			t.Fatalf("%s: state %s next_attempt_at %v lease_until %v, want running and due at its lease end", when,
+				j.State, j.NextAttemptAt, j.LeaseUntil)
+		}
+	}
+	due("granted (answer)", c.Job)
+	due("granted (stored)", get(t, s, job.ID).Job)
+	r := renewed(t, s, renewal(of(c), 10*time.Minute))
+	due("renewed (answer)", r.Job)
+	due("renewed (stored)", get(t, s, job.ID).Job)
+	expire(t, s, job.ID)
+	due("expired", get(t, s, job.ID).Job)
+	taken := claim(t, s, "B", 1)
+	if len(taken) != 1 || taken[0].Job.ID != job.ID || !taken[0].Takeover {
+		t.Fatalf("Claim after the expiry = %v, want the takeover of %d", ids(taken), job.ID)
+	}
+	due("taken over", get(t, s, job.ID).Job)
+	res := write(t, s, complete(of(taken[0]), "re_due"))
+	if got := get(t, s, job.ID).Job; !got.NextAttemptAt.Equal(got.UpdatedAt) || !res.Job.NextAttemptAt.Equal(got.UpdatedAt) {
+		t.Fatalf("completed: next_attempt_at %v (answered %v), want its completion %v", got.NextAttemptAt,
+			res.Job.NextAttemptAt, got.UpdatedAt)
+	}
+}
+
+// TakeoverFindsRowsOfAnEarlierRelease checks the claim against running rows
+// as an earlier release grants and renews them, with next_attempt_at still
+// the job's due time, before its lease end: antedate runs on s's database
+// and moves the next_attempt_at of the running job whose id is its one
+// argument to an hour, or two, before its lease end (the second argument is
+// the hours). An expired lease among them is taken over, first (R6, R23),
+// even when a live lease of that kind comes before it on the walk; the live
+// one is not.
+func TakeoverFindsRowsOfAnEarlierRelease(t *testing.T, s DBStore, antedate string) {
+	t.Helper()
+	ctx := ctxFor(t)
+	live := enqueue(t, s, refund(t))
+	expired := enqueue(t, s, refund(t))
+	claimOne(t, s, "old", live.ID)
+	claimOne(t, s, "old", expired.ID)
+	expire(t, s, expired.ID)
+	for _, r := range []struct {
+		id    int64
+		hours int
+	}{{live.ID, 2}, {expired.ID, 1}} {
+		if _, err := s.DB().ExecContext(ctx, antedate, r.hours, r.id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ready := enqueue(t, s, refund(t))
+	got := claim(t, s, "new", 1)
+	if len(got) != 1 || got[0].Job.ID != expired.ID || !got[0].Takeover {
+		t.Fatalf("Claim(1) = %v, want the expired lease %d (the live one %d comes first on the walk)", ids(got),
+			expired.ID, live.ID)
+	}
+	if rest := claim(t, s, "new", 10); len(rest) != 1 || rest[0].Job.ID != ready.ID {
+		t.Fatalf("Claim(10) = %v, want only the ready job %d: the lease of %d is live", ids(rest), ready.ID, live.ID)
+	}
+}

@@ -61,6 +61,7 @@ func testRenewalExtendsTheSameGrant_R27(t *testing.T, s store.Store) {
 	}
 	want := before.Job
 	want.LeaseUntil = after.Job.LeaseUntil
+	want.NextAttemptAt = after.Job.LeaseUntil // due at its lease end (store.Job.NextAttemptAt)
 	if after.Job != want || len(after.Events) != len(before.Events) {
 		t.Fatalf("a renewal changed more than the lease:\n before %+v %v\n after  %+v %v", before.Job,
 			kinds(before.Events), after.Job, kinds(after.Events))

@@ -89,6 +89,7 @@ func Run(t *testing.T, open Opener) {
 		{"UnmatchedKeptNeverDropped_R28", testUnmatchedKeptNeverDropped_R28},
 		{"UnmatchedNewestFirstBounded_R28", testUnmatchedNewestFirstBounded_R28},
 		{"ExpireLeaseOnlyRunning", testExpireLease},
+		{"RunningJobDueAtItsLeaseEnd_R6_R23", testRunningJobDueAtItsLeaseEnd_R6_R23},
 		{"ListJobsKeyset_Q4_Q7", testListJobsKeyset},
 		{"ListJobsByPaymentNewestFirst", testListJobsByPayment},
 		{"ListJobsByProviderRefundIDOwnOrReceipt_R15", testListJobsByProviderRefundID_R15},

@@ -11,10 +11,11 @@ import (
 )
 
 // Statements is a backend's SQL, the part of its dialect the shared code
-// runs (the rest is Dialect). Claim candidate queries take, in order, Candidate queries take, in order,
-// the cutoff, the filter's arguments and a limit; %[1]s is where the filter
-// goes and %[2]s the index they walk (ExpiredLeases: the lease index,
-// DueJobs: the due index; see filter).
+// runs (the rest is Dialect). Claim candidate queries take, in order, the
+// cutoff (ExpiredLeases: twice, for next_attempt_at and lease_until), the
+// filter's arguments and a limit; %[1]s is where the filter goes and %[2]s
+// the index they walk (ExpiredLeases: Indexes.Lease, DueJobs: Indexes.Due;
+// see filter).
 type Statements struct {
 	// Now reads the database clock (R12); NowExpr is that clock as an
 	// expression inside a statement.
@@ -44,9 +45,9 @@ type Statements struct {
 	AnyWork string
 	// UpdateTable is the target of the grant's and the write-backs' UPDATEs,
 	// with any index hint that keeps them on the primary key: with few
-	// running rows MySQL's optimizer may otherwise walk ix_refund_jobs_due or
-	// ix_refund_jobs_lease on state and lock every entry it passes, which
-	// deadlocked with concurrent claims.
+	// running rows MySQL's optimizer may otherwise walk ix_refund_jobs_due on
+	// state and lock every entry it passes, which deadlocked with concurrent
+	// claims.
 	UpdateTable string
 	// LockForWrite locks the jobs in %s for a batch of write-backs, in id
 	// order (two batches never wait on each other in a cycle), with the
@@ -55,6 +56,15 @@ type Statements struct {
 	// AllBudgets reads every budget without locking it; Budgets locks the
 	// budgets of the providers in %s in provider order.
 	AllBudgets, Budgets string
+	// Indexes are the indexes the candidate queries walk.
+	Indexes Indexes
+}
+
+// Indexes name the indexes of the claim's two walks (Q1, Q2, R6), without
+// and with a provider filter. Lease and Due may be one index: a running
+// job's next_attempt_at is its lease end (store.Job.NextAttemptAt).
+type Indexes struct {
+	Lease, Due, ProviderLease, ProviderDue string
 }
 
 const (
@@ -62,7 +72,7 @@ const (
 	// an exhausted budget is what keeps a claim empty.
 	anyDue = `SELECT 1 FROM refund_jobs WHERE state = 'ready' AND next_attempt_at <= ? AND provider IN (%[1]s)
 UNION ALL
-SELECT 1 FROM refund_jobs WHERE state = 'running' AND lease_until <= ? AND provider IN (%[1]s)
+SELECT 1 FROM refund_jobs WHERE state = 'running' AND next_attempt_at <= ? AND lease_until <= ? AND provider IN (%[1]s)
 LIMIT 1`
 
 	saveBudget   = `UPDATE provider_budgets SET tokens = ?, refilled_at = ? WHERE provider = ?`
@@ -88,7 +98,7 @@ type candidate struct {
 // the tokens, then grant the rest. When due work waits only on empty budgets
 // it returns *store.BudgetExhaustedError, having written nothing.
 func (b *Backend) claimBudgetedTx(ctx context.Context, tx Tx, p store.ClaimParams) ([]store.ClaimedJob, error) {
-	f := providerFilter(p.Provider)
+	f := b.providerFilter(p.Provider)
 	var now time.Time
 	if err := tx.QueryRowContext(ctx, b.SQL.Now).Scan(Time{&now}); err != nil {
 		return nil, err
@@ -130,7 +140,7 @@ func (b *Backend) claimBudgetedTx(ctx context.Context, tx Tx, p store.ClaimParam
 // of them (R23: takeovers first, oldest first), and one grant bumps them all.
 // No budget is configured.
 func (b *Backend) claimGroupTx(ctx context.Context, tx Tx, ps []store.ClaimParams) ([][]store.ClaimedJob, error) {
-	f := providerFilter(ps[0].Provider)
+	f := b.providerFilter(ps[0].Provider)
 	total := 0
 	for _, p := range ps {
 		total += p.MaxJobs
@@ -158,31 +168,31 @@ func (b *Backend) claimGroupTx(ctx context.Context, tx Tx, ps []store.ClaimParam
 
 // filter is a claim's provider filter and the indexes its candidate queries
 // walk. Each walk is a range of one index in claim order (Q1, Q2): without a
-// filter (state, next_attempt_at, id) and (state, lease_until, id); with one
-// the same per provider, so that a claim for an idle provider touches none
-// of another's backlog (Q3's reasoning, per provider).
+// filter one of (state, next_attempt_at, id); with one the same per
+// provider, so that a claim for an idle provider touches none of another's
+// backlog (Q3's reasoning, per provider).
 type filter struct {
 	where      string // " AND …", after the walk's own conditions
 	args       []any
-	lease, due string // index names, the same in every backend
+	lease, due string // index names (Statements.Indexes)
 }
 
-func providerFilter(provider string) filter {
+func (b *Backend) providerFilter(provider string) filter {
+	ix := b.SQL.Indexes
 	if provider == "" {
-		return filter{lease: "ix_refund_jobs_lease", due: "ix_refund_jobs_due"}
+		return filter{lease: ix.Lease, due: ix.Due}
 	}
-	return filter{where: " AND provider = ?", args: []any{provider},
-		lease: "ix_refund_jobs_provider_lease", due: "ix_refund_jobs_provider_due"}
+	return filter{where: " AND provider = ?", args: []any{provider}, lease: ix.ProviderLease, due: ix.ProviderDue}
 }
 
 // lockSeparately locks up to limit candidates with the two candidate
 // queries: expired leases first, then due jobs (R23).
 func (b *Backend) lockSeparately(ctx context.Context, tx Tx, now time.Time, f filter, limit int) ([]candidate, error) {
-	lock := func(query, index string, limit int, takeover bool) ([]candidate, error) {
-		args := append(append([]any{b.At(now)}, f.args...), limit)
+	lock := func(query, index string, cutoffs []any, limit int, takeover bool) ([]candidate, error) {
+		args := append(append(cutoffs, f.args...), limit)
 		return QueryAll(ctx, tx, scanCandidate(takeover), fmt.Sprintf(query, f.where, index), args...)
 	}
-	locked, err := lock(b.SQL.ExpiredLeases, f.lease, limit, true)
+	locked, err := lock(b.SQL.ExpiredLeases, f.lease, []any{b.At(now), b.At(now)}, limit, true)
 	if err == nil {
 		locked, err = b.lockTakeovers(ctx, tx, now, locked)
 	}
@@ -190,7 +200,7 @@ func (b *Backend) lockSeparately(ctx context.Context, tx Tx, now time.Time, f fi
 		return nil, err
 	}
 	if rest := limit - len(locked); rest > 0 {
-		due, err := lock(b.SQL.DueJobs, f.due, rest, false)
+		due, err := lock(b.SQL.DueJobs, f.due, []any{b.At(now)}, rest, false)
 		if err != nil {
 			return nil, err
 		}
@@ -213,7 +223,7 @@ func (b *Backend) grant(ctx context.Context, tx Tx, now time.Time, ps []store.Cl
 		Table:     b.SQL.UpdateTable,
 		Fixed:     "state = 'running', attempt = attempt + 1, updated_at = ?",
 		FixedArgs: []any{b.At(now)},
-		Cols:      []string{"first_sent_at", "next_action", "lease_until", "worker_id", "lease_token_hash"},
+		Cols:      []string{"first_sent_at", "next_action", "lease_until", "next_attempt_at", "worker_id", "lease_token_hash"},
 		Where:     "(state = 'ready' AND next_attempt_at <= ?) OR (state = 'running' AND lease_until <= ?)",
 		WhereArgs: []any{b.At(now), b.At(now)},
 	}
@@ -232,7 +242,8 @@ func (b *Backend) grant(ctx context.Context, tx Tx, now time.Time, ps []store.Cl
 			}
 			u.IDs = append(u.IDs, c.Job.ID)
 			u.Fences = append(u.Fences, cur.Attempt)
-			u.Vals = append(u.Vals, []any{firstSent, c.Job.NextAction, b.At(c.Job.LeaseUntil), c.Job.WorkerID, c.Job.Grant})
+			u.Vals = append(u.Vals, []any{firstSent, c.Job.NextAction, b.At(c.Job.LeaseUntil), b.At(c.Job.NextAttemptAt),
+				c.Job.WorkerID, c.Job.Grant})
 			if cur.hasObs {
 				withObs = append(withObs, ref{s, i})
 			}
@@ -317,7 +328,7 @@ func (b *Backend) budgetWait(ctx context.Context, tx Tx, budgets map[string]stor
 	if len(exhausted) == 0 {
 		return nil
 	}
-	args := append(append(append([]any{b.At(now)}, strArgs(exhausted)...), b.At(now)), strArgs(exhausted)...)
+	args := append(append(append([]any{b.At(now)}, strArgs(exhausted)...), b.At(now), b.At(now)), strArgs(exhausted)...)
 	var one int
 	err := tx.QueryRowContext(ctx, fmt.Sprintf(anyDue, Placeholders(len(exhausted))), args...).Scan(&one)
 	if err == sql.ErrNoRows {
@@ -486,7 +497,7 @@ func (b *Backend) ConfigureBudgets(ctx context.Context, cfg map[string]store.Bud
 
 // HasWork implements store.Store.
 func (b *Backend) HasWork(ctx context.Context, provider string) (bool, error) {
-	f := providerFilter(provider)
+	f := b.providerFilter(provider)
 	var work bool
 	err := b.DB.QueryRowContext(ctx, fmt.Sprintf(b.SQL.AnyWork, f.where, f.lease, f.due),
 		append(append([]any(nil), f.args...), f.args...)...).Scan(&work)

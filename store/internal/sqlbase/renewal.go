@@ -82,7 +82,8 @@ func (b *Backend) renewTx(ctx context.Context, tx Tx, rs []store.Renewal, idx []
 	if len(renewed) == 0 {
 		return nil
 	}
-	u := RowUpdate{Table: b.SQL.UpdateTable, Where: "state = 'running'", Cols: []string{"lease_until"}}
+	// next_attempt_at moves with the lease (store.Job.NextAttemptAt).
+	u := RowUpdate{Table: b.SQL.UpdateTable, Where: "state = 'running'", Cols: []string{"lease_until", "next_attempt_at"}}
 	for _, id := range ids {
 		i, ok := renewed[id]
 		if !ok {
@@ -91,7 +92,7 @@ func (b *Backend) renewTx(ctx context.Context, tx Tx, rs []store.Renewal, idx []
 		u.IDs = append(u.IDs, id)
 		u.Fences = append(u.Fences, rs[i].Attempt)
 		u.Grants = append(u.Grants, rs[i].LeaseToken.Hash())
-		u.Vals = append(u.Vals, []any{b.At(rows[id].LeaseUntil)})
+		u.Vals = append(u.Vals, []any{b.At(rows[id].LeaseUntil), b.At(rows[id].NextAttemptAt)})
 	}
 	// A job renewed twice in the batch answers both with the lease it ends
 	// with.

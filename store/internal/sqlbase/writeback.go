@@ -161,7 +161,9 @@ func resolvedAs(r store.Resolution) func(store.Writeback) bool {
 // set what store.Writeback.Apply answers with.
 func writeKinds(at func(time.Time) any) []writeKind {
 	return []writeKind{
-		{ofKind(store.EventCompleted), "state = 'succeeded', lease_until = NULL, updated_at = ?", store.StateRunning,
+		// next_attempt_at: when it completed, no longer its lease end (store.Job).
+		{ofKind(store.EventCompleted), "state = 'succeeded', lease_until = NULL, next_attempt_at = ?, updated_at = ?",
+			store.StateRunning,
 			[]string{"provider_refund_id"}, func(w store.Writeback, _ store.Job) []any {
 				return []any{w.ProviderRefundID}
 			}, true},
