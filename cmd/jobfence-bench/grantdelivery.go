@@ -9,10 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/protobuf/types/known/durationpb"
-
 	pb "github.com/jobfence/jobfence/gen/jobfence/v1"
-	"github.com/jobfence/jobfence/server"
 )
 
 // grantKeyPrefix begins the operation keys of scenario H's jobs.
@@ -174,7 +171,7 @@ func (b *bench) grantRun(ctx context.Context) (grantResult, error) {
 // its jobs are completed, and returns nil when ctx ends.
 func (b *bench) grantWorker(ctx context.Context, c pb.CoordinatorClient, w int, t *grantTracker, held *heldLog,
 	done <-chan struct{}) error {
-	s, grants, err := openTimedStream(ctx, c, fmt.Sprintf("bench-grant-%d", w), b.cfg.grantCredits)
+	s, err := openTimedStream(ctx, c, fmt.Sprintf("bench-grant-%d", w), b.cfg.grantCredits)
 	if err != nil {
 		return err
 	}
@@ -187,7 +184,7 @@ func (b *bench) grantWorker(ctx context.Context, c pb.CoordinatorClient, w int, 
 	failed := make(chan error, 1)
 	for {
 		select {
-		case g := <-grants:
+		case g := <-s.timed:
 			jobs := make([]grantedJob, len(g.jobs))
 			for i, j := range g.jobs {
 				jobs[i] = grantedJob{key: j.Job.OperationKey, id: j.Job.Id, attempt: j.Attempt, takeover: j.Takeover}
@@ -241,67 +238,6 @@ func (b *bench) grantWorker(ctx context.Context, c pb.CoordinatorClient, w int, 
 			return nil
 		}
 	}
-}
-
-// timedGrant is a WorkGrant as a stream's receive loop read it.
-type timedGrant struct {
-	jobs []*pb.ClaimedJob
-	at   time.Time // when Recv returned it
-}
-
-// openTimedStream is openStream whose receive loop stamps each WorkGrant
-// with the time it read it, before anything else sees it: the end of a
-// grant's delivery. Replies and heartbeats are openStream's.
-func openTimedStream(ctx context.Context, c pb.CoordinatorClient, id string, credits int) (*benchStream, <-chan timedGrant, error) {
-	stream, err := c.Work(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	s := &benchStream{stream: stream, ended: make(chan error, 1), pending: map[uint64]chan *pb.WorkReply{}}
-	if err := s.send(&pb.WorkRequest{Kind: &pb.WorkRequest_Start{Start: &pb.WorkStart{WorkerId: id,
-		Credits: int32(credits), LeaseDuration: durationpb.New(time.Minute)}}}); err != nil {
-		return nil, nil, err
-	}
-	// Each grant uses at least one credit, so at most credits grants wait
-	// unread: the receive loop never blocks on them.
-	grants := make(chan timedGrant, credits)
-	go func() {
-		t := time.NewTicker(server.StreamHeartbeat) // a stream silent for server.StreamSilence is granted nothing
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			if s.send(&pb.WorkRequest{Kind: &pb.WorkRequest_Credit{Credit: &pb.WorkCredit{}}}) != nil {
-				return
-			}
-		}
-	}()
-	go func() {
-		for {
-			m, err := stream.Recv()
-			at := time.Now()
-			if err != nil {
-				s.ended <- err
-				return
-			}
-			switch k := m.GetKind().(type) {
-			case *pb.WorkResponse_Grant:
-				grants <- timedGrant{jobs: k.Grant.GetJobs(), at: at}
-			case *pb.WorkResponse_Reply:
-				s.mu.Lock()
-				ch := s.pending[k.Reply.GetCallId()]
-				delete(s.pending, k.Reply.GetCallId())
-				s.mu.Unlock()
-				if ch != nil {
-					ch <- k.Reply
-				}
-			}
-		}
-	}()
-	return s, grants, nil
 }
 
 // grantTracker matches the jobs the streams are granted with the enqueues

@@ -22,10 +22,12 @@ import (
 const streamIdle = 500 * time.Millisecond
 
 // benchStream is a bench worker's stream (Coordinator.Work): grants arrive
-// on grants, completions are calls answered by their replies.
+// on grants (or, timed, on timed), completions are calls answered by their
+// replies.
 type benchStream struct {
 	stream  pb.Coordinator_WorkClient
 	grants  chan *pb.ClaimedJob
+	timed   chan timedGrant
 	ended   chan error // the stream's end: io.EOF after a clean one
 	sendMu  sync.Mutex
 	mu      sync.Mutex
@@ -33,14 +35,38 @@ type benchStream struct {
 	pending map[uint64]chan *pb.WorkReply
 }
 
-// openStream opens a stream with credits.
+// timedGrant is a WorkGrant as a stream's receive loop read it.
+type timedGrant struct {
+	jobs []*pb.ClaimedJob
+	at   time.Time // when Recv returned it
+}
+
+// openStream opens a stream with credits; its grants arrive job by job on
+// grants.
 func openStream(ctx context.Context, c pb.CoordinatorClient, id string, credits int) (*benchStream, error) {
+	return openStreamOf(ctx, c, id, credits, false)
+}
+
+// openTimedStream is openStream whose receive loop stamps each WorkGrant
+// with the time it read it, before anything else sees it (the end of a
+// grant's delivery), and hands it on whole, on timed.
+func openTimedStream(ctx context.Context, c pb.CoordinatorClient, id string, credits int) (*benchStream, error) {
+	return openStreamOf(ctx, c, id, credits, true)
+}
+
+func openStreamOf(ctx context.Context, c pb.CoordinatorClient, id string, credits int, timed bool) (*benchStream, error) {
 	stream, err := c.Work(ctx)
 	if err != nil {
 		return nil, err
 	}
-	s := &benchStream{stream: stream, grants: make(chan *pb.ClaimedJob, credits), ended: make(chan error, 1),
-		pending: map[uint64]chan *pb.WorkReply{}}
+	// Each grant uses at least one credit, so at most credits grants wait
+	// unread: the receive loop never blocks on them.
+	s := &benchStream{stream: stream, ended: make(chan error, 1), pending: map[uint64]chan *pb.WorkReply{}}
+	if timed {
+		s.timed = make(chan timedGrant, credits)
+	} else {
+		s.grants = make(chan *pb.ClaimedJob, credits)
+	}
 	if err := s.send(&pb.WorkRequest{Kind: &pb.WorkRequest_Start{Start: &pb.WorkStart{WorkerId: id,
 		Credits: int32(credits), LeaseDuration: durationpb.New(time.Minute)}}}); err != nil {
 		return nil, err
@@ -64,12 +90,17 @@ func openStream(ctx context.Context, c pb.CoordinatorClient, id string, credits 
 	go func() {
 		for {
 			m, err := stream.Recv()
+			at := time.Now()
 			if err != nil {
 				s.ended <- err
 				return
 			}
 			switch k := m.GetKind().(type) {
 			case *pb.WorkResponse_Grant:
+				if s.timed != nil {
+					s.timed <- timedGrant{jobs: k.Grant.GetJobs(), at: at}
+					continue
+				}
 				for _, j := range k.Grant.GetJobs() {
 					s.grants <- j
 				}
@@ -78,7 +109,9 @@ func openStream(ctx context.Context, c pb.CoordinatorClient, id string, credits 
 				ch := s.pending[k.Reply.GetCallId()]
 				delete(s.pending, k.Reply.GetCallId())
 				s.mu.Unlock()
-				ch <- k.Reply
+				if ch != nil {
+					ch <- k.Reply
+				}
 			}
 		}
 	}()
