@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -28,6 +29,15 @@ const (
 	// DefaultRetryAttempts is how many times a retry-safe call is tried in
 	// all, the first included.
 	DefaultRetryAttempts = 6
+	// DefaultKeepaliveTime is how long a connection Dial made goes without
+	// reading anything before it sends an HTTP/2 PING: the coordinator's
+	// minimum (it answers pings more frequent than every 10 s with GOAWAY
+	// "too_many_pings"), and grpc-go's too.
+	DefaultKeepaliveTime = 10 * time.Second
+	// DefaultKeepaliveTimeout is how long a PING waits for its answer before
+	// the connection is declared dead and closed, failing every call and
+	// stream on it with UNAVAILABLE.
+	DefaultKeepaliveTimeout = 5 * time.Second
 )
 
 // Client is a typed client of the jobfence.v1.Coordinator service. It is safe
@@ -110,7 +120,8 @@ func WithPerRPCCredentials(creds credentials.PerRPCCredentials) Option {
 
 // WithDialOptions adds gRPC dial options (interceptors, keepalive, a custom
 // dialer…) to Dial's. They are applied after this package's own, so they may
-// override them.
+// override them: grpc.WithKeepaliveParams replaces Dial's keepalive (see
+// Dial).
 func WithDialOptions(opts ...grpc.DialOption) Option {
 	return func(c *clientConfig) { c.dialOpts = append(c.dialOpts, opts...) }
 }
@@ -160,13 +171,37 @@ func newConfig(opts []Option) clientConfig {
 // does not connect yet: the first call does, and a coordinator that cannot be
 // reached shows as ErrUnavailable there. Errors: an invalid target or
 // options (from grpc.NewClient).
+//
+// The connection is kept alive with HTTP/2 pings: one after
+// DefaultKeepaliveTime without reading anything, also while no call is in
+// flight, and the connection is closed when one goes unanswered for
+// DefaultKeepaliveTimeout. On Linux grpc-go also sets TCP_USER_TIMEOUT to
+// that timeout, so data the peer's TCP leaves unacknowledged for 5 s closes
+// the connection too. So a coordinator that vanished without a FIN or RST (a
+// host gone, a path dropping packets) is noticed within about 5 s while the
+// worker stream sends its heartbeats (every second), 15 s at most, where the
+// Worker's writes would otherwise sit in the kernel's send buffer until TCP
+// gives up some 15 minutes later: the worker stream ends UNAVAILABLE, the
+// calls it carried are answered UNAVAILABLE and repeated (R21), and the
+// Worker opens a new stream on a new connection.
+//
+// WithDialOptions(grpc.WithKeepaliveParams(...)) replaces these. The
+// coordinator refuses pings more frequent than every 10 s (GOAWAY
+// "too_many_pings"), and grpc-go raises a shorter Time to 10 s, a zero Time
+// included; a zero Timeout is grpc-go's 20 s; Time:
+// time.Duration(math.MaxInt64) turns keepalive off.
 func Dial(target string, opts ...Option) (*Client, error) {
 	cfg := newConfig(opts)
 	transport := cfg.transport
 	if transport == nil {
 		transport = insecure.NewCredentials()
 	}
-	dial := []grpc.DialOption{grpc.WithTransportCredentials(transport)}
+	dial := []grpc.DialOption{
+		grpc.WithTransportCredentials(transport),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{
+			Time: DefaultKeepaliveTime, Timeout: DefaultKeepaliveTimeout, PermitWithoutStream: true,
+		}),
+	}
 	for _, p := range cfg.perRPC {
 		dial = append(dial, grpc.WithPerRPCCredentials(p))
 	}
@@ -184,7 +219,9 @@ func Dial(target string, opts ...Option) (*Client, error) {
 
 // NewClient returns a Client on a connection the caller made and closes. The
 // transport, token and dial options are the connection's business and are
-// ignored here; the call timeout, retry and logger options apply.
+// ignored here, keepalive included (give the connection Dial's, see Dial,
+// so that a dead coordinator is noticed); the call timeout, retry and
+// logger options apply.
 func NewClient(conn grpc.ClientConnInterface, opts ...Option) *Client {
 	return &Client{rpc: pb.NewCoordinatorClient(conn), cfg: newConfig(opts), jitter: rand.Float64}
 }

@@ -63,6 +63,21 @@
 // the jobs still running write back with unary calls. Against a coordinator
 // without Work, or with WorkerOptions.NoStream, it claims with Claim.
 //
+// # A silently dead connection
+//
+// A coordinator that vanishes without closing its connections (a host gone,
+// a path dropping packets) would leave the Worker's stream holding every
+// free slot and its calls waiting out their timeouts. Dial's connection is
+// checked with HTTP/2 pings: one after 10 s without reading anything
+// (DefaultKeepaliveTime, the coordinator's minimum), also while idle,
+// answered within 5 s (DefaultKeepaliveTimeout), and on Linux data left
+// unacknowledged for those 5 s fails it too (TCP_USER_TIMEOUT). A dead
+// connection is closed within about 15 s at most: the stream ends
+// UNAVAILABLE, the calls it carried are repeated (R21) and the Worker opens a
+// new stream, on a new connection. WithDialOptions with
+// grpc.WithKeepaliveParams replaces the defaults; a connection given to
+// NewClient keeps its own.
+//
 // # Lease renewal
 //
 // While a handler runs, the Worker renews the job's lease at about a third

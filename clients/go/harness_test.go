@@ -341,3 +341,118 @@ func (r *running) returned() bool {
 		return false
 	}
 }
+
+// blackholeProxy is a TCP proxy to a coordinator that can blackhole the
+// connections it carries: blackhole keeps their sockets open and forwards
+// nothing more, in either direction, and closes nothing, as a coordinator
+// host that vanished or a path that drops every packet would (no FIN, no
+// RST). Connections accepted after it are forwarded normally, as a new
+// connection's path to another replica would be.
+type blackholeProxy struct {
+	addr string
+	lis  net.Listener
+
+	mu       sync.Mutex
+	conns    []*proxiedConn
+	accepted int
+	closed   sync.Once
+}
+
+// proxiedConn is one client connection and its connection to the target.
+type proxiedConn struct {
+	down, up net.Conn
+	black    atomic.Bool
+	closed   chan struct{} // closed with the proxy
+}
+
+// startBlackholeProxy proxies a loopback port to target until the test ends.
+func startBlackholeProxy(t *testing.T, target string) *blackholeProxy {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &blackholeProxy{addr: lis.Addr().String(), lis: lis}
+	go p.accept(target)
+	t.Cleanup(p.close)
+	return p
+}
+
+func (p *blackholeProxy) accept(target string) {
+	for {
+		down, err := p.lis.Accept()
+		if err != nil {
+			return
+		}
+		up, err := net.Dial("tcp", target)
+		if err != nil {
+			down.Close()
+			continue
+		}
+		c := &proxiedConn{down: down, up: up, closed: make(chan struct{})}
+		p.mu.Lock()
+		p.conns = append(p.conns, c)
+		p.accepted++
+		p.mu.Unlock()
+		go c.pump(down, up)
+		go c.pump(up, down)
+	}
+}
+
+// pump copies src to dst until the connection is blackholed: then it reads
+// no more and writes nothing, and the bytes of both ends wait in the
+// kernels' buffers, acknowledged by TCP and never delivered. What is read
+// after blackhole returned is dropped.
+func (c *proxiedConn) pump(src, dst net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if c.black.Load() {
+			<-c.closed
+			return
+		}
+		if n > 0 {
+			if _, werr := dst.Write(buf[:n]); werr != nil && err == nil {
+				err = werr
+			}
+		}
+		if err != nil {
+			// A close the blackhole did not make is forwarded as one.
+			src.Close()
+			dst.Close()
+			return
+		}
+	}
+}
+
+// blackhole stops every connection open now: nothing more is forwarded
+// from when it returns, and nothing is closed.
+func (p *blackholeProxy) blackhole() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		c.black.Store(true)
+	}
+}
+
+// acceptedConns is how many connections the proxy has accepted.
+func (p *blackholeProxy) acceptedConns() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.accepted
+}
+
+// close closes the listener and every connection; it may be called again.
+func (p *blackholeProxy) close() {
+	p.closed.Do(func() {
+		p.lis.Close()
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for _, c := range p.conns {
+			close(c.closed)
+			c.down.Close()
+			c.up.Close()
+		}
+		p.conns = nil
+	})
+}
