@@ -352,6 +352,76 @@ class CutProxy:
                 pass
 
 
+class BlackholeProxy:
+    """A TCP proxy to a coordinator that can blackhole the connections it
+    carries: after blackhole() their sockets stay open and nothing more is
+    forwarded, in either direction, and nothing is closed, as a coordinator
+    host that vanished or a path dropping every packet would (no FIN, no
+    RST): the bytes wait in the kernels' buffers, acknowledged by TCP and
+    never delivered. Connections accepted after it are forwarded normally,
+    as a new connection's path to another replica would be."""
+
+    def __init__(self, target: str) -> None:
+        host, port = target.rsplit(":", 1)
+        self._target = (host, int(port))
+        self._lis = socket.create_server(("127.0.0.1", 0))
+        self.address = f"127.0.0.1:{self._lis.getsockname()[1]}"
+        self._lock = threading.Lock()
+        self._conns: list[tuple[socket.socket, socket.socket, threading.Event]] = []
+        self._closed = threading.Event()
+        self.accepted = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def blackhole(self) -> None:
+        """Nothing the connections open now carry is forwarded from when it returns."""
+        with self._lock:
+            for _, _, black in self._conns:
+                black.set()
+
+    def close(self) -> None:
+        self._closed.set()
+        self._lis.close()
+        with self._lock:
+            conns, self._conns = self._conns, []
+        for down, up, _ in conns:
+            for sock in (down, up):
+                try:
+                    sock.close()
+                except OSError:
+                    pass
+
+    def _accept(self) -> None:
+        while not self._closed.is_set():
+            try:
+                down, _ = self._lis.accept()
+                up = socket.create_connection(self._target)
+            except OSError:
+                continue
+            black = threading.Event()
+            with self._lock:
+                self._conns.append((down, up, black))
+                self.accepted += 1
+            threading.Thread(target=self._pump, args=(down, up, black), daemon=True).start()
+            threading.Thread(target=self._pump, args=(up, down, black), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, black: threading.Event) -> None:
+        try:
+            while data := src.recv(65536):
+                if black.is_set():
+                    self._closed.wait()  # reads no more, closes nothing
+                    return
+                dst.sendall(data)
+        except OSError:
+            pass
+        if black.is_set():
+            return
+        for sock in (src, dst):  # a close the blackhole did not make is forwarded
+            try:
+                sock.close()
+            except OSError:
+                pass
+
+
 def start_provider() -> tuple[Proc, str]:
     """The fake provider (cmd/fakeprovider) at 127.0.0.1:0, and its base URL."""
     p = Proc("fakeprovider", [go_binary("fakeprovider", "JOBFENCE_FAKEPROVIDER_BIN"), "--listen", "127.0.0.1:0",

@@ -1,6 +1,7 @@
 """The Worker on the worker stream (Work) against a real coordinator on
 MariaDB: jobs pushed as they are enqueued, without a Claim call; a
-write-back cut with its stream repeated, landing once (R21); a coordinator
+write-back cut with its stream repeated, landing once (R21); a connection
+that goes silent without a close, found dead by the keepalive; a coordinator
 restarted under the stream; a stale grant's write-back refused on the
 stream with the unary call's typed error (R24, R25); no_stream claiming as
 before. The coordinator's own metrics count the unary calls."""
@@ -8,6 +9,7 @@ before. The coordinator's own metrics count the unary calls."""
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any, Iterator, Optional
 
 import pytest
@@ -21,12 +23,13 @@ from jobfence import (
     Result,
     RetryPolicy,
     StaleAttemptError,
+    UnavailableError,
     Worker,
     WorkerEvent,
     WorkerEventKind,
 )
 
-from harness import Coordinator, CutProxy, eventually, kinds, refund, start_coordinator
+from harness import BlackholeProxy, Coordinator, CutProxy, eventually, kinds, refund, start_coordinator
 from workerrun import Running
 
 
@@ -151,6 +154,63 @@ def test_a_write_back_cut_with_its_stream_is_repeated_and_lands_once_R21(
         assert [x for x in h.calls] == [(first.id, 1), (second.id, 1)]
         assert WorkerEventKind.CLAIM_FAILED in [e.kind for e in events], "the stream's end went unnoticed"
         running.pop().stop()
+    finally:
+        wc.close()
+        proxy.close()
+
+
+def test_a_blackholed_connection_is_found_dead_by_keepalive_and_the_write_back_repeated_on_a_new_one_R21(
+        coord: Coordinator, running: list[Running]) -> None:
+    """A coordinator that vanishes without a FIN or RST (its host gone, a
+    path dropping every packet) is noticed by the channel's keepalive
+    (KEEPALIVE_OPTIONS: a PING after 10 s, 5 s for its answer), not by the
+    kernel's retransmission timeout some 15 minutes later: the worker stream
+    ends UNAVAILABLE, the write-back it carried is answered UNAVAILABLE and
+    repeated on a new connection (R21), landing once under its grant (R9,
+    R25), and the worker opens a new stream with its free slot and is granted
+    a job enqueued after the blackhole (R18). The worker's calls time out
+    only after a minute, so nothing but the keepalive meets the bound."""
+    c = coord.client()
+    r = refund()
+    proxy = BlackholeProxy(coord.address)
+    wc = Client(proxy.address, retry=RetryPolicy(attempts=6, backoff=0.1, max_backoff=0.5), call_timeout=60,
+                channel_options=[("grpc.initial_reconnect_backoff_ms", 100), ("grpc.min_reconnect_backoff_ms", 100),
+                                 ("grpc.max_reconnect_backoff_ms", 500)])
+    try:
+        h = Gate()
+        first, _ = c.enqueue_refund(**r)
+        gate = h.hold(first.id)
+        ended: list[tuple[float, Optional[BaseException]]] = []
+
+        def on_event(e: WorkerEvent) -> None:
+            if e.kind is WorkerEventKind.CLAIM_FAILED:
+                ended.append((time.monotonic(), e.error))
+
+        w = Worker(wc, h, worker_id="py-blackholed", provider=r["provider"], lease=30, poll_interval=60,
+                   receipt_spool="off", claim_backoff=0.1, max_claim_backoff=0.5, on_event=on_event)
+        running.append(Running(w))
+        assert h.sent[first.id].wait(20), "the job never reached the worker"
+        blackholed = time.monotonic()
+        proxy.blackhole()
+        gate.set()  # the write-back goes on the dead stream
+        second, _ = c.enqueue_refund(**refund(provider=r["provider"]))
+        # Detection takes 5 to 15 s after the blackhole (the last read, then a
+        # PING after 10 s and 5 s for its answer).
+        bound = 30.0
+        for j in (first, second):
+            wait_state(c, j.id, JobState.SUCCEEDED, max(0.1, bound - (time.monotonic() - blackholed)))
+        took = time.monotonic() - blackholed
+        assert ended, "the stream's end went unnoticed"
+        at, why = ended[0]
+        print(f"stream ended {at - blackholed:.3f}s after the blackhole ({why}); both jobs done after {took:.3f}s")
+        assert isinstance(why, UnavailableError), why
+        assert kinds(c.get_job(first.id)) == ["enqueued@0", "claimed@1", "completed@1"], \
+            "the grant held through the blackhole writes back once"
+        assert proxy.accepted >= 2, "no new connection after the blackhole"
+        running.pop().stop()
+        s = w.stats()
+        assert (s.completed, s.replayed, s.write_failures, s.stale_rejected) == (2, 0, 0, 0), s
+        assert s.claim_failures >= 1, s
     finally:
         wc.close()
         proxy.close()

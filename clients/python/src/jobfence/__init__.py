@@ -16,7 +16,7 @@
   SIGTERM.
 """
 
-from .client import DEFAULT_CALL_TIMEOUT, MAX_RENEW_BATCH, Client, RetryPolicy, TokenSource
+from .client import DEFAULT_CALL_TIMEOUT, KEEPALIVE_OPTIONS, MAX_RENEW_BATCH, Client, RetryPolicy, TokenSource
 from .decide import (
     DEFAULT_NOT_SENT_DELAY,
     DEFAULT_PENDING_DELAY,
@@ -104,6 +104,7 @@ __all__ = [
     "DEFAULT_RESEND_MARGIN",
     "DEFAULT_UNKNOWN_DELAY",
     "ERROR_DOMAIN",
+    "KEEPALIVE_OPTIONS",
     "MAX_RECEIPT_SPOOL_BYTES",
     "MAX_RENEW_BATCH",
     "MAX_RESCHEDULE_DELAY",

@@ -46,6 +46,7 @@ from .v1 import coordinator_pb2_grpc as pb_grpc
 
 __all__ = [
     "DEFAULT_CALL_TIMEOUT",
+    "KEEPALIVE_OPTIONS",
     "MAX_RENEW_BATCH",
     "Client",
     "RetryPolicy",
@@ -56,6 +57,24 @@ __all__ = [
 DEFAULT_CALL_TIMEOUT = 10.0
 #: The most grants one RenewLeases call renews (R27).
 MAX_RENEW_BATCH = 100
+
+#: The keepalive of the channel a Client dials, as grpcio channel options: an
+#: HTTP/2 PING after 10 s (the coordinator's minimum: it answers more frequent
+#: pings with GOAWAY "too_many_pings"), the connection declared dead when the
+#: PING is not answered within 5 s, also while no call is in flight; on Linux
+#: grpcio also sets TCP_USER_TIMEOUT to the PING timeout, so data the peer's
+#: TCP leaves unacknowledged for 5 s (the worker stream's heartbeats go every
+#: second) closes it too. So a coordinator that vanished without a FIN or RST
+#: (a host gone, a path dropping packets) is noticed within 15 s at most, not
+#: when TCP gives up some 15 minutes later: the worker stream ends
+#: UNAVAILABLE, its calls are answered UNAVAILABLE and repeated (R21), and the
+#: Worker opens a new stream on a new connection. An option of the same name
+#: in ``channel_options`` replaces the default.
+KEEPALIVE_OPTIONS: tuple[tuple[str, int], ...] = (
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_timeout_ms", 5_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+)
 
 #: A bearer token, or a function returning one, asked before every call (so
 #: it may refresh the token).
@@ -87,6 +106,13 @@ class RetryPolicy:
     max_backoff: float = 2.0
 
 
+def _channel_options(given: Sequence[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """The options of the channel a Client dials: KEEPALIVE_OPTIONS, less
+    those named in given, then given as it is."""
+    names = {name for name, _ in given}
+    return [o for o in KEEPALIVE_OPTIONS if o[0] not in names] + list(given)
+
+
 class Client:
     """A typed client of jobfence.v1.Coordinator. It is safe to share between
     threads.
@@ -114,6 +140,10 @@ class Client:
     ValueError here, before anything is sent) over a plaintext connection
     unless ``plaintext_tokens=True``: for loopback and for a local proxy that
     adds TLS.
+
+    ``channel_options`` are grpcio channel options for the channel it dials,
+    e.g. reconnect backoffs; they replace the defaults of the same name
+    (KEEPALIVE_OPTIONS).
     """
 
     def __init__(
@@ -129,7 +159,7 @@ class Client:
         channel_options: Sequence[tuple[str, Any]] = (),
         logger: Optional[logging.Logger] = None,
     ) -> None:
-        options = list(channel_options)
+        options = _channel_options(channel_options)
         if tls_server_name:
             options.append(("grpc.ssl_target_name_override", tls_server_name))
         if tls is False:
@@ -154,7 +184,9 @@ class Client:
         logger: Optional[logging.Logger] = None,
     ) -> Client:
         """A Client on a channel the caller made and closes: its transport
-        security, credentials and interceptors are the channel's business."""
+        security, credentials, interceptors and keepalive are the channel's
+        business (give it KEEPALIVE_OPTIONS, so that a dead coordinator is
+        noticed)."""
         c = cls.__new__(cls)
         c._init(channel, False, None, call_timeout, retry, logger)
         return c
