@@ -55,7 +55,47 @@ export interface CoordinatorClientOptions {
   defaultTimeoutMs?: number;
   /** Extra connect interceptors, outermost first. */
   interceptors?: Interceptor[];
+  /**
+   * How the client's HTTP/2 connection is kept checked with PING frames;
+   * each field given replaces its default (DEFAULT_KEEPALIVE).
+   */
+  keepalive?: KeepaliveOptions;
 }
+
+/**
+ * KeepaliveOptions check the client's HTTP/2 connection with PING frames, so
+ * that a coordinator that vanished without a FIN or RST (a host gone, a path
+ * dropping packets) is noticed, where the worker stream's writes would
+ * otherwise sit in the kernel's send buffer until TCP gives up, some 15
+ * minutes later. A connection found dead is closed: its calls and the worker
+ * stream fail UNAVAILABLE, the Worker repeats the calls it was waiting on
+ * (R21) and opens a new stream, on a new connection.
+ */
+export interface KeepaliveOptions {
+  /**
+   * A PING this long after the connection last showed it is alive (a PING
+   * answered, bytes read on a call or the stream); a call on a connection
+   * silent this long is preceded by one. Infinity: none. The coordinator
+   * answers pings more frequent than every 10 s with GOAWAY
+   * "too_many_pings".
+   */
+  pingIntervalMs?: number;
+  /** How long a PING waits for its answer before the connection is closed. */
+  pingTimeoutMs?: number;
+  /** Also ping while no call or stream is open on the connection. */
+  pingIdleConnection?: boolean;
+}
+
+/**
+ * DEFAULT_KEEPALIVE: a PING after 10 s of silence (the coordinator's
+ * minimum), 5 s for its answer, also while no call is open: a dead
+ * connection is closed within about 15 s.
+ */
+export const DEFAULT_KEEPALIVE: Readonly<Required<KeepaliveOptions>> = Object.freeze({
+  pingIntervalMs: 10_000,
+  pingTimeoutMs: 5_000,
+  pingIdleConnection: true,
+});
 
 /** CallOptions apply to one call. */
 export interface CallOptions {
@@ -201,11 +241,12 @@ export class CoordinatorClient {
   constructor(opts: CoordinatorClientOptions) {
     const baseUrl = toBaseUrl(opts.address, opts.tls !== undefined);
     const nodeOptions: SecureClientSessionOptions = typeof opts.tls === "object" ? { ...opts.tls } : {};
-    // One HTTP/2 session per client, owned here so close() can end it.
-    // A session left idle for 10 s is verified with a PING before it carries a
-    // call: a process that was paused (GC, SIGSTOP, a laptop lid) would
-    // otherwise send its write-back into a connection that died meanwhile.
-    this.sessions = new Http2SessionManager(baseUrl, { pingIntervalMs: 10_000, pingTimeoutMs: 5_000 }, nodeOptions);
+    // One HTTP/2 session per client, owned here so close() can end it, kept
+    // checked with PINGs (KeepaliveOptions). A session silent for the ping
+    // interval is also verified with a PING before it carries a call: a
+    // process that was paused (GC, SIGSTOP, a laptop lid) would otherwise
+    // send its write-back into a connection that died meanwhile.
+    this.sessions = new Http2SessionManager(baseUrl, keepaliveOf(opts.keepalive), nodeOptions);
     this.defaultTimeoutMs = opts.defaultTimeoutMs ?? 10_000;
     const interceptors: Interceptor[] = [...(opts.interceptors ?? [])];
     if (opts.token !== undefined || opts.metadata !== undefined) {
@@ -381,6 +422,15 @@ export function renewalOf(r: LeaseRenewal): Renewal {
 
 function dateOf(t: Timestamp | undefined): Date | undefined {
   return t === undefined ? undefined : timestampDate(t);
+}
+
+// keepaliveOf is DEFAULT_KEEPALIVE with the fields given replaced.
+function keepaliveOf(k: KeepaliveOptions | undefined): Required<KeepaliveOptions> {
+  return {
+    pingIntervalMs: k?.pingIntervalMs ?? DEFAULT_KEEPALIVE.pingIntervalMs,
+    pingTimeoutMs: k?.pingTimeoutMs ?? DEFAULT_KEEPALIVE.pingTimeoutMs,
+    pingIdleConnection: k?.pingIdleConnection ?? DEFAULT_KEEPALIVE.pingIdleConnection,
+  };
 }
 
 function metadataInterceptor(token: CoordinatorClientOptions["token"], metadata: CoordinatorClientOptions["metadata"]): Interceptor {

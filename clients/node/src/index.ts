@@ -2,7 +2,7 @@
 // its worker stream, its lease renewal (R27) and its receipt spool (R28), the
 // decision helper, the grant fingerprint (R25) and the error classes.
 
-export { CoordinatorClient, MaxRenewBatch, grantOf } from "./client.js";
+export { CoordinatorClient, DEFAULT_KEEPALIVE, MaxRenewBatch, grantOf } from "./client.js";
 export type {
   CallOptions,
   ClaimInit,
@@ -12,6 +12,7 @@ export type {
   EscalateInit,
   GetJobInit,
   Grant,
+  KeepaliveOptions,
   ListJobsInit,
   RenewLeasesOptions,
   Renewal,

@@ -9,6 +9,7 @@ import { execFile, spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { mkdtempSync, rmSync } from "node:fs";
 import { mkdtemp } from "node:fs/promises";
+import net from "node:net";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { createInterface } from "node:readline";
@@ -298,4 +299,69 @@ export function testSpool(workerId: string): string {
   const dir = mkdtempSync(path.join(tmpdir(), "jobfence-node-spool-"));
   process.once("exit", () => rmSync(dir, { recursive: true, force: true }));
   return path.join(dir, `${workerId}.receipts.jsonl`);
+}
+
+/**
+ * BlackholeProxy is a TCP proxy to a coordinator that can blackhole the
+ * connections it carries: after blackhole() their sockets stay open and
+ * nothing more is forwarded, in either direction, and nothing is closed, as a
+ * coordinator host that vanished or a path dropping every packet would (no
+ * FIN, no RST): the bytes wait in the kernels' buffers, acknowledged by TCP
+ * and never delivered. Connections accepted after it are forwarded normally,
+ * as a new connection's path to another replica would be.
+ */
+export interface BlackholeProxy {
+  /** host:port to connect to. */
+  address: string;
+  /** How many connections it has accepted. */
+  accepted(): number;
+  /** blackhole stops every connection open now; what they carry from now on is dropped. */
+  blackhole(): void;
+  close(): Promise<void>;
+}
+
+/** startBlackholeProxy proxies a loopback port to target. */
+export async function startBlackholeProxy(target: string): Promise<BlackholeProxy> {
+  const [host, port] = [target.slice(0, target.lastIndexOf(":")), Number(target.slice(target.lastIndexOf(":") + 1))];
+  const conns: Array<{ down: net.Socket; up: net.Socket; black: boolean }> = [];
+  let accepted = 0;
+  const server = net.createServer((down) => {
+    accepted++;
+    const c = { down, up: net.connect(port, host), black: false };
+    conns.push(c);
+    const pump = (src: net.Socket, dst: net.Socket): void => {
+      src.on("data", (chunk) => {
+        if (c.black) {
+          src.pause(); // reads no more: the bytes stay in the kernel's buffer
+          return;
+        }
+        dst.write(chunk);
+      });
+      // A close the blackhole did not make is forwarded as one.
+      src.on("end", () => c.black || dst.end());
+      src.on("error", () => c.black || dst.destroy());
+      src.on("close", () => c.black || dst.destroy());
+    };
+    pump(down, c.up);
+    pump(c.up, down);
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  return {
+    address: `127.0.0.1:${(server.address() as net.AddressInfo).port}`,
+    accepted: () => accepted,
+    blackhole() {
+      for (const c of conns) {
+        c.black = true;
+        c.down.pause();
+        c.up.pause();
+      }
+    },
+    async close() {
+      for (const c of conns) {
+        c.down.destroy();
+        c.up.destroy();
+      }
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
 }
