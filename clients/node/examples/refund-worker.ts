@@ -366,7 +366,7 @@ const levels = { debug: 0, info: 1, warn: 2, error: 3 } as const;
 type Level = keyof typeof levels;
 
 /** Logger writes one JSON object per line; bigints are written as strings. */
-class Logger {
+export class Logger {
   constructor(
     private readonly min: Level,
     private readonly base: Record<string, unknown>,
@@ -624,14 +624,33 @@ export interface Stats {
   provider_deadlines: number;
   resends_refused: number;
   write_failures: number;
+  /**
+   * Failed claims: Claim calls (with --no-stream) and worker streams that
+   * ended with an error or could not open, as the Go and Python workers
+   * count them (WorkerStats.ClaimFailures, claim_failures). Each is tried
+   * again; a Claim whose outcome is unknown granted nothing to act on (R7).
+   */
   claim_failures: number;
   spooled: number;
   refiled: number;
   renewals: number;
   renew_failures: number;
   grants_lost: number;
-  /** Worker streams that ended while the worker ran, each opened again. */
+  /**
+   * Worker streams that ended while the worker ran, each opened again: the
+   * failed ones (also in claim_failures) and those the coordinator ended
+   * cleanly.
+   */
   stream_ends: number;
+}
+
+/** newStats is every counter at 0. */
+export function newStats(): Stats {
+  return {
+    claimed: 0, takeovers: 0, reconciles: 0, completed: 0, rescheduled: 0, escalated: 0, replayed: 0,
+    stale_rejected: 0, observations: 0, unknown_outcomes: 0, provider_deadlines: 0, resends_refused: 0, write_failures: 0, claim_failures: 0,
+    spooled: 0, refiled: 0, renewals: 0, renew_failures: 0, grants_lost: 0, stream_ends: 0,
+  };
 }
 
 // jobFields names a job and its grant in a log line: the grant's fingerprint
@@ -640,7 +659,8 @@ function jobFields(e: JobIds): Record<string, unknown> {
   return { job_id: e.jobId, operation_key: e.operationKey, attempt: e.attempt, grant: e.grant };
 }
 
-function track(stats: Stats, log: Logger, e: WorkerEvent): void {
+/** track counts e in stats and logs it. */
+export function track(stats: Stats, log: Logger, e: WorkerEvent): void {
   switch (e.type) {
     case "claimed":
       stats.claimed++;
@@ -749,6 +769,7 @@ function track(stats: Stats, log: Logger, e: WorkerEvent): void {
       return;
     case "stream_ended":
       stats.stream_ends++;
+      if (e.error !== undefined) stats.claim_failures++;
       log.log(e.error === undefined ? "info" : "warn", "worker stream ended; opening it again", {
         retry_in_ms: e.retryInMs,
         ...(e.error === undefined ? {} : { error: e.error.message, code: e.error.code, reason: e.error.reason }),
@@ -803,11 +824,7 @@ async function main(): Promise<number> {
     defaultTimeoutMs: c.callTimeoutMs,
   });
   const pay = new ProviderClient(c.provider, c.concurrency);
-  const stats: Stats = {
-    claimed: 0, takeovers: 0, reconciles: 0, completed: 0, rescheduled: 0, escalated: 0, replayed: 0,
-    stale_rejected: 0, observations: 0, unknown_outcomes: 0, provider_deadlines: 0, resends_refused: 0, write_failures: 0, claim_failures: 0,
-    spooled: 0, refiled: 0, renewals: 0, renew_failures: 0, grants_lost: 0, stream_ends: 0,
-  };
+  const stats = newStats();
   const worker = new Worker({
     client,
     workerId: c.workerId,

@@ -1,11 +1,15 @@
 // The example refund worker's pure parts: configuration (flags and
-// REFUNDWORKER_* variables, as in the Go example worker) and what provider
-// answers mean (R4, R14). The worker itself runs in mixed-fleet.test.
+// REFUNDWORKER_* variables, as in the Go example worker), what provider
+// answers mean (R4, R14) and its counters. The worker itself runs in
+// mixed-fleet.test.
 
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 
-import { UsageError, parseConfig, parseDuration, reconcileResult, resultOf, type ProviderRefund } from "../examples/refund-worker.js";
+import { Code } from "@connectrpc/connect";
+
+import { Logger, UsageError, newStats, parseConfig, parseDuration, reconcileResult, resultOf, track, type ProviderRefund } from "../examples/refund-worker.js";
+import { CoordinatorError } from "../src/index.js";
 
 const refund = (id: string, status: string): ProviderRefund => ({ id, status, payment_id: "pay-1", merchant_reference: "op-1" });
 
@@ -87,5 +91,19 @@ describe("refund-worker answers", () => {
     assert.deepEqual(reconcileResult([refund("re_1", "failed"), refund("re_2", "succeeded")]), { kind: "succeeded", providerRefundId: "re_2" });
     assert.equal(reconcileResult([refund("re_1", "failed")]).kind, "failed");
     assert.equal(reconcileResult([refund("re_1", "succeeded"), refund("re_2", "pending")]).kind, "escalate");
+  });
+});
+
+describe("refund-worker counters", () => {
+  it("counts a worker stream that failed as a claim failure, as the Go and Python workers do (R7), and every stream end in stream_ends", () => {
+    const stats = newStats();
+    const quiet = new Logger("error", {});
+    const lost = new CoordinatorError("PING timed out", Code.Unavailable, undefined, {});
+    track(stats, quiet, { type: "claim_failed", error: lost });
+    assert.deepEqual([stats.claim_failures, stats.stream_ends], [1, 0], "a failed Claim call");
+    track(stats, quiet, { type: "stream_ended", error: lost, retryInMs: 100 });
+    assert.deepEqual([stats.claim_failures, stats.stream_ends], [2, 1], "a stream that failed is a failed claim too");
+    track(stats, quiet, { type: "stream_ended", error: undefined, retryInMs: 100 });
+    assert.deepEqual([stats.claim_failures, stats.stream_ends], [2, 2], "a stream the coordinator ended cleanly is no failure");
   });
 });
