@@ -97,11 +97,41 @@ func (u RowUpdate) grantFence(b *strings.Builder, args []any) []any {
 	return args
 }
 
-// ExecAll runs the update in tx and requires it to change every row: the
-// rows are locked by tx and were checked when read, so a row that no longer
-// matches is a bug, not a race, and the caller must roll back (what names
-// the update in the error).
+// maxCaseRows bounds the rows of one UPDATE that ExecAll sends: each row
+// looks its values up in every CASE of the statement by walking it, so a
+// statement of n rows costs the database n² comparisons per column, and a
+// claim of 16 long polls of 100 jobs each spent more of its CPU there than
+// on parsing the statement (docs/BENCHMARKS.md, run 15). Write-back batches
+// are no longer than this (dispatch's MaxBatch default).
+const maxCaseRows = 128
+
+// ExecAll runs the update in tx, in statements of at most maxCaseRows rows,
+// and requires it to change every row: the rows are locked by tx and were
+// checked when read, so a row that no longer matches is a bug, not a race,
+// and the caller must roll back (what names the update in the error).
 func (u RowUpdate) ExecAll(ctx context.Context, tx Tx, what string) error {
+	for start := 0; start < len(u.IDs); start += maxCaseRows {
+		if err := u.rows(start, min(start+maxCaseRows, len(u.IDs))).execOne(ctx, tx, what); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// rows is u for its rows from to to (exclusive) only.
+func (u RowUpdate) rows(from, to int) RowUpdate {
+	if from == 0 && to == len(u.IDs) {
+		return u
+	}
+	part := u
+	part.IDs, part.Vals, part.Fences = u.IDs[from:to], u.Vals[from:to], u.Fences[from:to]
+	if u.Grants != nil {
+		part.Grants = u.Grants[from:to]
+	}
+	return part
+}
+
+func (u RowUpdate) execOne(ctx context.Context, tx Tx, what string) error {
 	query, args := u.SQL()
 	res, err := tx.ExecContext(ctx, query, args...)
 	if err != nil {

@@ -3,6 +3,8 @@ package sqlbase_test
 import (
 	"context"
 	"database/sql"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/go-sql-driver/mysql"
@@ -137,5 +139,67 @@ func testGrantFence(ctx context.Context, t *testing.T, db *sql.DB, create string
 		if got != note {
 			t.Errorf("job %d: note %q, want %q", id, got, note)
 		}
+	}
+}
+
+// countingTx counts a transaction's statements and the most rows one of
+// them named (its CASE ... WHEN clauses per column).
+type countingTx struct {
+	sqlbase.Tx
+	statements, mostRows int
+}
+
+func (c *countingTx) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	c.statements++
+	c.mostRows = max(c.mostRows, strings.Count(query[:strings.Index(query, " END")], " WHEN "))
+	return c.Tx.ExecContext(ctx, query, args...)
+}
+
+// TestRowUpdateExecAllInBoundedStatements_R9_R25: an update of more rows
+// than one statement takes goes out in statements of at most 128 rows, each
+// row still set to its own values under its own attempt and token, and a
+// row that fails its fence in a later statement fails the update.
+func TestRowUpdateExecAllInBoundedStatements_R9_R25(t *testing.T) {
+	ctx := context.Background()
+	db, err := sql.Open("sqlite", ":memory:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(1)
+	const n = 300
+	if _, err := db.ExecContext(ctx, `CREATE TABLE refund_jobs (id INTEGER PRIMARY KEY, attempt INTEGER,
+  lease_token_hash BLOB, note TEXT)`); err != nil {
+		t.Fatal(err)
+	}
+	u := sqlbase.RowUpdate{Table: "refund_jobs", Cols: []string{"note"}}
+	for i := int64(1); i <= n; i++ {
+		token := store.NewLeaseToken().Hash()
+		if _, err := db.ExecContext(ctx, `INSERT INTO refund_jobs VALUES (?, ?, ?, '')`, i, i%7, token); err != nil {
+			t.Fatal(err)
+		}
+		u.IDs, u.Fences, u.Grants = append(u.IDs, i), append(u.Fences, i%7), append(u.Grants, token)
+		u.Vals = append(u.Vals, []any{fmt.Sprintf("row %d", i)})
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback() //nolint:errcheck
+	counted := &countingTx{Tx: tx}
+	if err := u.ExecAll(ctx, counted, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if counted.statements != 3 || counted.mostRows != 128 {
+		t.Errorf("%d statements of at most %d rows, want 3 of at most 128", counted.statements, counted.mostRows)
+	}
+	var wrong int
+	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM refund_jobs WHERE note <> 'row ' || id`).Scan(&wrong); err != nil || wrong != 0 {
+		t.Fatalf("%d rows without their own value (%v)", wrong, err)
+	}
+	// A fence that no longer holds, in the last statement.
+	u.Fences[n-1]++
+	if err := u.ExecAll(ctx, tx, "test"); err == nil || !strings.Contains(err.Error(), "44 rows held and checked but 43 matched") {
+		t.Fatalf("ExecAll with a stale row in its last statement = %v, want its count refused", err)
 	}
 }
