@@ -112,8 +112,15 @@ for r in "${rates[@]}"; do
 done
 for r in "${rates[@]}"; do
   st="^river steady rate=$r " h1="$(val "$rv" "$st" p99_first_half_ms)" h2="$(val "$rv" "$st" p99_second_half_ms)"
+  # A queue that falls behind the rate grows through the run: the second
+  # half's p99 far above the first's (twice, and by more than a second).
+  verdict="$(awk -v a="$h1" -v b="$h2" 'BEGIN {
+    if (a !~ /^[0-9.]+$/ || b !~ /^[0-9.]+$/) print "not known"
+    else if (b > 2 * a && b - a > 1000) print "far higher: River fell behind the rate"
+    else print "River kept up"
+  }')"
   printf '%s\n' "River at $r jobs/s: p99 ${h1:-n/a} ms for the jobs enqueued in the run's first half," \
-    "  ${h2:-n/a} ms for the second half's (far higher: River fell behind the rate)"
+    "  ${h2:-n/a} ms for the second half's ($verdict)"
 done
 printf '%s\n' "jobfence's all processes: the database, the coordinator and the bench (its producer and workers);" \
   "River's: PostgreSQL and its one process (client, workers and producer)." \

@@ -169,9 +169,12 @@ export async function startCoordinator(extraArgs: string[] = []): Promise<Coordi
       return c;
     },
     sql: (statement) => mysql(statement, database),
+    // A running job's next_attempt_at is its lease end and moves with it:
+    // claims find expired leases by it (DESIGN.md, "One index for due work
+    // and expired leases").
     async expireLease(jobId) {
-      await mysql(`UPDATE refund_jobs SET lease_until = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE id = ${jobId} AND state = 'running'`,
-        database);
+      await mysql(`UPDATE refund_jobs SET lease_until = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND, ` +
+        `next_attempt_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE id = ${jobId} AND state = 'running'`, database);
     },
     signal(sig) {
       if (proc.exitCode === null && proc.signalCode === null) {

@@ -215,8 +215,12 @@ class Coordinator:
         return mysql(statement, self.database)
 
     def expire_lease(self, job_id: int) -> None:
-        """Ends a running job's lease in test data (T1: never by moving a clock)."""
-        self.sql(f"UPDATE refund_jobs SET lease_until = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND "
+        """Ends a running job's lease in test data (T1: never by moving a clock).
+        A running job's next_attempt_at is its lease end and moves with it:
+        claims find expired leases by it (DESIGN.md, "One index for due work
+        and expired leases")."""
+        self.sql(f"UPDATE refund_jobs SET lease_until = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND, "
+                 f"next_attempt_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND "
                  f"WHERE id = {int(job_id)} AND state = 'running'")
 
     def stop(self, drop: bool = True) -> None:
