@@ -15,16 +15,23 @@ import (
 	"github.com/jobfence/jobfence/store/internal/sqlbase"
 )
 
-// TestRowUpdateFencesEachRow_R9: each row gets its own values, and only rows
-// whose attempt is still their fence and that meet Where change.
-func TestRowUpdateFencesEachRow_R9(t *testing.T) {
-	ctx := context.Background()
+// memoryDB is an SQLite database in memory, on one connection.
+func memoryDB(t *testing.T) *sql.DB {
+	t.Helper()
 	db, err := sql.Open("sqlite", ":memory:")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
+	t.Cleanup(func() { db.Close() })
 	db.SetMaxOpenConns(1)
+	return db
+}
+
+// TestRowUpdateFencesEachRow_R9: each row gets its own values, and only rows
+// whose attempt is still their fence and that meet Where change.
+func TestRowUpdateFencesEachRow_R9(t *testing.T) {
+	ctx := context.Background()
+	db := memoryDB(t)
 	for _, q := range []string{
 		`CREATE TABLE refund_jobs (id INTEGER PRIMARY KEY, attempt INTEGER, state TEXT, note TEXT, n INTEGER)`,
 		`INSERT INTO refund_jobs VALUES (1, 3, 'running', '', 0), (2, 5, 'running', '', 0), (3, 7, 'running', '', 0), (4, 1, 'ready', '', 0)`,
@@ -72,12 +79,7 @@ func TestRowUpdateFencesEachRow_R9(t *testing.T) {
 // below the plan's own check, on both databases.
 func TestRowUpdateFencesEachRowByItsGrant_R25(t *testing.T) {
 	ctx := context.Background()
-	lite, err := sql.Open("sqlite", ":memory:")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lite.Close()
-	lite.SetMaxOpenConns(1)
+	lite := memoryDB(t)
 	cfg, err := mysql.ParseDSN(testdb.MySQL(t))
 	if err != nil {
 		t.Fatal(err)
@@ -161,12 +163,7 @@ func (c *countingTx) ExecContext(ctx context.Context, query string, args ...any)
 // row that fails its fence in a later statement fails the update.
 func TestRowUpdateExecAllInBoundedStatements_R9_R25(t *testing.T) {
 	ctx := context.Background()
-	db, err := sql.Open("sqlite", ":memory:")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	db.SetMaxOpenConns(1)
+	db := memoryDB(t)
 	const n = 300
 	if _, err := db.ExecContext(ctx, `CREATE TABLE refund_jobs (id INTEGER PRIMARY KEY, attempt INTEGER,
   lease_token_hash BLOB, note TEXT)`); err != nil {
