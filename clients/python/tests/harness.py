@@ -281,7 +281,19 @@ class _DataFrames:
         return saw
 
 
-class CutProxy:
+class _Front:
+    """A listener on a free loopback port in front of a coordinator at
+    target, for the proxies below."""
+
+    def __init__(self, target: str) -> None:
+        host, port = target.rsplit(":", 1)
+        self._target = (host, int(port))
+        self._lis = socket.create_server(("127.0.0.1", 0))
+        self.address = f"127.0.0.1:{self._lis.getsockname()[1]}"
+        self._lock = threading.Lock()
+
+
+class CutProxy(_Front):
     """A TCP proxy to a coordinator, to cut a worker's connection at a chosen
     moment: after hold_replies(), once the worker has sent its next message
     (an HTTP/2 DATA frame: a write-back, not a ping or a window update),
@@ -290,11 +302,7 @@ class CutProxy:
     normally."""
 
     def __init__(self, target: str) -> None:
-        host, port = target.rsplit(":", 1)
-        self._target = (host, int(port))
-        self._lis = socket.create_server(("127.0.0.1", 0))
-        self.address = f"127.0.0.1:{self._lis.getsockname()[1]}"
-        self._lock = threading.Lock()
+        super().__init__(target)
         self._conns: list[socket.socket] = []
         self._armed = False  # the worker's next message holds the replies
         self.holding = threading.Event()
@@ -356,7 +364,7 @@ class CutProxy:
                 pass
 
 
-class BlackholeProxy:
+class BlackholeProxy(_Front):
     """A TCP proxy to a coordinator that can blackhole the connections it
     carries: after blackhole() their sockets stay open and nothing more is
     forwarded, in either direction, and nothing is closed, as a coordinator
@@ -366,11 +374,7 @@ class BlackholeProxy:
     as a new connection's path to another replica would be."""
 
     def __init__(self, target: str) -> None:
-        host, port = target.rsplit(":", 1)
-        self._target = (host, int(port))
-        self._lis = socket.create_server(("127.0.0.1", 0))
-        self.address = f"127.0.0.1:{self._lis.getsockname()[1]}"
-        self._lock = threading.Lock()
+        super().__init__(target)
         self._conns: list[tuple[socket.socket, socket.socket, threading.Event]] = []
         self._closed = threading.Event()
         self.accepted = 0
