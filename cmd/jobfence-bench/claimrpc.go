@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"sync"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/jobfence/jobfence/gen/jobfence/v1"
 )
@@ -72,6 +74,18 @@ func (b *bench) claimRun(ctx context.Context, n int, d time.Duration, ref *coord
 		}
 		defer closeRef()
 	}
+	// Each job goes back to the time it was due: the claim answers with its
+	// lease end, which is where a running job's next_attempt_at stands.
+	dueAt, err := dueTimes(ctx, b.db)
+	if err != nil {
+		return r, err
+	}
+	refDueAt := dueAt
+	if ref != nil {
+		if refDueAt, err = dueTimes(ctx, b.refStore.DB()); err != nil {
+			return r, err
+		}
+	}
 	warm := min(time.Second, d/2)
 	start := time.Now()
 	measureFrom, end := start.Add(warm), start.Add(warm+d)
@@ -116,10 +130,17 @@ func (b *bench) claimRun(ctx context.Context, n int, d time.Duration, ref *coord
 				continue
 			}
 			for _, j := range resp.Jobs {
+				due, ok := dueAt[j.Job.Id]
+				if onRef {
+					due, ok = refDueAt[j.Job.Id]
+				}
+				if !ok {
+					return fmt.Errorf("claimed job %d, which is not one of the due jobs", j.Job.Id)
+				}
 				t1 := time.Now()
 				_, err := c.Reschedule(ctx, &pb.RescheduleRequest{
 					JobId: j.Job.Id, Attempt: j.Attempt, LeaseToken: j.LeaseToken, NextAction: pb.NextAction_NEXT_ACTION_REFUND,
-					When:   &pb.RescheduleRequest_NextAttemptAt{NextAttemptAt: j.Job.NextAttemptAt},
+					When:   &pb.RescheduleRequest_NextAttemptAt{NextAttemptAt: timestamppb.New(due)},
 					Reason: "benchmark: handed back unchanged",
 				})
 				if err != nil {
@@ -157,4 +178,30 @@ func (b *bench) claimRun(ctx context.Context, n int, d time.Duration, ref *coord
 	r.statements = after.perJob(before, "Questions", r.claims)
 	b.logf("claim run: %d claimers, %d claims (%d empty) in %s", n, r.claims, r.empty, r.elapsed.Round(10*time.Millisecond))
 	return r, nil
+}
+
+// dueTimes reads when each of the due jobs of Q3 is due, by id.
+func dueTimes(ctx context.Context, db *sql.DB) (map[int64]time.Time, error) {
+	rows, err := db.QueryContext(ctx, `SELECT id, next_attempt_at FROM refund_jobs
+ WHERE operation_key LIKE 'due-%' AND state = 'ready'`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[int64]time.Time{}
+	for rows.Next() {
+		var id int64
+		var at time.Time
+		if err := rows.Scan(&id, &at); err != nil {
+			return nil, err
+		}
+		out[id] = at
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if len(out) != dueRows {
+		return nil, fmt.Errorf("reading the due jobs: %d of %d are ready", len(out), dueRows)
+	}
+	return out, nil
 }

@@ -448,8 +448,12 @@ type Job struct {
 	State    JobState `protobuf:"varint,8,opt,name=state,proto3,enum=jobfence.v1.JobState" json:"state,omitempty"`
 	// How many times the job was claimed or taken over (R2, R3). Internal only:
 	// never send it to the provider.
-	Attempt       int64                  `protobuf:"varint,9,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	NextAction    NextAction             `protobuf:"varint,10,opt,name=next_action,json=nextAction,proto3,enum=jobfence.v1.NextAction" json:"next_action,omitempty"`
+	Attempt    int64      `protobuf:"varint,9,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	NextAction NextAction `protobuf:"varint,10,opt,name=next_action,json=nextAction,proto3,enum=jobfence.v1.NextAction" json:"next_action,omitempty"`
+	// When the job's next attempt may start: for READY when it is due; for
+	// RUNNING its lease end, when a takeover may start (equal to lease_until,
+	// also in a claim's answer); for SUCCEEDED when it completed; for
+	// MANUAL_REVIEW when it entered review.
 	NextAttemptAt *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=next_attempt_at,json=nextAttemptAt,proto3" json:"next_attempt_at,omitempty"`
 	// Set only while RUNNING. Expiry only opens the job to takeover (R8).
 	LeaseUntil       *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=lease_until,json=leaseUntil,proto3" json:"lease_until,omitempty"`

@@ -81,6 +81,11 @@ export type Job = Message<"jobfence.v1.Job"> & {
   nextAction: NextAction;
 
   /**
+   * When the job's next attempt may start: for READY when it is due; for
+   * RUNNING its lease end, when a takeover may start (equal to lease_until,
+   * also in a claim's answer); for SUCCEEDED when it completed; for
+   * MANUAL_REVIEW when it entered review.
+   *
    * @generated from field: google.protobuf.Timestamp next_attempt_at = 11;
    */
   nextAttemptAt?: Timestamp | undefined;
