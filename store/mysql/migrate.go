@@ -39,7 +39,8 @@ const (
 // file once. MySQL commits DDL implicitly, so a start-up that died half-way
 // through a file runs it again: its tables are created IF NOT EXISTS, and a
 // column or index that is already there counts as added (alreadyApplied).
-func (s *Store) migrate(ctx context.Context, upTo int) error {
+// contract applies the contract migrations too (Options.Contract).
+func (s *Store) migrate(ctx context.Context, upTo int, contract bool) error {
 	migrations, err := store.Migrations(migrationFiles, "migrations")
 	if err != nil {
 		return err
@@ -65,8 +66,8 @@ func (s *Store) migrate(ctx context.Context, upTo int) error {
 	}
 	// Contract migrations: on a fresh database (no release ran on it) with
 	// the rest, else only when asked (store.Migration.Contract).
-	contract := s.contract || len(applied) == 0
-	s.pendingContract, err = sqlbase.ApplyMigrations(ctx, conn, migrations, applied, upTo, contract, insertAppliedVersion,
+	s.pendingContract, err = sqlbase.ApplyMigrations(ctx, conn, migrations, applied, upTo, contract || len(applied) == 0,
+		insertAppliedVersion,
 		func(m store.Migration, err error) error {
 			switch {
 			case alreadyApplied(err), m.Contract && alreadyDropped(err):

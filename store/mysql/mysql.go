@@ -37,9 +37,7 @@ type Options struct {
 // Store is the MySQL backend. It implements store.Store.
 type Store struct {
 	db *sql.DB
-	// contract and pendingContract: Options.Contract, and the contract
-	// migrations Open left pending.
-	contract        bool
+	// pendingContract are the contract migrations Open left pending.
 	pendingContract []string
 	// Backend implements every store.Store method but Close (and DB), with
 	// this package's SQL and reading of errors (the Dialect fields).
@@ -112,7 +110,7 @@ func open(ctx context.Context, dsn string, opts Options, upTo int) (*Store, erro
 	db.SetMaxOpenConns(n)
 	db.SetMaxIdleConns(n)
 	db.SetConnMaxLifetime(5 * time.Minute)
-	s := &Store{db: db, contract: opts.Contract, Backend: &sqlbase.Backend{
+	s := &Store{db: db, Backend: &sqlbase.Backend{
 		DB:         db,
 		Dialect:    dialect{},
 		SQL:        statements,
@@ -122,7 +120,7 @@ func open(ctx context.Context, dsn string, opts Options, upTo int) (*Store, erro
 		// statement see a later one.
 		ReadTx: &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true},
 	}}
-	if err := s.migrate(ctx, upTo); err != nil {
+	if err := s.migrate(ctx, upTo, opts.Contract); err != nil {
 		db.Close()
 		return nil, err
 	}
