@@ -26,17 +26,6 @@ func migrateOnly(t *testing.T, dsn string, args ...string) string {
 	return p.Logs()
 }
 
-func leaseIndexCount(t *testing.T, db *sql.DB) int {
-	t.Helper()
-	var n int
-	if err := db.QueryRow(`SELECT COUNT(DISTINCT index_name) FROM information_schema.statistics
- WHERE table_schema = DATABASE() AND table_name = 'refund_jobs'
-   AND index_name IN ('ix_refund_jobs_lease', 'ix_refund_jobs_provider_lease')`).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
 // A database an earlier release runs on keeps the lease indexes its claims
 // name until every coordinator runs this release: a start says the contract
 // migration is pending; --migrate-contract applies it (DEPLOY.md, "Upgrades
@@ -49,7 +38,7 @@ func TestMigrateContractOnlyWhenAsked(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	if n := leaseIndexCount(t, db); n != 0 {
+	if n := len(testdb.LeaseIndexes(t, db)); n != 0 {
 		t.Fatalf("fresh database: %d lease indexes, want none", n)
 	}
 	// As an earlier release left it, with this release's expanding migrations
@@ -67,11 +56,11 @@ func TestMigrateContractOnlyWhenAsked(t *testing.T) {
 	if !strings.Contains(logs, "contract migrations pending") || !strings.Contains(logs, "0010_drop_lease_indexes.contract.sql") {
 		t.Fatalf("a start on a database with a contract pending does not say so:\n%s", logs)
 	}
-	if n := leaseIndexCount(t, db); n != 2 {
+	if n := len(testdb.LeaseIndexes(t, db)); n != 2 {
 		t.Fatalf("after a start without --migrate-contract: %d lease indexes, want both kept", n)
 	}
 	logs = migrateOnly(t, dsn, "--migrate-contract")
-	if n := leaseIndexCount(t, db); n != 0 || strings.Contains(logs, "contract migrations pending") {
+	if n := len(testdb.LeaseIndexes(t, db)); n != 0 || strings.Contains(logs, "contract migrations pending") {
 		t.Fatalf("after --migrate-contract: %d lease indexes, want none\n%s", n, logs)
 	}
 }

@@ -2,7 +2,6 @@ package mysql_test
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"slices"
 	"testing"
@@ -57,27 +56,6 @@ func TestUpgradeDatesReviewsFromTheirEscalation(t *testing.T) {
 // leaves it.
 const antedate = `UPDATE refund_jobs SET next_attempt_at = TIMESTAMPADD(HOUR, -?, lease_until) WHERE id = ?`
 
-// leaseIndexes lists which of the two lease indexes the database still has.
-func leaseIndexes(t *testing.T, db *sql.DB) []string {
-	t.Helper()
-	rows, err := db.Query(`SELECT DISTINCT index_name FROM information_schema.statistics
- WHERE table_schema = DATABASE() AND table_name = 'refund_jobs'
-   AND index_name IN ('ix_refund_jobs_lease', 'ix_refund_jobs_provider_lease') ORDER BY index_name`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var name string
-		if err := rows.Scan(&name); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, name)
-	}
-	return out
-}
-
 // While coordinators of the earlier release still run (the lease indexes
 // kept, their grants due before their lease end), claims find every expired
 // lease first and no live one (R6, R23; store.Job.NextAttemptAt).
@@ -89,7 +67,7 @@ func TestTakeoverFindsRowsOfAnEarlierRelease_R6_R23(t *testing.T) {
 	}
 	old.Close()
 	s := openMySQL(t, dsn, mysql.Options{})
-	if got := leaseIndexes(t, s.DB()); len(got) != 2 {
+	if got := testdb.LeaseIndexes(t, s.DB()); len(got) != 2 {
 		t.Fatalf("lease indexes after the upgrade = %v, want both kept until the contract", got)
 	}
 	storetest.TakeoverFindsRowsOfAnEarlierRelease(t, s, antedate)
@@ -114,7 +92,7 @@ func TestLeaseIndexesDroppedOnlyWhenAsked(t *testing.T) {
 	if got, want := s.PendingContract(), []string{"0010_drop_lease_indexes.contract.sql"}; !slices.Equal(got, want) {
 		t.Fatalf("pending contract migrations = %v, want %v", got, want)
 	}
-	if got := leaseIndexes(t, s.DB()); len(got) != 2 {
+	if got := testdb.LeaseIndexes(t, s.DB()); len(got) != 2 {
 		t.Fatalf("lease indexes before the contract = %v, want both", got)
 	}
 	var late int
@@ -126,14 +104,14 @@ func TestLeaseIndexesDroppedOnlyWhenAsked(t *testing.T) {
 
 	for range 2 { // the second open finds nothing left to do
 		s = openMySQL(t, dsn, mysql.Options{Contract: true})
-		if got := leaseIndexes(t, s.DB()); len(got) != 0 || len(s.PendingContract()) != 0 {
+		if got := testdb.LeaseIndexes(t, s.DB()); len(got) != 0 || len(s.PendingContract()) != 0 {
 			t.Fatalf("after the contract: lease indexes %v, pending %v; want none", got, s.PendingContract())
 		}
 		s.Close()
 	}
 
 	fresh := openMySQL(t, testdb.MySQL(t), mysql.Options{})
-	if got := leaseIndexes(t, fresh.DB()); len(got) != 0 || len(fresh.PendingContract()) != 0 {
+	if got := testdb.LeaseIndexes(t, fresh.DB()); len(got) != 0 || len(fresh.PendingContract()) != 0 {
 		t.Fatalf("fresh database: lease indexes %v, pending %v; want none", got, fresh.PendingContract())
 	}
 }

@@ -90,12 +90,13 @@ def wait(cond: Any, what: str, timeout: float = 10) -> None:
         time.sleep(0.01)
 
 
-def one_job_held(sfake: FakeCoordinator) -> tuple[Gated, threading.Event, Worker, Running, FakeStream]:
-    """A worker of two slots on sfake's first stream, granted job 1, whose
-    handler has started and waits for the gate returned."""
+def one_job_held(sfake: FakeCoordinator,
+                 concurrency: int = 2) -> tuple[Gated, threading.Event, Worker, Running, FakeStream]:
+    """A worker of concurrency slots on sfake's first stream, granted job 1,
+    whose handler has started and waits for the gate returned."""
     h = Gated()
     gate = h.hold(1)
-    w = worker(sfake, h, concurrency=2)
+    w = worker(sfake, h, concurrency=concurrency)
     r = Running(w)
     st = sfake.stream(0)
     st.grant(claimed(1))
@@ -280,13 +281,7 @@ def test_an_idle_stream_sends_a_heartbeat_every_second_and_none_after_the_half_c
 def test_heartbeats_go_on_while_every_slot_runs_a_blocked_handler(sfake: FakeCoordinator) -> None:
     # No handler can hold them back: they are sent by grpcio's thread, not
     # the worker's or a job's.
-    h = Gated()
-    gate = h.hold(1)
-    w = worker(sfake, h, concurrency=1)
-    r = Running(w)
-    st = sfake.stream(0)
-    st.grant(claimed(1))
-    wait(lambda: h.started == [1], "the job's handler")
+    h, gate, w, r, st = one_job_held(sfake, concurrency=1)
     held = time.monotonic()
     st.wait_for(lambda s: len([t for t in s.heartbeats() if t > held]) >= 2, "two heartbeats", timeout=2.5)
     gate.set()
