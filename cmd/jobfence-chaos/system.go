@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -285,14 +286,50 @@ func (s *system) allOutages() []outage {
 	return out
 }
 
-// freeLoopbackPort returns an address on loopback with a port free now.
-func freeLoopbackPort() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
+// firstEphemeralPort is the lowest port the kernel gives outgoing
+// connections and port-0 listeners.
+func firstEphemeralPort() int {
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil && n > 2048 {
+				return n
+			}
+		}
 	}
-	defer l.Close()
-	return l.Addr().String(), nil
+	return 32768 // Linux's default
+}
+
+// fixedPorts are the ports freeLoopbackPort handed out, none twice.
+var fixedPorts = struct {
+	sync.Mutex
+	given map[int]bool
+}{given: map[int]bool{}}
+
+// freeLoopbackPort returns an address on loopback with a port free now, for
+// a coordinator to bind at every start of the campaign. The port lies below
+// the kernel's ephemeral range: one from that range, free when it was
+// picked, can be taken before the coordinator binds it, or between a kill
+// and the restart, by any outgoing connection or listener on port 0 (the
+// start then fails: address already in use).
+func freeLoopbackPort() (string, error) {
+	low := firstEphemeralPort()
+	from := max(1024, low-10000)
+	fixedPorts.Lock()
+	defer fixedPorts.Unlock()
+	for range 200 {
+		port := from + rand.IntN(low-from)
+		if fixedPorts.given[port] {
+			continue
+		}
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			continue // taken
+		}
+		l.Close()
+		fixedPorts.given[port] = true
+		return l.Addr().String(), nil
+	}
+	return "", fmt.Errorf("no free loopback port in %d..%d", from, low-1)
 }
 
 // startProvider runs the fake provider on a free port.
