@@ -155,6 +155,7 @@ func (Stripe) Parse(body []byte) ([]Event, error) {
 			key = ev.Request.IdempotencyKey
 		}
 		e := Event{ID: id, Type: ev.Type, RefundID: r.ID, OperationKey: key, Outcome: stripeOutcome(r.Status),
+			AmountMinor: r.Amount, Currency: strings.ToUpper(r.Currency),
 			Detail: fmt.Sprintf("%s: refund %s status %s, %d %s", ev.Type, r.ID, r.Status, r.Amount,
 				strings.ToUpper(r.Currency))}
 		if r.FailureReason != "" {

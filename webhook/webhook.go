@@ -62,7 +62,12 @@ type Event struct {
 	// request's idempotency key); empty when it does not.
 	OperationKey string
 	Outcome      store.Outcome
-	Detail       string
+	// AmountMinor and Currency are what the provider says the refund is
+	// for, in minor units and upper case; 0 and "" when it does not say.
+	// A receipt for another amount than its job's moves nothing (R28).
+	AmountMinor int64
+	Currency    string
+	Detail      string
 }
 
 // Reasons a delivery is refused, the label of jobfence_webhooks_rejected_total.
