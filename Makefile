@@ -1,11 +1,16 @@
-# Tools are pinned in their own modules under tools/ and run with `go tool`,
-# so nothing needs installing beyond Go.
+# Tools are pinned in their own modules under tools/ and run with `go tool`.
+# The tests also need Debian packages (MariaDB's server, Chromium, jq):
+# `make test` installs those that are missing (.ci/deps).
 BUF     := go tool -modfile=tools/buf/go.mod buf
 GRPCURL := go tool -modfile=tools/grpcurl/go.mod grpcurl
 
-.PHONY: all generate generate-node generate-python lint test run check-generated
+.PHONY: all help generate generate-node generate-python lint test run check-generated
 
 all: generate lint test
+
+## help: list these targets
+help:
+	@sed -n 's/^## //p' $(MAKEFILE_LIST)
 
 ## generate: regenerate gen/, clients/node/src/gen/ and the Python client's generated modules from proto/ (committed; CI fails on a diff)
 generate: generate-node generate-python
@@ -37,8 +42,9 @@ lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/'))" || { gofmt -l $$(git ls-files '*.go' | grep -v '^gen/'); exit 1; }
 	go vet ./...
 
-## test: every test; MySQL at 127.0.0.1:3306 is required (JOBFENCE_TEST_MYSQL_DSN to change)
+## test: every test (go test ./...), after .ci/deps installs what they need and this machine lacks: mariadb-server, chromium, jq (apt-get; sudo when not root). MariaDB at 127.0.0.1:3306 when it answers, else a private one (JOBFENCE_TEST_MYSQL_DSN to change)
 test:
+	bash .ci/deps
 	go test ./...
 
 ## run: the coordinator on the embedded store

@@ -254,3 +254,140 @@ func TestReadmeConsoleQuickStart(t *testing.T) {
 		t.Fatalf("signing in with data/me.token: %d\n%s", resp.StatusCode, page)
 	}
 }
+
+// TestReadmeTestCommandInstallsWhatIsMissing: the README's quick start runs
+// the tests with `make test`, which runs .ci/deps and then go test ./...;
+// .ci/run's test step is that same command. .ci/deps, run on a PATH without
+// jq and Chromium and with apt-get, sudo and id standing in for the system's
+// (recording what they are asked), installs exactly what is missing — as
+// root directly, otherwise through sudo — and nothing when all is there; it
+// fails saying what to do when it cannot install.
+func TestReadmeTestCommandInstallsWhatIsMissing(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(readme), "<!-- quick start:")
+	if !ok {
+		t.Fatal("README has no quick start marker")
+	}
+	_, rest, _ = strings.Cut(rest, "```sh\n")
+	block, _, _ := strings.Cut(rest, "```")
+	if !regexp.MustCompile(`(?m)^make test +#`).MatchString(block) {
+		t.Fatalf("the quick start's test command is not make test:\n%s", block)
+	}
+	out, err := exec.Command("make", "-s", "-n", "-C", "../..", "test").CombinedOutput()
+	if err != nil || !regexp.MustCompile(`(?s)^bash \.ci/deps\ngo test \./\.\.\.\n$`).Match(out) {
+		t.Fatalf("make -n test: %v\n%s\nwant bash .ci/deps, then go test ./...", err, out)
+	}
+	ci, err := os.ReadFile("../../.ci/run")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`step "tests \(the README's test command[^\n]*\nmake test\n`).Match(ci) {
+		t.Fatal(".ci/run's test step does not run make test")
+	}
+
+	// The MariaDB server's programs are found in /usr/sbin and /usr/bin
+	// whatever PATH says, as the tests find them; jq and chromium only on
+	// PATH, which here holds the stand-ins alone.
+	mariadbHere := true
+	for _, name := range []string{"mariadbd", "mariadb-install-db"} {
+		found := false
+		for _, dir := range []string{"/usr/sbin", "/usr/bin"} {
+			if st, err := os.Stat(filepath.Join(dir, name)); err == nil && st.Mode()&0o111 != 0 {
+				found = true
+			}
+		}
+		mariadbHere = mariadbHere && found
+	}
+	wantInstall := "install -y -q chromium jq"
+	if !mariadbHere {
+		wantInstall = "install -y -q mariadb-server chromium jq"
+	}
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Fatal(err)
+	}
+	envBin, err := exec.LookPath("env")
+	if err != nil {
+		t.Fatal(err)
+	}
+	chmod, err := exec.LookPath("chmod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name             string
+		uid              string
+		noSudo, noApt    bool
+		allThere         bool
+		wantOK           bool
+		wantCalls        string // the commands run, one a line
+		wantSays         string // on stderr
+		wantInstalledNow bool
+	}{
+		{name: "root installs what is missing", uid: "0", wantOK: true,
+			wantCalls: "apt-get update -q\napt-get " + wantInstall + "\n", wantInstalledNow: true},
+		{name: "not root: through sudo", uid: "1000", wantOK: true,
+			wantCalls: "sudo\napt-get update -q\nsudo\napt-get " + wantInstall + "\n", wantInstalledNow: true},
+		{name: "not root, no sudo", uid: "1000", noSudo: true, wantSays: "run this as root, or install them: apt-get install "},
+		{name: "no apt-get", uid: "0", noApt: true, wantSays: "there is no apt-get here"},
+		{name: "nothing missing", uid: "1000", allThere: true, wantOK: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			farm, calls := filepath.Join(dir, "bin"), filepath.Join(dir, "calls")
+			if err := os.Mkdir(farm, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			script := func(name, body string) {
+				t.Helper()
+				if err := os.WriteFile(filepath.Join(farm, name), []byte("#!"+bash+"\n"+body), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := os.Symlink(envBin, filepath.Join(farm, "env")); err != nil {
+				t.Fatal(err)
+			}
+			script("id", "echo "+tc.uid+"\n")
+			if !tc.noSudo {
+				script("sudo", `echo sudo >> "$CALLS"; exec "$@"`+"\n")
+			}
+			if !tc.noApt {
+				// apt-get records its arguments and, on install, puts a
+				// stand-in of each package's command on PATH.
+				script("apt-get", `echo "apt-get $*" >> "$CALLS"
+[ "$DEBIAN_FRONTEND" = noninteractive ] || { echo "apt-get: interactive" >&2; exit 1; }
+if [ "$1" = install ]; then
+  for p in "$@"; do case "$p" in jq|chromium) : > "$FARM/$p"; `+chmod+` +x "$FARM/$p";; esac; done
+fi
+`)
+			}
+			env := []string{"PATH=" + farm, "CALLS=" + calls, "FARM=" + farm, "HOME=" + dir}
+			if tc.allThere {
+				for _, name := range []string{"jq", "chromium-browser", "mariadbd", "mariadb-install-db"} {
+					script(name, "")
+				}
+			}
+			cmd := exec.Command(bash, "../../.ci/deps")
+			cmd.Env = env
+			var stderr strings.Builder
+			cmd.Stderr = &stderr
+			err := cmd.Run()
+			if (err == nil) != tc.wantOK {
+				t.Fatalf(".ci/deps: %v, want success %v\n%s", err, tc.wantOK, stderr.String())
+			}
+			got, _ := os.ReadFile(calls)
+			if string(got) != tc.wantCalls {
+				t.Errorf(".ci/deps ran:\n%s\nwant:\n%s\nstderr:\n%s", got, tc.wantCalls, stderr.String())
+			}
+			if !strings.Contains(stderr.String(), tc.wantSays) {
+				t.Errorf(".ci/deps said %q, want it to say %q", stderr.String(), tc.wantSays)
+			}
+			if _, err := os.Stat(filepath.Join(farm, "jq")); (err == nil) != (tc.wantInstalledNow || tc.allThere) {
+				t.Errorf("jq on PATH afterwards: %v", err == nil)
+			}
+		})
+	}
+}
