@@ -3,6 +3,7 @@ package main_test
 import (
 	"database/sql"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -115,5 +116,60 @@ func TestExposureIsExplicit(t *testing.T) {
 	onArgv := proctest.StartCoordinator(t, bin.coordinator, "--mysql-dsn", cfg.FormatDSN())
 	if !strings.Contains(onArgv.Logs(), "password is on the command line") {
 		t.Errorf("a password on the command line is not warned about:\n%s", onArgv.Logs())
+	}
+}
+
+// An address in use fails the start naming the flag that set it, for each
+// of the coordinator's listeners.
+func TestAddressInUseNamesTheFlag(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	addr := taken.Addr().String()
+	dir := t.TempDir()
+	tokens := filepath.Join(dir, "tokens")
+	secrets := filepath.Join(dir, "webhook-secrets")
+	if err := os.WriteFile(tokens, []byte("w worker sha256:"+strings.Repeat("ab", 32)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(secrets, []byte("acme stripe whsec_0123456789abcdef\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		flag  string
+		extra []string
+	}{
+		{"listen", nil},
+		{"console-listen", []string{"--tokens-file", tokens}},
+		{"webhook-listen", []string{"--webhook-secrets-file", secrets}},
+		{"metrics-listen", nil},
+		{"pprof-listen", nil},
+	} {
+		args := []string{"--sqlite", filepath.Join(t.TempDir(), "x.db")}
+		if c.flag != "listen" {
+			args = append(args, "--listen", "127.0.0.1:0")
+		}
+		args = append(append(args, "--"+c.flag, addr), c.extra...)
+		out, err := runBinary(t, nil, args...)
+		want := "--" + c.flag + " " + addr + ": address already in use"
+		if err == nil || !strings.Contains(out, want) || !strings.Contains(out, "give --"+c.flag+" another address") {
+			t.Errorf("--%s on a taken port: err %v, output\n%s\nwant %q and what to do", c.flag, err, out, want)
+		}
+	}
+}
+
+// A DSN naming a database the server does not have says how to make it: the
+// coordinator creates its tables, not its database.
+func TestUnknownDatabaseSaysCreateDatabase(t *testing.T) {
+	cfg, err := gomysql.ParseDSN(testdb.MySQL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.DBName += "_absent"
+	out, err := runBinary(t, nil, "--mysql-dsn", cfg.FormatDSN())
+	if want := "CREATE DATABASE " + cfg.DBName; err == nil || !strings.Contains(out, want) {
+		t.Fatalf("a DSN naming no existing database: err %v, output\n%s\nwant %q", err, out, want)
 	}
 }

@@ -29,7 +29,7 @@ func startConsole(srv *server.Server, addr string, cfg *tls.Config, log *slog.Lo
 		conn.Close()
 		return nil, err
 	}
-	web, err := serveWeb("console", "console serving", addr, "/", h, cfg, log)
+	web, err := serveWeb("console", "console-listen", "console serving", addr, "/", h, cfg, log)
 	if err != nil {
 		conn.Close()
 		return nil, err

@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"log/slog"
-	"net"
 	"net/http"
 	"time"
 )
@@ -17,10 +16,12 @@ type webServer struct {
 	http *http.Server
 }
 
-// serveWeb serves h on addr, with TLS when cfg is set, and logs msg with the
-// address it listens on and the URL of path there.
-func serveWeb(name, msg, addr, path string, h http.Handler, cfg *tls.Config, log *slog.Logger, attrs ...any) (*webServer, error) {
-	lis, err := net.Listen("tcp", addr)
+// serveWeb serves h on addr, the value of --flagName, with TLS when cfg is
+// set, and logs msg with the address it listens on and the URL of path
+// there.
+func serveWeb(name, flagName, msg, addr, path string, h http.Handler, cfg *tls.Config, log *slog.Logger,
+	attrs ...any) (*webServer, error) {
+	lis, err := listen(flagName, addr)
 	if err != nil {
 		return nil, err
 	}

@@ -23,6 +23,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	gomysql "github.com/go-sql-driver/mysql"
@@ -389,15 +390,19 @@ func open(ctx context.Context, c config, log *slog.Logger) (co *coordinator, err
 	}
 	warnExposure(c, authn, log)
 	reg := registry(st)
-	serveDebug(c, reg, log)
+	debug, err := serveDebug(c, reg, log)
+	if err != nil {
+		return nil, err
+	}
 	srv := server.New(st, server.Options{
 		Lease: c.lease, MaxGrantAge: c.maxGrantAge, KeyRetention: c.keyRetention, ProviderKeyRetention: providerKeys,
 		ClaimPollInterval: c.claimPoll, WriteFlushers: c.writeFlushers, WriteBatch: c.writeBatch,
 		Auth: authn, Metrics: server.NewMetrics(reg, st), Logger: log,
 	})
 	gs, hs := srv.NewGRPCServer(creds...)
-	lis, err := net.Listen("tcp", c.listen)
+	lis, err := listen("listen", c.listen)
 	if err != nil {
+		debug.close()
 		srv.Close()
 		return nil, err
 	}
@@ -405,6 +410,7 @@ func open(ctx context.Context, c config, log *slog.Logger) (co *coordinator, err
 	if c.consoleListen != "" {
 		if co.console, err = startConsole(srv, c.consoleListen, httpsTLS, log); err != nil {
 			lis.Close()
+			debug.close()
 			srv.Close()
 			return nil, err
 		}
@@ -415,8 +421,9 @@ func open(ctx context.Context, c config, log *slog.Logger) (co *coordinator, err
 			if co.console != nil {
 				co.console.shutdown(0)
 			}
+			debug.close()
 			srv.Close()
-			return nil, fmt.Errorf("--webhook-listen: %w", err)
+			return nil, err
 		}
 	}
 	log.Info("coordinator serving", "listen", lis.Addr().String(), "lease", c.lease, "key_retention", c.keyRetention,
@@ -498,12 +505,46 @@ func registry(st store.Store) *prometheus.Registry {
 	return reg
 }
 
-// serveDebug serves /metrics and pprof when their flags ask for them.
-func serveDebug(c config, reg *prometheus.Registry, log *slog.Logger) {
+// listen binds addr, the value of the listener flag --flagName, so that
+// an address in use (the commonest failed start: a coordinator already
+// running) names the flag to change.
+func listen(flagName, addr string) (net.Listener, error) {
+	lis, err := net.Listen("tcp", addr)
+	switch {
+	case err == nil:
+		return lis, nil
+	case errors.Is(err, syscall.EADDRINUSE):
+		return nil, fmt.Errorf("--%s %s: address already in use: another process listens there (a coordinator "+
+			"started earlier?); stop it, or give --%[1]s another address (port 0 picks a free one, logged at start)",
+			flagName, addr)
+	default:
+		return nil, fmt.Errorf("--%s %s: %w", flagName, addr, err)
+	}
+}
+
+// debugServers are the operator endpoints serveDebug started.
+type debugServers []*http.Server
+
+// close stops them, when the start fails after them.
+func (d debugServers) close() {
+	for _, s := range d {
+		s.Close()
+	}
+}
+
+// serveDebug serves /metrics and pprof when their flags ask for them. Both
+// are bound before it returns, so that an address in use fails the start
+// naming its flag.
+func serveDebug(c config, reg *prometheus.Registry, log *slog.Logger) (debugServers, error) {
+	var servers debugServers
 	if c.metricsListen != "" {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		go serveHTTP("metrics", c.metricsListen, mux, log)
+		s, err := serveHTTP("metrics", "metrics-listen", c.metricsListen, mux, log)
+		if err != nil {
+			return nil, err
+		}
+		servers = append(servers, s)
 	}
 	if c.pprofListen != "" {
 		mux := http.NewServeMux()
@@ -513,8 +554,14 @@ func serveDebug(c config, reg *prometheus.Registry, log *slog.Logger) {
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-		go serveHTTP("pprof", c.pprofListen, mux, log)
+		s, err := serveHTTP("pprof", "pprof-listen", c.pprofListen, mux, log)
+		if err != nil {
+			servers.close()
+			return nil, err
+		}
+		servers = append(servers, s)
 	}
+	return servers, nil
 }
 
 func openStore(ctx context.Context, c config, log *slog.Logger) (store.Store, error) {
@@ -578,16 +625,19 @@ func security(c config) (*server.Authenticator, []grpc.ServerOption, *tls.Config
 	return authn, opts, httpsTLS, nil
 }
 
-// serveHTTP serves an operator endpoint (metrics, pprof) on addr.
-func serveHTTP(name, addr string, h http.Handler, log *slog.Logger) {
-	lis, err := net.Listen("tcp", addr)
+// serveHTTP serves an operator endpoint (metrics, pprof) on addr, the
+// value of --flagName.
+func serveHTTP(name, flagName, addr string, h http.Handler, log *slog.Logger) (*http.Server, error) {
+	lis, err := listen(flagName, addr)
 	if err != nil {
-		log.Error(name+" listen", "error", err)
-		return
+		return nil, err
 	}
 	log.Info(name+" serving", "listen", lis.Addr().String())
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	if err := srv.Serve(lis); err != nil {
-		log.Error(name, "error", err)
-	}
+	go func() {
+		if err := srv.Serve(lis); !errors.Is(err, http.ErrServerClosed) {
+			log.Error(name, "error", err)
+		}
+	}()
+	return srv, nil
 }

@@ -24,5 +24,6 @@ func startWebhooks(st store.Store, providers map[string]*webhook.Provider, addr 
 		names = append(names, name)
 	}
 	slices.Sort(names)
-	return serveWeb("webhooks", "webhooks serving", addr, "/webhooks/{provider}", h, cfg, log, "providers", names)
+	return serveWeb("webhooks", "webhook-listen", "webhooks serving", addr, "/webhooks/{provider}", h, cfg, log,
+		"providers", names)
 }
