@@ -181,11 +181,19 @@ func (a *Authenticator) authenticate(ctx context.Context) (context.Context, erro
 	return context.WithValue(ctx, identityKey{}, id), nil
 }
 
+// missingToken is the answer to a call without a bearer token when the
+// coordinator has a tokens file: what to send, and where each client sends
+// it from.
+const missingToken = `missing bearer token: send the metadata header "authorization: Bearer <token>" with every ` +
+	`call (Go SDK: WithBearerToken; TypeScript and Python SDKs: the token option; refundworker and the example ` +
+	`workers: --token-file <file holding the token>; grpcurl: -H 'authorization: Bearer <token>'). The ` +
+	`coordinator's --tokens-file holds the token's SHA-256`
+
 func (a *Authenticator) identify(ctx context.Context) (Identity, error) {
 	if a.tokens != nil {
 		token, err := auth.AuthFromMD(ctx, "bearer")
 		if err != nil {
-			return Identity{}, withDetails(codes.Unauthenticated, "missing bearer token", info(ReasonUnauthenticated, nil)).Err()
+			return Identity{}, withDetails(codes.Unauthenticated, missingToken, info(ReasonUnauthenticated, nil)).Err()
 		}
 		if id, ok := a.tokens[sha256.Sum256([]byte(token))]; ok {
 			return id, nil

@@ -77,3 +77,20 @@ func TestMutualTLS(t *testing.T) {
 		t.Fatalf("Claim over mutual TLS = %v, %v; want the job held by worker-7", claimed, err)
 	}
 }
+
+// TestMissingTokenSaysHowToSendOne: a call without a bearer token to a
+// coordinator with a tokens file is refused with what to send and where
+// each client sends it from.
+func TestMissingTokenSaysHowToSendOne(t *testing.T) {
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(tokens, []byte("w worker sha256:"+strings.Repeat("ab", 32)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := startCoordinator(t, "--sqlite", filepath.Join(t.TempDir(), "tok.db"), "--tokens-file", tokens)
+	out, err := p.grpcurl(t, "-d", `{"worker_id":"w","max_jobs":1}`, "ADDR", "jobfence.v1.Coordinator/Claim")
+	for _, want := range []string{"Unauthenticated", `authorization: Bearer <token>`, "--token-file", "WithBearerToken"} {
+		if err == nil || !strings.Contains(out, want) {
+			t.Errorf("a call without a token: err %v, output\n%s\nwant %q", err, out, want)
+		}
+	}
+}
