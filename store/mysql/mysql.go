@@ -144,12 +144,35 @@ func isolationVariable(ctx context.Context, cfg *mysql.Config) (string, error) {
 	defer db.Close()
 	var version string
 	if err := db.QueryRowContext(ctx, `SELECT VERSION()`).Scan(&version); err != nil {
+		var me *mysql.MySQLError
+		if errors.As(err, &me) && me.Number == erUnknownDatabase {
+			// The coordinator makes its tables, never its database: the
+			// database is where an operator grants its user rights.
+			return "", fmt.Errorf("mysql at %s has no database %s: create it first (CREATE DATABASE %s; the "+
+				"coordinator creates its tables in it), or name an existing database in the DSN (%v)",
+				cfg.Addr, cfg.DBName, quoteName(cfg.DBName), err)
+		}
 		return "", fmt.Errorf("%w: connect to mysql at %s: %v", store.ErrUnavailable, cfg.Addr, err)
 	}
 	if strings.Contains(strings.ToLower(version), "mariadb") {
 		return "tx_isolation", nil
 	}
 	return "transaction_isolation", nil
+}
+
+// erUnknownDatabase is the server's error for a connection naming a
+// database it does not have (ER_BAD_DB_ERROR).
+const erUnknownDatabase = 1049
+
+// quoteName is name as an identifier in a statement to copy: bare when it
+// needs no quoting, else in backquotes.
+func quoteName(name string) string {
+	for _, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '$') {
+			return "`" + strings.ReplaceAll(name, "`", "``") + "`"
+		}
+	}
+	return name
 }
 
 // DB returns the underlying pool, for the benchmark's direct-SQL baseline and
