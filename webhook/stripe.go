@@ -41,6 +41,7 @@ func (s Stripe) Verify(h http.Header, body []byte, secrets [][]byte, now time.Ti
 	}
 	var ts int64
 	var sigs [][]byte
+	var badV1 []string // v1 values that are not an HMAC-SHA256 in hex, described
 	for _, part := range strings.Split(header, ",") {
 		k, v, _ := strings.Cut(strings.TrimSpace(part), "=")
 		switch k {
@@ -51,13 +52,27 @@ func (s Stripe) Verify(h http.Header, body []byte, secrets [][]byte, now time.Ti
 			}
 			ts = n
 		case "v1":
-			if sig, err := hex.DecodeString(v); err == nil && len(sig) == sha256.Size {
+			sig, err := hex.DecodeString(v)
+			switch {
+			case err != nil:
+				badV1 = append(badV1, fmt.Sprintf("%d characters, not all hex digits", len(v)))
+			case len(sig) != sha256.Size:
+				badV1 = append(badV1, fmt.Sprintf("%d hex digits", len(v)))
+			default:
 				sigs = append(sigs, sig)
 			}
 		}
 	}
-	if ts == 0 || len(sigs) == 0 {
-		return &RejectError{Reason: ReasonMalformed, Err: errors.New("the signature header lacks t= or a v1= signature")}
+	switch {
+	case ts == 0:
+		return &RejectError{Reason: ReasonMalformed, Err: errors.New("the signature header has no t=<unix seconds>")}
+	case len(sigs) == 0 && len(badV1) > 0:
+		// The secret is never the problem here: the value is not the shape
+		// of a signature (cut, re-encoded, or another scheme's).
+		return &RejectError{Reason: ReasonMalformed, Err: fmt.Errorf("the signature header's v1= is not 64 hex digits "+
+			"(an HMAC-SHA256 in hex): %s", strings.Join(badV1, "; "))}
+	case len(sigs) == 0:
+		return &RejectError{Reason: ReasonMalformed, Err: errors.New("the signature header has no v1= signature")}
 	}
 	// The signature first: an unsigned stale request says nothing about
 	// anybody's clock.

@@ -44,6 +44,15 @@ func TestStripeSignatureVectors_R28(t *testing.T) {
 	body := `{"id":"evt_1","type":"refund.updated"}`
 	s := webhook.Stripe{Tolerance: 5 * time.Minute}
 	both := [][]byte{[]byte(secretOld), []byte(secretNew)}
+	// What a malformed header's refusal says is wrong: the operator reading
+	// the log line fixes the sender by it.
+	says := map[string]string{
+		"a v0 (test-mode) signature only": "has no v1= signature",
+		"no t":                            "has no t=<unix seconds>",
+		"v1 not hex":                      "v1= is not 64 hex digits (an HMAC-SHA256 in hex): 2 characters, not all hex digits",
+		"v1 cut short":                    "v1= is not 64 hex digits (an HMAC-SHA256 in hex): 62 hex digits",
+		"v1 as base64":                    "v1= is not 64 hex digits",
+	}
 	for _, c := range []struct {
 		name    string
 		header  string
@@ -73,6 +82,8 @@ func TestStripeSignatureVectors_R28(t *testing.T) {
 		{"no t", "v1=" + sign(secretNew, ts, body), body, both, webhook.ReasonMalformed},
 		{"t not a number", "t=yesterday,v1=" + sign(secretNew, ts, body), body, both, webhook.ReasonMalformed},
 		{"v1 not hex", fmt.Sprintf("t=%d,v1=zz", ts), body, both, webhook.ReasonMalformed},
+		{"v1 cut short", fmt.Sprintf("t=%d,v1=%s", ts, sign(secretNew, ts, body)[:62]), body, both, webhook.ReasonMalformed},
+		{"v1 as base64", fmt.Sprintf("t=%d,v1=3q2+7w==", ts), body, both, webhook.ReasonMalformed},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			err := s.Verify(header(c.header), []byte(c.body), c.secrets, now)
@@ -84,6 +95,8 @@ func TestStripeSignatureVectors_R28(t *testing.T) {
 				t.Fatalf("error %v, want a refusal %s", err, c.reason)
 			case c.reason != "" && rej.Reason != c.reason:
 				t.Fatalf("refused as %s, want %s (%v)", rej.Reason, c.reason, err)
+			case says[c.name] != "" && !strings.Contains(err.Error(), says[c.name]):
+				t.Fatalf("refused with %q, want it to say %q", err, says[c.name])
 			}
 		})
 	}
