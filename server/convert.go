@@ -84,6 +84,7 @@ func observationToProto(o store.Observation) *pb.Observation {
 		Detail:           o.Detail,
 		CreatedAt:        timeToProto(o.CreatedAt),
 		AttemptVerified:  o.AttemptVerified,
+		Reporter:         o.Reporter,
 	}
 }
 

@@ -6,12 +6,12 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/jobfence/jobfence/gen/jobfence/v1"
+	"github.com/jobfence/jobfence/internal/testdb"
 	"github.com/jobfence/jobfence/server"
 	"github.com/jobfence/jobfence/store"
 )
@@ -28,17 +28,29 @@ func TestFloodedJobStaysDeliverable(t *testing.T) {
 			c.enqueue(t)
 		}
 		detail := strings.Repeat("d", store.MaxDetailLen)
+		// Receipts without a grant's token from many reporters fill their
+		// share; the holder's own fill the rest (R28), and its lease ends.
+		held := c.claimOne(t, "holder", flooded.Id)
 		for i := 0; i < store.MaxObservationsPerJob; i++ {
-			if _, _, err := c.store.Observe(ctx, store.ObservationParams{Job: store.JobRef{ID: flooded.Id},
-				Source: "webhook", Outcome: store.OutcomePending, ProviderEventID: fmt.Sprintf("evt_%d", i),
-				Detail: detail}); err != nil {
-				t.Fatal(err)
+			p := store.ObservationParams{Job: store.JobRef{ID: flooded.Id}, Source: "webhook",
+				Reporter: fmt.Sprintf("webhook:p%d", i/store.MaxObservationsPerReporter), Outcome: store.OutcomePending,
+				ProviderEventID: fmt.Sprintf("evt_%d", i), Detail: detail}
+			if i >= store.MaxUnverifiedObservationsPerJob {
+				p.Attempt, p.LeaseToken = held.Attempt, store.LeaseToken(held.LeaseToken)
+			}
+			if o, _, err := c.store.Observe(ctx, p); err != nil || o.KeptAside != nil {
+				t.Fatalf("receipt %d = %+v, %v", i, o, err)
 			}
 		}
-		_, err := c.client.ReportObservation(ctx, &pb.ReportObservationRequest{
+		c.expire(t, flooded.Id)
+		// R28: one more is kept in the unmatched log, never refused.
+		more, err := c.client.ReportObservation(ctx, &pb.ReportObservationRequest{
 			Job: &pb.ReportObservationRequest_JobId{JobId: flooded.Id}, Source: "webhook",
 			Outcome: pb.ObservationOutcome_OBSERVATION_OUTCOME_PENDING, ProviderEventId: "evt_one_more", Detail: detail})
-		errorInfo(t, err, codes.ResourceExhausted, server.ReasonObservationLimit)
+		if err != nil || more.KeptAside == nil || more.KeptAside.OperationKey != flooded.OperationKey ||
+			more.Observation.GetId() != 0 || more.Duplicate {
+			t.Fatalf("one receipt too many = %v, %v; want it kept aside", more, err)
+		}
 
 		resp, err := c.client.Claim(ctx, &pb.ClaimRequest{WorkerId: "w", MaxJobs: 4})
 		if err != nil || len(resp.Jobs) != 4 {
@@ -65,10 +77,11 @@ func TestFloodedJobStaysDeliverable(t *testing.T) {
 	})
 }
 
-// R28 over gRPC: a receipt of success for a job waiting in ready says it
-// expedited the job, which GetJob then shows due to reconcile, its history
-// ending in an expedited event under the unchanged attempt; a redelivery and
-// a pending receipt say nothing moved.
+// R28 over gRPC: a receipt of success for a job that was sent and waits in
+// ready says it expedited the job, which GetJob then shows due to
+// reconcile, its history ending in an expedited event under the unchanged
+// attempt; a redelivery and a pending receipt say nothing moved. A job never
+// sent, scheduled for later, is not moved by the same receipt.
 func TestReportObservationSaysExpedited_R28(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, c *coordinator) {
 		ctx := ctxFor(t)
@@ -77,11 +90,18 @@ func TestReportObservationSaysExpedited_R28(t *testing.T) {
 			t.Fatal(err)
 		}
 		req := refundReq()
-		req.NotBefore = timestamppb.New(st.Now.Add(time.Hour)) // waiting, as a rescheduled job does (R12: the database's clock)
-		enq, err := c.client.EnqueueRefund(ctx, req)
+		req.NotBefore = timestamppb.New(st.Now.Add(time.Hour)) // scheduled by its producer (R12: the database's clock)
+		scheduled, err := c.client.EnqueueRefund(ctx, req)
 		if err != nil {
 			t.Fatal(err)
 		}
+		sent := c.claimOne(t, "sender", c.enqueue(t).Id)
+		if _, err := c.client.Reschedule(ctx, &pb.RescheduleRequest{JobId: sent.Job.Id, Attempt: sent.Attempt,
+			LeaseToken: sent.LeaseToken, NextAction: pb.NextAction_NEXT_ACTION_REFUND,
+			When: &pb.RescheduleRequest_Delay{Delay: durationpb.New(time.Hour)}, Reason: "provider busy"}); err != nil {
+			t.Fatal(err)
+		}
+		enq := &pb.EnqueueRefundResponse{Job: sent.Job}
 		report := func(outcome pb.ObservationOutcome, eventID string) *pb.ReportObservationResponse {
 			t.Helper()
 			resp, err := c.client.ReportObservation(ctx, &pb.ReportObservationRequest{
@@ -91,6 +111,16 @@ func TestReportObservationSaysExpedited_R28(t *testing.T) {
 				t.Fatal(err)
 			}
 			return resp
+		}
+		early, err := c.client.ReportObservation(ctx, &pb.ReportObservationRequest{
+			Job: &pb.ReportObservationRequest_JobId{JobId: scheduled.Job.Id}, Source: "worker:w",
+			Outcome: pb.ObservationOutcome_OBSERVATION_OUTCOME_SUCCEEDED, ProviderRefundId: "re_made_up"})
+		if err != nil || early.Expedited {
+			t.Fatalf("a receipt of success for a job never sent = %v, %v; want filed, not expedited", early, err)
+		}
+		if got, err := c.client.GetJob(ctx, &pb.GetJobRequest{Job: &pb.GetJobRequest_JobId{JobId: scheduled.Job.Id}}); err != nil ||
+			got.Job.NextAction != pb.NextAction_NEXT_ACTION_REFUND || !got.Job.NextAttemptAt.AsTime().Equal(req.NotBefore.AsTime()) {
+			t.Fatalf("the scheduled job after a receipt = %v, %v; want it as its producer scheduled it", got.GetJob(), err)
 		}
 		if resp := report(pb.ObservationOutcome_OBSERVATION_OUTCOME_PENDING, "evt_pending"); resp.Expedited || resp.Duplicate {
 			t.Fatalf("a pending receipt = %v, want filed and not expedited", resp)
@@ -109,20 +139,20 @@ func TestReportObservationSaysExpedited_R28(t *testing.T) {
 			t.Fatal(err)
 		}
 		j := got.Job
-		if j.State != pb.JobState_JOB_STATE_READY || j.Attempt != 0 || j.NextAction != pb.NextAction_NEXT_ACTION_RECONCILE ||
+		if j.State != pb.JobState_JOB_STATE_READY || j.Attempt != 1 || j.NextAction != pb.NextAction_NEXT_ACTION_RECONCILE ||
 			j.NextAttemptAt.AsTime().After(got.Now.AsTime()) || j.LeaseUntil != nil {
-			t.Fatalf("job after the receipt = %v (now %v), want ready, attempt 0, due to reconcile", j, got.Now)
+			t.Fatalf("job after the receipt = %v (now %v), want ready, attempt 1, due to reconcile", j, got.Now)
 		}
 		ev := got.Events[len(got.Events)-1]
-		if len(got.Events) != 2 || ev.Kind != "expedited" || ev.Attempt != 0 || ev.WorkerId != "webhook:stripe" ||
+		if len(got.Events) != 4 || ev.Kind != "expedited" || ev.Attempt != 1 || ev.WorkerId != "webhook:stripe" ||
 			ev.FromState != pb.JobState_JOB_STATE_READY || ev.ToState != pb.JobState_JOB_STATE_READY ||
 			ev.NextAction != pb.NextAction_NEXT_ACTION_RECONCILE ||
 			ev.Reason != fmt.Sprintf("receipt %d from webhook:stripe: succeeded", hook.Observation.Id) {
-			t.Fatalf("history = %v, want enqueued then the receipt's expedited event", got.Events)
+			t.Fatalf("history = %v, want enqueued, claimed, rescheduled, then the receipt's expedited event", got.Events)
 		}
 		claimed := c.claimOne(t, "w", enq.Job.Id)
 		if claimed.NextAction != pb.NextAction_NEXT_ACTION_RECONCILE || claimed.Takeover {
-			t.Fatalf("claim after the receipt = %v, want a first claim that reconciles (R14)", claimed)
+			t.Fatalf("claim after the receipt = %v, want a claim that reconciles (R14)", claimed)
 		}
 	})
 }
@@ -205,4 +235,48 @@ func TestReceiptDuringGrantComesDueOverGRPC_R28(t *testing.T) {
 			t.Fatalf("receipt to completion = %d samples, sum %vs; want one, of seconds", h.GetSampleCount(), h.GetSampleSum())
 		}
 	})
+}
+
+// R28 over gRPC: a job's room is kept per credential, whatever source a
+// caller names: one worker credential filing receipts under many sources
+// fills its own share, its next receipt is kept in the unmatched log
+// (kept_aside, not an error, so no SDK drops it), and another credential's
+// receipt is still filed on the job, naming that credential as reporter.
+func TestReceiptRoomIsPerCredential_R28(t *testing.T) {
+	authn, err := server.LoadTokens(writeTokens(t,
+		tokenLine("shop", "producer", "tok-shop"),
+		tokenLine("careless", "worker", "tok-careless"),
+		tokenLine("worker-b", "worker", "tok-b")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := start(t, testdb.SQLiteBackend(), func(o *server.Options) { o.Auth = authn })
+	ctx := ctxFor(t)
+	enq, err := c.client.EnqueueRefund(as(ctx, "tok-shop"), refundReq())
+	if err != nil {
+		t.Fatal(err)
+	}
+	report := func(token, source string) *pb.ReportObservationResponse {
+		t.Helper()
+		resp, err := c.client.ReportObservation(as(ctx, token), &pb.ReportObservationRequest{
+			Job: &pb.ReportObservationRequest_JobId{JobId: enq.Job.Id}, Source: source,
+			Outcome: pb.ObservationOutcome_OBSERVATION_OUTCOME_FAILED})
+		if err != nil {
+			t.Fatalf("ReportObservation(%s) = %v", source, err)
+		}
+		return resp
+	}
+	for i := range store.MaxObservationsPerReporter {
+		if r := report("tok-careless", fmt.Sprintf("webhook:source-%d", i)); r.KeptAside != nil ||
+			r.Observation.Reporter != "careless" {
+			t.Fatalf("receipt %d = %v, want it filed under the credential", i, r)
+		}
+	}
+	if r := report("tok-careless", "webhook:one-more"); r.KeptAside == nil || r.Observation.Id != 0 ||
+		!strings.Contains(r.KeptAside.Detail, `reporter "careless"`) {
+		t.Fatalf("the credential's receipt past its share = %v, want it kept aside", r)
+	}
+	if r := report("tok-b", "worker:b"); r.KeptAside != nil || r.Observation.Id == 0 || r.Observation.Reporter != "worker-b" {
+		t.Fatalf("another credential's receipt = %v, want it filed on the job", r)
+	}
 }

@@ -277,17 +277,31 @@ func (s *Server) ReportObservation(ctx context.Context, req *pb.ReportObservatio
 	if err != nil {
 		return nil, s.toStatus(ctx, err, attrs)
 	}
+	if id, ok := IdentityFrom(ctx); ok {
+		p.Reporter = id.Name // R28: the job's room is kept per credential, whatever source it names
+	}
 	obs, dup, err := s.store.Observe(ctx, p)
 	if err != nil {
 		return nil, s.toStatus(ctx, err, attrs)
 	}
-	if !dup {
+	resp := &pb.ReportObservationResponse{Observation: observationToProto(obs), Duplicate: dup, Expedited: obs.Expedited}
+	switch {
+	case obs.KeptAside != nil:
+		resp.KeptAside = unmatchedToProto(*obs.KeptAside)
+		if !dup {
+			s.log.LogAttrs(ctx, slog.LevelWarn, "receipt kept in the unmatched log: its job has no room for it",
+				slog.String("operation_key", obs.OperationKey), slog.Int64("job_id", obs.JobID),
+				slog.Int64("attempt", obs.ReportedAttempt), slog.String("source", obs.Source),
+				slog.String("reporter", obs.Reporter), slog.String("outcome", string(obs.Outcome)),
+				slog.Int64("unmatched_event_id", obs.KeptAside.ID))
+		}
+	case !dup:
 		s.log.LogAttrs(ctx, slog.LevelInfo, "observation filed",
 			slog.String("operation_key", obs.OperationKey), slog.Int64("job_id", obs.JobID),
 			slog.Int64("attempt", obs.ReportedAttempt), slog.Int64("job_attempt", obs.JobAttempt),
 			slog.String("source", obs.Source), slog.String("outcome", string(obs.Outcome)))
 	}
-	return &pb.ReportObservationResponse{Observation: observationToProto(obs), Duplicate: dup, Expedited: obs.Expedited}, nil
+	return resp, nil
 }
 
 // GetJob implements jobfence.v1.Coordinator.

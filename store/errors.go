@@ -33,8 +33,15 @@ var (
 	ErrWriteOutcomeUnknown = errors.New("write-back outcome unknown")
 	// ErrObservationLimit: the job already has MaxObservationsPerJob receipts
 	// on file; this one was not filed. A job that gathers that many is being
-	// flooded, and a person should look.
+	// flooded, and a person should look. Observe no longer returns it (a
+	// receipt without room is kept in the unmatched log); the API reason
+	// stays for clients of earlier coordinators.
 	ErrObservationLimit = errors.New("observation limit reached")
+	// ErrReceiptMismatch: a provider's receipt names a job it cannot be
+	// about — another provider's, or another amount or currency than the
+	// job's. Nothing was filed on the job and nothing moved (R28); the
+	// webhook endpoint keeps it in the unmatched log.
+	ErrReceiptMismatch = errors.New("receipt does not match its job")
 	// ErrUnavailable: the database could not be reached, refused writes for
 	// now (read-only, as a demoted primary is; too many connections) or kept
 	// failing; nothing was changed, and repeating the call later is safe.

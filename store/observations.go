@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // The bounds on a job's observations (R15): what one answer carries and what
@@ -21,14 +22,92 @@ const (
 	ObservationPageSize = 100
 	MaxObservationPage  = 500
 	// MaxObservationsPerJob is how many receipts one job keeps; beyond it
-	// Observe answers ErrObservationLimit.
+	// a receipt is kept in the unmatched log instead (ObservationRoom).
 	MaxObservationsPerJob = 1000
+	// MaxUnverifiedObservationsPerJob is how many of them may be receipts
+	// that do not carry their grant's token: the rest is room kept for
+	// the job's holders, whatever others file.
+	MaxUnverifiedObservationsPerJob = 800
+	// MaxObservationsPerReporter is how many unverified receipts one
+	// reporter (Observation.Reporter: a credential, a provider's webhook)
+	// may file on one job, so that no one of them fills another's job.
+	MaxObservationsPerReporter = 100
 )
+
+// ObservationRoom counts a job's receipts on file as Observe keeps room:
+// all of them, those without their grant's token, and those of the
+// reporter filing now that are without one.
+type ObservationRoom struct {
+	Total, Unverified, Reporter int64
+}
+
+// Refusal says why a new receipt has no room on the job ("" when it has):
+// a receipt carrying its grant's token may fill the job's log, one without
+// only its share (R28: no receipt is dropped; one without room is kept
+// aside, where a person sees it).
+func (r ObservationRoom) Refusal(verified bool) string {
+	switch {
+	case r.Total >= MaxObservationsPerJob:
+		return fmt.Sprintf("the job has %d receipts on file, the most it keeps", r.Total)
+	case verified:
+		return ""
+	case r.Unverified >= MaxUnverifiedObservationsPerJob:
+		return fmt.Sprintf("the job has %d receipts without their grant's token on file, the most it keeps; "+
+			"the rest is kept for its holders", r.Unverified)
+	case r.Reporter >= MaxObservationsPerReporter:
+		return fmt.Sprintf("this reporter filed %d receipts without their grant's token on the job, "+
+			"the most one reporter may", r.Reporter)
+	}
+	return ""
+}
+
+// KeptAsideEvent is the unmatched-log entry of receipt p, which job had
+// no room for (why, ObservationRoom.Refusal): under the job's provider,
+// named by the receipt's dedupe key so that a repeat is the same entry,
+// its detail saying whose receipt it was and why it is here.
+func (p ObservationParams) KeptAsideEvent(job Job, verified bool, why string) UnmatchedEvent {
+	held := "no grant's token"
+	if verified {
+		held = "its grant's token"
+	}
+	head := fmt.Sprintf("receipt for job %d not filed on the job: %s. Source %q, reporter %q, attempt %d with %s",
+		job.ID, why, p.Source, p.Reporter, p.Attempt, held)
+	if p.ProviderEventID != "" {
+		head += ", provider event " + p.ProviderEventID
+	}
+	detail := head
+	if p.Detail != "" {
+		detail = TruncateText(head+": "+p.Detail, MaxDetailLen)
+	}
+	return UnmatchedEvent{Provider: job.Provider, ProviderEventID: KeptAsidePrefix + p.DedupeKey(job.ID),
+		EventType: KeptAsideType, ProviderRefundID: p.ProviderRefundID, OperationKey: job.OperationKey,
+		Outcome: p.Outcome, Detail: detail}
+}
+
+// The unmatched-log entries of receipts kept aside (KeptAsideEvent): their
+// event type, and the prefix of their event id.
+const (
+	KeptAsideType   = "receipt.kept_aside"
+	KeptAsidePrefix = "receipt:"
+)
+
+// TruncateText cuts s to at most n bytes, at a character boundary.
+func TruncateText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
 
 // Expedites reports whether a new receipt with outcome o moves a ready job
 // forward (R28): success or failure says the refund exists or failed, which
 // a reconcile can confirm now. Pending says nothing new (R4) and not found
-// proves nothing (R14): those wait for the job's own schedule.
+// proves nothing (R14): those wait for the job's own schedule. Only a job
+// that may already have been sent moves (its first send recorded), so no
+// receipt brings a send forward.
 func (o Outcome) Expedites() bool { return o == OutcomeSucceeded || o == OutcomeFailed }
 
 // ExpediteEvent is the history entry of receipt o having moved job, read as

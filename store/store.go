@@ -162,11 +162,20 @@ type Observation struct {
 	// AttemptVerified is true when the report carried the lease token of the
 	// grant of ReportedAttempt: the reporter really held that attempt.
 	AttemptVerified bool
+	// Reporter is who filed it, from the caller's credential rather than the
+	// Source it named: the credential's name, "webhook:<provider>" for a
+	// signed webhook, empty on a coordinator without credentials.
+	Reporter string
 	// Expedited is set in Observe's answer when filing this receipt moved
 	// its job: the job was ready and is now due with next action reconcile
 	// (R28). It is not stored: false on a duplicate, and in every read of
 	// the log.
 	Expedited bool
+	// KeptAside is set in Observe's answer when the job's log had no room
+	// for this receipt (ObservationRoom): it was kept in the unmatched log
+	// instead, as that entry (ID 0 here), where a person sees it, and moved
+	// nothing (R28). Not stored.
+	KeptAside *UnmatchedEvent
 }
 
 // JobDetail is a job with its history and observations, oldest first.
@@ -286,6 +295,17 @@ type ObservationParams struct {
 	ProviderRefundID string
 	ProviderEventID  string
 	Detail           string
+	// Reporter is who files it, from the caller's credential
+	// (Observation.Reporter); the job's room is kept per reporter.
+	Reporter string
+	// Provider, when set, is the provider whose signed webhook says this: a
+	// job of another provider is not touched (ErrReceiptMismatch, R28).
+	Provider string
+	// AmountMinor and Currency, when set, are what the receipt says the
+	// refund is for: a receipt for another amount or currency than its
+	// job's is not filed on it and moves nothing (ErrReceiptMismatch, R28).
+	AmountMinor int64
+	Currency    string
 }
 
 // Stats is a snapshot of the queue, at the database's time Now.
@@ -367,13 +387,18 @@ type Store interface {
 
 	// Observe files a receipt (R15). duplicate is true when the same receipt
 	// was on file; nothing was added. A new receipt of success or failure
-	// for a ready job makes the job due now with next action reconcile, in
-	// the same transaction, and records an EventExpedited in its history
-	// (obs.Expedited, R28); the job's state, attempt, lease and grant never
-	// change, and jobs in any other state are not touched. Errors:
-	// *ValidationError, ErrNotFound, ErrObservationLimit (the job has
-	// MaxObservationsPerJob on file), ErrWriteOutcomeUnknown (the COMMIT was
-	// cut off; filing again is safe, it is deduplicated), ErrUnavailable.
+	// for a ready job that may already have been sent (its first send is
+	// recorded) makes the job due now with next action reconcile, in the
+	// same transaction, and records an EventExpedited in its history
+	// (obs.Expedited, R28): nothing a receipt does makes a refund be sent
+	// earlier than without it. The job's state, attempt, lease and grant
+	// never change, and jobs in any other state are not touched. A receipt
+	// the job has no room for (ObservationRoom) is kept in the unmatched log
+	// instead, in the same transaction (obs.KeptAside): never dropped.
+	// Errors: *ValidationError, ErrNotFound, ErrReceiptMismatch (another
+	// provider's job, another amount or currency: nothing filed),
+	// ErrWriteOutcomeUnknown (the COMMIT was cut off; filing again is safe,
+	// it is deduplicated), ErrUnavailable.
 	Observe(ctx context.Context, p ObservationParams) (obs Observation, duplicate bool, err error)
 
 	// KeepUnmatched files e in the unmatched log (R28): a verified provider

@@ -126,7 +126,29 @@ func (p ObservationParams) Validate() error {
 	v.text("provider_refund_id", p.ProviderRefundID, 0, MaxRefIDLen)
 	v.text("provider_event_id", p.ProviderEventID, 0, MaxRefIDLen)
 	v.multiline("detail", p.Detail, MaxDetailLen)
+	v.text("reporter", p.Reporter, 0, MaxKeyLen)
+	v.provider("provider", p.Provider, false)
+	if p.AmountMinor < 0 {
+		v.add("amount_minor", "must be 0 (not said) or greater, got %d", p.AmountMinor)
+	}
+	if p.Currency != "" && !IsCurrency(p.Currency) {
+		v.add("currency", "must be an ISO 4217 code such as EUR or USD, or empty, got %s", echo(p.Currency))
+	}
 	return v.err()
+}
+
+// Mismatch says why receipt p cannot be about job ("" when it can be):
+// the job of another provider than the webhook's, or of another amount or
+// currency than the receipt's (R28).
+func (p ObservationParams) Mismatch(job Job) string {
+	switch {
+	case p.Provider != "" && p.Provider != job.Provider:
+		return fmt.Sprintf("job %d is a refund of provider %s, not of %s", job.ID, job.Provider, p.Provider)
+	case p.AmountMinor != 0 && p.AmountMinor != job.AmountMinor, p.Currency != "" && p.Currency != job.Currency:
+		return fmt.Sprintf("the receipt is for %d %s, job %d for %d %s", p.AmountMinor, p.Currency, job.ID,
+			job.AmountMinor, job.Currency)
+	}
+	return ""
 }
 
 // Validate reports what is wrong with a job reference.

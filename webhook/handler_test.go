@@ -51,8 +51,11 @@ func startEndpoint(t *testing.T, b testdb.Backend) *endpoint {
 	t.Helper()
 	e := &endpoint{st: b.Open(t), reg: prometheus.NewRegistry(), logs: &lockedBuffer{}}
 	e.metrics = webhook.NewMetrics(e.reg)
-	providers := map[string]*webhook.Provider{"acme": {Scheme: webhook.Stripe{Tolerance: 5 * time.Minute},
-		Secrets: [][]byte{[]byte(secretOld), []byte(secretNew)}}}
+	providers := map[string]*webhook.Provider{
+		"acme": {Scheme: webhook.Stripe{Tolerance: 5 * time.Minute}, Secrets: [][]byte{[]byte(secretOld), []byte(secretNew)}},
+		// Another provider: its webhooks speak for its own refunds only (R28).
+		"globex": {Scheme: webhook.Stripe{Tolerance: 5 * time.Minute}, Secrets: [][]byte{[]byte(secretGlobex)}},
+	}
 	h := webhook.NewHandler(providers, e.st, e.metrics, slog.New(slog.NewTextHandler(e.logs, nil)))
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
@@ -111,8 +114,15 @@ func ctxFor(t *testing.T) context.Context {
 
 func enqueue(t *testing.T, st store.Store, key string) store.Job {
 	t.Helper()
+	return enqueueAt(t, st, key, time.Time{})
+}
+
+// enqueueAt enqueues an acme refund of 42.50 EUR under key, due at notBefore
+// (now when zero).
+func enqueueAt(t *testing.T, st store.Store, key string, notBefore time.Time) store.Job {
+	t.Helper()
 	job, _, err := st.Enqueue(ctxFor(t), store.EnqueueParams{OperationKey: key, OrderID: "order-" + key,
-		PaymentID: "pay-" + key, AmountMinor: 4250, Currency: "EUR", Provider: "acme"})
+		PaymentID: "pay-" + key, AmountMinor: 4250, Currency: "EUR", Provider: "acme", NotBefore: notBefore})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,7 +248,7 @@ func TestRefusedDeliveriesStoreNothing_R28(t *testing.T) {
 		{"wrong secret", "acme", "whsec_wrong_0123456789", time.Now(), body, http.StatusBadRequest, webhook.ReasonBadSignature},
 		{"stale", "acme", secretNew, time.Now().Add(-10 * time.Minute), body, http.StatusBadRequest, webhook.ReasonStaleTimestamp},
 		{"future", "acme", secretNew, time.Now().Add(10 * time.Minute), body, http.StatusBadRequest, webhook.ReasonStaleTimestamp},
-		{"unknown provider", "globex", secretNew, time.Now(), body, http.StatusNotFound, webhook.ReasonUnknownProvider},
+		{"unknown provider", "initech", secretNew, time.Now(), body, http.StatusNotFound, webhook.ReasonUnknownProvider},
 		{"too large", "acme", secretNew, time.Now(), body + strings.Repeat(" ", webhook.MaxBody), http.StatusRequestEntityTooLarge,
 			webhook.ReasonTooLarge},
 		{"not an event", "acme", secretNew, time.Now(), `{"hello":"world"}`, http.StatusBadRequest, webhook.ReasonBadBody},

@@ -34,6 +34,12 @@ const MetadataKey = "operation_key"
 // MaxBody bounds a delivery's body: a refund event is a few KiB.
 const MaxBody = 256 << 10
 
+// MaxEventsPerDelivery bounds the refund events one delivery files, each a
+// lookup and a write: a delivery naming more (a charge with more refunds
+// than a provider embeds in one event) is kept whole, as one entry of the
+// unmatched log for a person, and files nothing on any job.
+const MaxEventsPerDelivery = 100
+
 // DefaultTolerance is how far a signature's timestamp may be from now
 // (Stripe's default).
 const DefaultTolerance = 5 * time.Minute
@@ -239,6 +245,15 @@ func (h *Handler) deliver(w http.ResponseWriter, r *http.Request) {
 		h.reject(w, name, http.StatusBadRequest, &RejectError{Reason: ReasonBadBody, Err: err})
 		return
 	}
+	if len(events) > MaxEventsPerDelivery {
+		if err := h.keepDelivery(r.Context(), name, events); err != nil {
+			h.log.Warn("webhook delivery not stored; the provider will deliver it again", "provider", name,
+				"event_id", events[0].ID, "error", err.Error())
+			http.Error(w, "not stored, deliver again", http.StatusServiceUnavailable)
+			return
+		}
+		events = nil
+	}
 	for _, e := range events {
 		if err := h.file(r.Context(), name, e); err != nil {
 			// Not stored: the provider delivers again (it retries for days).
@@ -260,10 +275,41 @@ func (h *Handler) reject(w http.ResponseWriter, provider string, status int, rej
 	http.Error(w, rej.Reason, status)
 }
 
+// keepDelivery keeps a delivery of more than MaxEventsPerDelivery refund
+// events as one entry of the unmatched log: its first event's id names it,
+// its detail counts them and names the first refunds. Errors: not stored.
+func (h *Handler) keepDelivery(ctx context.Context, provider string, events []Event) error {
+	first := events[0]
+	id, _, _ := strings.Cut(first.ID, ":") // a charge's events are named <event>:<refund>
+	detail := fmt.Sprintf("one delivery named %d refunds, more than the %d one delivery may file: none was filed "+
+		"on its job; look them up with the provider. The first: ", len(events), MaxEventsPerDelivery)
+	for i, e := range events {
+		if len(detail)+len(e.RefundID)+2 > store.MaxDetailLen-16 {
+			detail += fmt.Sprintf("… and %d more", len(events)-i)
+			break
+		}
+		if i > 0 {
+			detail += ", "
+		}
+		detail += e.RefundID
+	}
+	_, dup, err := h.filer.KeepUnmatched(ctx, store.UnmatchedEvent{Provider: provider, ProviderEventID: id,
+		EventType: first.Type, Outcome: store.OutcomeNotFound, Detail: detail})
+	if err == nil && !dup {
+		h.metrics.unmatched.WithLabelValues(provider).Inc()
+		h.log.Warn("webhook delivery kept whole in the unmatched log: too many refunds in one delivery",
+			"provider", provider, "event_id", id, "refunds", len(events))
+	}
+	return err
+}
+
 // file stores e as an observation of its job, or else in the unmatched log.
 // Errors: the event is not stored.
 func (h *Handler) file(ctx context.Context, provider string, e Event) error {
-	p := store.ObservationParams{Source: "webhook:" + provider, Outcome: e.Outcome, ProviderRefundID: e.RefundID,
+	// R28: the webhook of provider P speaks for P's refunds only, for the
+	// amount and currency it names.
+	p := store.ObservationParams{Source: "webhook:" + provider, Reporter: "webhook:" + provider, Provider: provider,
+		AmountMinor: e.AmountMinor, Currency: e.Currency, Outcome: e.Outcome, ProviderRefundID: e.RefundID,
 		ProviderEventID: e.ID, Detail: e.Detail}
 	why, err := h.fileOnJob(ctx, provider, e, p)
 	if err != nil || why == "" {
@@ -284,8 +330,9 @@ func (h *Handler) file(ctx context.Context, provider string, e Event) error {
 const noJob = "no job has its operation key or refund id"
 
 // fileOnJob files p on e's job: the one of the operation key e echoes, else
-// the one job its refund id names (the job's own, or a receipt's). It says
-// why when it could not ("" once filed).
+// the one job of this provider its refund id names (the job's own, or a
+// receipt's). It says why when it could not ("" once filed): no such job,
+// or one the event cannot be about (another provider's, another amount).
 func (h *Handler) fileOnJob(ctx context.Context, provider string, e Event, p store.ObservationParams) (string, error) {
 	if e.OperationKey != "" {
 		why, err := h.observe(ctx, provider, p, store.JobRef{OperationKey: e.OperationKey})
@@ -296,7 +343,7 @@ func (h *Handler) fileOnJob(ctx context.Context, provider string, e Event, p sto
 	if e.RefundID == "" || len(e.RefundID) > store.MaxRefIDLen {
 		return noJob, nil
 	}
-	page, err := h.filer.List(ctx, store.ListParams{ProviderRefundID: e.RefundID, Limit: 2})
+	page, err := h.filer.List(ctx, store.ListParams{ProviderRefundID: e.RefundID, Provider: provider, Limit: 2})
 	if err != nil {
 		return "", err
 	}
@@ -319,13 +366,16 @@ func (h *Handler) observe(ctx context.Context, provider string, p store.Observat
 	case err == nil:
 		h.metrics.filed.WithLabelValues(provider, fmt.Sprint(!dup)).Inc()
 		if !dup {
+			// A receipt the job had no room for is in the unmatched log
+			// already (KeptAside), in the same transaction: stored.
 			h.log.Info("webhook event filed", "provider", provider, "event_id", p.ProviderEventID, "job_id", obs.JobID,
-				"operation_key", obs.OperationKey, "outcome", string(p.Outcome), "expedited", obs.Expedited)
+				"operation_key", obs.OperationKey, "outcome", string(p.Outcome), "expedited", obs.Expedited,
+				"kept_aside", obs.KeptAside != nil)
 		}
 		return "", nil
 	case errors.Is(err, store.ErrNotFound):
 		return noJob, nil
-	case errors.Is(err, store.ErrObservationLimit), errors.As(err, &invalid):
+	case errors.Is(err, store.ErrReceiptMismatch), errors.As(err, &invalid):
 		return "not filed on its job: " + err.Error(), nil // kept where a person sees it
 	default:
 		return "", err

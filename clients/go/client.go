@@ -547,7 +547,9 @@ func (c *Client) ReportObservation(ctx context.Context, r ObservationRequest) (o
 	if err != nil {
 		return Observation{}, false, err
 	}
-	return observationFromProto(resp.GetObservation()), resp.GetDuplicate(), nil
+	obs = observationFromProto(resp.GetObservation())
+	obs.KeptAsideID = resp.GetKeptAside().GetId()
+	return obs, resp.GetDuplicate(), nil
 }
 
 // GetJob returns the job with this id, its history and its observations.

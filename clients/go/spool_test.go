@@ -364,7 +364,7 @@ func TestRefileLaterOnlyWhatMaySucceedLater_R28(t *testing.T) {
 		{errors.New("connection reset"), true},
 		{&InvalidArgumentError{Err: &Error{Code: codes.InvalidArgument, Reason: ReasonInvalidArgument}}, false},
 		{&Error{Code: codes.NotFound, Reason: ReasonNotFound}, false},
-		{&Error{Code: codes.ResourceExhausted, Reason: ReasonObservationLimit}, false},
+		{&Error{Code: codes.ResourceExhausted, Reason: ReasonObservationLimit}, true}, // an earlier coordinator's: kept (R28)
 		{&Error{Code: codes.PermissionDenied, Reason: ReasonPermissionDenied}, false},
 	} {
 		if got := refileLater(tc.err); got != tc.want {

@@ -199,6 +199,15 @@ type Observation struct {
 	// AttemptVerified is true when the report carried the lease token of
 	// ReportedAttempt's grant (R25).
 	AttemptVerified bool
+	// Reporter is who filed it, from the caller's credential (empty on a
+	// coordinator without credentials, "webhook:<provider>" for a webhook).
+	Reporter string
+	// KeptAsideID is set by ReportObservation when the job had no room for
+	// the receipt (R28: 1,000 on file, or the share of receipts without a
+	// lease token, or this credential's share, taken): it was kept in the
+	// coordinator's unmatched log as this entry, where a person sees it,
+	// and moved nothing; ID is 0. It is not lost: do not file it again.
+	KeptAsideID int64
 }
 
 // JobDetail is a job with its history and the first page of its
@@ -297,6 +306,7 @@ func observationFromProto(o *pb.Observation) Observation {
 		Detail:           o.GetDetail(),
 		CreatedAt:        timeFromProto(o.GetCreatedAt()),
 		AttemptVerified:  o.GetAttemptVerified(),
+		Reporter:         o.GetReporter(),
 	}
 }
 

@@ -133,8 +133,9 @@ type WorkerOptions struct {
 	// and filed again by Run: before its first claim, every
 	// ReceiptRefileInterval, and as soon as a call succeeds after such a
 	// failure. The coordinator deduplicates a receipt filed twice. A
-	// permanent refusal (INVALID_ARGUMENT, NOT_FOUND, OBSERVATION_LIMIT,
-	// PERMISSION_DENIED…) is logged at ERROR and not spooled. The file holds
+	// permanent refusal (INVALID_ARGUMENT, NOT_FOUND, PERMISSION_DENIED…)
+	// is logged at ERROR and not spooled. A receipt the job has no room for
+	// is kept by the coordinator in its unmatched log (KeptAsideID). The file holds
 	// lease tokens: it is created 0600, its folder 0700, and no log line
 	// carries a token. It is bounded by MaxSpooledReceipts and
 	// MaxReceiptSpoolBytes; past them a receipt is logged at ERROR only.
@@ -822,8 +823,9 @@ func (w *Worker) observe(ctx context.Context, log *slog.Logger, c ClaimedJob, re
 // succeed when made again later (R28): nothing answered (transport,
 // context), UNAVAILABLE (DATABASE_* included), DEADLINE_EXCEEDED, a
 // credential being rotated, an internal error a fixed coordinator may not
-// have. INVALID_ARGUMENT, NOT_FOUND, OBSERVATION_LIMIT, PERMISSION_DENIED
-// and the other refusals of the request itself are permanent.
+// have, RESOURCE_EXHAUSTED (OBSERVATION_LIMIT of an earlier coordinator
+// included). INVALID_ARGUMENT, NOT_FOUND, PERMISSION_DENIED and the other
+// refusals of the request itself are permanent.
 func refileLater(err error) bool {
 	var e *Error
 	if !errors.As(err, &e) {
@@ -834,7 +836,10 @@ func refileLater(err error) bool {
 		codes.AlreadyExists, codes.OutOfRange, codes.Unimplemented:
 		return false
 	case codes.ResourceExhausted:
-		return e.Reason != ReasonObservationLimit
+		// OBSERVATION_LIMIT comes from coordinators of earlier releases
+		// only: kept in the spool until one that keeps it aside takes it
+		// (R28: no receipt is dropped for a per-job limit).
+		return true
 	}
 	return true
 }

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -53,15 +54,26 @@ func wantExpedited(t *testing.T, s store.Store, before store.Job, o store.Observ
 	return j
 }
 
+// sentAndWaiting enqueues p, claims it to send its refund (its first send
+// recorded, R22) and has its holder hand it back to send again after d: a
+// job that may already have been sent, waiting.
+func sentAndWaiting(t *testing.T, s store.Store, p store.EnqueueParams, d time.Duration) store.Job {
+	t.Helper()
+	w := reschedule(of(claimOne(t, s, "sender", enqueue(t, s, p).ID)), d)
+	w.NextAction = store.ActionRefund
+	return get(t, s, write(t, s, w).Job.ID).Job
+}
+
 // testReceiptExpeditesReadyJob_R28: a new receipt of success or failure for
-// a ready job makes it due now with next action reconcile, even one that
-// was to send its refund (R14: the provider says the refund exists or
-// failed; a reconcile is always safe), with an expedited event in its
-// history; its state, attempt, lease and grant stay. A redelivery, or a
-// receipt for a job already due to reconcile, moves nothing.
+// a ready job that may already have been sent makes it due now with next
+// action reconcile, even one that was to send its refund again (R14: the
+// provider says the refund exists or failed; a reconcile is always safe),
+// with an expedited event in its history; its state, attempt, lease and
+// grant stay. A redelivery, or a receipt for a job already due to
+// reconcile, moves nothing.
 func testReceiptExpeditesReadyJob_R28(t *testing.T, s store.Store) {
-	// Waiting an hour to send its refund.
-	waiting := get(t, s, parked(t, s, refund(t)).ID).Job
+	// Sent once, waiting an hour to send its refund again.
+	waiting := sentAndWaiting(t, s, refund(t), time.Hour)
 	hook := store.ObservationParams{Job: store.JobRef{ID: waiting.ID}, Source: "webhook:stripe",
 		Outcome: store.OutcomeSucceeded, ProviderRefundID: "re_hook", ProviderEventID: "evt_succeeded"}
 	o := observe(t, s, hook, true)
@@ -75,13 +87,13 @@ func testReceiptExpeditesReadyJob_R28(t *testing.T, s store.Store) {
 	failed.Outcome, failed.ProviderEventID = store.OutcomeFailed, "evt_failed"
 	second := observe(t, s, failed, false) // already due to reconcile: nothing to move
 	moved.EvidenceAt = second.CreatedAt    // but it is the newest receipt (R28)
-	if d := get(t, s, waiting.ID); d.Job != moved || len(d.Events) != 2 {
-		t.Fatalf("after a redelivery and a receipt for a job due to reconcile: %+v, %d events; want %+v, 2",
+	if d := get(t, s, waiting.ID); d.Job != moved || len(d.Events) != 4 {
+		t.Fatalf("after a redelivery and a receipt for a job due to reconcile: %+v, %d events; want %+v, 4",
 			d.Job, len(d.Events), moved)
 	}
 	c := claimOne(t, s, "A", waiting.ID)
-	if c.Takeover || c.Job.Attempt != 1 || c.Job.NextAction != store.ActionReconcile || c.ObservationCount != 2 {
-		t.Fatalf("claim after the receipts = %+v, want a first claim that reconciles with both receipts", c)
+	if c.Takeover || c.Job.Attempt != 2 || c.Job.NextAction != store.ActionReconcile || c.ObservationCount != 2 {
+		t.Fatalf("claim after the receipts = %+v, want a second claim that reconciles with both receipts", c)
 	}
 
 	// Rescheduled by its holder to send the refund in an hour: a failure
@@ -94,13 +106,76 @@ func testReceiptExpeditesReadyJob_R28(t *testing.T, s store.Store) {
 	o = observe(t, s, store.ObservationParams{Job: store.JobRef{OperationKey: before.OperationKey}, Source: "reconciler",
 		Outcome: store.OutcomeFailed}, true)
 	wantExpedited(t, s, before, o)
+	write(t, s, complete(of(claimOne(t, s, "B", before.ID)), "re_held")) // nothing else due below
 
-	// Due already, to send its refund: it is to reconcile now, and due from
-	// the database's now.
-	due := get(t, s, enqueue(t, s, refund(t)).ID).Job
+	// Sent, and due already to send again: it is to reconcile now, and due
+	// from the database's now.
+	due := sentAndWaiting(t, s, refund(t), 0)
 	o = observe(t, s, store.ObservationParams{Job: store.JobRef{ID: due.ID}, Source: "worker:C", Outcome: store.OutcomeSucceeded,
 		ProviderRefundID: "re_due"}, true)
 	wantExpedited(t, s, due, o)
+}
+
+// testReceiptNeverSendsEarly_R28: nothing a receipt does can make a refund
+// be sent earlier than without it. A refund never sent — due next year by
+// its producer's not_before, or due now — stays as it was whatever receipts
+// of success or failure come, from any reporter, with or without a matching
+// provider and amount: no expedite, the same time and action, and no claim
+// before its time. A receipt that names a job of another provider than the
+// webhook's, or another amount or currency than the job's, is refused
+// (ErrReceiptMismatch): nothing filed, nothing moved, even for a job that
+// was sent; one that matches moves that job toward reconcile.
+func testReceiptNeverSendsEarly_R28(t *testing.T, s store.Store) {
+	future := refund(t)
+	future.NotBefore = dbNow(t, s).Add(365 * 24 * time.Hour)
+	scheduled := get(t, s, enqueue(t, s, future).ID).Job
+	dueNow := get(t, s, enqueue(t, s, refund(t)).ID).Job
+	for _, job := range []store.Job{scheduled, dueNow} {
+		for i, p := range []store.ObservationParams{
+			{Source: "webhook:" + job.Provider, Reporter: "webhook:" + job.Provider, Provider: job.Provider,
+				AmountMinor: job.AmountMinor, Currency: job.Currency, Outcome: store.OutcomeSucceeded, ProviderRefundID: "re_1",
+				ProviderEventID: fmt.Sprintf("evt_early_%d", job.ID)},
+			{Source: "worker:w", Reporter: "w", Outcome: store.OutcomeFailed},
+			{Source: "worker:w", Outcome: store.OutcomeSucceeded, ProviderRefundID: "re_2"},
+		} {
+			p.Job = store.JobRef{ID: job.ID}
+			if i%2 == 1 {
+				p.Job = store.JobRef{OperationKey: job.OperationKey}
+			}
+			observe(t, s, p, false)
+		}
+		d := get(t, s, job.ID)
+		if d.Job.NextAction != store.ActionRefund || !d.Job.NextAttemptAt.Equal(job.NextAttemptAt) ||
+			d.Job.State != store.StateReady || countKind(d.Events, store.EventExpedited) != 0 || d.ObservationCount != 3 {
+			t.Fatalf("a never-sent job after receipts of success and failure: %+v %v (%d receipts), want it as it was: %+v",
+				d.Job, kinds(d.Events), d.ObservationCount, job)
+		}
+	}
+	if got := claim(t, s, "early", 10); len(got) != 1 || got[0].Job.ID != dueNow.ID ||
+		got[0].Job.NextAction != store.ActionRefund {
+		t.Fatalf("claim = %+v, want only the job due now, to send its refund", got)
+	}
+
+	sent := sentAndWaiting(t, s, refund(t), time.Hour)
+	for _, p := range []store.ObservationParams{
+		{Provider: "globex", Outcome: store.OutcomeSucceeded, ProviderEventID: "evt_other_provider"},
+		{Provider: sent.Provider, AmountMinor: 1, Currency: sent.Currency, Outcome: store.OutcomeSucceeded,
+			ProviderEventID: "evt_other_amount"},
+		{Provider: sent.Provider, AmountMinor: sent.AmountMinor, Currency: "JPY", Outcome: store.OutcomeFailed,
+			ProviderEventID: "evt_other_currency"},
+	} {
+		p.Job, p.Source, p.Reporter = store.JobRef{ID: sent.ID}, "webhook:"+p.Provider, "webhook:"+p.Provider
+		if o, _, err := s.Observe(ctxFor(t), p); !errors.Is(err, store.ErrReceiptMismatch) {
+			t.Fatalf("Observe(%s) = %+v, %v; want ErrReceiptMismatch", p.ProviderEventID, o, err)
+		}
+	}
+	if d := get(t, s, sent.ID); d.Job != sent || d.ObservationCount != 0 {
+		t.Fatalf("mismatched receipts left %+v with %d receipts, want %+v with none", d.Job, d.ObservationCount, sent)
+	}
+	o := observe(t, s, store.ObservationParams{Job: store.JobRef{ID: sent.ID}, Source: "webhook:" + sent.Provider,
+		Reporter: "webhook:" + sent.Provider, Provider: sent.Provider, AmountMinor: sent.AmountMinor,
+		Currency: sent.Currency, Outcome: store.OutcomeSucceeded, ProviderEventID: "evt_matching"}, true)
+	wantExpedited(t, s, sent, o)
 }
 
 // testReceiptLeavesOtherStatesAlone_R28: receipts of every outcome leave
@@ -161,8 +236,8 @@ func testReceiptRacesClaim_R28(t *testing.T, s store.Store) {
 	ctx := ctxFor(t)
 	var orders = map[string]int{}
 	for round := 0; round < ExpediteRaceRounds; round++ {
-		later := parked(t, s, refund(t))
-		due := enqueue(t, s, refund(t))
+		later := sentAndWaiting(t, s, refund(t), time.Hour)
+		due := sentAndWaiting(t, s, refund(t), 0)
 		jobs := []store.Job{later, due}
 		obs := make([]store.Observation, len(jobs))
 		errs := make([]error, len(jobs)+1)
@@ -201,8 +276,10 @@ func testReceiptRacesClaim_R28(t *testing.T, s store.Store) {
 		}
 		for i, j := range jobs {
 			d := get(t, s, j.ID)
-			expedited := slices.IndexFunc(d.Events, func(e store.Event) bool { return e.Kind == store.EventExpedited })
-			claim := slices.IndexFunc(d.Events, func(e store.Event) bool { return e.Kind == store.EventClaimed })
+			// After its first send: enqueued, claimed, rescheduled.
+			raced := d.Events[3:]
+			expedited := slices.IndexFunc(raced, func(e store.Event) bool { return e.Kind == store.EventExpedited })
+			claim := slices.IndexFunc(raced, func(e store.Event) bool { return e.Kind == store.EventClaimed })
 			c := slices.IndexFunc(claimed, func(c store.ClaimedJob) bool { return c.Job.ID == j.ID })
 			what := fmt.Sprintf("round %d, job %d (due in an hour: %v)", round, j.ID, i == 0)
 			if obs[i].Expedited != (expedited >= 0) || countKind(d.Events, store.EventExpedited) > 1 {

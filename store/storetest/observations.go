@@ -1,8 +1,9 @@
 package storetest
 
 import (
-	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/jobfence/jobfence/store"
@@ -11,10 +12,20 @@ import (
 // fileReceipts files n receipts for job with distinct provider event ids.
 func fileReceipts(t *testing.T, s store.Store, job int64, n int) {
 	t.Helper()
-	for i := 0; i < n; i++ {
-		if _, dup, err := s.Observe(ctxFor(t), store.ObservationParams{Job: store.JobRef{ID: job}, Source: "webhook",
-			Outcome: store.OutcomePending, ProviderEventID: fmt.Sprintf("evt_%d_%d", job, i)}); err != nil || dup {
-			t.Fatalf("receipt %d: dup %v, %v", i, dup, err)
+	fileReceiptsFrom(t, s, job, 0, n, func(i int) string {
+		return fmt.Sprintf("webhook:p%d", i/store.MaxObservationsPerReporter)
+	})
+}
+
+// fileReceiptsFrom files receipts from..to-1 of job, pending, each from
+// reporter(i), without a grant's token, and requires each filed on the job.
+func fileReceiptsFrom(t *testing.T, s store.Store, job int64, from, to int, reporter func(int) string) {
+	t.Helper()
+	for i := from; i < to; i++ {
+		o, dup, err := s.Observe(ctxFor(t), store.ObservationParams{Job: store.JobRef{ID: job}, Source: "webhook",
+			Outcome: store.OutcomePending, ProviderEventID: fmt.Sprintf("evt_%d_%d", job, i), Reporter: reporter(i)})
+		if err != nil || dup || o.KeptAside != nil {
+			t.Fatalf("receipt %d: %+v dup %v, %v", i, o, dup, err)
 		}
 	}
 }
@@ -73,20 +84,74 @@ func testObservationsPaged_R15(t *testing.T, s store.Store) {
 	wantViolation(t, err, "observations_page_token")
 }
 
-// A job keeps at most MaxObservationsPerJob receipts: one more is refused
-// (ErrObservationLimit), a repeat of one on file is still its duplicate, and
-// other jobs are not affected.
-func testObservationsCappedPerJob_R15(t *testing.T, s store.Store) {
-	job := enqueue(t, s, refund(t))
-	fileReceipts(t, s, job.ID, store.MaxObservationsPerJob)
-	more := store.ObservationParams{Job: store.JobRef{ID: job.ID}, Source: "webhook", Outcome: store.OutcomeSucceeded,
-		ProviderEventID: "evt_one_too_many"}
-	if _, _, err := s.Observe(ctxFor(t), more); !errors.Is(err, store.ErrObservationLimit) {
-		t.Fatalf("receipt %d: %v, want ErrObservationLimit", store.MaxObservationsPerJob+1, err)
+// keptAside files p and requires it kept in the unmatched log, not on its
+// job (R28: never dropped), new, moving nothing; it returns the entry.
+func keptAside(t *testing.T, s store.Store, p store.ObservationParams, job store.Job) store.UnmatchedEvent {
+	t.Helper()
+	before := get(t, s, job.ID)
+	o, dup, err := s.Observe(ctxFor(t), p)
+	if err != nil || dup || o.KeptAside == nil || o.ID != 0 || o.Expedited || o.JobID != job.ID {
+		t.Fatalf("Observe(%s from %q) = %+v dup %v, %v; want it kept aside", p.ProviderEventID, p.Reporter, o, dup, err)
 	}
-	again := more
-	again.ProviderEventID = fmt.Sprintf("evt_%d_%d", job.ID, 0)
-	if o, dup, err := s.Observe(ctxFor(t), again); err != nil || !dup || o.ID == 0 {
+	k := *o.KeptAside
+	if k.ID == 0 || k.EventType != store.KeptAsideType || !strings.HasPrefix(k.ProviderEventID, store.KeptAsidePrefix) ||
+		k.Provider != job.Provider || k.OperationKey != job.OperationKey || k.Outcome != p.Outcome ||
+		k.ProviderRefundID != p.ProviderRefundID || !strings.Contains(k.Detail, fmt.Sprintf("job %d", job.ID)) {
+		t.Fatalf("kept aside as %+v", k)
+	}
+	if events, _ := unmatched(t, s, store.MaxOverviewLimit); !slices.ContainsFunc(events, func(e store.UnmatchedEvent) bool {
+		return e == k
+	}) {
+		t.Fatalf("%+v is not in the unmatched log %+v", k, events)
+	}
+	after := get(t, s, job.ID)
+	if after.Job != before.Job || after.ObservationCount != before.ObservationCount || len(after.Events) != len(before.Events) {
+		t.Fatalf("a receipt kept aside changed job %d:\n before %+v (%d receipts)\n after  %+v (%d receipts)", job.ID,
+			before.Job, before.ObservationCount, after.Job, after.ObservationCount)
+	}
+	if again, dup, err := s.Observe(ctxFor(t), p); err != nil || !dup || again.KeptAside == nil || again.KeptAside.ID != k.ID {
+		t.Fatalf("its repeat = %+v dup %v, %v; want the entry kept", again, dup, err)
+	}
+	return k
+}
+
+// testObservationRoomPerJob_R28: a job keeps at most MaxObservationsPerJob
+// receipts, of which MaxUnverifiedObservationsPerJob without their grant's
+// token and MaxObservationsPerReporter from one reporter without it, so
+// that no credential or provider can fill another's job: the holders'
+// receipts always find room. A receipt without room is kept in the
+// unmatched log, never dropped, and moves nothing; a repeat of one on file
+// is still its duplicate; other jobs are not affected.
+func testObservationRoomPerJob_R28(t *testing.T, s store.Store) {
+	job := sentAndWaiting(t, s, refund(t), 0)
+	// One reporter fills its share; the next of its receipts, even one of
+	// success, is kept aside, while another reporter still files.
+	fileReceiptsFrom(t, s, job.ID, 0, store.MaxObservationsPerReporter, func(int) string { return "worker-x" })
+	keptAside(t, s, store.ObservationParams{Job: store.JobRef{ID: job.ID}, Source: "worker:x", Reporter: "worker-x",
+		Outcome: store.OutcomeSucceeded, ProviderRefundID: "re_forged", ProviderEventID: "evt_x_more"}, job)
+	// Many reporters fill the job's share of unverified receipts.
+	fileReceiptsFrom(t, s, job.ID, store.MaxObservationsPerReporter, store.MaxUnverifiedObservationsPerJob,
+		func(i int) string { return fmt.Sprintf("webhook:p%d", i/store.MaxObservationsPerReporter) })
+	keptAside(t, s, store.ObservationParams{Job: store.JobRef{ID: job.ID}, Source: "webhook", Reporter: "webhook:fresh",
+		Outcome: store.OutcomeFailed, ProviderEventID: "evt_fresh"}, job)
+
+	// The holder's receipts, carrying their grant's token, fill the rest.
+	c := claimOne(t, s, "holder", job.ID)
+	for i := store.MaxUnverifiedObservationsPerJob; i < store.MaxObservationsPerJob; i++ {
+		o, dup, err := s.Observe(ctxFor(t), store.ObservationParams{Job: store.JobRef{ID: job.ID}, Attempt: c.Job.Attempt,
+			LeaseToken: c.LeaseToken, Source: "worker:holder", Reporter: "worker-x", Outcome: store.OutcomePending,
+			ProviderEventID: fmt.Sprintf("evt_%d_%d", job.ID, i)})
+		if err != nil || dup || o.KeptAside != nil || !o.AttemptVerified {
+			t.Fatalf("the holder's receipt %d = %+v dup %v, %v; want it filed, verified", i, o, dup, err)
+		}
+	}
+	full := get(t, s, job.ID).Job
+	keptAside(t, s, store.ObservationParams{Job: store.JobRef{ID: job.ID}, Attempt: c.Job.Attempt, LeaseToken: c.LeaseToken,
+		Source: "worker:holder", Outcome: store.OutcomeSucceeded, ProviderRefundID: "re_real",
+		ProviderEventID: "evt_one_too_many"}, full)
+	again := store.ObservationParams{Job: store.JobRef{ID: job.ID}, Source: "webhook", Outcome: store.OutcomePending,
+		ProviderEventID: fmt.Sprintf("evt_%d_%d", job.ID, 0)}
+	if o, dup, err := s.Observe(ctxFor(t), again); err != nil || !dup || o.ID == 0 || o.KeptAside != nil {
 		t.Fatalf("a repeat at the limit = %+v dup %v, %v; want the duplicate", o, dup, err)
 	}
 	fresh := enqueue(t, s, refund(t))

@@ -312,7 +312,7 @@ export interface WorkerOptions {
    * (before it opens its stream or claims), every 30 s, and as soon as a
    * call succeeds after such a failure. The coordinator deduplicates a
    * receipt filed twice. A permanent refusal (INVALID_ARGUMENT, NOT_FOUND,
-   * OBSERVATION_LIMIT, PERMISSION_DENIED…) is reported
+   * PERMISSION_DENIED…) is reported
    * (`observation_failed`), not spooled. The
    * file holds lease tokens: it is created 0600 in a 0700 folder, and no event
    * carries a token. Bounded by MaxSpooledReceipts and MaxReceiptSpoolBytes;
@@ -1220,9 +1220,10 @@ function observationRequest(r: SpooledReceipt) {
  * refileLater reports whether a ReportObservation that failed with err may
  * succeed when made again later (R28): nothing answered (transport, a cut
  * deadline), UNAVAILABLE (DATABASE_* included), a credential being rotated,
- * an internal error a fixed coordinator may not have. INVALID_ARGUMENT,
- * NOT_FOUND, OBSERVATION_LIMIT, PERMISSION_DENIED and the other refusals of
- * the request itself are permanent.
+ * an internal error a fixed coordinator may not have, RESOURCE_EXHAUSTED (an
+ * earlier coordinator's OBSERVATION_LIMIT included). INVALID_ARGUMENT,
+ * NOT_FOUND, PERMISSION_DENIED and the other refusals of the request itself
+ * are permanent.
  */
 export function refileLater(err: CoordinatorError): boolean {
   switch (err.code) {
@@ -1234,8 +1235,9 @@ export function refileLater(err: CoordinatorError): boolean {
     case Code.OutOfRange:
     case Code.Unimplemented:
       return false;
-    case Code.ResourceExhausted:
-      return err.reason !== Reason.ObservationLimit;
+    // ResourceExhausted included: OBSERVATION_LIMIT comes from coordinators of
+    // earlier releases only, and is kept in the spool until one that keeps
+    // such a receipt aside takes it (R28: none is dropped for a per-job limit).
   }
   return true;
 }

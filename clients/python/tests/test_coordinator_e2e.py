@@ -18,7 +18,6 @@ from jobfence import (
     LeaseToken,
     NextAction,
     NotFoundError,
-    ObservationLimitError,
     OperationKeyConflictError,
     Outcome,
     PermissionDeniedError,
@@ -156,22 +155,26 @@ def test_typed_errors_from_the_coordinator_R24(coord: Coordinator) -> None:
     assert c.resolve_review(cj.job.id, cj.attempt, refunded=True, provider_refund_id="re_person", note="checked").replayed
 
 
-def test_observation_limit(coord: Coordinator) -> None:
-    # 999 receipts put on file in test data (filing them one by one costs a
-    # minute of commits), then the 1,000th through the API, then one too many.
+def test_observation_limit_keeps_receipt_aside_R28(coord: Coordinator) -> None:
+    # 999 receipts of the job's holders put on file in test data (filing them
+    # one by one costs a minute of commits), then the 1,000th through the
+    # API, then one too many: kept in the unmatched log, never refused.
     c = coord.client(retry=RetryPolicy(attempts=1))
     r = refund()
     job, _ = c.enqueue_refund(**r)
     coord.sql(
         "INSERT INTO refund_observations (job_id, operation_key, reported_attempt, job_attempt, source, outcome, "
-        "detail, dedupe_key, created_at) "
+        "detail, dedupe_key, created_at, attempt_verified) "
         "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 999) "
-        f"SELECT {job.id}, '{r['operation_key']}', 0, 0, 'webhook', 'pending', '', SHA2(CONCAT('{job.id}-', i), 256), "
-        "UTC_TIMESTAMP(6) FROM n"
+        f"SELECT {job.id}, '{r['operation_key']}', 1, 1, 'worker', 'pending', '', SHA2(CONCAT('{job.id}-', i), 256), "
+        "UTC_TIMESTAMP(6), TRUE FROM n"
     )
-    c.report_observation(job_id=job.id, source="webhook", outcome=Outcome.PENDING, provider_event_id="evt-1000")
-    with pytest.raises(ObservationLimitError):
-        c.report_observation(job_id=job.id, source="webhook", outcome=Outcome.PENDING, provider_event_id="evt-1001")
+    filed, _, _ = c.report_observation(job_id=job.id, source="webhook", outcome=Outcome.PENDING,
+                                       provider_event_id="evt-1000")
+    assert filed.id and not filed.kept_aside_id
+    kept, dup, expedited = c.report_observation(job_id=job.id, source="webhook", outcome=Outcome.SUCCEEDED,
+                                                provider_event_id="evt-1001")
+    assert kept.id == 0 and kept.kept_aside_id and not dup and not expedited
     assert c.get_job(job.id).observation_count == 1000
 
 

@@ -359,7 +359,7 @@ def test_refile_later_only_what_may_succeed_later_R28() -> None:
         (ConnectionResetError("reset"), True),
         (InvalidArgumentError(U.INVALID_ARGUMENT, "x", Reason.INVALID_ARGUMENT), False),
         (NotFoundError(U.NOT_FOUND, "x", Reason.NOT_FOUND), False),
-        (ObservationLimitError(U.RESOURCE_EXHAUSTED, "x", Reason.OBSERVATION_LIMIT), False),
+        (ObservationLimitError(U.RESOURCE_EXHAUSTED, "x", Reason.OBSERVATION_LIMIT), True),  # an earlier coordinator's (R28)
         (PermissionDeniedError(U.PERMISSION_DENIED, "x", Reason.PERMISSION_DENIED), False),
     ]:
         assert refile_later(err) is want, err

@@ -63,7 +63,8 @@ const (
 	// was changed (an operator must act; repeat later).
 	ErrorReason_ERROR_REASON_DATABASE_ACCESS_DENIED ErrorReason = 9
 	// RESOURCE_EXHAUSTED: the job has 1,000 receipts on file; this one was not
-	// filed.
+	// filed. Coordinators of earlier releases only: this one keeps such a
+	// receipt in the unmatched log and answers with kept_aside.
 	ErrorReason_ERROR_REASON_OBSERVATION_LIMIT ErrorReason = 10
 	// NOT_FOUND: no such job.
 	ErrorReason_ERROR_REASON_NOT_FOUND ErrorReason = 11
@@ -78,6 +79,11 @@ const (
 	// --max-grant-age); its lease runs out and the job is taken over as
 	// usual (R27). The holder may still write back until then.
 	ErrorReason_ERROR_REASON_GRANT_TOO_OLD ErrorReason = 15
+	// RESOURCE_EXHAUSTED: the caller, or the coordinator as a whole, has as
+	// many of this kind of call in flight (expensive reads, worker streams)
+	// as it allows; a google.rpc.RetryInfo says when to try again. Nothing
+	// was done.
+	ErrorReason_ERROR_REASON_TOO_MANY_CALLS ErrorReason = 16
 )
 
 // Enum value maps for ErrorReason.
@@ -99,6 +105,7 @@ var (
 		13: "ERROR_REASON_UNAUTHENTICATED",
 		14: "ERROR_REASON_PERMISSION_DENIED",
 		15: "ERROR_REASON_GRANT_TOO_OLD",
+		16: "ERROR_REASON_TOO_MANY_CALLS",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":            0,
@@ -117,6 +124,7 @@ var (
 		"ERROR_REASON_UNAUTHENTICATED":        13,
 		"ERROR_REASON_PERMISSION_DENIED":      14,
 		"ERROR_REASON_GRANT_TOO_OLD":          15,
+		"ERROR_REASON_TOO_MANY_CALLS":         16,
 	}
 )
 
@@ -914,8 +922,12 @@ type Observation struct {
 	// the reporter really held that attempt (R25). A receipt without it is kept
 	// all the same (R15).
 	AttemptVerified bool `protobuf:"varint,12,opt,name=attempt_verified,json=attemptVerified,proto3" json:"attempt_verified,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Who filed it, from the caller's credential rather than the source it
+	// named: the credential's name, "webhook:<provider>" for a signed webhook,
+	// empty on a coordinator without credentials.
+	Reporter      string `protobuf:"bytes,13,opt,name=reporter,proto3" json:"reporter,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Observation) Reset() {
@@ -1030,6 +1042,13 @@ func (x *Observation) GetAttemptVerified() bool {
 		return x.AttemptVerified
 	}
 	return false
+}
+
+func (x *Observation) GetReporter() string {
+	if x != nil {
+		return x.Reporter
+	}
+	return ""
 }
 
 type EnqueueRefundRequest struct {
@@ -2191,8 +2210,15 @@ type ReportObservationResponse struct {
 	// True when the job was READY, waiting, and this receipt of success or
 	// failure made it due now with next action RECONCILE: a worker verifies
 	// with the provider and closes it through the fenced path (R28). The
-	// job's state is never changed by a receipt.
-	Expedited     bool `protobuf:"varint,3,opt,name=expedited,proto3" json:"expedited,omitempty"`
+	// job's state is never changed by a receipt. Only a job that may already
+	// have been sent moves: never one whose refund was not yet sent (R28).
+	Expedited bool `protobuf:"varint,3,opt,name=expedited,proto3" json:"expedited,omitempty"`
+	// Set when the job had no room for this receipt (1,000 on file, or the
+	// share of receipts without a lease_token, or this credential's share,
+	// taken): it was kept in the unmatched log as this entry, where a person
+	// sees it, and moved nothing. observation then describes the receipt
+	// with id 0. Nothing was dropped: do not file it again.
+	KeptAside     *UnmatchedEvent `protobuf:"bytes,4,opt,name=kept_aside,json=keptAside,proto3" json:"kept_aside,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2246,6 +2272,13 @@ func (x *ReportObservationResponse) GetExpedited() bool {
 		return x.Expedited
 	}
 	return false
+}
+
+func (x *ReportObservationResponse) GetKeptAside() *UnmatchedEvent {
+	if x != nil {
+		return x.KeptAside
+	}
+	return nil
 }
 
 type GetJobRequest struct {
@@ -3452,6 +3485,7 @@ type WorkRequest struct {
 	//	*WorkRequest_Start
 	//	*WorkRequest_Credit
 	//	*WorkRequest_Call
+	//	*WorkRequest_Ack
 	Kind          isWorkRequest_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3521,6 +3555,15 @@ func (x *WorkRequest) GetCall() *WorkCall {
 	return nil
 }
 
+func (x *WorkRequest) GetAck() *WorkAck {
+	if x != nil {
+		if x, ok := x.Kind.(*WorkRequest_Ack); ok {
+			return x.Ack
+		}
+	}
+	return nil
+}
+
 type isWorkRequest_Kind interface {
 	isWorkRequest_Kind()
 }
@@ -3540,11 +3583,18 @@ type WorkRequest_Call struct {
 	Call *WorkCall `protobuf:"bytes,3,opt,name=call,proto3,oneof"`
 }
 
+type WorkRequest_Ack struct {
+	// Grants received (WorkStart.acknowledges).
+	Ack *WorkAck `protobuf:"bytes,4,opt,name=ack,proto3,oneof"`
+}
+
 func (*WorkRequest_Start) isWorkRequest_Kind() {}
 
 func (*WorkRequest_Credit) isWorkRequest_Kind() {}
 
 func (*WorkRequest_Call) isWorkRequest_Kind() {}
+
+func (*WorkRequest_Ack) isWorkRequest_Kind() {}
 
 // WorkStart opens a worker stream.
 type WorkStart struct {
@@ -3557,7 +3607,16 @@ type WorkStart struct {
 	// Each grant's lease: 1s..15m; the coordinator's --lease when unset.
 	LeaseDuration *durationpb.Duration `protobuf:"bytes,3,opt,name=lease_duration,json=leaseDuration,proto3" json:"lease_duration,omitempty"`
 	// Free slots now: 0..1000. Grants never exceed the credits held (R18).
-	Credits       int32 `protobuf:"varint,4,opt,name=credits,proto3" json:"credits,omitempty"`
+	Credits int32 `protobuf:"varint,4,opt,name=credits,proto3" json:"credits,omitempty"`
+	// The worker acknowledges each grant with a WorkAck as soon as it reads
+	// it. The coordinator then hands back, through the fenced path, a grant
+	// not acknowledged (nor renewed, nor written back) within 5 s or half its
+	// lease, whichever is shorter, or by the time the stream ends: a worker
+	// that stops reading holds no job. Unset (workers of earlier releases): a
+	// grant counts as received at its first renewal or write-back on the
+	// stream. Either way a stream holds at most 100 grants it has not shown
+	// it received, whatever its credits.
+	Acknowledges  bool `protobuf:"varint,5,opt,name=acknowledges,proto3" json:"acknowledges,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3620,6 +3679,61 @@ func (x *WorkStart) GetCredits() int32 {
 	return 0
 }
 
+func (x *WorkStart) GetAcknowledges() bool {
+	if x != nil {
+		return x.Acknowledges
+	}
+	return false
+}
+
+// WorkAck shows the coordinator the worker has the grants it names: each
+// the job, attempt and lease_token of a WorkGrant's job. A grant already
+// handed back, or not this stream's, is ignored.
+type WorkAck struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// 1..100 grants.
+	Grants        []*GrantRef `protobuf:"bytes,1,rep,name=grants,proto3" json:"grants,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkAck) Reset() {
+	*x = WorkAck{}
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkAck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkAck) ProtoMessage() {}
+
+func (x *WorkAck) ProtoReflect() protoreflect.Message {
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkAck.ProtoReflect.Descriptor instead.
+func (*WorkAck) Descriptor() ([]byte, []int) {
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *WorkAck) GetGrants() []*GrantRef {
+	if x != nil {
+		return x.Grants
+	}
+	return nil
+}
+
 // WorkCredit gives the coordinator more credits: slots that freed. The
 // credits held at once are at most 1000. A WorkCredit of 0 is a heartbeat:
 // a stream that sent nothing for 3 s is granted nothing until its next
@@ -3635,7 +3749,7 @@ type WorkCredit struct {
 
 func (x *WorkCredit) Reset() {
 	*x = WorkCredit{}
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[36]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3647,7 +3761,7 @@ func (x *WorkCredit) String() string {
 func (*WorkCredit) ProtoMessage() {}
 
 func (x *WorkCredit) ProtoReflect() protoreflect.Message {
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[36]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3660,7 +3774,7 @@ func (x *WorkCredit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkCredit.ProtoReflect.Descriptor instead.
 func (*WorkCredit) Descriptor() ([]byte, []int) {
-	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{36}
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *WorkCredit) GetCredits() int32 {
@@ -3690,7 +3804,7 @@ type WorkCall struct {
 
 func (x *WorkCall) Reset() {
 	*x = WorkCall{}
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[37]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3702,7 +3816,7 @@ func (x *WorkCall) String() string {
 func (*WorkCall) ProtoMessage() {}
 
 func (x *WorkCall) ProtoReflect() protoreflect.Message {
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[37]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3715,7 +3829,7 @@ func (x *WorkCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkCall.ProtoReflect.Descriptor instead.
 func (*WorkCall) Descriptor() ([]byte, []int) {
-	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{37}
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *WorkCall) GetCallId() uint64 {
@@ -3826,7 +3940,7 @@ type WorkResponse struct {
 
 func (x *WorkResponse) Reset() {
 	*x = WorkResponse{}
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[38]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3838,7 +3952,7 @@ func (x *WorkResponse) String() string {
 func (*WorkResponse) ProtoMessage() {}
 
 func (x *WorkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[38]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3851,7 +3965,7 @@ func (x *WorkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkResponse.ProtoReflect.Descriptor instead.
 func (*WorkResponse) Descriptor() ([]byte, []int) {
-	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{38}
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *WorkResponse) GetKind() isWorkResponse_Kind {
@@ -3925,7 +4039,7 @@ type WorkGrant struct {
 
 func (x *WorkGrant) Reset() {
 	*x = WorkGrant{}
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[39]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3937,7 +4051,7 @@ func (x *WorkGrant) String() string {
 func (*WorkGrant) ProtoMessage() {}
 
 func (x *WorkGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[39]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3950,7 +4064,7 @@ func (x *WorkGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkGrant.ProtoReflect.Descriptor instead.
 func (*WorkGrant) Descriptor() ([]byte, []int) {
-	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{39}
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *WorkGrant) GetJobs() []*ClaimedJob {
@@ -3985,7 +4099,7 @@ type WorkReply struct {
 
 func (x *WorkReply) Reset() {
 	*x = WorkReply{}
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[40]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3997,7 +4111,7 @@ func (x *WorkReply) String() string {
 func (*WorkReply) ProtoMessage() {}
 
 func (x *WorkReply) ProtoReflect() protoreflect.Message {
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[40]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4010,7 +4124,7 @@ func (x *WorkReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkReply.ProtoReflect.Descriptor instead.
 func (*WorkReply) Descriptor() ([]byte, []int) {
-	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{40}
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *WorkReply) GetCallId() uint64 {
@@ -4176,7 +4290,7 @@ const file_jobfence_v1_coordinator_proto_rawDesc = "" +
 	"\x06reason\x18\n" +
 	" \x01(\tR\x06reason\x129\n" +
 	"\n" +
-	"created_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"\xd0\x03\n" +
+	"created_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"\xec\x03\n" +
 	"\vObservation\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\x03R\x05jobId\x12#\n" +
@@ -4192,7 +4306,8 @@ const file_jobfence_v1_coordinator_proto_rawDesc = "" +
 	" \x01(\tR\x06detail\x129\n" +
 	"\n" +
 	"created_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12)\n" +
-	"\x10attempt_verified\x18\f \x01(\bR\x0fattemptVerified\"\x8b\x02\n" +
+	"\x10attempt_verified\x18\f \x01(\bR\x0fattemptVerified\x12\x1a\n" +
+	"\breporter\x18\r \x01(\tR\breporter\"\x8b\x02\n" +
 	"\x14EnqueueRefundRequest\x12#\n" +
 	"\roperation_key\x18\x01 \x01(\tR\foperationKey\x12\x19\n" +
 	"\border_id\x18\x02 \x01(\tR\aorderId\x12\x1d\n" +
@@ -4283,11 +4398,13 @@ const file_jobfence_v1_coordinator_proto_rawDesc = "" +
 	"\x06detail\x18\b \x01(\tR\x06detail\x12\x1f\n" +
 	"\vlease_token\x18\t \x01(\tR\n" +
 	"leaseTokenB\x05\n" +
-	"\x03job\"\x93\x01\n" +
+	"\x03job\"\xcf\x01\n" +
 	"\x19ReportObservationResponse\x12:\n" +
 	"\vobservation\x18\x01 \x01(\v2\x18.jobfence.v1.ObservationR\vobservation\x12\x1c\n" +
 	"\tduplicate\x18\x02 \x01(\bR\tduplicate\x12\x1c\n" +
-	"\texpedited\x18\x03 \x01(\bR\texpedited\"\xc4\x01\n" +
+	"\texpedited\x18\x03 \x01(\bR\texpedited\x12:\n" +
+	"\n" +
+	"kept_aside\x18\x04 \x01(\v2\x1b.jobfence.v1.UnmatchedEventR\tkeptAside\"\xc4\x01\n" +
 	"\rGetJobRequest\x12\x17\n" +
 	"\x06job_id\x18\x01 \x01(\x03H\x00R\x05jobId\x12%\n" +
 	"\roperation_key\x18\x02 \x01(\tH\x00R\foperationKey\x124\n" +
@@ -4389,17 +4506,21 @@ const file_jobfence_v1_coordinator_proto_rawDesc = "" +
 	"\bprovider\x18\x01 \x01(\tR\bprovider\x12&\n" +
 	"\x0frate_per_second\x18\x02 \x01(\x01R\rratePerSecond\x12\x14\n" +
 	"\x05burst\x18\x03 \x01(\x01R\x05burst\x12\x1c\n" +
-	"\tavailable\x18\x04 \x01(\x01R\tavailable\"\xa5\x01\n" +
+	"\tavailable\x18\x04 \x01(\x01R\tavailable\"\xcf\x01\n" +
 	"\vWorkRequest\x12.\n" +
 	"\x05start\x18\x01 \x01(\v2\x16.jobfence.v1.WorkStartH\x00R\x05start\x121\n" +
 	"\x06credit\x18\x02 \x01(\v2\x17.jobfence.v1.WorkCreditH\x00R\x06credit\x12+\n" +
-	"\x04call\x18\x03 \x01(\v2\x15.jobfence.v1.WorkCallH\x00R\x04callB\x06\n" +
-	"\x04kind\"\xa0\x01\n" +
+	"\x04call\x18\x03 \x01(\v2\x15.jobfence.v1.WorkCallH\x00R\x04call\x12(\n" +
+	"\x03ack\x18\x04 \x01(\v2\x14.jobfence.v1.WorkAckH\x00R\x03ackB\x06\n" +
+	"\x04kind\"\xc4\x01\n" +
 	"\tWorkStart\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x1a\n" +
 	"\bprovider\x18\x02 \x01(\tR\bprovider\x12@\n" +
 	"\x0elease_duration\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\rleaseDuration\x12\x18\n" +
-	"\acredits\x18\x04 \x01(\x05R\acredits\"&\n" +
+	"\acredits\x18\x04 \x01(\x05R\acredits\x12\"\n" +
+	"\facknowledges\x18\x05 \x01(\bR\facknowledges\"8\n" +
+	"\aWorkAck\x12-\n" +
+	"\x06grants\x18\x01 \x03(\v2\x15.jobfence.v1.GrantRefR\x06grants\"&\n" +
 	"\n" +
 	"WorkCredit\x12\x18\n" +
 	"\acredits\x18\x01 \x01(\x05R\acredits\"\x83\x03\n" +
@@ -4431,7 +4552,7 @@ const file_jobfence_v1_coordinator_proto_rawDesc = "" +
 	"\bescalate\x18\x05 \x01(\v2\x1d.jobfence.v1.EscalateResponseH\x00R\bescalate\x12E\n" +
 	"\frenew_leases\x18\x06 \x01(\v2 .jobfence.v1.RenewLeasesResponseH\x00R\vrenewLeases\x12W\n" +
 	"\x12report_observation\x18\a \x01(\v2&.jobfence.v1.ReportObservationResponseH\x00R\x11reportObservationB\b\n" +
-	"\x06result*\xc3\x04\n" +
+	"\x06result*\xe4\x04\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aERROR_REASON_STALE_ATTEMPT\x10\x01\x12 \n" +
@@ -4449,7 +4570,8 @@ const file_jobfence_v1_coordinator_proto_rawDesc = "" +
 	"\x1dERROR_REASON_INVALID_ARGUMENT\x10\f\x12 \n" +
 	"\x1cERROR_REASON_UNAUTHENTICATED\x10\r\x12\"\n" +
 	"\x1eERROR_REASON_PERMISSION_DENIED\x10\x0e\x12\x1e\n" +
-	"\x1aERROR_REASON_GRANT_TOO_OLD\x10\x0f*\x87\x01\n" +
+	"\x1aERROR_REASON_GRANT_TOO_OLD\x10\x0f\x12\x1f\n" +
+	"\x1bERROR_REASON_TOO_MANY_CALLS\x10\x10*\x87\x01\n" +
 	"\bJobState\x12\x19\n" +
 	"\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fJOB_STATE_READY\x10\x01\x12\x15\n" +
@@ -4507,7 +4629,7 @@ func file_jobfence_v1_coordinator_proto_rawDescGZIP() []byte {
 }
 
 var file_jobfence_v1_coordinator_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_jobfence_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_jobfence_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_jobfence_v1_coordinator_proto_goTypes = []any{
 	(ErrorReason)(0),                  // 0: jobfence.v1.ErrorReason
 	(JobState)(0),                     // 1: jobfence.v1.JobState
@@ -4551,133 +4673,137 @@ var file_jobfence_v1_coordinator_proto_goTypes = []any{
 	(*ProviderBudget)(nil),            // 39: jobfence.v1.ProviderBudget
 	(*WorkRequest)(nil),               // 40: jobfence.v1.WorkRequest
 	(*WorkStart)(nil),                 // 41: jobfence.v1.WorkStart
-	(*WorkCredit)(nil),                // 42: jobfence.v1.WorkCredit
-	(*WorkCall)(nil),                  // 43: jobfence.v1.WorkCall
-	(*WorkResponse)(nil),              // 44: jobfence.v1.WorkResponse
-	(*WorkGrant)(nil),                 // 45: jobfence.v1.WorkGrant
-	(*WorkReply)(nil),                 // 46: jobfence.v1.WorkReply
-	nil,                               // 47: jobfence.v1.LeaseRenewal.MetadataEntry
-	nil,                               // 48: jobfence.v1.ListJobsResponse.ObservationCountsEntry
-	(*timestamppb.Timestamp)(nil),     // 49: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),       // 50: google.protobuf.Duration
+	(*WorkAck)(nil),                   // 42: jobfence.v1.WorkAck
+	(*WorkCredit)(nil),                // 43: jobfence.v1.WorkCredit
+	(*WorkCall)(nil),                  // 44: jobfence.v1.WorkCall
+	(*WorkResponse)(nil),              // 45: jobfence.v1.WorkResponse
+	(*WorkGrant)(nil),                 // 46: jobfence.v1.WorkGrant
+	(*WorkReply)(nil),                 // 47: jobfence.v1.WorkReply
+	nil,                               // 48: jobfence.v1.LeaseRenewal.MetadataEntry
+	nil,                               // 49: jobfence.v1.ListJobsResponse.ObservationCountsEntry
+	(*timestamppb.Timestamp)(nil),     // 50: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),       // 51: google.protobuf.Duration
 }
 var file_jobfence_v1_coordinator_proto_depIdxs = []int32{
-	1,  // 0: jobfence.v1.Job.state:type_name -> jobfence.v1.JobState
-	2,  // 1: jobfence.v1.Job.next_action:type_name -> jobfence.v1.NextAction
-	49, // 2: jobfence.v1.Job.next_attempt_at:type_name -> google.protobuf.Timestamp
-	49, // 3: jobfence.v1.Job.lease_until:type_name -> google.protobuf.Timestamp
-	49, // 4: jobfence.v1.Job.first_sent_at:type_name -> google.protobuf.Timestamp
-	49, // 5: jobfence.v1.Job.created_at:type_name -> google.protobuf.Timestamp
-	49, // 6: jobfence.v1.Job.updated_at:type_name -> google.protobuf.Timestamp
-	6,  // 7: jobfence.v1.ClaimedJob.job:type_name -> jobfence.v1.Job
-	49, // 8: jobfence.v1.ClaimedJob.lease_until:type_name -> google.protobuf.Timestamp
-	2,  // 9: jobfence.v1.ClaimedJob.next_action:type_name -> jobfence.v1.NextAction
-	9,  // 10: jobfence.v1.ClaimedJob.observations:type_name -> jobfence.v1.Observation
-	49, // 11: jobfence.v1.ClaimedJob.resend_deadline:type_name -> google.protobuf.Timestamp
-	49, // 12: jobfence.v1.ClaimedJob.claimed_at:type_name -> google.protobuf.Timestamp
-	1,  // 13: jobfence.v1.JobEvent.from_state:type_name -> jobfence.v1.JobState
-	1,  // 14: jobfence.v1.JobEvent.to_state:type_name -> jobfence.v1.JobState
-	2,  // 15: jobfence.v1.JobEvent.next_action:type_name -> jobfence.v1.NextAction
-	49, // 16: jobfence.v1.JobEvent.created_at:type_name -> google.protobuf.Timestamp
-	4,  // 17: jobfence.v1.Observation.outcome:type_name -> jobfence.v1.ObservationOutcome
-	49, // 18: jobfence.v1.Observation.created_at:type_name -> google.protobuf.Timestamp
-	49, // 19: jobfence.v1.EnqueueRefundRequest.not_before:type_name -> google.protobuf.Timestamp
-	6,  // 20: jobfence.v1.EnqueueRefundResponse.job:type_name -> jobfence.v1.Job
-	50, // 21: jobfence.v1.ClaimRequest.lease_duration:type_name -> google.protobuf.Duration
-	50, // 22: jobfence.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
-	7,  // 23: jobfence.v1.ClaimResponse.jobs:type_name -> jobfence.v1.ClaimedJob
-	50, // 24: jobfence.v1.ClaimResponse.retry_after:type_name -> google.protobuf.Duration
-	6,  // 25: jobfence.v1.CompleteResponse.job:type_name -> jobfence.v1.Job
-	2,  // 26: jobfence.v1.RescheduleRequest.next_action:type_name -> jobfence.v1.NextAction
-	50, // 27: jobfence.v1.RescheduleRequest.delay:type_name -> google.protobuf.Duration
-	49, // 28: jobfence.v1.RescheduleRequest.next_attempt_at:type_name -> google.protobuf.Timestamp
-	6,  // 29: jobfence.v1.RescheduleResponse.job:type_name -> jobfence.v1.Job
-	6,  // 30: jobfence.v1.EscalateResponse.job:type_name -> jobfence.v1.Job
-	21, // 31: jobfence.v1.RenewLeasesRequest.grants:type_name -> jobfence.v1.GrantRef
-	50, // 32: jobfence.v1.RenewLeasesRequest.lease_duration:type_name -> google.protobuf.Duration
-	23, // 33: jobfence.v1.RenewLeasesResponse.renewals:type_name -> jobfence.v1.LeaseRenewal
-	49, // 34: jobfence.v1.LeaseRenewal.lease_until:type_name -> google.protobuf.Timestamp
-	0,  // 35: jobfence.v1.LeaseRenewal.refused:type_name -> jobfence.v1.ErrorReason
-	47, // 36: jobfence.v1.LeaseRenewal.metadata:type_name -> jobfence.v1.LeaseRenewal.MetadataEntry
-	49, // 37: jobfence.v1.LeaseRenewal.grant_expires_at:type_name -> google.protobuf.Timestamp
-	49, // 38: jobfence.v1.LeaseRenewal.receipt_filed_at:type_name -> google.protobuf.Timestamp
-	4,  // 39: jobfence.v1.ReportObservationRequest.outcome:type_name -> jobfence.v1.ObservationOutcome
-	9,  // 40: jobfence.v1.ReportObservationResponse.observation:type_name -> jobfence.v1.Observation
-	6,  // 41: jobfence.v1.GetJobResponse.job:type_name -> jobfence.v1.Job
-	8,  // 42: jobfence.v1.GetJobResponse.events:type_name -> jobfence.v1.JobEvent
-	9,  // 43: jobfence.v1.GetJobResponse.observations:type_name -> jobfence.v1.Observation
-	49, // 44: jobfence.v1.GetJobResponse.resend_deadline:type_name -> google.protobuf.Timestamp
-	28, // 45: jobfence.v1.GetJobResponse.ledger:type_name -> jobfence.v1.LedgerEntry
-	49, // 46: jobfence.v1.GetJobResponse.now:type_name -> google.protobuf.Timestamp
-	49, // 47: jobfence.v1.LedgerEntry.recorded_at:type_name -> google.protobuf.Timestamp
-	1,  // 48: jobfence.v1.ListJobsRequest.state:type_name -> jobfence.v1.JobState
-	49, // 49: jobfence.v1.ListJobsRequest.created_after:type_name -> google.protobuf.Timestamp
-	49, // 50: jobfence.v1.ListJobsRequest.created_before:type_name -> google.protobuf.Timestamp
-	6,  // 51: jobfence.v1.ListJobsResponse.jobs:type_name -> jobfence.v1.Job
-	48, // 52: jobfence.v1.ListJobsResponse.observation_counts:type_name -> jobfence.v1.ListJobsResponse.ObservationCountsEntry
-	3,  // 53: jobfence.v1.ResolveReviewRequest.resolution:type_name -> jobfence.v1.ReviewResolution
-	6,  // 54: jobfence.v1.ResolveReviewResponse.job:type_name -> jobfence.v1.Job
-	5,  // 55: jobfence.v1.WhoAmIResponse.roles:type_name -> jobfence.v1.Role
-	49, // 56: jobfence.v1.GetOverviewResponse.now:type_name -> google.protobuf.Timestamp
-	49, // 57: jobfence.v1.GetOverviewResponse.oldest_unfinished_created_at:type_name -> google.protobuf.Timestamp
-	6,  // 58: jobfence.v1.GetOverviewResponse.oldest_reviews:type_name -> jobfence.v1.Job
-	8,  // 59: jobfence.v1.GetOverviewResponse.recent_takeovers:type_name -> jobfence.v1.JobEvent
-	38, // 60: jobfence.v1.GetOverviewResponse.recent_stale_rejections:type_name -> jobfence.v1.StaleRejection
-	49, // 61: jobfence.v1.GetOverviewResponse.coordinator_started_at:type_name -> google.protobuf.Timestamp
-	39, // 62: jobfence.v1.GetOverviewResponse.budgets:type_name -> jobfence.v1.ProviderBudget
-	37, // 63: jobfence.v1.GetOverviewResponse.recent_unmatched:type_name -> jobfence.v1.UnmatchedEvent
-	4,  // 64: jobfence.v1.UnmatchedEvent.outcome:type_name -> jobfence.v1.ObservationOutcome
-	49, // 65: jobfence.v1.UnmatchedEvent.received_at:type_name -> google.protobuf.Timestamp
-	49, // 66: jobfence.v1.StaleRejection.at:type_name -> google.protobuf.Timestamp
-	41, // 67: jobfence.v1.WorkRequest.start:type_name -> jobfence.v1.WorkStart
-	42, // 68: jobfence.v1.WorkRequest.credit:type_name -> jobfence.v1.WorkCredit
-	43, // 69: jobfence.v1.WorkRequest.call:type_name -> jobfence.v1.WorkCall
-	50, // 70: jobfence.v1.WorkStart.lease_duration:type_name -> google.protobuf.Duration
-	14, // 71: jobfence.v1.WorkCall.complete:type_name -> jobfence.v1.CompleteRequest
-	16, // 72: jobfence.v1.WorkCall.reschedule:type_name -> jobfence.v1.RescheduleRequest
-	18, // 73: jobfence.v1.WorkCall.escalate:type_name -> jobfence.v1.EscalateRequest
-	20, // 74: jobfence.v1.WorkCall.renew_leases:type_name -> jobfence.v1.RenewLeasesRequest
-	24, // 75: jobfence.v1.WorkCall.report_observation:type_name -> jobfence.v1.ReportObservationRequest
-	45, // 76: jobfence.v1.WorkResponse.grant:type_name -> jobfence.v1.WorkGrant
-	46, // 77: jobfence.v1.WorkResponse.reply:type_name -> jobfence.v1.WorkReply
-	50, // 78: jobfence.v1.WorkResponse.retry_after:type_name -> google.protobuf.Duration
-	7,  // 79: jobfence.v1.WorkGrant.jobs:type_name -> jobfence.v1.ClaimedJob
-	15, // 80: jobfence.v1.WorkReply.complete:type_name -> jobfence.v1.CompleteResponse
-	17, // 81: jobfence.v1.WorkReply.reschedule:type_name -> jobfence.v1.RescheduleResponse
-	19, // 82: jobfence.v1.WorkReply.escalate:type_name -> jobfence.v1.EscalateResponse
-	22, // 83: jobfence.v1.WorkReply.renew_leases:type_name -> jobfence.v1.RenewLeasesResponse
-	25, // 84: jobfence.v1.WorkReply.report_observation:type_name -> jobfence.v1.ReportObservationResponse
-	10, // 85: jobfence.v1.Coordinator.EnqueueRefund:input_type -> jobfence.v1.EnqueueRefundRequest
-	12, // 86: jobfence.v1.Coordinator.Claim:input_type -> jobfence.v1.ClaimRequest
-	14, // 87: jobfence.v1.Coordinator.Complete:input_type -> jobfence.v1.CompleteRequest
-	16, // 88: jobfence.v1.Coordinator.Reschedule:input_type -> jobfence.v1.RescheduleRequest
-	18, // 89: jobfence.v1.Coordinator.Escalate:input_type -> jobfence.v1.EscalateRequest
-	20, // 90: jobfence.v1.Coordinator.RenewLeases:input_type -> jobfence.v1.RenewLeasesRequest
-	40, // 91: jobfence.v1.Coordinator.Work:input_type -> jobfence.v1.WorkRequest
-	24, // 92: jobfence.v1.Coordinator.ReportObservation:input_type -> jobfence.v1.ReportObservationRequest
-	26, // 93: jobfence.v1.Coordinator.GetJob:input_type -> jobfence.v1.GetJobRequest
-	29, // 94: jobfence.v1.Coordinator.ListJobs:input_type -> jobfence.v1.ListJobsRequest
-	31, // 95: jobfence.v1.Coordinator.ResolveReview:input_type -> jobfence.v1.ResolveReviewRequest
-	33, // 96: jobfence.v1.Coordinator.WhoAmI:input_type -> jobfence.v1.WhoAmIRequest
-	35, // 97: jobfence.v1.Coordinator.GetOverview:input_type -> jobfence.v1.GetOverviewRequest
-	11, // 98: jobfence.v1.Coordinator.EnqueueRefund:output_type -> jobfence.v1.EnqueueRefundResponse
-	13, // 99: jobfence.v1.Coordinator.Claim:output_type -> jobfence.v1.ClaimResponse
-	15, // 100: jobfence.v1.Coordinator.Complete:output_type -> jobfence.v1.CompleteResponse
-	17, // 101: jobfence.v1.Coordinator.Reschedule:output_type -> jobfence.v1.RescheduleResponse
-	19, // 102: jobfence.v1.Coordinator.Escalate:output_type -> jobfence.v1.EscalateResponse
-	22, // 103: jobfence.v1.Coordinator.RenewLeases:output_type -> jobfence.v1.RenewLeasesResponse
-	44, // 104: jobfence.v1.Coordinator.Work:output_type -> jobfence.v1.WorkResponse
-	25, // 105: jobfence.v1.Coordinator.ReportObservation:output_type -> jobfence.v1.ReportObservationResponse
-	27, // 106: jobfence.v1.Coordinator.GetJob:output_type -> jobfence.v1.GetJobResponse
-	30, // 107: jobfence.v1.Coordinator.ListJobs:output_type -> jobfence.v1.ListJobsResponse
-	32, // 108: jobfence.v1.Coordinator.ResolveReview:output_type -> jobfence.v1.ResolveReviewResponse
-	34, // 109: jobfence.v1.Coordinator.WhoAmI:output_type -> jobfence.v1.WhoAmIResponse
-	36, // 110: jobfence.v1.Coordinator.GetOverview:output_type -> jobfence.v1.GetOverviewResponse
-	98, // [98:111] is the sub-list for method output_type
-	85, // [85:98] is the sub-list for method input_type
-	85, // [85:85] is the sub-list for extension type_name
-	85, // [85:85] is the sub-list for extension extendee
-	0,  // [0:85] is the sub-list for field type_name
+	1,   // 0: jobfence.v1.Job.state:type_name -> jobfence.v1.JobState
+	2,   // 1: jobfence.v1.Job.next_action:type_name -> jobfence.v1.NextAction
+	50,  // 2: jobfence.v1.Job.next_attempt_at:type_name -> google.protobuf.Timestamp
+	50,  // 3: jobfence.v1.Job.lease_until:type_name -> google.protobuf.Timestamp
+	50,  // 4: jobfence.v1.Job.first_sent_at:type_name -> google.protobuf.Timestamp
+	50,  // 5: jobfence.v1.Job.created_at:type_name -> google.protobuf.Timestamp
+	50,  // 6: jobfence.v1.Job.updated_at:type_name -> google.protobuf.Timestamp
+	6,   // 7: jobfence.v1.ClaimedJob.job:type_name -> jobfence.v1.Job
+	50,  // 8: jobfence.v1.ClaimedJob.lease_until:type_name -> google.protobuf.Timestamp
+	2,   // 9: jobfence.v1.ClaimedJob.next_action:type_name -> jobfence.v1.NextAction
+	9,   // 10: jobfence.v1.ClaimedJob.observations:type_name -> jobfence.v1.Observation
+	50,  // 11: jobfence.v1.ClaimedJob.resend_deadline:type_name -> google.protobuf.Timestamp
+	50,  // 12: jobfence.v1.ClaimedJob.claimed_at:type_name -> google.protobuf.Timestamp
+	1,   // 13: jobfence.v1.JobEvent.from_state:type_name -> jobfence.v1.JobState
+	1,   // 14: jobfence.v1.JobEvent.to_state:type_name -> jobfence.v1.JobState
+	2,   // 15: jobfence.v1.JobEvent.next_action:type_name -> jobfence.v1.NextAction
+	50,  // 16: jobfence.v1.JobEvent.created_at:type_name -> google.protobuf.Timestamp
+	4,   // 17: jobfence.v1.Observation.outcome:type_name -> jobfence.v1.ObservationOutcome
+	50,  // 18: jobfence.v1.Observation.created_at:type_name -> google.protobuf.Timestamp
+	50,  // 19: jobfence.v1.EnqueueRefundRequest.not_before:type_name -> google.protobuf.Timestamp
+	6,   // 20: jobfence.v1.EnqueueRefundResponse.job:type_name -> jobfence.v1.Job
+	51,  // 21: jobfence.v1.ClaimRequest.lease_duration:type_name -> google.protobuf.Duration
+	51,  // 22: jobfence.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
+	7,   // 23: jobfence.v1.ClaimResponse.jobs:type_name -> jobfence.v1.ClaimedJob
+	51,  // 24: jobfence.v1.ClaimResponse.retry_after:type_name -> google.protobuf.Duration
+	6,   // 25: jobfence.v1.CompleteResponse.job:type_name -> jobfence.v1.Job
+	2,   // 26: jobfence.v1.RescheduleRequest.next_action:type_name -> jobfence.v1.NextAction
+	51,  // 27: jobfence.v1.RescheduleRequest.delay:type_name -> google.protobuf.Duration
+	50,  // 28: jobfence.v1.RescheduleRequest.next_attempt_at:type_name -> google.protobuf.Timestamp
+	6,   // 29: jobfence.v1.RescheduleResponse.job:type_name -> jobfence.v1.Job
+	6,   // 30: jobfence.v1.EscalateResponse.job:type_name -> jobfence.v1.Job
+	21,  // 31: jobfence.v1.RenewLeasesRequest.grants:type_name -> jobfence.v1.GrantRef
+	51,  // 32: jobfence.v1.RenewLeasesRequest.lease_duration:type_name -> google.protobuf.Duration
+	23,  // 33: jobfence.v1.RenewLeasesResponse.renewals:type_name -> jobfence.v1.LeaseRenewal
+	50,  // 34: jobfence.v1.LeaseRenewal.lease_until:type_name -> google.protobuf.Timestamp
+	0,   // 35: jobfence.v1.LeaseRenewal.refused:type_name -> jobfence.v1.ErrorReason
+	48,  // 36: jobfence.v1.LeaseRenewal.metadata:type_name -> jobfence.v1.LeaseRenewal.MetadataEntry
+	50,  // 37: jobfence.v1.LeaseRenewal.grant_expires_at:type_name -> google.protobuf.Timestamp
+	50,  // 38: jobfence.v1.LeaseRenewal.receipt_filed_at:type_name -> google.protobuf.Timestamp
+	4,   // 39: jobfence.v1.ReportObservationRequest.outcome:type_name -> jobfence.v1.ObservationOutcome
+	9,   // 40: jobfence.v1.ReportObservationResponse.observation:type_name -> jobfence.v1.Observation
+	37,  // 41: jobfence.v1.ReportObservationResponse.kept_aside:type_name -> jobfence.v1.UnmatchedEvent
+	6,   // 42: jobfence.v1.GetJobResponse.job:type_name -> jobfence.v1.Job
+	8,   // 43: jobfence.v1.GetJobResponse.events:type_name -> jobfence.v1.JobEvent
+	9,   // 44: jobfence.v1.GetJobResponse.observations:type_name -> jobfence.v1.Observation
+	50,  // 45: jobfence.v1.GetJobResponse.resend_deadline:type_name -> google.protobuf.Timestamp
+	28,  // 46: jobfence.v1.GetJobResponse.ledger:type_name -> jobfence.v1.LedgerEntry
+	50,  // 47: jobfence.v1.GetJobResponse.now:type_name -> google.protobuf.Timestamp
+	50,  // 48: jobfence.v1.LedgerEntry.recorded_at:type_name -> google.protobuf.Timestamp
+	1,   // 49: jobfence.v1.ListJobsRequest.state:type_name -> jobfence.v1.JobState
+	50,  // 50: jobfence.v1.ListJobsRequest.created_after:type_name -> google.protobuf.Timestamp
+	50,  // 51: jobfence.v1.ListJobsRequest.created_before:type_name -> google.protobuf.Timestamp
+	6,   // 52: jobfence.v1.ListJobsResponse.jobs:type_name -> jobfence.v1.Job
+	49,  // 53: jobfence.v1.ListJobsResponse.observation_counts:type_name -> jobfence.v1.ListJobsResponse.ObservationCountsEntry
+	3,   // 54: jobfence.v1.ResolveReviewRequest.resolution:type_name -> jobfence.v1.ReviewResolution
+	6,   // 55: jobfence.v1.ResolveReviewResponse.job:type_name -> jobfence.v1.Job
+	5,   // 56: jobfence.v1.WhoAmIResponse.roles:type_name -> jobfence.v1.Role
+	50,  // 57: jobfence.v1.GetOverviewResponse.now:type_name -> google.protobuf.Timestamp
+	50,  // 58: jobfence.v1.GetOverviewResponse.oldest_unfinished_created_at:type_name -> google.protobuf.Timestamp
+	6,   // 59: jobfence.v1.GetOverviewResponse.oldest_reviews:type_name -> jobfence.v1.Job
+	8,   // 60: jobfence.v1.GetOverviewResponse.recent_takeovers:type_name -> jobfence.v1.JobEvent
+	38,  // 61: jobfence.v1.GetOverviewResponse.recent_stale_rejections:type_name -> jobfence.v1.StaleRejection
+	50,  // 62: jobfence.v1.GetOverviewResponse.coordinator_started_at:type_name -> google.protobuf.Timestamp
+	39,  // 63: jobfence.v1.GetOverviewResponse.budgets:type_name -> jobfence.v1.ProviderBudget
+	37,  // 64: jobfence.v1.GetOverviewResponse.recent_unmatched:type_name -> jobfence.v1.UnmatchedEvent
+	4,   // 65: jobfence.v1.UnmatchedEvent.outcome:type_name -> jobfence.v1.ObservationOutcome
+	50,  // 66: jobfence.v1.UnmatchedEvent.received_at:type_name -> google.protobuf.Timestamp
+	50,  // 67: jobfence.v1.StaleRejection.at:type_name -> google.protobuf.Timestamp
+	41,  // 68: jobfence.v1.WorkRequest.start:type_name -> jobfence.v1.WorkStart
+	43,  // 69: jobfence.v1.WorkRequest.credit:type_name -> jobfence.v1.WorkCredit
+	44,  // 70: jobfence.v1.WorkRequest.call:type_name -> jobfence.v1.WorkCall
+	42,  // 71: jobfence.v1.WorkRequest.ack:type_name -> jobfence.v1.WorkAck
+	51,  // 72: jobfence.v1.WorkStart.lease_duration:type_name -> google.protobuf.Duration
+	21,  // 73: jobfence.v1.WorkAck.grants:type_name -> jobfence.v1.GrantRef
+	14,  // 74: jobfence.v1.WorkCall.complete:type_name -> jobfence.v1.CompleteRequest
+	16,  // 75: jobfence.v1.WorkCall.reschedule:type_name -> jobfence.v1.RescheduleRequest
+	18,  // 76: jobfence.v1.WorkCall.escalate:type_name -> jobfence.v1.EscalateRequest
+	20,  // 77: jobfence.v1.WorkCall.renew_leases:type_name -> jobfence.v1.RenewLeasesRequest
+	24,  // 78: jobfence.v1.WorkCall.report_observation:type_name -> jobfence.v1.ReportObservationRequest
+	46,  // 79: jobfence.v1.WorkResponse.grant:type_name -> jobfence.v1.WorkGrant
+	47,  // 80: jobfence.v1.WorkResponse.reply:type_name -> jobfence.v1.WorkReply
+	51,  // 81: jobfence.v1.WorkResponse.retry_after:type_name -> google.protobuf.Duration
+	7,   // 82: jobfence.v1.WorkGrant.jobs:type_name -> jobfence.v1.ClaimedJob
+	15,  // 83: jobfence.v1.WorkReply.complete:type_name -> jobfence.v1.CompleteResponse
+	17,  // 84: jobfence.v1.WorkReply.reschedule:type_name -> jobfence.v1.RescheduleResponse
+	19,  // 85: jobfence.v1.WorkReply.escalate:type_name -> jobfence.v1.EscalateResponse
+	22,  // 86: jobfence.v1.WorkReply.renew_leases:type_name -> jobfence.v1.RenewLeasesResponse
+	25,  // 87: jobfence.v1.WorkReply.report_observation:type_name -> jobfence.v1.ReportObservationResponse
+	10,  // 88: jobfence.v1.Coordinator.EnqueueRefund:input_type -> jobfence.v1.EnqueueRefundRequest
+	12,  // 89: jobfence.v1.Coordinator.Claim:input_type -> jobfence.v1.ClaimRequest
+	14,  // 90: jobfence.v1.Coordinator.Complete:input_type -> jobfence.v1.CompleteRequest
+	16,  // 91: jobfence.v1.Coordinator.Reschedule:input_type -> jobfence.v1.RescheduleRequest
+	18,  // 92: jobfence.v1.Coordinator.Escalate:input_type -> jobfence.v1.EscalateRequest
+	20,  // 93: jobfence.v1.Coordinator.RenewLeases:input_type -> jobfence.v1.RenewLeasesRequest
+	40,  // 94: jobfence.v1.Coordinator.Work:input_type -> jobfence.v1.WorkRequest
+	24,  // 95: jobfence.v1.Coordinator.ReportObservation:input_type -> jobfence.v1.ReportObservationRequest
+	26,  // 96: jobfence.v1.Coordinator.GetJob:input_type -> jobfence.v1.GetJobRequest
+	29,  // 97: jobfence.v1.Coordinator.ListJobs:input_type -> jobfence.v1.ListJobsRequest
+	31,  // 98: jobfence.v1.Coordinator.ResolveReview:input_type -> jobfence.v1.ResolveReviewRequest
+	33,  // 99: jobfence.v1.Coordinator.WhoAmI:input_type -> jobfence.v1.WhoAmIRequest
+	35,  // 100: jobfence.v1.Coordinator.GetOverview:input_type -> jobfence.v1.GetOverviewRequest
+	11,  // 101: jobfence.v1.Coordinator.EnqueueRefund:output_type -> jobfence.v1.EnqueueRefundResponse
+	13,  // 102: jobfence.v1.Coordinator.Claim:output_type -> jobfence.v1.ClaimResponse
+	15,  // 103: jobfence.v1.Coordinator.Complete:output_type -> jobfence.v1.CompleteResponse
+	17,  // 104: jobfence.v1.Coordinator.Reschedule:output_type -> jobfence.v1.RescheduleResponse
+	19,  // 105: jobfence.v1.Coordinator.Escalate:output_type -> jobfence.v1.EscalateResponse
+	22,  // 106: jobfence.v1.Coordinator.RenewLeases:output_type -> jobfence.v1.RenewLeasesResponse
+	45,  // 107: jobfence.v1.Coordinator.Work:output_type -> jobfence.v1.WorkResponse
+	25,  // 108: jobfence.v1.Coordinator.ReportObservation:output_type -> jobfence.v1.ReportObservationResponse
+	27,  // 109: jobfence.v1.Coordinator.GetJob:output_type -> jobfence.v1.GetJobResponse
+	30,  // 110: jobfence.v1.Coordinator.ListJobs:output_type -> jobfence.v1.ListJobsResponse
+	32,  // 111: jobfence.v1.Coordinator.ResolveReview:output_type -> jobfence.v1.ResolveReviewResponse
+	34,  // 112: jobfence.v1.Coordinator.WhoAmI:output_type -> jobfence.v1.WhoAmIResponse
+	36,  // 113: jobfence.v1.Coordinator.GetOverview:output_type -> jobfence.v1.GetOverviewResponse
+	101, // [101:114] is the sub-list for method output_type
+	88,  // [88:101] is the sub-list for method input_type
+	88,  // [88:88] is the sub-list for extension type_name
+	88,  // [88:88] is the sub-list for extension extendee
+	0,   // [0:88] is the sub-list for field type_name
 }
 
 func init() { file_jobfence_v1_coordinator_proto_init() }
@@ -4701,20 +4827,21 @@ func file_jobfence_v1_coordinator_proto_init() {
 		(*WorkRequest_Start)(nil),
 		(*WorkRequest_Credit)(nil),
 		(*WorkRequest_Call)(nil),
+		(*WorkRequest_Ack)(nil),
 	}
-	file_jobfence_v1_coordinator_proto_msgTypes[37].OneofWrappers = []any{
+	file_jobfence_v1_coordinator_proto_msgTypes[38].OneofWrappers = []any{
 		(*WorkCall_Complete)(nil),
 		(*WorkCall_Reschedule)(nil),
 		(*WorkCall_Escalate)(nil),
 		(*WorkCall_RenewLeases)(nil),
 		(*WorkCall_ReportObservation)(nil),
 	}
-	file_jobfence_v1_coordinator_proto_msgTypes[38].OneofWrappers = []any{
+	file_jobfence_v1_coordinator_proto_msgTypes[39].OneofWrappers = []any{
 		(*WorkResponse_Grant)(nil),
 		(*WorkResponse_Reply)(nil),
 		(*WorkResponse_RetryAfter)(nil),
 	}
-	file_jobfence_v1_coordinator_proto_msgTypes[40].OneofWrappers = []any{
+	file_jobfence_v1_coordinator_proto_msgTypes[41].OneofWrappers = []any{
 		(*WorkReply_Complete)(nil),
 		(*WorkReply_Reschedule)(nil),
 		(*WorkReply_Escalate)(nil),
@@ -4727,7 +4854,7 @@ func file_jobfence_v1_coordinator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_jobfence_v1_coordinator_proto_rawDesc), len(file_jobfence_v1_coordinator_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   43,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -21,20 +21,24 @@ const (
 	// %s: the database's now.
 	insertObservation = `INSERT INTO refund_observations
   (job_id, operation_key, reported_attempt, job_attempt, source, outcome,
-   provider_refund_id, provider_event_id, detail, dedupe_key, created_at, attempt_verified)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, %s, ?)`
+   provider_refund_id, provider_event_id, detail, dedupe_key, created_at, attempt_verified, reporter)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, %s, ?, ?)`
 	selectObservationByID = `SELECT ` + ObservationColumns + ` FROM refund_observations WHERE id = ?`
 
 	// expediteJob makes a ready job due now, to reconcile (R28), and
 	// matches no row when that would change nothing: a job already due to
-	// reconcile, or one that is not ready. It never touches state, attempt,
-	// lease or grant. A job that was due earlier is due from now on too:
+	// reconcile, or one that is not ready. It moves only a job that may
+	// already have been sent (first_sent_at, R22): one never sent waits for
+	// its own time, the producer's not_before among them, so that no receipt
+	// makes a refund be sent earlier than without it. It never touches
+	// state, attempt, lease or grant. A job that was due earlier is due from now on too:
 	// that is what keeps a claim with an earlier cutoff from taking it (see
 	// expedite). The equality on id keeps it on the primary key in every
 	// backend, so it locks that one row and no index range. %[1]s: the
 	// database's now (R12), one value for the whole statement.
 	expediteJob = `UPDATE refund_jobs SET next_attempt_at = %[1]s, next_action = 'reconcile', updated_at = %[1]s
- WHERE id = ? AND state = 'ready' AND (next_attempt_at > %[1]s OR next_action <> 'reconcile')`
+ WHERE id = ? AND state = 'ready' AND first_sent_at IS NOT NULL
+   AND (next_attempt_at > %[1]s OR next_action <> 'reconcile')`
 
 	// markEvidence records on an unfinished job when a receipt of success
 	// or failure was filed (store.Job.EvidenceAt, R28). It never touches
@@ -130,26 +134,39 @@ func (b *Backend) Observe(ctx context.Context, p store.ObservationParams) (store
 	}
 }
 
-// observeTx files p in tx: a repeat answers the receipt on file
-// (duplicate), a job with store.MaxObservationsPerJob on file refuses a new
-// one, the receipt is marked verified when it carries the grant of the
-// attempt it names (R25), and a new one of success or failure expedites its
-// job (R28).
+// observeTx files p in tx: a receipt that cannot be about the job is
+// refused (store.ErrReceiptMismatch), a repeat answers the receipt on file
+// (duplicate), one the job has no room for is kept in the unmatched log
+// (store.ObservationRoom), the receipt is marked verified when it carries
+// the grant of the attempt it names (R25), and a new one of success or
+// failure expedites its job (R28).
 func (b *Backend) observeTx(ctx context.Context, tx Tx, p store.ObservationParams) (store.Observation, bool, error) {
 	job, err := JobByRef(ctx, tx, p.Job)
 	if err != nil {
 		return store.Observation{}, false, err
 	}
-	key := p.DedupeKey(job.ID)
-	if obs, full, err := ObservationFull(ctx, tx, job.ID, key); full || err != nil {
-		return obs, err == nil, err
+	if why := p.Mismatch(job); why != "" {
+		return store.Observation{}, false, fmt.Errorf("%w: %s", store.ErrReceiptMismatch, why)
 	}
+	key := p.DedupeKey(job.ID)
 	verified, err := HeldGrant(ctx, tx, job.ID, p.Attempt, p.LeaseToken)
 	if err != nil {
 		return store.Observation{}, false, err
 	}
+	room, err := ObservationRoomOf(ctx, tx, job.ID, p.Reporter)
+	if err != nil {
+		return store.Observation{}, false, err
+	}
+	if why := room.Refusal(verified); why != "" {
+		obs, err := ObservationByDedupe(ctx, tx, key)
+		if err == nil || !errors.Is(err, sql.ErrNoRows) {
+			return obs, err == nil, err // a repeat of one on file is its duplicate
+		}
+		return b.keepAside(ctx, tx, job, p, verified, why)
+	}
 	res, err := tx.ExecContext(ctx, fmt.Sprintf(insertObservation, b.SQL.NowExpr), job.ID, job.OperationKey,
-		p.Attempt, job.Attempt, p.Source, p.Outcome, p.ProviderRefundID, p.ProviderEventID, p.Detail, key, verified)
+		p.Attempt, job.Attempt, p.Source, p.Outcome, p.ProviderRefundID, p.ProviderEventID, p.Detail, key, verified,
+		p.Reporter)
 	if b.Duplicate(err) {
 		// The same receipt is on file. A failed statement undoes only
 		// itself; the transaction goes on, writing nothing.
@@ -172,6 +189,23 @@ func (b *Backend) observeTx(ctx context.Context, tx Tx, p store.ObservationParam
 	}
 	obs.Expedited, err = b.expedite(ctx, tx, obs)
 	return obs, false, err
+}
+
+// keepAside keeps receipt p, which job has no room for (why), in the
+// unmatched log in tx (store.ObservationParams.KeptAsideEvent): never
+// dropped, and moving nothing (R28). The answer is the receipt as it would
+// have been filed, with the entry kept (KeptAside); duplicate when that
+// entry was on file.
+func (b *Backend) keepAside(ctx context.Context, tx Tx, job store.Job, p store.ObservationParams, verified bool,
+	why string) (store.Observation, bool, error) {
+	kept, duplicate, err := b.keepUnmatchedTx(ctx, tx, p.KeptAsideEvent(job, verified, why))
+	if err != nil {
+		return store.Observation{}, false, err
+	}
+	return store.Observation{JobID: job.ID, OperationKey: job.OperationKey, ReportedAttempt: p.Attempt,
+		JobAttempt: job.Attempt, Source: p.Source, Outcome: p.Outcome, ProviderRefundID: p.ProviderRefundID,
+		ProviderEventID: p.ProviderEventID, Detail: p.Detail, CreatedAt: kept.ReceivedAt, AttemptVerified: verified,
+		Reporter: p.Reporter, KeptAside: &kept}, duplicate, nil
 }
 
 // expedite makes obs's job due now with next action reconcile when it is

@@ -2,8 +2,6 @@ package sqlbase
 
 import (
 	"context"
-	"database/sql"
-	"errors"
 	"fmt"
 
 	"github.com/jobfence/jobfence/store"
@@ -93,19 +91,17 @@ func ObservationByDedupe(ctx context.Context, tx Tx, key string) (store.Observat
 	return ScanObservation(tx.QueryRowContext(ctx, selectObservationByDedupe, key))
 }
 
-// ObservationFull reports whether job jobID may gather no more receipts
-// (store.MaxObservationsPerJob), and then answers the one under key: the
-// receipt on file when it is a repeat (a duplicate), else
-// ErrObservationLimit. When full is false the caller files the receipt.
-func ObservationFull(ctx context.Context, tx Tx, jobID int64, key string) (obs store.Observation, full bool, err error) {
-	var n int64
-	if err := tx.QueryRowContext(ctx, countObservations, jobID).Scan(&n); err != nil || n < store.MaxObservationsPerJob {
-		return store.Observation{}, false, err
-	}
-	obs, err = ObservationByDedupe(ctx, tx, key)
-	if errors.Is(err, sql.ErrNoRows) {
-		return store.Observation{}, true, fmt.Errorf("%w: job %d has %d receipts on file", store.ErrObservationLimit,
-			jobID, n)
-	}
-	return obs, true, err
+// countObservationRoom counts a job's receipts as store.ObservationRoom
+// does, walking ix_refund_observations_job (job_id, id): at most
+// store.MaxObservationsPerJob rows.
+const countObservationRoom = `SELECT COUNT(*),
+  COALESCE(SUM(CASE WHEN attempt_verified THEN 0 ELSE 1 END), 0),
+  COALESCE(SUM(CASE WHEN attempt_verified OR reporter <> ? THEN 0 ELSE 1 END), 0)
+  FROM refund_observations WHERE job_id = ?`
+
+// ObservationRoomOf counts job jobID's receipts for a new one of reporter.
+func ObservationRoomOf(ctx context.Context, tx Tx, jobID int64, reporter string) (store.ObservationRoom, error) {
+	var r store.ObservationRoom
+	err := tx.QueryRowContext(ctx, countObservationRoom, reporter, jobID).Scan(&r.Total, &r.Unverified, &r.Reporter)
+	return r, err
 }

@@ -14,7 +14,7 @@ const (
 	EventColumns = `id, job_id, attempt, kind, worker_id, from_state, to_state, next_action,
   provider_refund_id, reason, created_at, lease_token_hash`
 	ObservationColumns = `id, job_id, operation_key, reported_attempt, job_attempt, source, outcome,
-  provider_refund_id, provider_event_id, detail, created_at, attempt_verified`
+  provider_refund_id, provider_event_id, detail, created_at, attempt_verified, reporter`
 	UnmatchedColumns = `id, provider, provider_event_id, event_type, provider_refund_id, operation_key, outcome,
   detail, received_at`
 )
@@ -43,7 +43,7 @@ func ScanEvent(row Scanner) (store.Event, error) {
 func ScanObservation(row Scanner) (store.Observation, error) {
 	var o store.Observation
 	err := row.Scan(&o.ID, &o.JobID, &o.OperationKey, &o.ReportedAttempt, &o.JobAttempt, &o.Source, &o.Outcome,
-		&o.ProviderRefundID, &o.ProviderEventID, &o.Detail, Time{&o.CreatedAt}, &o.AttemptVerified)
+		&o.ProviderRefundID, &o.ProviderEventID, &o.Detail, Time{&o.CreatedAt}, &o.AttemptVerified, &o.Reporter)
 	return o, err
 }
 

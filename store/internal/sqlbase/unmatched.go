@@ -31,24 +31,8 @@ func (b *Backend) KeepUnmatched(ctx context.Context, e store.UnmatchedEvent) (st
 	var kept store.UnmatchedEvent
 	var duplicate bool
 	err := b.InTx(ctx, func(tx Tx) error {
-		res, err := tx.ExecContext(ctx, fmt.Sprintf(insertUnmatched, b.SQL.NowExpr), e.Provider, e.ProviderEventID,
-			e.EventType, e.ProviderRefundID, e.OperationKey, e.Outcome, e.Detail)
-		if b.Duplicate(err) {
-			// A redelivery: the failed statement undoes only itself, and the
-			// transaction reads the event on file.
-			duplicate = true
-			kept, err = ScanUnmatched(tx.QueryRowContext(ctx, selectUnmatchedByEvent, e.Provider, e.ProviderEventID))
-			return err
-		}
-		if err != nil {
-			return err
-		}
-		id, err := res.LastInsertId()
-		if err != nil {
-			return err
-		}
-		duplicate = false
-		kept, err = ScanUnmatched(tx.QueryRowContext(ctx, selectUnmatchedByID, id))
+		var err error
+		kept, duplicate, err = b.keepUnmatchedTx(ctx, tx, e)
 		return err
 	})
 	switch {
@@ -82,4 +66,26 @@ func (b *Backend) Unmatched(ctx context.Context, limit int) ([]store.UnmatchedEv
 		return nil, 0, b.Unavailable(err)
 	}
 	return events, total, nil
+}
+
+// keepUnmatchedTx files e in tx, or reads the event on file under its
+// provider and event id (duplicate).
+func (b *Backend) keepUnmatchedTx(ctx context.Context, tx Tx, e store.UnmatchedEvent) (store.UnmatchedEvent, bool, error) {
+	res, err := tx.ExecContext(ctx, fmt.Sprintf(insertUnmatched, b.SQL.NowExpr), e.Provider, e.ProviderEventID,
+		e.EventType, e.ProviderRefundID, e.OperationKey, e.Outcome, e.Detail)
+	if b.Duplicate(err) {
+		// A redelivery: the failed statement undoes only itself, and the
+		// transaction reads the event on file.
+		kept, err := ScanUnmatched(tx.QueryRowContext(ctx, selectUnmatchedByEvent, e.Provider, e.ProviderEventID))
+		return kept, true, err
+	}
+	if err != nil {
+		return store.UnmatchedEvent{}, false, err
+	}
+	id, err := res.LastInsertId()
+	if err != nil {
+		return store.UnmatchedEvent{}, false, err
+	}
+	kept, err := ScanUnmatched(tx.QueryRowContext(ctx, selectUnmatchedByID, id))
+	return kept, false, err
 }

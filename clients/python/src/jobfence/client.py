@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import copy
 import logging
 import random
@@ -500,8 +501,11 @@ class Client:
         the attempt the reporter held (0: none); with that grant's
         ``lease_token`` the receipt is attempt_verified (R25). The same receipt
         filed twice is kept once (duplicate=True), so the call is repeated
-        after UNAVAILABLE. Raises NotFoundError, InvalidArgumentError,
-        ObservationLimitError, UnavailableError after the retries."""
+        after UNAVAILABLE. A receipt the job has no room for is kept in the
+        coordinator's unmatched log (observation.kept_aside_id, R28). Raises
+        NotFoundError, InvalidArgumentError, UnavailableError after the
+        retries (ObservationLimitError from coordinators of earlier
+        releases)."""
         req = pb.ReportObservationRequest(
             attempt=attempt,
             lease_token=_secret(lease_token) if lease_token is not None else "",
@@ -516,7 +520,10 @@ class Client:
         else:
             req.operation_key = operation_key
         resp = self._retry_safe("ReportObservation", req, timeout)
-        return observation_of(resp.observation), bool(resp.duplicate), bool(resp.expedited)
+        obs = observation_of(resp.observation)
+        if resp.HasField("kept_aside"):
+            obs = dataclasses.replace(obs, kept_aside_id=int(resp.kept_aside.id))
+        return obs, bool(resp.duplicate), bool(resp.expedited)
 
     def get_job(
         self,

@@ -181,6 +181,15 @@ class Observation:
     created_at: Optional[datetime]
     #: The report carried the lease token of reported_attempt's grant (R25).
     attempt_verified: bool
+    #: Who filed it, from the caller's credential ("" on a coordinator without
+    #: credentials, "webhook:<provider>" for a webhook).
+    reporter: str = ""
+    #: Set by report_observation when the job had no room for the receipt
+    #: (R28: 1,000 on file, or the share of receipts without a lease token, or
+    #: this credential's share, taken): it was kept in the coordinator's
+    #: unmatched log as this entry, where a person sees it, and moved nothing;
+    #: id is 0. It is not lost: do not file it again.
+    kept_aside_id: int = 0
 
 
 @dataclass(frozen=True)
@@ -419,6 +428,7 @@ def observation_of(o: pb.Observation) -> Observation:
         detail=str(o.detail),
         created_at=time_of(o, "created_at"),
         attempt_verified=bool(o.attempt_verified),
+        reporter=str(o.reporter),
     )
 
 

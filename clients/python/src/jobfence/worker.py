@@ -324,8 +324,8 @@ class WorkerOptions:
     #: moves on, and filed again by run(): before its first claim, every
     #: RECEIPT_REFILE_INTERVAL (30 s), and as soon as a call succeeds after
     #: such a failure. The coordinator deduplicates a receipt filed twice. A
-    #: permanent refusal (INVALID_ARGUMENT, NOT_FOUND, OBSERVATION_LIMIT,
-    #: PERMISSION_DENIED…) is logged at ERROR and not spooled. The file holds
+    #: permanent refusal (INVALID_ARGUMENT, NOT_FOUND, PERMISSION_DENIED…) is
+    #: logged at ERROR and not spooled. The file holds
     #: lease tokens: it is created 0600, its folder 0700, and no log line
     #: carries a token. Bounded by MAX_SPOOLED_RECEIPTS and
     #: MAX_RECEIPT_SPOOL_BYTES; past them a receipt is logged at ERROR only.
@@ -1215,15 +1215,17 @@ def refile_later(err: BaseException) -> bool:
     """Whether a report_observation that failed with err may succeed when made
     again later (R28): nothing answered (transport, a cut deadline),
     UNAVAILABLE (DATABASE_* included), DEADLINE_EXCEEDED, a credential being
-    rotated, an internal error a fixed coordinator may not have.
-    INVALID_ARGUMENT, NOT_FOUND, OBSERVATION_LIMIT, PERMISSION_DENIED and the
-    other refusals of the request itself are final."""
+    rotated, an internal error a fixed coordinator may not have,
+    RESOURCE_EXHAUSTED (an earlier coordinator's OBSERVATION_LIMIT included).
+    INVALID_ARGUMENT, NOT_FOUND, PERMISSION_DENIED and the other refusals of
+    the request itself are final."""
     if not isinstance(err, CoordinatorError):
         return True
     if err.code in _FINAL:
         return False
-    if err.code == grpc.StatusCode.RESOURCE_EXHAUSTED:
-        return err.reason != Reason.OBSERVATION_LIMIT
+    # RESOURCE_EXHAUSTED included: OBSERVATION_LIMIT comes from coordinators
+    # of earlier releases only, and is kept in the spool until one that keeps
+    # such a receipt aside takes it (R28: none is dropped for a per-job limit).
     return True
 
 

@@ -20,6 +20,7 @@ ERROR_REASON_OBSERVATION_LIMIT: ErrorReason
 ERROR_REASON_OPERATION_KEY_CONFLICT: ErrorReason
 ERROR_REASON_PERMISSION_DENIED: ErrorReason
 ERROR_REASON_STALE_ATTEMPT: ErrorReason
+ERROR_REASON_TOO_MANY_CALLS: ErrorReason
 ERROR_REASON_UNAUTHENTICATED: ErrorReason
 ERROR_REASON_UNSPECIFIED: ErrorReason
 ERROR_REASON_WRITE_OUTCOME_UNKNOWN: ErrorReason
@@ -386,7 +387,7 @@ class ListJobsResponse(_message.Message):
     def __init__(self, jobs: _Optional[_Iterable[_Union[Job, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., observation_counts: _Optional[_Mapping[int, int]] = ...) -> None: ...
 
 class Observation(_message.Message):
-    __slots__ = ["attempt_verified", "created_at", "detail", "id", "job_attempt", "job_id", "operation_key", "outcome", "provider_event_id", "provider_refund_id", "reported_attempt", "source"]
+    __slots__ = ["attempt_verified", "created_at", "detail", "id", "job_attempt", "job_id", "operation_key", "outcome", "provider_event_id", "provider_refund_id", "reported_attempt", "reporter", "source"]
     ATTEMPT_VERIFIED_FIELD_NUMBER: _ClassVar[int]
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
     DETAIL_FIELD_NUMBER: _ClassVar[int]
@@ -398,6 +399,7 @@ class Observation(_message.Message):
     PROVIDER_EVENT_ID_FIELD_NUMBER: _ClassVar[int]
     PROVIDER_REFUND_ID_FIELD_NUMBER: _ClassVar[int]
     REPORTED_ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    REPORTER_FIELD_NUMBER: _ClassVar[int]
     SOURCE_FIELD_NUMBER: _ClassVar[int]
     attempt_verified: bool
     created_at: _timestamp_pb2.Timestamp
@@ -410,8 +412,9 @@ class Observation(_message.Message):
     provider_event_id: str
     provider_refund_id: str
     reported_attempt: int
+    reporter: str
     source: str
-    def __init__(self, id: _Optional[int] = ..., job_id: _Optional[int] = ..., operation_key: _Optional[str] = ..., reported_attempt: _Optional[int] = ..., job_attempt: _Optional[int] = ..., source: _Optional[str] = ..., outcome: _Optional[_Union[ObservationOutcome, str]] = ..., provider_refund_id: _Optional[str] = ..., provider_event_id: _Optional[str] = ..., detail: _Optional[str] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., attempt_verified: bool = ...) -> None: ...
+    def __init__(self, id: _Optional[int] = ..., job_id: _Optional[int] = ..., operation_key: _Optional[str] = ..., reported_attempt: _Optional[int] = ..., job_attempt: _Optional[int] = ..., source: _Optional[str] = ..., outcome: _Optional[_Union[ObservationOutcome, str]] = ..., provider_refund_id: _Optional[str] = ..., provider_event_id: _Optional[str] = ..., detail: _Optional[str] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., attempt_verified: bool = ..., reporter: _Optional[str] = ...) -> None: ...
 
 class ProviderBudget(_message.Message):
     __slots__ = ["available", "burst", "provider", "rate_per_second"]
@@ -462,14 +465,16 @@ class ReportObservationRequest(_message.Message):
     def __init__(self, job_id: _Optional[int] = ..., operation_key: _Optional[str] = ..., attempt: _Optional[int] = ..., source: _Optional[str] = ..., outcome: _Optional[_Union[ObservationOutcome, str]] = ..., provider_refund_id: _Optional[str] = ..., provider_event_id: _Optional[str] = ..., detail: _Optional[str] = ..., lease_token: _Optional[str] = ...) -> None: ...
 
 class ReportObservationResponse(_message.Message):
-    __slots__ = ["duplicate", "expedited", "observation"]
+    __slots__ = ["duplicate", "expedited", "kept_aside", "observation"]
     DUPLICATE_FIELD_NUMBER: _ClassVar[int]
     EXPEDITED_FIELD_NUMBER: _ClassVar[int]
+    KEPT_ASIDE_FIELD_NUMBER: _ClassVar[int]
     OBSERVATION_FIELD_NUMBER: _ClassVar[int]
     duplicate: bool
     expedited: bool
+    kept_aside: UnmatchedEvent
     observation: Observation
-    def __init__(self, observation: _Optional[_Union[Observation, _Mapping]] = ..., duplicate: bool = ..., expedited: bool = ...) -> None: ...
+    def __init__(self, observation: _Optional[_Union[Observation, _Mapping]] = ..., duplicate: bool = ..., expedited: bool = ..., kept_aside: _Optional[_Union[UnmatchedEvent, _Mapping]] = ...) -> None: ...
 
 class RescheduleRequest(_message.Message):
     __slots__ = ["attempt", "delay", "job_id", "lease_token", "next_action", "next_attempt_at", "reason"]
@@ -573,6 +578,12 @@ class WhoAmIResponse(_message.Message):
     roles: _containers.RepeatedScalarFieldContainer[Role]
     def __init__(self, name: _Optional[str] = ..., roles: _Optional[_Iterable[_Union[Role, str]]] = ..., authenticated: bool = ...) -> None: ...
 
+class WorkAck(_message.Message):
+    __slots__ = ["grants"]
+    GRANTS_FIELD_NUMBER: _ClassVar[int]
+    grants: _containers.RepeatedCompositeFieldContainer[GrantRef]
+    def __init__(self, grants: _Optional[_Iterable[_Union[GrantRef, _Mapping]]] = ...) -> None: ...
+
 class WorkCall(_message.Message):
     __slots__ = ["call_id", "complete", "escalate", "renew_leases", "report_observation", "reschedule"]
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
@@ -620,14 +631,16 @@ class WorkReply(_message.Message):
     def __init__(self, call_id: _Optional[int] = ..., error: _Optional[bytes] = ..., complete: _Optional[_Union[CompleteResponse, _Mapping]] = ..., reschedule: _Optional[_Union[RescheduleResponse, _Mapping]] = ..., escalate: _Optional[_Union[EscalateResponse, _Mapping]] = ..., renew_leases: _Optional[_Union[RenewLeasesResponse, _Mapping]] = ..., report_observation: _Optional[_Union[ReportObservationResponse, _Mapping]] = ...) -> None: ...
 
 class WorkRequest(_message.Message):
-    __slots__ = ["call", "credit", "start"]
+    __slots__ = ["ack", "call", "credit", "start"]
+    ACK_FIELD_NUMBER: _ClassVar[int]
     CALL_FIELD_NUMBER: _ClassVar[int]
     CREDIT_FIELD_NUMBER: _ClassVar[int]
     START_FIELD_NUMBER: _ClassVar[int]
+    ack: WorkAck
     call: WorkCall
     credit: WorkCredit
     start: WorkStart
-    def __init__(self, start: _Optional[_Union[WorkStart, _Mapping]] = ..., credit: _Optional[_Union[WorkCredit, _Mapping]] = ..., call: _Optional[_Union[WorkCall, _Mapping]] = ...) -> None: ...
+    def __init__(self, start: _Optional[_Union[WorkStart, _Mapping]] = ..., credit: _Optional[_Union[WorkCredit, _Mapping]] = ..., call: _Optional[_Union[WorkCall, _Mapping]] = ..., ack: _Optional[_Union[WorkAck, _Mapping]] = ...) -> None: ...
 
 class WorkResponse(_message.Message):
     __slots__ = ["grant", "reply", "retry_after"]
@@ -640,16 +653,18 @@ class WorkResponse(_message.Message):
     def __init__(self, grant: _Optional[_Union[WorkGrant, _Mapping]] = ..., reply: _Optional[_Union[WorkReply, _Mapping]] = ..., retry_after: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class WorkStart(_message.Message):
-    __slots__ = ["credits", "lease_duration", "provider", "worker_id"]
+    __slots__ = ["acknowledges", "credits", "lease_duration", "provider", "worker_id"]
+    ACKNOWLEDGES_FIELD_NUMBER: _ClassVar[int]
     CREDITS_FIELD_NUMBER: _ClassVar[int]
     LEASE_DURATION_FIELD_NUMBER: _ClassVar[int]
     PROVIDER_FIELD_NUMBER: _ClassVar[int]
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    acknowledges: bool
     credits: int
     lease_duration: _duration_pb2.Duration
     provider: str
     worker_id: str
-    def __init__(self, worker_id: _Optional[str] = ..., provider: _Optional[str] = ..., lease_duration: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., credits: _Optional[int] = ...) -> None: ...
+    def __init__(self, worker_id: _Optional[str] = ..., provider: _Optional[str] = ..., lease_duration: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., credits: _Optional[int] = ..., acknowledges: bool = ...) -> None: ...
 
 class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []

@@ -187,9 +187,11 @@ class CoordinatorServicer(object):
         """ReportObservation files what a worker, webhook or reconciler learned from the
         provider. It is accepted from stale workers too, is deduplicated, and never
         changes the job (R15): the current holder verifies it and closes the job
-        through the fenced path. A job keeps at most 1,000 receipts; beyond that a
-        new one answers OBSERVATION_LIMIT (a job gathering that many is being
-        flooded, and a person should look).
+        through the fenced path. A job keeps at most 1,000 receipts, of which at
+        most 800 without their grant's lease_token and 100 without it from one
+        credential (R28): a receipt without room is kept in the unmatched log
+        instead, where a person sees it (kept_aside), and is never dropped. A
+        receipt moves only a job that may already have been sent (R28).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
