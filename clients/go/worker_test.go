@@ -443,6 +443,10 @@ func TestWorkerLateAnswerBecomesObservation_R15(t *testing.T) {
 	if o := d.Observations[0]; o.Outcome != jobfence.OutcomeSucceeded || o.ProviderRefundID != "re_slow" || o.ReportedAttempt != 1 {
 		t.Fatalf("observation %+v", o)
 	}
+	// The database moves before the worker's counter does: it counts the
+	// completion when the write-back's answer comes back. With one slot, the
+	// reschedule was counted before the reconcile's claim.
+	proctest.WaitFor(t, 10*time.Second, "the completion counted", func() bool { return w.Stats().Completed >= 1 })
 	if s := w.Stats(); s.LateAnswers != 1 || s.Rescheduled != 1 || s.Completed != 1 {
 		t.Fatalf("stats %+v", s)
 	}
