@@ -14,10 +14,13 @@ import (
 // runs gets its context's error, and the outcome it will never read goes to
 // abandoned (for a claim: the jobs to release), exactly once.
 func TestBatcherHandsAbandonedOutcomes(t *testing.T) {
-	release := make(chan struct{})
+	running, release := make(chan struct{}), make(chan struct{})
 	var mu sync.Mutex
 	var abandoned []int
 	b := newBatcher(func(_ context.Context, ins []int) []int {
+		if ins[0] == 1 {
+			close(running)
+		}
 		<-release
 		out := make([]int, len(ins))
 		for i, v := range ins {
@@ -34,7 +37,7 @@ func TestBatcherHandsAbandonedOutcomes(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	gone := make(chan error, 1)
 	go func() { _, err := b.do(ctx, 1); gone <- err }()
-	time.Sleep(20 * time.Millisecond) // the call is in the running batch
+	<-running // the call is in the running batch
 	cancel()
 	if err := <-gone; !errors.Is(err, context.Canceled) {
 		t.Fatalf("abandoned call returned %v", err)
@@ -56,16 +59,26 @@ func TestBatcherHandsAbandonedOutcomes(t *testing.T) {
 // batcher of one flusher keeps them waiting.
 func TestBatcherOverflowsAStalledBatch(t *testing.T) {
 	for _, flushers := range []int{1, 2} {
-		stall := make(chan struct{})
+		stalled, stall := make(chan struct{}), make(chan struct{})
 		b := newBatcher(func(_ context.Context, ins []int) []int {
 			if ins[0] == 1 {
+				close(stalled)
 				<-stall
 			}
 			return ins
 		}, flushers, 8, time.Minute, prometheus.NewHistogram(prometheus.HistogramOpts{Name: "x"}))
 		go b.do(context.Background(), 1) //nolint:errcheck
-		time.Sleep(5 * time.Millisecond) // the first call's batch is running
-		ctx, cancel := context.WithTimeout(context.Background(), 10*overflowAfter)
+		// The first call's batch is running.
+		<-stalled
+		// One flusher: still waiting well past overflowAfter. Two: the
+		// stalled batch never ends before close(stall), so only the
+		// overflow can answer the call, however long a loaded machine
+		// takes to run it.
+		wait := 10 * overflowAfter
+		if flushers == 2 {
+			wait = 10 * time.Second
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
 		got, err := b.do(ctx, 2)
 		cancel()
 		if flushers == 1 && !errors.Is(err, context.DeadlineExceeded) {
