@@ -125,32 +125,67 @@ func statusOf(err error, job jobAttrs) (*status.Status, logLine) {
 
 // fenceStatus is the status of a write the fence refused (R9, R21, R25):
 // FAILED_PRECONDITION with the reason, the caller's and the current attempt
-// and state in the metadata, and a PreconditionFailure naming the job.
+// and state in the metadata, and a PreconditionFailure naming the job. Its
+// message says which of the stale writes it was (R24 keeps clients on the
+// reason; the message is for the person reading it).
 func fenceStatus(err error, fe *store.FenceError) (*status.Status, logLine) {
 	r := ReasonStaleAttempt
-	msg := fmt.Sprintf("attempt %d with this lease token is not job %d's current grant (current attempt %d, state %s): "+
-		"it was taken over, or the token is not the one Claim returned; nothing was written",
-		fe.Attempt, fe.Current.ID, fe.Current.Attempt, stateToProto(fe.Current.State))
+	job, state := fe.Current.ID, stateToProto(fe.Current.State)
+	var badToken *errdetails.BadRequest
+	var msg string
 	switch {
 	case errors.Is(err, store.ErrNotRunning):
 		r = ReasonJobNotRunning
 		msg = fmt.Sprintf("job %d is no longer running under attempt %d (state %s): this attempt already wrote a different outcome",
-			fe.Current.ID, fe.Attempt, stateToProto(fe.Current.State))
+			job, fe.Attempt, state)
 	case errors.Is(err, store.ErrNotInReview):
 		r = ReasonJobNotInReview
-		msg = fmt.Sprintf("job %d is not in manual review under attempt %d (state %s)",
-			fe.Current.ID, fe.Attempt, stateToProto(fe.Current.State))
+		msg = fmt.Sprintf("job %d is not in manual review under attempt %d (state %s)", job, fe.Attempt, state)
+	case fe.Attempt < fe.Current.Attempt:
+		msg = fmt.Sprintf("job %d was taken over: attempt %d is no longer its grant (current attempt %d, state %s); "+
+			"nothing was written. Do not write again: file what the provider said with ReportObservation",
+			job, fe.Attempt, fe.Current.Attempt, state)
+	case fe.Attempt > fe.Current.Attempt:
+		msg = fmt.Sprintf("attempt %d of job %d was never granted (current attempt %d, state %s): send the attempt "+
+			"the Claim or WorkGrant returned; nothing was written", fe.Attempt, job, fe.Current.Attempt, state)
+	case fe.Current.Grant.IsZero():
+		// R25: a grant made before lease tokens existed is written back with
+		// its attempt alone, so the token sent was one it never had.
+		msg = fmt.Sprintf("attempt %d of job %d was granted before lease tokens existed and has none: send it "+
+			"with lease_token empty; nothing was written", fe.Attempt, job)
+		badToken = tokenViolation("this grant has no lease token: send none")
+	default:
+		// The attempt sent is the job's current (or last) grant: what the
+		// fence refused is the token, missing or another grant's. Nothing
+		// was taken over.
+		msg = fmt.Sprintf("lease_token is missing or is not attempt %d's: job %d is still under attempt %d "+
+			"(state %s), and a write-back must carry the lease_token the Claim or WorkGrant returned with this "+
+			"attempt; nothing was written", fe.Attempt, job, fe.Attempt, state)
+		badToken = tokenViolation(fmt.Sprintf("missing or not the token of attempt %d: send the lease_token the "+
+			"Claim or WorkGrant returned with this attempt", fe.Attempt))
 	}
 	meta := map[string]string{
-		"job_id":          strconv.FormatInt(fe.Current.ID, 10),
+		"job_id":          strconv.FormatInt(job, 10),
 		"attempt":         strconv.FormatInt(fe.Attempt, 10),
 		"current_attempt": strconv.FormatInt(fe.Current.Attempt, 10),
-		"current_state":   stateToProto(fe.Current.State).String(),
+		"current_state":   state.String(),
 	}
-	return withDetails(codes.FailedPrecondition, msg, info(r, meta), &errdetails.PreconditionFailure{
-			Violations: []*errdetails.PreconditionFailure_Violation{{Type: r, Subject: "jobs/" + meta["job_id"], Description: msg}},
-		}), logLine{level: slog.LevelInfo, msg: "fenced write rejected", attrs: []slog.Attr{slog.String("reason", r),
-			slog.Int64("current_attempt", fe.Current.Attempt), slog.String("current_state", string(fe.Current.State))}}
+	details := []protoadapt.MessageV1{info(r, meta), &errdetails.PreconditionFailure{
+		Violations: []*errdetails.PreconditionFailure_Violation{{Type: r, Subject: "jobs/" + meta["job_id"], Description: msg}},
+	}}
+	if badToken != nil {
+		details = append(details, badToken)
+	}
+	return withDetails(codes.FailedPrecondition, msg, details...), logLine{level: slog.LevelInfo, msg: "fenced write rejected",
+		attrs: []slog.Attr{slog.String("reason", r), slog.Int64("current_attempt", fe.Current.Attempt),
+			slog.String("current_state", string(fe.Current.State))}}
+}
+
+// tokenViolation names the lease_token field of a refused write-back whose
+// attempt is the job's current one: the token is what was wrong.
+func tokenViolation(description string) *errdetails.BadRequest {
+	return &errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{
+		{Field: "lease_token", Description: description}}}
 }
 
 func info(reason string, meta map[string]string) *errdetails.ErrorInfo {
