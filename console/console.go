@@ -51,8 +51,34 @@ type Options struct {
 	// CallTimeout bounds each API call (10s when zero).
 	CallTimeout time.Duration
 	// Logger receives one line per sign-in, sign-out and action (never a
-	// credential); slog.Default() when nil.
+	// credential), and the refused sign-ins counted once an interval;
+	// slog.Default() when nil.
 	Logger *slog.Logger
+
+	// SessionsPerCredential bounds the sessions one credential keeps
+	// (DefaultSessionsPerCredential when zero): its next sign-in ends its
+	// own oldest session, never another credential's.
+	SessionsPerCredential int
+	// MaxSessions bounds all sessions together (DefaultMaxSessions when
+	// zero). When other credentials' live sessions fill it, a sign-in is
+	// refused (503) instead of ending one of theirs.
+	MaxSessions int
+	// SignInsPerAddress limits the sign-in attempts from one client address
+	// (an IPv6 /64 counts as one), SignInsPerCredential the sign-ins of one
+	// credential, each a token bucket (DefaultSignInsPerAddress and
+	// DefaultSignInsPerCredential when zero). Past a limit the answer is 429
+	// with Retry-After.
+	SignInsPerAddress    Rate
+	SignInsPerCredential Rate
+	// RefusalLogInterval is how often refused sign-ins are logged: one line
+	// per client address with the count of each reason (10s when zero).
+	RefusalLogInterval time.Duration
+
+	// Webhooks says that the coordinators receive provider webhooks
+	// (--webhook-listen). The overview then shows the webhook events that
+	// matched no job; without it, only when some were kept (by another
+	// replica, or an earlier run).
+	Webhooks bool
 }
 
 // Console serves the operator console. It is an http.Handler.
@@ -63,13 +89,38 @@ type Console struct {
 	sessions *sessions
 	pages    map[string]*template.Template
 	mux      *http.ServeMux
+
+	// Sign-in attempts by client address and by credential, and the
+	// refused ones, counted for the log.
+	byAddress, byCredential *limiter
+	refused                 *refusals
 }
 
 // New returns a Console calling the coordinator on o.Coordinator. Errors: a
-// missing connection, or templates that do not parse.
+// missing connection, a negative bound or rate (naming the field), or
+// templates that do not parse.
 func New(o Options) (*Console, error) {
 	if o.Coordinator == nil {
 		return nil, errors.New("console: Options.Coordinator is required")
+	}
+	for _, f := range []struct {
+		field string
+		bad   bool
+	}{
+		{"SessionLifetime", o.SessionLifetime < 0}, {"IdleTimeout", o.IdleTimeout < 0},
+		{"CallTimeout", o.CallTimeout < 0}, {"SessionsPerCredential", o.SessionsPerCredential < 0},
+		{"MaxSessions", o.MaxSessions < 0}, {"RefusalLogInterval", o.RefusalLogInterval < 0},
+	} {
+		if f.bad {
+			return nil, fmt.Errorf("console: Options.%s must not be negative", f.field)
+		}
+	}
+	for field, r := range map[string]Rate{"SignInsPerAddress": o.SignInsPerAddress,
+		"SignInsPerCredential": o.SignInsPerCredential} {
+		if r != (Rate{}) && (r.PerSecond <= 0 || r.Burst <= 0) {
+			return nil, fmt.Errorf("console: Options.%s needs PerSecond and Burst above zero (or both zero for "+
+				"the default), got %+v", field, r)
+		}
 	}
 	if o.SessionLifetime == 0 {
 		o.SessionLifetime = 8 * time.Hour
@@ -83,12 +134,29 @@ func New(o Options) (*Console, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	if o.SessionsPerCredential == 0 {
+		o.SessionsPerCredential = DefaultSessionsPerCredential
+	}
+	if o.MaxSessions == 0 {
+		o.MaxSessions = DefaultMaxSessions
+	}
+	if o.SignInsPerAddress == (Rate{}) {
+		o.SignInsPerAddress = DefaultSignInsPerAddress
+	}
+	if o.SignInsPerCredential == (Rate{}) {
+		o.SignInsPerCredential = DefaultSignInsPerCredential
+	}
+	if o.RefusalLogInterval == 0 {
+		o.RefusalLogInterval = 10 * time.Second
+	}
 	pages, err := parsePages()
 	if err != nil {
 		return nil, err
 	}
 	c := &Console{api: pb.NewCoordinatorClient(o.Coordinator), opts: o, log: o.Logger, pages: pages,
-		sessions: newSessions(o.SessionLifetime, o.IdleTimeout, o.Secure)}
+		sessions:  newSessions(o.SessionLifetime, o.IdleTimeout, o.Secure, o.SessionsPerCredential, o.MaxSessions),
+		byAddress: newLimiter(o.SignInsPerAddress), byCredential: newLimiter(o.SignInsPerCredential),
+		refused: &refusals{log: o.Logger, every: o.RefusalLogInterval}}
 	static, _ := fs.Sub(assets, "static")
 	m := http.NewServeMux()
 	m.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))

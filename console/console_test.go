@@ -37,6 +37,7 @@ import (
 const (
 	tokAlice  = "tok-alice-operator-0123456789"
 	tokBob    = "tok-bob-operator-0123456789"
+	tokCarol  = "tok-carol-operator-0123456789"
 	tokRita   = "tok-rita-reader-0123456789"
 	tokWorker = "tok-worker-0123456789"
 	tokShop   = "tok-shop-producer-0123456789"
@@ -73,11 +74,13 @@ type env struct {
 	logs *syncBuffer // the coordinator's and the console's
 }
 
-func start(t *testing.T, b testdb.Backend) *env {
+// start starts the coordinator and the console, with the console's options
+// as each of with changes them.
+func start(t *testing.T, b testdb.Backend, with ...func(*console.Options)) *env {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "tokens")
 	lines := tokenLine("alice", "operator", tokAlice) + tokenLine("bob", "operator", tokBob) +
-		tokenLine("rita", "reader", tokRita) + tokenLine("worker-1", "worker", tokWorker) +
+		tokenLine("carol", "operator", tokCarol) + tokenLine("rita", "reader", tokRita) + tokenLine("worker-1", "worker", tokWorker) +
 		tokenLine("shop", "producer", tokShop)
 	if err := os.WriteFile(path, []byte(lines), 0o600); err != nil {
 		t.Fatal(err)
@@ -102,7 +105,11 @@ func start(t *testing.T, b testdb.Backend) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	h, err := console.New(console.Options{Coordinator: conn, Logger: log})
+	o := console.Options{Coordinator: conn, Logger: log}
+	for _, f := range with {
+		f(&o)
+	}
+	h, err := console.New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,6 +179,7 @@ type page struct {
 	status int
 	body   string
 	url    string
+	header http.Header
 }
 
 func (p *person) do(req *http.Request) page {
@@ -185,7 +193,7 @@ func (p *person) do(req *http.Request) page {
 	if m := csrfField.FindStringSubmatch(string(b)); m != nil {
 		p.csrf = html.UnescapeString(m[1])
 	}
-	return page{status: resp.StatusCode, body: string(b), url: resp.Request.URL.Path}
+	return page{status: resp.StatusCode, body: string(b), url: resp.Request.URL.Path, header: resp.Header}
 }
 
 func (p *person) get(path string) page {

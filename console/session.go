@@ -3,7 +3,9 @@ package console
 import (
 	"crypto/rand"
 	"encoding/base64"
+	"errors"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 )
@@ -16,9 +18,20 @@ const (
 	signinCookie  = "jobfence_signin" // the sign-in form's CSRF token (double submit)
 )
 
-// maxSessions bounds the sessions kept: past it the oldest is dropped
-// (its person signs in again), so sign-ins cannot grow memory without end.
-const maxSessions = 10_000
+// The session bounds when Options leave them zero.
+const (
+	// DefaultSessionsPerCredential is how many sessions one credential keeps:
+	// a person with a few browsers, or a small team sharing a reader token.
+	// The next sign-in ends that credential's own oldest session.
+	DefaultSessionsPerCredential = 20
+	// DefaultMaxSessions bounds the sessions of all credentials together, so
+	// that sign-ins cannot grow memory without end.
+	DefaultMaxSessions = 10_000
+)
+
+// errSessionsFull: the console keeps as many sessions as it may, all live
+// and none of the signing-in credential's own.
+var errSessionsFull = errors.New("console: every session is taken by other credentials")
 
 // session is one signed-in person.
 type session struct {
@@ -79,16 +92,24 @@ func (s *session) Role() string {
 // sessions keeps the signed-in people of one console process. A restart
 // signs everyone out: sessions are deliberately not stored anywhere else,
 // because each holds a credential.
+//
+// One credential's sign-ins never end another credential's sessions: each
+// credential keeps at most perCredential, its own oldest ended first, and
+// when all max are taken by others' live sessions a sign-in is refused
+// rather than signing someone else out.
 type sessions struct {
-	lifetime, idle time.Duration
-	secure         bool
+	lifetime, idle     time.Duration
+	secure             bool
+	perCredential, max int
 
-	mu   sync.Mutex
-	byID map[string]*session
+	mu     sync.Mutex
+	byID   map[string]*session
+	byName map[string][]*session // each credential's sessions, oldest first
 }
 
-func newSessions(lifetime, idle time.Duration, secure bool) *sessions {
-	return &sessions{lifetime: lifetime, idle: idle, secure: secure, byID: map[string]*session{}}
+func newSessions(lifetime, idle time.Duration, secure bool, perCredential, max int) *sessions {
+	return &sessions{lifetime: lifetime, idle: idle, secure: secure, perCredential: perCredential, max: max,
+		byID: map[string]*session{}, byName: map[string][]*session{}}
 }
 
 // randomID returns 32 bytes from crypto/rand, base64url.
@@ -99,31 +120,49 @@ func randomID() string {
 }
 
 // start signs a person in: a new session (a new id on every sign-in, so an
-// id planted before it is worthless), its cookie set on w.
-func (ss *sessions) start(w http.ResponseWriter, token, name string, canAct bool) *session {
+// id planted before it is worthless), its cookie set on w. Past the
+// credential's bound its own oldest session ends. Errors: errSessionsFull
+// when every session is another credential's and live.
+func (ss *sessions) start(w http.ResponseWriter, token, name string, canAct bool) (*session, error) {
 	now := time.Now()
 	s := &session{id: randomID(), token: token, name: name, canAct: canAct, csrf: randomID(),
 		created: now, lastUsed: now, previews: map[string]*bulkPreview{}}
 	ss.mu.Lock()
-	for id, old := range ss.byID {
+	for _, old := range ss.byID {
 		if ss.expired(old, now) {
-			delete(ss.byID, id)
+			ss.remove(old)
 		}
 	}
-	for len(ss.byID) >= maxSessions {
-		var oldest *session
-		for _, o := range ss.byID {
-			if oldest == nil || o.created.Before(oldest.created) {
-				oldest = o
-			}
+	// Make room from the credential's own sessions, oldest first: past its
+	// bound, or when the table is full. Never from another credential's.
+	for {
+		mine := ss.byName[name]
+		if len(mine) == 0 || len(mine) < ss.perCredential && len(ss.byID) < ss.max {
+			break
 		}
-		delete(ss.byID, oldest.id)
+		ss.remove(mine[0])
+	}
+	if len(ss.byID) >= ss.max {
+		ss.mu.Unlock()
+		return nil, errSessionsFull
 	}
 	ss.byID[s.id] = s
+	ss.byName[name] = append(ss.byName[name], s)
 	ss.mu.Unlock()
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: s.id, Path: "/", HttpOnly: true, Secure: ss.secure,
 		SameSite: http.SameSiteStrictMode, MaxAge: int(ss.lifetime / time.Second)})
-	return s
+	return s, nil
+}
+
+// remove forgets s; the caller holds ss.mu.
+func (ss *sessions) remove(s *session) {
+	delete(ss.byID, s.id)
+	mine := slices.DeleteFunc(ss.byName[s.name], func(o *session) bool { return o == s })
+	if len(mine) == 0 {
+		delete(ss.byName, s.name)
+	} else {
+		ss.byName[s.name] = mine
+	}
 }
 
 // get returns the request's live session, or nil.
@@ -136,7 +175,7 @@ func (ss *sessions) get(r *http.Request) *session {
 	ss.mu.Lock()
 	s := ss.byID[ck.Value]
 	if s != nil && ss.expired(s, now) {
-		delete(ss.byID, s.id)
+		ss.remove(s)
 		s = nil
 	}
 	ss.mu.Unlock()
@@ -160,7 +199,9 @@ func (ss *sessions) end(w http.ResponseWriter, s *session) {
 		return
 	}
 	ss.mu.Lock()
-	delete(ss.byID, s.id)
+	if ss.byID[s.id] == s {
+		ss.remove(s)
+	}
 	ss.mu.Unlock()
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", HttpOnly: true, Secure: ss.secure,
 		SameSite: http.SameSiteStrictMode, MaxAge: -1})
