@@ -33,7 +33,10 @@ type Metrics struct {
 	workStreams prometheus.Gauge
 	// handedBack: grants a worker stream could not deliver.
 	handedBack prometheus.Counter
-	grpc       *grpcprom.ServerMetrics
+	// unacknowledged: of those, the grants sent that the worker did not
+	// acknowledge in time or before its stream ended.
+	unacknowledged prometheus.Counter
+	grpc           *grpcprom.ServerMetrics
 }
 
 // NewMetrics registers the coordinator's metrics for st on reg.
@@ -103,7 +106,11 @@ func NewMetrics(reg prometheus.Registerer, st store.Store) *Metrics {
 		}),
 		handedBack: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "jobfence_grants_handed_back_total",
-			Help: "Grants a worker stream could not deliver (it failed or closed first), handed back due now under their own tokens.",
+			Help: "Grants a worker stream could not deliver (it failed or closed first, or the worker did not acknowledge them), handed back due now under their own tokens.",
+		}),
+		unacknowledged: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "jobfence_grants_unacknowledged_total",
+			Help: "Grants sent on a worker stream that the worker did not acknowledge within 5 s (or half the lease) or before the stream ended, handed back (counted in jobfence_grants_handed_back_total too).",
 		}),
 		grpc: grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram(
 			grpcprom.WithHistogramBuckets([]float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 5, 30, 60}))),
@@ -117,7 +124,7 @@ func NewMetrics(reg prometheus.Registerer, st store.Store) *Metrics {
 	for _, rpc := range []string{"Complete", "Reschedule", "Escalate", "RenewLeases"} {
 		m.stale.WithLabelValues(rpc)
 	}
-	reg.MustRegister(m.takeovers, m.stale, m.granted, m.jobsPerClaim, m.writeBatch, m.enqueueBatch, m.claimTxBatch, m.handoffs, m.idleLooks, m.earlyRejects, m.renewals, m.renewBatch, m.receiptToCompletion, m.workStreams, m.handedBack, m.grpc,
+	reg.MustRegister(m.takeovers, m.stale, m.granted, m.jobsPerClaim, m.writeBatch, m.enqueueBatch, m.claimTxBatch, m.handoffs, m.idleLooks, m.earlyRejects, m.renewals, m.renewBatch, m.receiptToCompletion, m.workStreams, m.handedBack, m.unacknowledged, m.grpc,
 		newStatsCollector(st))
 	return m
 }

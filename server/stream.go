@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/subtle"
 	"errors"
 	"io"
 	"log/slog"
@@ -44,6 +45,22 @@ const (
 // max_jobs bound.
 const maxStreamClaim = 100
 
+// MaxUnshownGrants bounds the grants one worker stream holds that its
+// worker has not shown it received — by a WorkAck, or a renewal or
+// write-back on the stream — whatever its credits: a worker that reads
+// nothing holds at most this many jobs, and those only briefly
+// (StreamAckTimeout).
+const MaxUnshownGrants = 100
+
+// StreamAckTimeout is how long a worker that acknowledges its grants
+// (WorkStart.acknowledges) may leave one it was sent unacknowledged, and at
+// most half the grant's lease (ackTimeout): past it the grant is handed
+// back through the fenced path, as one the stream could not deliver.
+const StreamAckTimeout = 5 * time.Second
+
+// maxAckGrants bounds the grants one WorkAck names.
+const maxAckGrants = 100
+
 // Work implements jobfence.v1.Coordinator: the worker stream. Three
 // goroutines serve it: this one reads (WorkStart first, then credits and
 // calls), a claimer grants jobs while the stream holds credits, and a
@@ -65,7 +82,7 @@ func (s *Server) Work(stream pb.Coordinator_WorkServer) error {
 	if id, ok := IdentityFrom(ctx); ok {
 		p.WorkerID = id.Name // the history names the credential, as for Claim
 	}
-	ws := newWorkStream(s, ctx, p, credits)
+	ws := newWorkStream(s, ctx, p, credits, first.GetStart().GetAcknowledges())
 	s.metrics.workStreams.Inc()
 	defer s.metrics.workStreams.Dec()
 	if s.log.Enabled(ctx, slog.LevelDebug) {
@@ -87,10 +104,17 @@ type workStream struct {
 	failOnce sync.Once
 
 	claim store.ClaimParams // WorkerID, Provider and Lease; MaxJobs per claim
+	// acks: the worker acknowledges each grant as it reads it
+	// (WorkStart.acknowledges); one it leaves unacknowledged is handed back.
+	acks bool
 
 	mu       sync.Mutex
 	credits  int
 	creditCh chan struct{} // a token when credits rose from nothing
+	// unshown are the grants made on the stream that its worker has not
+	// shown it received (MaxUnshownGrants); shownCh a token when one left.
+	unshown map[grantKey]*unshownGrant
+	shownCh chan struct{}
 	// stopClaims ends the claimer: the worker half-closed, the coordinator
 	// drains, or the stream ended.
 	stopClaims context.CancelFunc
@@ -115,9 +139,23 @@ type outgoing struct {
 	jobs []store.ClaimedJob
 }
 
-func newWorkStream(s *Server, ctx context.Context, p store.ClaimParams, credits int) *workStream {
+// grantKey names one grant of a stream: a job may come back to the same
+// stream under a later attempt.
+type grantKey struct{ job, attempt int64 }
+
+func keyOf(c store.ClaimedJob) grantKey { return grantKey{c.Job.ID, c.Job.Attempt} }
+
+// unshownGrant is a grant its worker has not shown it received, and when
+// it was sent (zero until then).
+type unshownGrant struct {
+	c    store.ClaimedJob
+	sent time.Time
+}
+
+func newWorkStream(s *Server, ctx context.Context, p store.ClaimParams, credits int, acks bool) *workStream {
 	failed := make(chan struct{})
-	ws := &workStream{s: s, ctx: ctx, claim: p, credits: credits, creditCh: make(chan struct{}, 1),
+	ws := &workStream{s: s, ctx: ctx, claim: p, acks: acks, credits: credits, creditCh: make(chan struct{}, 1),
+		unshown: map[grantKey]*unshownGrant{}, shownCh: make(chan struct{}, 1),
 		out: make(chan outgoing, maxStreamCalls+1), failed: failed, heardCh: make(chan struct{}, 1)}
 	ws.heard.Store(time.Now().UnixNano())
 	ws.fail = func(err error) {
@@ -199,6 +237,12 @@ loop:
 		// A Send may be blocked on a worker that reads nothing: it returns
 		// once this handler has, and the sender hands back what is left.
 	}
+	if ws.acks {
+		// The worker never showed it had these: none may wait out its
+		// lease on a stream that is gone.
+		ws.handBack(ws.takeUnshown(func(*unshownGrant) bool { return true }),
+			"worker stream ended before the worker acknowledged the grant")
+	}
 	if ws.failErr != nil {
 		return ws.failErr
 	}
@@ -211,7 +255,10 @@ func (ws *workStream) take(m *pb.WorkRequest, slots chan struct{}) error {
 	switch k := m.GetKind().(type) {
 	case *pb.WorkRequest_Credit:
 		return ws.addCredits(int(k.Credit.GetCredits()))
+	case *pb.WorkRequest_Ack:
+		return ws.acknowledge(k.Ack.GetGrants())
 	case *pb.WorkRequest_Call:
+		ws.showCall(k.Call)
 		select {
 		case slots <- struct{}{}:
 		case <-ws.failed:
@@ -228,8 +275,135 @@ func (ws *workStream) take(m *pb.WorkRequest, slots chan struct{}) error {
 	case *pb.WorkRequest_Start:
 		return store.Invalid("start", "only the stream's first message may be a WorkStart")
 	default:
-		return store.Invalid("kind", "one of credit or call is required")
+		return store.Invalid("kind", "one of credit, call or ack is required")
 	}
+}
+
+// acknowledge marks the grants refs names as received: each one of this
+// stream's unshown grants whose job, attempt and lease token it names.
+// Others (handed back already, another stream's, a wrong token) are
+// ignored. Errors: more than maxAckGrants, or none.
+func (ws *workStream) acknowledge(refs []*pb.GrantRef) error {
+	if len(refs) == 0 || len(refs) > maxAckGrants {
+		return store.Invalid("ack.grants", "must name 1..%d grants, got %d", maxAckGrants, len(refs))
+	}
+	for _, r := range refs {
+		ws.show(r.GetJobId(), r.GetAttempt(), r.GetLeaseToken())
+	}
+	return nil
+}
+
+// showCall marks the grants a call on the stream carries as received: a
+// worker that renews or writes back a grant has it.
+func (ws *workStream) showCall(c *pb.WorkCall) {
+	switch k := c.GetCall().(type) {
+	case *pb.WorkCall_Complete:
+		ws.show(k.Complete.GetJobId(), k.Complete.GetAttempt(), k.Complete.GetLeaseToken())
+	case *pb.WorkCall_Reschedule:
+		ws.show(k.Reschedule.GetJobId(), k.Reschedule.GetAttempt(), k.Reschedule.GetLeaseToken())
+	case *pb.WorkCall_Escalate:
+		ws.show(k.Escalate.GetJobId(), k.Escalate.GetAttempt(), k.Escalate.GetLeaseToken())
+	case *pb.WorkCall_RenewLeases:
+		for _, g := range k.RenewLeases.GetGrants() {
+			ws.show(g.GetJobId(), g.GetAttempt(), g.GetLeaseToken())
+		}
+	case *pb.WorkCall_ReportObservation:
+		r := k.ReportObservation
+		ws.show(r.GetJobId(), r.GetAttempt(), r.GetLeaseToken())
+	}
+}
+
+// show marks one grant received when it is one of the stream's unshown
+// grants and token is its lease token: a worker that never read the grant
+// cannot know it (R25).
+func (ws *workStream) show(job, attempt int64, token string) {
+	if job == 0 || token == "" {
+		return
+	}
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	g, ok := ws.unshown[grantKey{job, attempt}]
+	if !ok || subtle.ConstantTimeCompare([]byte(g.c.LeaseToken), []byte(token)) != 1 {
+		return
+	}
+	delete(ws.unshown, grantKey{job, attempt})
+	ws.signalShown()
+}
+
+// signalShown wakes a claimer waiting for room among the unshown grants.
+// Call it with mu held.
+func (ws *workStream) signalShown() {
+	select {
+	case ws.shownCh <- struct{}{}:
+	default:
+	}
+}
+
+// takeUnshown removes the unshown grants that match and returns them: the
+// one who takes a grant out hands it back, so none is handed back twice.
+func (ws *workStream) takeUnshown(match func(*unshownGrant) bool) []store.ClaimedJob {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	var out []store.ClaimedJob
+	for k, g := range ws.unshown {
+		if match(g) {
+			out = append(out, g.c)
+			delete(ws.unshown, k)
+		}
+	}
+	if len(out) > 0 {
+		ws.signalShown()
+	}
+	return out
+}
+
+// takeUnshownOf removes jobs from the unshown grants and returns those that
+// were there.
+func (ws *workStream) takeUnshownOf(jobs []store.ClaimedJob) []store.ClaimedJob {
+	if len(jobs) == 0 {
+		return nil
+	}
+	in := make(map[grantKey]bool, len(jobs))
+	for _, c := range jobs {
+		in[keyOf(c)] = true
+	}
+	return ws.takeUnshown(func(g *unshownGrant) bool { return in[keyOf(g.c)] })
+}
+
+// markSent records when jobs' grant went to the transport.
+func (ws *workStream) markSent(jobs []store.ClaimedJob, at time.Time) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	for _, c := range jobs {
+		if g, ok := ws.unshown[keyOf(c)]; ok {
+			g.sent = at
+		}
+	}
+}
+
+// expireUnshown ends the wait for grants sent long enough ago. A worker
+// that acknowledges has its grants handed back after ackTimeout: it never
+// showed it had them. One of an earlier release, which shows a grant only
+// by a renewal or write-back, has it counted as received once its lease has
+// run (a takeover is due by then anyway, R6), so that room is not held
+// forever by grants written back outside the stream.
+func (ws *workStream) expireUnshown(now time.Time) {
+	wait := ws.claim.Lease
+	if ws.acks {
+		wait = ackTimeout(ws.claim.Lease)
+	}
+	expired := ws.takeUnshown(func(g *unshownGrant) bool { return !g.sent.IsZero() && now.Sub(g.sent) > wait })
+	if !ws.acks || len(expired) == 0 {
+		return
+	}
+	ws.s.metrics.unacknowledged.Add(float64(len(expired)))
+	ws.handBack(expired, "worker stream: the worker did not acknowledge the grant within "+wait.String())
+}
+
+// ackTimeout is how long an acknowledging worker may leave a grant of lease
+// unacknowledged: StreamAckTimeout, at most half the lease.
+func ackTimeout(lease time.Duration) time.Duration {
+	return min(StreamAckTimeout, lease/2)
 }
 
 // addCredits adds n credits (0..MaxStreamCredits, and at most that many
@@ -261,11 +435,15 @@ func (ws *workStream) claimLoop() {
 	var shortfall dispatch.Shortfall // a grant of fewer jobs than asked for spares the next claim its first look
 	for {
 		ws.mu.Lock()
-		n := min(ws.credits, maxStreamClaim)
+		n := min(ws.credits, maxStreamClaim, MaxUnshownGrants-len(ws.unshown))
 		ws.mu.Unlock()
-		if n == 0 {
+		if n <= 0 {
+			// No free slot, or as many grants out as a worker may hold
+			// without showing it has them.
 			select {
 			case <-ws.creditCh:
+				continue
+			case <-ws.shownCh:
 				continue
 			case <-ws.claimCtx.Done():
 				return
@@ -323,6 +501,9 @@ func (ws *workStream) claimLoop() {
 		}
 		ws.mu.Lock()
 		ws.credits -= len(claimed)
+		for _, c := range claimed {
+			ws.unshown[keyOf(c)] = &unshownGrant{c: c}
+		}
 		ws.mu.Unlock()
 		grant := &pb.WorkGrant{Jobs: ws.s.grantedToProto(ws.ctx, p.WorkerID, claimed)}
 		ws.queue(outgoing{msg: &pb.WorkResponse{Kind: &pb.WorkResponse_Grant{Grant: grant}}, jobs: claimed})
@@ -350,7 +531,7 @@ func (ws *workStream) queue(o outgoing) {
 	select {
 	case ws.out <- o:
 	case <-ws.failed:
-		ws.handBack(o.jobs, "worker stream failed before the grant was sent")
+		ws.handBack(ws.takeUnshownOf(o.jobs), "worker stream failed before the grant was sent")
 	}
 }
 
@@ -373,13 +554,15 @@ func (ws *workStream) send(stream pb.Coordinator_WorkServer) {
 			ws.sending.Store(0)
 			if err != nil {
 				ws.fail(streamEnd(err))
+			} else {
+				ws.markSent(o.jobs, time.Now())
 			}
 		}
 		if err != nil {
 			// gRPC fails a Send only for a message it did not hand to the
 			// transport; the token dies with the hand-back either way
 			// (docs/DESIGN.md, "The worker stream").
-			ws.handBack(o.jobs, "worker stream: the grant could not be sent")
+			ws.handBack(ws.takeUnshownOf(o.jobs), "worker stream: the grant could not be sent")
 		}
 	}
 }
@@ -406,6 +589,7 @@ func (ws *workStream) watch() {
 				"grants not yet sent handed back", limit))
 			return
 		}
+		ws.expireUnshown(time.Now())
 		if ws.silent() {
 			ws.mu.Lock()
 			if ws.withdraw != nil {

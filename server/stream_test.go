@@ -21,8 +21,10 @@ import (
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 
 	pb "github.com/jobfence/jobfence/gen/jobfence/v1"
+	"github.com/jobfence/jobfence/internal/proctest"
 	"github.com/jobfence/jobfence/internal/testdb"
 	"github.com/jobfence/jobfence/server"
+	"github.com/jobfence/jobfence/store"
 )
 
 // workStream is a test worker on the worker stream: what the coordinator
@@ -309,51 +311,77 @@ func TestWorkStreamEndsWithoutTakingWork(t *testing.T) {
 	}
 }
 
-// A worker that reads nothing cannot stall the others: its stream is cut
-// after a third of its lease with a message unread, the grants not yet
-// written are handed back under their own tokens, and a second worker
-// reading its stream is granted work all along (here: every job).
-func TestWorkStreamSlowReaderIsCutAndItsGrantsHandedBack(t *testing.T) {
-	// Polls as in production: the stuck worker's grants are taken over at
-	// the first poll instant after their leases ran out.
-	c := start(t, testdb.SQLiteBackend(), func(o *server.Options) { o.ClaimPollInterval = 200 * time.Millisecond })
-	ctx := ctxFor(t)
-	// Fixed HTTP/2 windows of 64 KiB (no window growth): the grants fill them
-	// within a few hundred.
+// stuckStream opens a worker stream on its own connection with fixed HTTP/2
+// windows of 64 KiB (no window growth, so that what it leaves unread fills
+// them soon) that sends heartbeats, and spam when set, but reads nothing.
+func (c *coordinator) stuckStream(t *testing.T, ctx context.Context, start *pb.WorkStart,
+	spam *pb.WorkRequest) pb.Coordinator_WorkClient {
+	t.Helper()
 	conn, err := grpc.NewClient(c.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithInitialWindowSize(65535), grpc.WithInitialConnWindowSize(65535))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	t.Cleanup(func() { conn.Close() })
 	stuck, err := pb.NewCoordinatorClient(conn).Work(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := stuck.Send(&pb.WorkRequest{Kind: &pb.WorkRequest_Start{Start: &pb.WorkStart{WorkerId: "stuck",
-		Credits: server.MaxStreamCredits, LeaseDuration: durationpb.New(3 * time.Second)}}}); err != nil {
+	if err := stuck.Send(&pb.WorkRequest{Kind: &pb.WorkRequest_Start{Start: start}}); err != nil {
 		t.Fatal(err)
 	}
-	// It sends heartbeats, but reads nothing.
 	go func() {
-		for range time.Tick(server.StreamHeartbeat) {
-			if stuck.Send(&pb.WorkRequest{Kind: &pb.WorkRequest_Credit{Credit: &pb.WorkCredit{}}}) != nil {
+		beat := time.NewTicker(server.StreamHeartbeat)
+		defer beat.Stop()
+		for {
+			m := &pb.WorkRequest{Kind: &pb.WorkRequest_Credit{Credit: &pb.WorkCredit{}}}
+			if spam != nil {
+				m = spam
+			} else {
+				<-beat.C
+			}
+			if stuck.Send(m) != nil {
 				return
 			}
 		}
 	}()
-	const n = 1500
-	for range n {
-		req := refundReq()
-		req.OrderId = strings.Repeat("o", 120) // larger grants fill the stream's window sooner
-		if _, err := c.client.EnqueueRefund(ctx, req); err != nil {
-			t.Fatal(err)
+	return stuck
+}
+
+// heldBy samples, until ctx ends, how many running jobs worker holds, and
+// returns the most it saw.
+func (c *coordinator) heldBy(ctx context.Context, worker string) func() int {
+	var most atomic.Int64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			page, err := c.store.List(ctx, store.ListParams{State: store.StateRunning, Limit: store.MaxPageSize})
+			if err == nil {
+				n := int64(0)
+				for _, j := range page.Jobs {
+					if j.WorkerID == worker {
+						n++
+					}
+				}
+				if n > most.Load() {
+					most.Store(n)
+				}
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(20 * time.Millisecond):
+			}
 		}
-	}
-	reader := c.openWork(t, ctx, &pb.WorkStart{WorkerId: "reader", Credits: 100, LeaseDuration: durationpb.New(time.Minute)})
-	// The reader pipelines: each grant's completion and credit go out at
-	// once, the replies are counted as they come.
-	completed, deadline := 0, time.After(40*time.Second)
+	}()
+	return func() int { <-done; return int(most.Load()) }
+}
+
+// drainWith has reader complete n jobs as they are granted, pipelining each
+// completion and its credit, within d.
+func drainWith(t *testing.T, reader *workStream, n int, d time.Duration) {
+	t.Helper()
+	completed, deadline := 0, time.After(d)
 	for completed < n {
 		select {
 		case g := <-reader.grants:
@@ -370,18 +398,59 @@ func TestWorkStreamSlowReaderIsCutAndItsGrantsHandedBack(t *testing.T) {
 			}
 			completed++
 		case <-deadline:
-			t.Fatalf("the reading worker completed %d of %d jobs in 40s", completed, n)
+			t.Fatalf("the reading worker completed %d of %d jobs in %s", completed, n, d)
 		}
 	}
+}
+
+// enqueueMany enqueues n refunds with long order ids (larger grants fill a
+// stream's window sooner).
+func (c *coordinator) enqueueMany(t *testing.T, ctx context.Context, n int) {
+	t.Helper()
+	for range n {
+		req := refundReq()
+		req.OrderId = strings.Repeat("o", 120)
+		if _, err := c.client.EnqueueRefund(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A worker that reads nothing cannot stall the others, nor hold more than
+// MaxUnshownGrants jobs whatever its credits: a worker of an earlier
+// release (no acknowledgements) is granted no more until it shows it has
+// some; its stream is cut after a third of its lease with a message unread
+// (here: the answers to its calls), the grants not yet written are handed
+// back under their own tokens, and a second worker reading its stream is
+// granted work all along (here: every job).
+func TestWorkStreamSlowReaderIsCutAndItsGrantsHandedBack(t *testing.T) {
+	// Polls as in production: the stuck worker's grants are taken over at
+	// the first poll instant after their leases ran out.
+	c := start(t, testdb.SQLiteBackend(), func(o *server.Options) { o.ClaimPollInterval = 200 * time.Millisecond })
+	ctx := ctxFor(t)
+	// It asks for a grant it does not hold, again and again: each answer
+	// waits for it in vain.
+	bogus := &pb.WorkRequest{Kind: &pb.WorkRequest_Call{Call: &pb.WorkCall{Call: &pb.WorkCall_RenewLeases{
+		RenewLeases: &pb.RenewLeasesRequest{Grants: []*pb.GrantRef{{JobId: 1 << 40, Attempt: 1,
+			LeaseToken: strings.Repeat("t", 40)}}}}}}}
+	const n = 1500
+	c.enqueueMany(t, ctx, n)
+	sampling, stop := context.WithCancel(ctx)
+	most := c.heldBy(sampling, "stuck")
+	stuck := c.stuckStream(t, ctx, &pb.WorkStart{WorkerId: "stuck", Credits: server.MaxStreamCredits,
+		LeaseDuration: durationpb.New(3 * time.Second)}, bogus)
+	reader := c.openWork(t, ctx, &pb.WorkStart{WorkerId: "reader", Credits: 100, LeaseDuration: durationpb.New(time.Minute),
+		Acknowledges: true})
+	drainWith(t, reader, n, 40*time.Second)
+	stop()
+	if held := most(); held > server.MaxUnshownGrants || held == 0 {
+		t.Fatalf("the worker that reads nothing held up to %d jobs at once, want 1..%d", held, server.MaxUnshownGrants)
+	}
 	ended := make(chan error, 1)
-	var received atomic.Int64
 	go func() {
 		var err error
 		for err == nil {
-			var m *pb.WorkResponse
-			if m, err = stuck.Recv(); err == nil { // what it was sent, then the end
-				received.Add(int64(len(m.GetGrant().GetJobs())))
-			}
+			_, err = stuck.Recv() // what it was sent, then the end
 		}
 		ended <- err
 	}()
@@ -393,15 +462,40 @@ func TestWorkStreamSlowReaderIsCutAndItsGrantsHandedBack(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the stream of a worker that read nothing was not cut")
 	}
-	// What did not reach it was handed back, not left to its leases: every
-	// job taken over was one it received, or one grant message (at most 100
-	// jobs) that the transport had taken when the stream was cut.
-	back, taken := c.counter(t, "jobfence_grants_handed_back_total"), c.counter(t, "jobfence_takeovers_total")
-	t.Logf("the stuck worker received %d grants; %v handed back, %v taken over", received.Load(), back, taken)
-	if taken > float64(received.Load()+100) || back == 0 {
-		t.Fatalf("%v grants taken over, %v handed back, %d received: want the grants not sent handed back",
-			taken, back, received.Load())
+}
+
+// A worker that acknowledges its grants (WorkStart.acknowledges) and then
+// reads nothing holds no job for long: with 1,000 credits and 15-minute
+// leases it is granted at most MaxUnshownGrants jobs at once, each handed
+// back within StreamAckTimeout under its own token, so a second worker
+// completes every job long before any lease could run out — none taken
+// over — and the coordinator counts the grants it handed back unacknowledged.
+func TestWorkStreamUnacknowledgedGrantsHandedBack(t *testing.T) {
+	c := start(t, testdb.SQLiteBackend(), func(o *server.Options) { o.ClaimPollInterval = 200 * time.Millisecond })
+	ctx := ctxFor(t)
+	const n = 600
+	c.enqueueMany(t, ctx, n)
+	sampling, stop := context.WithCancel(ctx)
+	most := c.heldBy(sampling, "careless")
+	c.stuckStream(t, ctx, &pb.WorkStart{WorkerId: "careless", Credits: server.MaxStreamCredits,
+		LeaseDuration: durationpb.New(15 * time.Minute), Acknowledges: true}, nil)
+	proctest.WaitFor(t, 10*time.Second, "the careless worker's first grants", func() bool { // it takes them alone
+		page, err := c.store.List(ctx, store.ListParams{State: store.StateRunning, Limit: 1})
+		return err == nil && len(page.Jobs) == 1
+	})
+	reader := c.openWork(t, ctx, &pb.WorkStart{WorkerId: "reader", Credits: 100, LeaseDuration: durationpb.New(time.Minute),
+		Acknowledges: true})
+	drainWith(t, reader, n, 60*time.Second)
+	stop()
+	if held := most(); held > server.MaxUnshownGrants || held == 0 {
+		t.Fatalf("the careless worker held up to %d jobs at once, want 1..%d", held, server.MaxUnshownGrants)
 	}
+	back, unacked := c.counter(t, "jobfence_grants_handed_back_total"), c.counter(t, "jobfence_grants_unacknowledged_total")
+	if taken := c.counter(t, "jobfence_takeovers_total"); taken != 0 || unacked == 0 || back < unacked {
+		t.Fatalf("%v taken over, %v handed back, %v of them unacknowledged: want none taken over, the careless "+
+			"worker's grants handed back", taken, back, unacked)
+	}
+	t.Logf("%v grants handed back unacknowledged", unacked)
 }
 
 // T1 on worker streams: A is granted attempt 1, its lease runs out, B's
@@ -474,4 +568,64 @@ func TestWorkStreamSilentIsGrantedNothing(t *testing.T) {
 	if g := w.grant(); g.Job.Id != again.Id || g.Attempt != 1 {
 		t.Fatalf("after a heartbeat the stream was granted %v, want job %d", g, again.Id)
 	}
+}
+
+// An acknowledgement counts only with the grant's own lease token: when an
+// acknowledging worker's stream ends, the grant it acknowledged stays its
+// own (running under attempt 1), and the grants it did not acknowledge —
+// one of them "acknowledged" with another token — are handed back at once,
+// ready and due, long before StreamAckTimeout. An acknowledgement of more
+// than 100 grants ends the stream INVALID_ARGUMENT naming ack.grants.
+func TestWorkStreamEndHandsBackUnacknowledgedGrants(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, c *coordinator) {
+		ctx := ctxFor(t)
+		w := c.openWork(t, ctx, &pb.WorkStart{WorkerId: "acks", Credits: 3, LeaseDuration: durationpb.New(time.Minute),
+			Acknowledges: true})
+		for range 3 {
+			c.enqueue(t)
+		}
+		kept, forged, silent := w.grant(), w.grant(), w.grant()
+		ack := func(g *pb.ClaimedJob, token string) {
+			t.Helper()
+			if err := w.send(&pb.WorkRequest{Kind: &pb.WorkRequest_Ack{Ack: &pb.WorkAck{Grants: []*pb.GrantRef{
+				{JobId: g.Job.Id, Attempt: g.Attempt, LeaseToken: token}}}}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ack(kept, kept.LeaseToken)
+		ack(forged, strings.Repeat("x", len(forged.LeaseToken)))
+		// A renewal on the stream answers after the acknowledgements are read.
+		if r := w.call(&pb.WorkCall{Call: &pb.WorkCall_RenewLeases{RenewLeases: &pb.RenewLeasesRequest{Grants: []*pb.GrantRef{
+			{JobId: kept.Job.Id, Attempt: kept.Attempt, LeaseToken: kept.LeaseToken}}}}}); replyError(t, r) != nil {
+			t.Fatalf("renewal: %v", replyError(t, r))
+		}
+		began := time.Now()
+		w.cancel()
+		for _, g := range []*pb.ClaimedJob{forged, silent} {
+			proctest.WaitFor(t, 10*time.Second, "the unacknowledged grant handed back", func() bool {
+				d, err := c.client.GetJob(ctx, &pb.GetJobRequest{Job: &pb.GetJobRequest_JobId{JobId: g.Job.Id}})
+				return err == nil && d.Job.State == pb.JobState_JOB_STATE_READY && d.Job.Attempt == 1
+			})
+		}
+		if waited := time.Since(began); waited >= server.StreamAckTimeout {
+			t.Fatalf("handed back %s after the stream ended, want at its end", waited)
+		}
+		if d, err := c.client.GetJob(ctx, &pb.GetJobRequest{Job: &pb.GetJobRequest_JobId{JobId: kept.Job.Id}}); err != nil ||
+			d.Job.State != pb.JobState_JOB_STATE_RUNNING || d.Job.Attempt != 1 {
+			t.Fatalf("the acknowledged grant's job = %v, %v; want still running under attempt 1", d.GetJob(), err)
+		}
+
+		bad := c.openWork(t, ctx, &pb.WorkStart{WorkerId: "acks", Credits: 1, Acknowledges: true})
+		refs := make([]*pb.GrantRef, 101)
+		for i := range refs {
+			refs[i] = &pb.GrantRef{JobId: int64(i + 1), Attempt: 1, LeaseToken: "t"}
+		}
+		if err := bad.send(&pb.WorkRequest{Kind: &pb.WorkRequest_Ack{Ack: &pb.WorkAck{Grants: refs}}}); err != nil {
+			t.Fatal(err)
+		}
+		err := bad.ended(10 * time.Second)
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "ack.grants") {
+			t.Fatalf("an acknowledgement of 101 grants ended the stream with %v, want INVALID_ARGUMENT naming ack.grants", err)
+		}
+	})
 }
