@@ -4,7 +4,9 @@
 // With --webhook-url and --webhook-secret-file it sends Stripe-signed
 // webhooks about its refunds to that endpoint (package fakeprovider,
 // "Webhooks"), at most --webhook-max-attempts tries each; on SIGTERM it stops
-// sending.
+// sending. The secret file is the coordinator's --webhook-secrets-file, one
+// file for both: the provider signs with the line of the provider its URL
+// names (/webhooks/<provider>).
 //
 // Every flag falls back to an environment variable: --listen to
 // FAKEPROVIDER_LISTEN, --key-retention to FAKEPROVIDER_KEY_RETENTION, and so
@@ -18,14 +20,18 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
+	neturl "net/url"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/jobfence/jobfence/fakeprovider"
 	"github.com/jobfence/jobfence/internal/cli"
+	"github.com/jobfence/jobfence/webhook"
 )
 
 func main() {
@@ -39,9 +45,13 @@ type config struct {
 	shutdownTimeout time.Duration
 	log             cli.Log
 
-	webhookURL         string
-	webhookSecretFile  string
-	webhookSecret      string // the file's first line
+	webhookURL        string
+	webhookSecretFile string
+	// webhookSecret is what the provider signs with, read from the file:
+	// the line of webhookProvider, or the first line of a file in the
+	// older one-line form (webhookProvider empty).
+	webhookSecret      string
+	webhookProvider    string
 	webhookMaxAttempts int
 }
 
@@ -68,7 +78,10 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		"send Stripe-signed webhooks (refund.created, refund.updated, refund.failed, charge.refunded) to this "+
 			"endpoint, e.g. http://127.0.0.1:8443/webhooks/acme; needs --webhook-secret-file; off when empty")
 	fs.StringVar(&c.webhookSecretFile, "webhook-secret-file", "",
-		"file whose first line is the webhook signing secret (the receiver's secret for this provider)")
+		"the signing secrets, in the coordinator's --webhook-secrets-file format (lines <provider> stripe <secret>; the "+
+			"same file serves both): this provider signs with the line of the provider --webhook-url names "+
+			"(.../webhooks/<provider>), the second of two while rotating. A file whose first line is the secret "+
+			"alone, the older form, is still read")
 	fs.IntVar(&c.webhookMaxAttempts, "webhook-max-attempts", fakeprovider.DefaultWebhookMaxAttempts,
 		"attempts at delivering one webhook event (retried after 100ms, doubling to 5s) before it is given up")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 5*time.Second,
@@ -115,14 +128,53 @@ func (c *config) readWebhookSecret() error {
 	if err != nil {
 		return fmt.Errorf("--webhook-secret-file: %w", err)
 	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	if c.webhookSecret = strings.TrimSpace(line); c.webhookSecret == "" {
-		return fmt.Errorf("--webhook-secret-file %s: the first line is empty", c.webhookSecretFile)
+	// The older form: the first line is the secret alone.
+	first, _, _ := strings.Cut(string(b), "\n")
+	if first = strings.TrimSpace(first); first != "" && !strings.HasPrefix(first, "#") && len(strings.Fields(first)) == 1 {
+		c.webhookSecret = first
+	} else if c.webhookProvider, c.webhookSecret, err = secretOf(c.webhookSecretFile, c.webhookURL); err != nil {
+		return err
 	}
 	if err := c.providerConfig().Validate(); err != nil {
 		return fmt.Errorf("--webhook-url: %w", err)
 	}
 	return nil
+}
+
+// secretOf reads a secrets file in the coordinator's format (webhook.LoadSecrets:
+// "<provider> stripe <secret>" lines, two for a provider while its secret is
+// rotated) and returns the provider url delivers to, /webhooks/<provider> as
+// the coordinator serves it, and the secret to sign with: its last line, the
+// new secret while rotating (the coordinator verifies with both). A file of
+// one provider serves a URL of another shape too.
+func secretOf(path, url string) (provider, secret string, err error) {
+	providers, err := webhook.LoadSecrets(path, webhook.DefaultTolerance)
+	if err != nil {
+		return "", "", fmt.Errorf("--webhook-secret-file: %w (want the coordinator's format, <provider> stripe <secret> "+
+			"a line, or the secret alone on the first line)", err)
+	}
+	names := slices.Sorted(maps.Keys(providers))
+	u, err := neturl.Parse(url)
+	if err != nil {
+		return "", "", fmt.Errorf("--webhook-url: %w", err)
+	}
+	segments := strings.Split(strings.Trim(u.Path, "/"), "/")
+	switch n := len(segments); {
+	case n >= 2 && segments[n-2] == "webhooks":
+		provider = segments[n-1]
+	case len(names) == 1:
+		provider = names[0]
+	default:
+		return "", "", fmt.Errorf("--webhook-url %s does not end in /webhooks/<provider>, and --webhook-secret-file %s "+
+			"has the secrets of %s: which one to sign with?", url, path, strings.Join(names, ", "))
+	}
+	p, ok := providers[provider]
+	if !ok {
+		return "", "", fmt.Errorf("--webhook-secret-file %s has no line for %s, the provider --webhook-url names "+
+			"(it has %s): add \"%[2]s stripe <secret>\", the line the coordinator verifies %[2]s's webhooks with",
+			path, provider, strings.Join(names, ", "))
+	}
+	return provider, string(p.Secrets[len(p.Secrets)-1]), nil
 }
 
 // providerConfig is the provider's configuration (without its logger).
@@ -164,7 +216,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	log.Info("fakeprovider serving", "listen", lis.Addr().String(), "key_retention", c.keyRetention,
-		"faults", c.faults.String(), "webhook_url", c.webhookURL)
+		"faults", c.faults.String(), "webhook_url", c.webhookURL, "webhook_secret_of", c.webhookProvider)
 
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(lis) }()

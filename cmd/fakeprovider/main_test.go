@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -107,6 +108,8 @@ func writeSecret(t *testing.T, content string) string {
 	return path
 }
 
+// The older one-line form of --webhook-secret-file: the first line is the
+// secret alone.
 func TestWebhookFlagsReadTheSecretsFirstLine(t *testing.T) {
 	path := writeSecret(t, "whsec_first \nwhsec_second\n")
 	t.Setenv("FAKEPROVIDER_WEBHOOK_URL", "http://127.0.0.1:8443/webhooks/acme")
@@ -120,6 +123,49 @@ func TestWebhookFlagsReadTheSecretsFirstLine(t *testing.T) {
 	}
 	if _, err := parseFlags(nil, io.Discard); err == nil || !strings.Contains(err.Error(), "--webhook-secret-file") {
 		t.Fatalf("a URL without a secret: err = %v, want it to name --webhook-secret-file", err)
+	}
+}
+
+// sharedSecrets is one secrets file in the coordinator's format: globex,
+// and acme in the middle of a rotation (old, then new).
+const sharedSecrets = `# provider scheme secret
+globex stripe whsec_globex_0123456789
+acme   stripe whsec_acme_old_0123456789
+acme   stripe whsec_acme_new_0123456789
+`
+
+// --webhook-secret-file reads the coordinator's --webhook-secrets-file: the
+// provider signs with the line of the provider its URL names, the new one of
+// two while rotating; a URL of another shape is served from a file of one
+// provider only, and a provider without a line is refused naming the line
+// to add.
+func TestWebhookSecretFileIsTheCoordinatorsFormat(t *testing.T) {
+	shared := writeSecret(t, sharedSecrets)
+	for _, c := range []struct {
+		url, file, provider, secret string
+	}{
+		{"http://127.0.0.1:8443/webhooks/acme", shared, "acme", "whsec_acme_new_0123456789"},
+		{"https://refunds.example.com/webhooks/globex", shared, "globex", "whsec_globex_0123456789"},
+		{"http://127.0.0.1:8080/hooks", writeSecret(t, "acme stripe whsec_only_0123456789\n"), "acme", "whsec_only_0123456789"},
+	} {
+		cfg, err := parseFlags([]string{"--webhook-url", c.url, "--webhook-secret-file", c.file}, io.Discard)
+		if err != nil {
+			t.Fatalf("%s: %v", c.url, err)
+		}
+		if cfg.webhookProvider != c.provider || cfg.providerConfig().WebhookSecret != c.secret {
+			t.Errorf("%s: signs as %q with %q, want %q with %q", c.url, cfg.webhookProvider,
+				cfg.providerConfig().WebhookSecret, c.provider, c.secret)
+		}
+	}
+	for _, c := range []struct{ url, file, says string }{
+		{"http://127.0.0.1:8443/webhooks/initech", shared, `has no line for initech, the provider --webhook-url names (it has acme, globex): add "initech stripe <secret>"`},
+		{"http://127.0.0.1:8443/hooks", shared, "does not end in /webhooks/<provider>"},
+		{"http://127.0.0.1:8443/webhooks/acme", writeSecret(t, "acme whsec_no_scheme_0123456789\n"), "want <provider> <scheme> <secret>"},
+	} {
+		if _, err := parseFlags([]string{"--webhook-url", c.url, "--webhook-secret-file", c.file}, io.Discard); err == nil ||
+			!strings.Contains(err.Error(), c.says) {
+			t.Errorf("%s with %s: err %v, want it to say %q", c.url, c.file, err, c.says)
+		}
 	}
 }
 
@@ -260,5 +306,57 @@ func TestProcessSendsSignedWebhooksAndStopsOnSIGTERM(t *testing.T) {
 	// op-1's 2 deliveries and the held one, cancelled and recorded before exit.
 	if !ok || rec["events"] != 4.0 || rec["attempts"] != 3.0 || rec["pending"] != 2.0 {
 		t.Fatalf("stop record = %v; want 4 events, 3 attempts, op-2's 2 events pending\n%s", rec, p.Logs())
+	}
+}
+
+// TestOneSecretsFileForBothSides: the coordinator's --webhook-secrets-file
+// and the provider's --webhook-secret-file are one file. The provider,
+// pointed at the coordinator's /webhooks/acme, signs with acme's new secret
+// (globex's comes first in the file), and the coordinator verifies and
+// stores every event: each is answered 2xx at its first attempt.
+func TestOneSecretsFileForBothSides(t *testing.T) {
+	dir := t.TempDir()
+	coordinatorBin, err := proctest.Build(dir, "coordinator", "github.com/jobfence/jobfence/cmd/coordinator")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin, err := fakeproviderBin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	secrets := writeSecret(t, sharedSecrets)
+	coord := proctest.StartCoordinator(t, coordinatorBin, "--sqlite", filepath.Join(dir, "jobfence.db"),
+		"--webhook-listen", "127.0.0.1:0", "--webhook-secrets-file", secrets)
+	rec, ok := coord.WaitRecord(10*time.Second, func(r map[string]any) bool { return r["msg"] == "webhooks serving" })
+	if !ok {
+		t.Fatalf("no webhooks serving record:\n%s", coord.Logs())
+	}
+	p := proctest.Start(t, bin, proctest.Options{
+		Args: []string{"--listen", "127.0.0.1:0", "--log-format", "json",
+			"--webhook-url", "http://" + rec["listen"].(string) + "/webhooks/acme", "--webhook-secret-file", secrets},
+		Ready: "fakeprovider serving",
+	})
+	c := fakeprovider.NewClient("http://"+p.Addr, nil)
+	if _, err := c.CreateRefund(t.Context(), "op-shared-1", fakeprovider.RefundParams{PaymentID: "pay_1", AmountMinor: 100,
+		Currency: "EUR"}); err != nil {
+		t.Fatal(err)
+	}
+	// One refund's events go one at a time: each answered before the next.
+	for i := range 2 {
+		var e fakeprovider.WebhookEvent
+		proctest.WaitFor(t, 20*time.Second, fmt.Sprintf("event %d answered", i+1), func() bool {
+			o, err := c.Oracle(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(o.Webhooks.Events) > i {
+				e = o.Webhooks.Events[i]
+			}
+			return len(e.Attempts) > 0
+		})
+		if e.Attempts[0].Status != http.StatusOK {
+			t.Fatalf("%s answered %d at its first attempt, want 200\ncoordinator:\n%s", e.Type, e.Attempts[0].Status,
+				coord.Logs())
+		}
 	}
 }
