@@ -62,7 +62,9 @@ func walkthrough(t *testing.T) []string {
 
 // session runs cmds in one sh, so that variables carry from one to the next
 // as when a person pastes them, and returns each command's output (stdout
-// and stderr) and whether it exited 0.
+// and stderr) and whether it exited 0. The output goes to one file, as with
+// `sh session > log 2>&1`: a command that reopened /dev/stderr would write
+// over the start of that log, and the step markers would be lost.
 func session(t *testing.T, addr string, cmds []string) (outs []string, ok []bool) {
 	t.Helper()
 	var script strings.Builder
@@ -73,7 +75,14 @@ func session(t *testing.T, addr string, cmds []string) (outs []string, ok []bool
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "sh", "-c", script.String())
 	cmd.Env = append(os.Environ(), "PATH="+bin.dir+":"+os.Getenv("PATH"))
-	out, err := cmd.CombinedOutput()
+	log, err := os.Create(filepath.Join(t.TempDir(), "session.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer log.Close()
+	cmd.Stdout, cmd.Stderr = log, log
+	err = cmd.Run()
+	out, _ := os.ReadFile(log.Name())
 	if err != nil {
 		t.Fatalf("the session did not finish: %v\n%s", err, out)
 	}
@@ -99,6 +108,7 @@ func TestReadmeWalkthrough(t *testing.T) {
 		contains []string
 	}{
 		{true, []string{"jobfence.v1.Coordinator", "grpc.health.v1.Health"}},
+		{true, nil}, // show()
 		{true, nil}, // KEY=
 		{true, []string{`"created": true`, "JOB_STATE_READY"}},
 		{true, []string{`"attempt": "1"`, "NEXT_ACTION_REFUND", `"leaseToken": "`}},

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	jobfence "github.com/jobfence/jobfence/clients/go"
@@ -18,7 +19,11 @@ import (
 type summary struct {
 	jobs, succeeded, manualReview, doubleRefunds int
 	staleRejected                                int64
-	observations                                 int
+	// observations counts the receipts on file for the jobs (R15, R28),
+	// whoever filed them: bySource splits them by the source's kind
+	// (webhook, worker, other), for the log.
+	observations int
+	bySource     map[string]int
 }
 
 func (s summary) String() string {
@@ -66,7 +71,7 @@ func runJobs(ctx context.Context, c config, client *jobfence.Client, pay *fakepr
 	// A fresh context: the summary is taken even after a SIGTERM.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
-	s := summary{jobs: c.jobs, staleRejected: w.Stats().StaleRejected}
+	s := summary{jobs: c.jobs, staleRejected: w.Stats().StaleRejected, bySource: map[string]int{}}
 	for _, id := range ids {
 		d, err := client.GetJob(sctx, id)
 		if err != nil {
@@ -79,12 +84,21 @@ func runJobs(ctx context.Context, c config, client *jobfence.Client, pay *fakepr
 			s.manualReview++
 		}
 		s.observations += len(d.Observations)
+		for _, o := range d.Observations {
+			kind, _, found := strings.Cut(o.Source, ":")
+			if !found || (kind != "webhook" && kind != "worker") {
+				kind = "other"
+			}
+			s.bySource[kind]++
+		}
 	}
 	oracle, err := pay.Oracle(sctx)
 	if err != nil {
 		return errors.Join(waitErr, fmt.Errorf("summary: provider oracle: %w", err))
 	}
 	s.doubleRefunds = doubleRefunds(oracle, keys, payments)
+	log.Info("summary", "observations", s.observations, "observations_from_webhooks", s.bySource["webhook"],
+		"observations_from_workers", s.bySource["worker"], "observations_from_others", s.bySource["other"])
 	fmt.Fprintln(stdout, s)
 	return waitErr
 }

@@ -13,6 +13,11 @@
 //
 //	jobs=N succeeded=S manual_review=M double_refunds=D stale_rejected=R observations=O
 //
+// observations counts the receipts on file for those jobs (R15, R28): the
+// provider's webhooks (when the fake provider sends them) and the late
+// answers of workers that lost their grant. 0 without webhooks and
+// takeovers; the log line "summary" splits it by source.
+//
 // A receipt the coordinator cannot take (its write-back was stale, or its
 // grant was lost, and ReportObservation failed too) is kept in the receipt
 // spool, --receipt-spool, and filed when the worker next can, after a
@@ -142,7 +147,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 			"  jobs=N succeeded=S manual_review=M double_refunds=D stale_rejected=R observations=O\n"+
 			"succeeded, manual_review and observations come from the coordinator (GetJob of each job), double_refunds\n"+
 			"from the provider's oracle (operations and payments of this run refunded twice), stale_rejected from this\n"+
-			"worker's write-backs rejected by the fence.\n\n"+
+			"worker's write-backs rejected by the fence. observations counts the receipts on file for the jobs: the\n"+
+			"provider's webhooks and the late answers of workers that lost their grant (0 without webhooks and\n"+
+			"takeovers); the log line \"summary\" splits it by source.\n\n"+
 			"Every flag falls back to the environment variable REFUNDWORKER_<FLAG> (upper case, '-' as '_'),\n"+
 			"e.g. REFUNDWORKER_COORDINATOR.\n\n")
 		fs.PrintDefaults()
@@ -231,6 +238,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// NewWorker opened the receipt spool: a run that ends before or after
+	// Run (a provider or coordinator that did not answer the enqueues)
+	// releases it, which removes the file when it holds nothing, so failed
+	// starts leave no empty spools named after their pids behind.
+	defer w.Shutdown(context.Background()) //nolint:errcheck // nil once Run has returned, or when it never ran
 	log.Info("refundworker started", "worker_id", c.workerID, "coordinator", c.coordinator, "provider", c.provider,
 		"provider_name", c.providerName, "concurrency", c.concurrency, "lease", c.lease, "jobs", c.jobs)
 	if c.jobs > 0 {

@@ -469,3 +469,27 @@ func TestFlagsHelpAndEnvironment(t *testing.T) {
 		t.Fatalf("REFUNDWORKER_CONCURRENCY=0: %v\n%s", err, bad.Logs())
 	}
 }
+
+// TestSummaryObservationsAreReceiptsBySource: the summary's observations
+// counts every receipt on file for the run's jobs (R15, R28), a provider
+// webhook's too, and the log record "summary" says where they came from.
+func TestSummaryObservationsAreReceiptsBySource(t *testing.T) {
+	t.Parallel()
+	e := setup(t, fakeprovider.Config{})
+	// The run's first job, enqueued before the run with the values the run
+	// enqueues it with (R1: the run gets this job), with a webhook's receipt.
+	job := e.enqueue(t, "obs-1")
+	if _, _, err := e.client.ReportObservation(ctxFor(t), jobfence.ObservationRequest{JobID: job.ID, Source: "webhook:acme",
+		Outcome: jobfence.OutcomePending, ProviderEventID: "evt_obs_1"}); err != nil {
+		t.Fatal(err)
+	}
+	p := e.startJobs(t, "--jobs", "1", "--key-prefix", "obs-")
+	if err := p.Wait(t, 90*time.Second); err != nil {
+		t.Fatalf("refundworker --jobs: %v\n%s", err, p.Logs())
+	}
+	requireSummary(t, p.Stdout(), "jobs=1 succeeded=1 manual_review=0 double_refunds=0 stale_rejected=0 observations=1")
+	rec, ok := p.WaitRecord(time.Second, func(r map[string]any) bool { return r["msg"] == "summary" })
+	if !ok || rec["observations"] != 1.0 || rec["observations_from_webhooks"] != 1.0 || rec["observations_from_workers"] != 0.0 {
+		t.Fatalf("summary record %v; want 1 observation, from a webhook\n%s", rec, p.Logs())
+	}
+}

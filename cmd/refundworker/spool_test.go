@@ -2,6 +2,8 @@ package main_test
 
 import (
 	"encoding/json"
+	"net"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -175,6 +177,50 @@ func TestReceiptOutlivesTheWorkerProcess_R28(t *testing.T) {
 			refiled(third, true)
 			requireOneReceipt()
 			stop(t, third)
+		})
+	}
+}
+
+// TestFailedStartLeavesNoSpool: a --jobs run that fails before its worker
+// runs — the provider does not answer the payment registrations, or the
+// coordinator does not answer the enqueues — exits with the error and
+// leaves no spool (named after its pid, by default) in the user's cache:
+// the spool was opened, and released empty.
+func TestFailedStartLeavesNoSpool(t *testing.T) {
+	closed := func() string {
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer lis.Close()
+		return lis.Addr().String()
+	}
+	provider := httptest.NewServer(fakeprovider.New(fakeprovider.Config{}))
+	t.Cleanup(provider.Close) // after the parallel subtests
+	for _, tc := range []struct {
+		name, coordinator, provider, says string
+	}{
+		{"provider away", closed(), "http://" + closed(), "register payment"},
+		{"coordinator away", closed(), provider.URL, "enqueue"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			cache := t.TempDir()
+			p := proctest.Start(t, bin.refundworker, proctest.Options{
+				Args: []string{"--coordinator", tc.coordinator, "--provider", tc.provider, "--jobs", "1",
+					"--call-timeout", "1s", "--log-format", "json"},
+				Env: []string{"XDG_CACHE_HOME=" + cache, "HOME=" + cache},
+			})
+			if err := p.Wait(t, time.Minute); err == nil || !strings.Contains(p.Logs(), tc.says) {
+				t.Fatalf("refundworker exited %v; want a failure saying %q:\n%s", err, tc.says, p.Logs())
+			}
+			left, err := os.ReadDir(filepath.Join(cache, "jobfence"))
+			if err != nil {
+				t.Fatalf("the spool's folder: %v (the worker did not open its spool there)", err)
+			}
+			for _, f := range left {
+				t.Errorf("left behind: %s", f.Name())
+			}
 		})
 	}
 }
