@@ -74,13 +74,31 @@ type Result struct {
 	Err error
 }
 
-// Succeeded reports a refund the provider made, with its id.
+// Succeeded reports a refund the provider made, with its id:
+// Succeeded(refund.ID). The Worker completes the job with that id; an empty
+// id escalates instead (there is nothing to record).
 func Succeeded(providerRefundID string) Result {
 	return Result{Kind: ResultSucceeded, ProviderRefundID: providerRefundID}
 }
 
-// Pending reports a refund accepted but not finished (R4); retryAfter zero
-// means the policy's PendingDelay.
+// Pending reports that the provider answered and holds the refund, not
+// finished yet (status "pending", "processing" and the like). Pending is not
+// a success (R4): the Worker reschedules a reconcile after retryAfter, or
+// after ProviderPolicy.PendingDelay when retryAfter is zero.
+//
+//	jobfence.Pending(refund.ID, 0)              // reconcile after the policy's PendingDelay
+//	jobfence.Pending(refund.ID, 2*time.Minute)  // the provider said when to look again
+//
+// providerRefundID is the provider's id of the pending refund, "" when the
+// answer carried none; it goes with the receipt the Worker files if its
+// write-back is fenced off (R15). retryAfter is a time.Duration: a bare 30
+// is 30 nanoseconds, not seconds.
+//
+// Pending is an answer; Unknown is the absence of one. When no answer came
+// (a timeout, a cut connection, a 5xx that promises nothing) return
+// Unknown(err): the request may or may not have reached the provider, and
+// only a reconcile can tell. Both lead to a reconcile, but only Pending is
+// evidence that the refund exists.
 func Pending(providerRefundID string, retryAfter time.Duration) Result {
 	return Result{Kind: ResultPending, ProviderRefundID: providerRefundID, RetryAfter: retryAfter}
 }
@@ -88,7 +106,21 @@ func Pending(providerRefundID string, retryAfter time.Duration) Result {
 // NoRecord reports that the provider has no record of the operation key.
 func NoRecord() Result { return Result{Kind: ResultNoRecord} }
 
-// Failed reports a refund the provider rejected for good.
+// Failed reports that the provider answered and refused the refund for good:
+// a refund object in status "failed", a declined refund, a 4xx that stored
+// nothing. The Worker escalates the job to manual review with reason in its
+// history, since the API has no failed state: a person decides.
+//
+// Both arguments are strings: the refund id comes first, then the reason.
+//
+//	jobfence.Failed(refund.ID, refund.FailureReason)  // a refund the provider made, then failed
+//	jobfence.Failed("", "402 card_declined: …")       // refused before it made any refund
+//
+// providerRefundID is the provider's id of the failed refund, "" when it
+// made none; reason is the provider's words, for the person who reviews the
+// job. Failed is not NoRecord (the provider knows nothing under the key: a
+// reconcile's answer, which may lead to a same-key resend) and not NotSent
+// (the request provably never left this process, and is repeated).
 func Failed(providerRefundID, reason string) Result {
 	return Result{Kind: ResultFailed, ProviderRefundID: providerRefundID, Reason: reason}
 }

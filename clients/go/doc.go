@@ -2,6 +2,14 @@
 // client of the jobfence.v1.Coordinator gRPC service and a Worker runtime
 // that keeps its rules for you.
 //
+// It is the package github.com/jobfence/jobfence/clients/go of the module
+// github.com/jobfence/jobfence, imported as
+//
+//	import jobfence "github.com/jobfence/jobfence/clients/go"
+//
+// The README beside this file says how to require it from another module and
+// shows a whole worker command; Example_worker runs that worker.
+//
 // # The protocol in brief
 //
 // A worker claims a refund job and is granted it: an attempt, the fencing
@@ -48,6 +56,14 @@
 // answer into the fenced write-back with DecideAt's table (R14, R16), files
 // observations when it is fenced off (R15), never acts on a failed claim
 // (R7), and drains on shutdown (rolling deploys).
+//
+// A Handler says what the provider answered with a Result: Succeeded(id);
+// Pending(id, retryAfter) when the provider holds the refund, not finished
+// (an answer, not a success, R4); Failed(id, reason) when it refused for
+// good, the refund id first and "" when it made none; NoRecord() when a
+// reconcile finds nothing under the key; NotSent when the request provably
+// never left; Unknown(err), the zero Result, when no answer came; Escalate
+// for a person. Their documentation says which answer is which.
 //
 // # The worker stream
 //

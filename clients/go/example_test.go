@@ -10,7 +10,10 @@ import (
 	"net"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
+	"testing"
 	"time"
 
 	jobfence "github.com/jobfence/jobfence/clients/go"
@@ -203,5 +206,239 @@ func exampleCoordinator() (addr string, stop func()) {
 		gs.Stop()
 		st.Close()
 		os.RemoveAll(dir)
+	}
+}
+
+// Failed takes the refund id first, then the provider's reason: a refund the
+// provider made and then failed, and a refund it refused before making one.
+// Either way a person decides: the job goes to manual review with the reason
+// in its history.
+func ExampleFailed() {
+	claimed := jobfence.ClaimedJob{Attempt: 1, NextAction: jobfence.ActionRefund}
+	for _, r := range []jobfence.Result{
+		jobfence.Failed("re_123", "insufficient_funds"),
+		jobfence.Failed("", "402 card_declined: the card was declined"),
+	} {
+		d := jobfence.Decide(r, claimed, jobfence.ProviderPolicy{})
+		fmt.Printf("refund %q: %s, %q\n", r.ProviderRefundID, d.Kind, d.Reason)
+	}
+	// Output:
+	// refund "re_123": escalate, "provider rejected the refund: insufficient_funds"
+	// refund "": escalate, "provider rejected the refund: 402 card_declined: the card was declined"
+}
+
+// Pending is the provider's answer that it holds the refund, not finished:
+// a reconcile later, never a success (R4). Unknown is no answer at all: a
+// reconcile too, sooner, since the request may never have arrived.
+func ExamplePending() {
+	claimed := jobfence.ClaimedJob{Attempt: 1, NextAction: jobfence.ActionRefund}
+	policy := jobfence.ProviderPolicy{PendingDelay: time.Minute, UnknownDelay: 5 * time.Second}
+	for _, r := range []jobfence.Result{
+		jobfence.Pending("re_123", 0),
+		jobfence.Pending("re_123", 10*time.Minute),
+		jobfence.Unknown(errors.New("read tcp: i/o timeout")),
+	} {
+		d := jobfence.Decide(r, claimed, policy)
+		fmt.Printf("%s: %s, %s in %s\n", r.Kind, d.Kind, d.NextAction, d.Delay)
+	}
+	// Output:
+	// pending: reschedule, reconcile in 1m0s
+	// pending: reschedule, reconcile in 10m0s
+	// unknown: reschedule, reconcile in 5s
+}
+
+// A whole worker process: refundHandler asks the provider under each job's
+// operation key and says what it answered, and runRefundWorker is the command's
+// body, run until its context ends as SIGTERM ends it (the README's "A whole
+// worker" is the same program as a main package). Here the producer enqueues
+// three refunds, the worker makes them, and the SIGTERM comes once they are
+// done: the worker drains and stops.
+func Example_worker() {
+	addr, stopCoordinator := exampleCoordinator()
+	defer stopCoordinator()
+	provider := httptest.NewServer(fakeprovider.New(fakeprovider.Config{}))
+	defer provider.Close()
+	stateDir, err := os.MkdirTemp("", "jobfence-worker-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(stateDir)
+
+	// The producer: three refunds.
+	ctx := context.Background()
+	producer, err := jobfence.Dial(addr)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer producer.Close()
+	var ids []int64
+	for _, n := range []string{"3001", "3002", "3003"} {
+		job, _, err := producer.EnqueueRefund(ctx, jobfence.EnqueueRequest{OperationKey: "refund-" + n,
+			OrderID: "order-" + n, PaymentID: "pay-" + n, AmountMinor: 1250, Currency: "EUR", Provider: "acme"})
+		if err != nil {
+			log.Fatal(err)
+		}
+		ids = append(ids, job.ID)
+	}
+
+	// The worker process, until "SIGTERM".
+	runCtx, sigterm := context.WithCancel(ctx) // in main: signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
+	type result struct {
+		stats jobfence.WorkerStats
+		err   error
+	}
+	ran := make(chan result, 1)
+	go func() {
+		stats, err := runRefundWorker(runCtx, workerConfig{Coordinator: addr, Provider: provider.URL,
+			WorkerID: "refunds-1", StateDir: stateDir})
+		ran <- result{stats, err}
+	}()
+	for _, id := range ids {
+		for {
+			d, err := producer.GetJob(ctx, id)
+			if err != nil {
+				log.Fatal(err)
+			}
+			if d.Job.State.Final() {
+				fmt.Println(d.Job.OperationKey, d.Job.State, "under attempt", d.Job.Attempt)
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	sigterm()
+	r := <-ran
+	if r.err != nil {
+		log.Fatal(r.err)
+	}
+	fmt.Println("completed:", r.stats.Completed, "stale:", r.stats.StaleRejected)
+	// Output:
+	// refund-3001 succeeded under attempt 1
+	// refund-3002 succeeded under attempt 1
+	// refund-3003 succeeded under attempt 1
+	// completed: 3 stale: 0
+}
+
+// workerConfig is what the worker command reads from its flags.
+type workerConfig struct {
+	Coordinator string // host:port of the coordinator
+	Provider    string // base URL of the payment provider
+	WorkerID    string // stable across restarts: the receipt spool is named after it
+	StateDir    string // where the receipt spool lives
+	TokenFile   string // bearer token, when the coordinator has a tokens file
+}
+
+// runRefundWorker works refunds until ctx ends, then drains: the jobs in flight
+// finish their provider call and write back (DrainTimeout bounds it).
+func runRefundWorker(ctx context.Context, cfg workerConfig) (jobfence.WorkerStats, error) {
+	var opts []jobfence.Option
+	if cfg.TokenFile != "" {
+		opts = append(opts, jobfence.WithBearerToken(func(context.Context) (string, error) {
+			b, err := os.ReadFile(cfg.TokenFile) // read per call: a rotated token is picked up
+			return strings.TrimSpace(string(b)), err
+		})) // and jobfence.WithTLS(…): a token is sent only over TLS, or to loopback with WithPlaintextTokens
+	}
+	client, err := jobfence.Dial(cfg.Coordinator, opts...)
+	if err != nil {
+		return jobfence.WorkerStats{}, err
+	}
+	defer client.Close()
+	w, err := jobfence.NewWorker(client, refundHandler{pay: fakeprovider.NewClient(cfg.Provider, nil)},
+		jobfence.WorkerOptions{
+			WorkerID:        cfg.WorkerID,
+			Provider:        "acme",           // only this provider's jobs
+			Concurrency:     8,                // jobs in flight; granted only for free slots (R18)
+			Lease:           10 * time.Second, // renewed while a handler runs (R27)
+			ProviderTimeout: 5 * time.Second,
+			// acme replays a same-key, same-body request inside its key
+			// retention window, which the coordinator knows (R14, R22).
+			Policy:       jobfence.ProviderPolicy{SameKeyResendSafe: true},
+			ReceiptSpool: filepath.Join(cfg.StateDir, cfg.WorkerID+".receipts.jsonl"),
+		})
+	if err != nil {
+		return jobfence.WorkerStats{}, err
+	}
+	err = w.Run(ctx)
+	return w.Stats(), err
+}
+
+// refundHandler is the worker's jobfence.Handler. It sends only the job's
+// operation key to the provider, as the Idempotency-Key, never the attempt
+// (R1, R2), and reports the answer; the Worker turns it into the fenced
+// write-back.
+type refundHandler struct {
+	pay *fakeprovider.Client
+}
+
+// Refund sends the refund, unless the grant was lost before it could (R27).
+func (h refundHandler) Refund(ctx context.Context, j jobfence.ClaimedJob) jobfence.Result {
+	if err := ctx.Err(); err != nil {
+		return jobfence.Unknown(context.Cause(ctx)) // nothing sent
+	}
+	// SendContext: a request on the wire runs to its answer even if the
+	// grant is lost meanwhile; the Worker files that answer (R15).
+	r, err := h.pay.CreateRefund(jobfence.SendContext(ctx), j.Job.OperationKey, fakeprovider.RefundParams{
+		PaymentID: j.Job.PaymentID, AmountMinor: j.Job.AmountMinor, Currency: j.Job.Currency,
+		MerchantReference: j.Job.OperationKey,
+	})
+	var refused *fakeprovider.StatusError
+	switch {
+	case err == nil:
+		return resultOf(r)
+	case errors.As(err, &refused) && refused.StatusCode >= 400 && refused.StatusCode < 500:
+		return jobfence.Failed("", refused.Code+": "+refused.Message) // refused; no refund was made
+	default:
+		return jobfence.Unknown(err) // no answer: the refund may exist; reconcile next (R14)
+	}
+}
+
+// Reconcile asks the provider what happened under the operation key (R14).
+func (h refundHandler) Reconcile(ctx context.Context, j jobfence.ClaimedJob) jobfence.Result {
+	found, err := h.pay.FindByReference(ctx, j.Job.OperationKey)
+	switch {
+	case err != nil:
+		return jobfence.Unknown(err)
+	case len(found) == 0:
+		return jobfence.NoRecord() // a same-key resend if the policy and the window allow, else a person (R14, R16)
+	case len(found) > 1:
+		return jobfence.Escalate("the provider shows more than one refund under this operation key")
+	}
+	return resultOf(found[0])
+}
+
+// resultOf reads a provider refund: the id first, then what else it says.
+func resultOf(r fakeprovider.Refund) jobfence.Result {
+	switch r.Status {
+	case fakeprovider.StatusSucceeded:
+		return jobfence.Succeeded(r.ID)
+	case fakeprovider.StatusPending:
+		return jobfence.Pending(r.ID, 0) // R4: not a success; reconcile after the policy's delay
+	case fakeprovider.StatusFailed:
+		return jobfence.Failed(r.ID, r.FailureReason)
+	}
+	return jobfence.Unknown(fmt.Errorf("refund %s in an unknown status %q", r.ID, r.Status))
+}
+
+// TestReadmeWorkerBuilds: the whole worker of README.md builds and vets as it
+// stands, as a main package in a module requiring this one.
+func TestReadmeWorkerBuilds(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(readme), "<!-- whole worker:")
+	if !ok {
+		t.Fatal("README.md has no whole worker marker")
+	}
+	_, rest, _ = strings.Cut(rest, "```go\n")
+	program, _, _ := strings.Cut(rest, "```")
+	main := filepath.Join(t.TempDir(), "main.go")
+	if err := os.WriteFile(main, []byte(program), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"vet", main}, {"build", "-o", os.DevNull, main}} {
+		if out, err := exec.Command("go", args...).CombinedOutput(); err != nil {
+			t.Fatalf("go %s: %v\n%s", args[0], err, out)
+		}
 	}
 }
