@@ -1,6 +1,7 @@
 // Package entry point: the typed Coordinator client, the Worker runtime with
 // its worker stream, its lease renewal (R27) and its receipt spool (R28), the
-// decision helper, the grant fingerprint (R25) and the error classes.
+// decision helper, the grant fingerprint (R25), the error classes, and JSON
+// for values holding bigints.
 
 export { CoordinatorClient, DEFAULT_KEEPALIVE, MaxRenewBatch, grantOf } from "./client.js";
 export type {
@@ -36,6 +37,7 @@ export {
 export { grantFingerprint } from "./grant.js";
 export type { ClaimedJobView } from "./grant.js";
 export { MaxDelayMs, coordinatorNow, decideReconcile, resendAllowed, sendsAgain } from "./decide.js";
+export { bigintReplacer, jsonSafe, toJson, toJsonString } from "./json.js";
 export type { DecisionPolicy, ProviderResult, WriteDecision } from "./decide.js";
 export {
   ClaimOutcomeUnknownError,
