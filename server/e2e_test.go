@@ -94,6 +94,22 @@ func start(t *testing.T, b testdb.Backend, configure ...func(*server.Options)) *
 type watchedStore struct {
 	store.Store
 	claimed atomic.Int64
+	// listGate, when set, holds every List until it is closed; listing
+	// counts the Lists held.
+	listGate atomic.Pointer[chan struct{}]
+	listing  atomic.Int64
+}
+
+func (s *watchedStore) List(ctx context.Context, p store.ListParams) (store.JobPage, error) {
+	if g := s.listGate.Load(); g != nil {
+		s.listing.Add(1)
+		select {
+		case <-*g:
+		case <-ctx.Done():
+		}
+		s.listing.Add(-1)
+	}
+	return s.Store.List(ctx, p)
 }
 
 func (s *watchedStore) ClaimMany(ctx context.Context, ps []store.ClaimParams) []store.ClaimOutcome {

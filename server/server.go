@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/jobfence/jobfence/dispatch"
@@ -57,6 +58,17 @@ type Options struct { // zero fields take Defaults
 	// Logger receives one line per notable event about a job; slog.Default()
 	// when nil.
 	Logger *slog.Logger
+	// MaxReads and MaxReadsPerCredential bound the expensive reads
+	// (ListJobs, GetOverview when not cached) in flight on this coordinator
+	// and per credential: past them a read answers RESOURCE_EXHAUSTED
+	// (TOO_MANY_CALLS) with a RetryInfo, so that readers cannot take the
+	// database from claims and write-backs.
+	MaxReads, MaxReadsPerCredential int
+	// MaxStreams and MaxStreamsPerCredential bound the worker streams open
+	// on this coordinator and per credential (each holds a few goroutines
+	// and buffers): past them Work answers RESOURCE_EXHAUSTED
+	// (TOO_MANY_CALLS).
+	MaxStreams, MaxStreamsPerCredential int
 }
 
 // MaxClaimWait bounds ClaimRequest.wait.
@@ -79,6 +91,11 @@ type Server struct {
 	// STALE_ATTEMPT, for GetOverview: a refusal leaves nothing in the
 	// database.
 	stale *staleLog
+	// reads and streams bound expensive reads and worker streams in flight
+	// (Options.MaxReads, Options.MaxStreams); overview keeps GetOverview's
+	// answers for overviewTTL.
+	reads, streams *callLimit
+	overview       overviewCache
 }
 
 // Defaults are the options a zero field of Options takes, and the defaults
@@ -90,6 +107,11 @@ var Defaults = Options{
 	ClaimPollInterval: 200 * time.Millisecond,
 	WriteFlushers:     2,
 	WriteBatch:        128,
+
+	MaxReads:                4,
+	MaxReadsPerCredential:   2,
+	MaxStreams:              2000,
+	MaxStreamsPerCredential: 500,
 }
 
 // New returns a Server on st. Zero options take Defaults.
@@ -106,8 +128,17 @@ func New(st store.Store, opts Options) *Server {
 	if opts.WriteFlushers == 0 {
 		opts.WriteFlushers = Defaults.WriteFlushers
 	}
-	if opts.WriteBatch == 0 {
-		opts.WriteBatch = Defaults.WriteBatch
+	for _, v := range []struct {
+		opt *int
+		def int
+	}{
+		{&opts.WriteBatch, Defaults.WriteBatch}, {&opts.MaxReads, Defaults.MaxReads},
+		{&opts.MaxReadsPerCredential, Defaults.MaxReadsPerCredential}, {&opts.MaxStreams, Defaults.MaxStreams},
+		{&opts.MaxStreamsPerCredential, Defaults.MaxStreamsPerCredential},
+	} {
+		if *v.opt == 0 {
+			*v.opt = v.def
+		}
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -118,6 +149,8 @@ func New(st store.Store, opts Options) *Server {
 	m := opts.Metrics
 	return &Server{store: st, opts: opts, log: opts.Logger, metrics: m, stale: &staleLog{started: time.Now()},
 		draining: make(chan struct{}),
+		reads:    newCallLimit("expensive reads (ListJobs, GetOverview)", opts.MaxReadsPerCredential, opts.MaxReads, time.Second),
+		streams:  newCallLimit("worker streams", opts.MaxStreamsPerCredential, opts.MaxStreams, 5*time.Second),
 		dispatch: dispatch.New(st, dispatch.Options{PollInterval: opts.ClaimPollInterval,
 			Flushers: opts.WriteFlushers, MaxBatch: opts.WriteBatch, Logger: opts.Logger,
 			Metrics: dispatch.Metrics{ClaimTx: m.claimTxBatch, WriteBatch: m.writeBatch, EnqueueBatch: m.enqueueBatch,
@@ -328,6 +361,11 @@ func (s *Server) ListJobs(ctx context.Context, req *pb.ListJobsRequest) (*pb.Lis
 	if err != nil {
 		return nil, s.toStatus(ctx, err, jobAttrs{})
 	}
+	release, err := s.reads.acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	page, err := s.store.List(ctx, p)
 	if err != nil {
 		return nil, s.toStatus(ctx, err, jobAttrs{})
@@ -378,6 +416,22 @@ func (s *Server) GetOverview(ctx context.Context, req *pb.GetOverviewRequest) (*
 	if err != nil {
 		return nil, s.toStatus(ctx, err, jobAttrs{})
 	}
+	resp, err := s.overview.get(limit, func() (*pb.GetOverviewResponse, error) {
+		release, err := s.reads.acquire(ctx)
+		if err != nil {
+			return nil, err
+		}
+		defer release()
+		return s.overviewOf(ctx, limit)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return proto.Clone(resp).(*pb.GetOverviewResponse), nil // one answer, many callers
+}
+
+// overviewOf reads the overview GetOverview answers, limit of each list.
+func (s *Server) overviewOf(ctx context.Context, limit int) (*pb.GetOverviewResponse, error) {
 	stats, err := s.store.Stats(ctx)
 	if err != nil {
 		return nil, s.toStatus(ctx, err, jobAttrs{})

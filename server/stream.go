@@ -70,6 +70,11 @@ const maxAckGrants = 100
 // write is handed back (dispatch.Dispatcher.HandBack), and so is every grant
 // made after the worker half-closed or the stream ended.
 func (s *Server) Work(stream pb.Coordinator_WorkServer) error {
+	release, err := s.streams.acquire(stream.Context())
+	if err != nil {
+		return err
+	}
+	defer release()
 	first, err := stream.Recv()
 	if err != nil {
 		return streamEnd(err)
