@@ -27,6 +27,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/jobfence/jobfence/fakeprovider"
@@ -207,8 +208,13 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 	}()
 	lis, err := net.Listen("tcp", c.listen)
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return fmt.Errorf("--listen %s: address already in use: another process listens there (a fake provider "+
+			"started earlier?); stop it, or give --listen another address (port 0 picks a free one, logged at start)",
+			c.listen)
+	}
 	if err != nil {
-		return err
+		return fmt.Errorf("--listen %s: %w", c.listen, err)
 	}
 	srv := &http.Server{
 		Handler:           p,

@@ -11,6 +11,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -96,6 +97,21 @@ func TestRunServesAndShutsDown(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("run did not return after cancel")
+	}
+}
+
+// An address in use fails the start naming --listen and what to do: a second
+// `go run ./cmd/fakeprovider` beside a first.
+func TestAddressInUseNamesListen(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	err = run(t.Context(), []string{"--listen", taken.Addr().String()}, io.Discard)
+	if want := "--listen " + taken.Addr().String() + ": address already in use"; err == nil ||
+		!strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "give --listen another address") {
+		t.Fatalf("run on a taken port: %v; want %q and what to do", err, want)
 	}
 }
 
