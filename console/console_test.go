@@ -31,6 +31,7 @@ import (
 	pb "github.com/jobfence/jobfence/gen/jobfence/v1"
 	"github.com/jobfence/jobfence/internal/testdb"
 	"github.com/jobfence/jobfence/server"
+	"github.com/jobfence/jobfence/store"
 )
 
 // The credentials of the tests' coordinator.
@@ -39,6 +40,7 @@ const (
 	tokBob    = "tok-bob-operator-0123456789"
 	tokCarol  = "tok-carol-operator-0123456789"
 	tokRita   = "tok-rita-reader-0123456789"
+	tokDemo   = "tok-demo-fleet-0123456789"
 	tokWorker = "tok-worker-0123456789"
 	tokShop   = "tok-shop-producer-0123456789"
 )
@@ -69,10 +71,16 @@ func (s *syncBuffer) String() string {
 // env is a real coordinator on a real store and gRPC socket, and the console
 // on a real HTTP socket calling it.
 type env struct {
-	api  pb.CoordinatorClient
-	web  *httptest.Server
-	logs *syncBuffer // the coordinator's and the console's
+	api   pb.CoordinatorClient
+	store store.Store // the coordinator's
+	addr  string      // the coordinator's gRPC address
+	web   *httptest.Server
+	logs  *syncBuffer // the coordinator's and the console's
 }
+
+// lapsed is a provider that keeps an idempotency key for a millisecond:
+// the resend window of its jobs has closed by the time anyone looks (R22).
+const lapsed = "lapsed"
 
 // start starts the coordinator and the console, with the console's options
 // as each of with changes them.
@@ -81,7 +89,7 @@ func start(t *testing.T, b testdb.Backend, with ...func(*console.Options)) *env 
 	path := filepath.Join(t.TempDir(), "tokens")
 	lines := tokenLine("alice", "operator", tokAlice) + tokenLine("bob", "operator", tokBob) +
 		tokenLine("carol", "operator", tokCarol) + tokenLine("rita", "reader", tokRita) + tokenLine("worker-1", "worker", tokWorker) +
-		tokenLine("shop", "producer", tokShop)
+		tokenLine("shop", "producer", tokShop) + tokenLine("demo", "producer,worker,reader", tokDemo)
 	if err := os.WriteFile(path, []byte(lines), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +99,9 @@ func start(t *testing.T, b testdb.Backend, with ...func(*console.Options)) *env 
 	}
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	srv := server.New(b.Open(t), server.Options{Auth: authn, Logger: log, ClaimPollInterval: time.Minute})
+	st := b.Open(t)
+	srv := server.New(st, server.Options{Auth: authn, Logger: log, ClaimPollInterval: time.Minute,
+		ProviderKeyRetention: map[string]time.Duration{lapsed: time.Millisecond}})
 	t.Cleanup(srv.Close)
 	gs, _ := srv.NewGRPCServer()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -115,7 +125,7 @@ func start(t *testing.T, b testdb.Backend, with ...func(*console.Options)) *env 
 	}
 	web := httptest.NewServer(h)
 	t.Cleanup(web.Close)
-	return &env{api: pb.NewCoordinatorClient(conn), web: web, logs: logs}
+	return &env{api: pb.NewCoordinatorClient(conn), store: st, addr: lis.Addr().String(), web: web, logs: logs}
 }
 
 func as(t *testing.T, token string) context.Context {

@@ -25,10 +25,8 @@ var funcs = template.FuncMap{
 	"stateClass": func(s pb.JobState) string {
 		return strings.ReplaceAll(enumWord(s.String(), "JOB_STATE_"), " ", "-")
 	},
-	"stale": func(o *pb.Observation) bool {
-		// A receipt from an attempt the job had left when it was filed (R15).
-		return o.GetReportedAttempt() != 0 && o.GetReportedAttempt() < o.GetJobAttempt()
-	},
+	"stale":        isLate,
+	"plain":        plain,
 	"count":        func(m map[int64]int64, id int64) int64 { return m[id] },
 	"searchFields": func() []string { return searchFields },
 }

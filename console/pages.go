@@ -26,7 +26,16 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request, s *session) {
 		c.failAPI(w, r, s, err)
 		return
 	}
-	c.render(w, http.StatusOK, "overview", c.view(r, s, "Overview", o))
+	c.render(w, http.StatusOK, "overview", c.view(r, s, "Overview", overviewView{GetOverviewResponse: o,
+		Webhooks: c.opts.Webhooks}))
+}
+
+// overviewView is the overview's data: the coordinator's answer, and
+// whether webhooks are received at all (their panel is left out when not,
+// unless some unmatched events were kept).
+type overviewView struct {
+	*pb.GetOverviewResponse
+	Webhooks bool
 }
 
 // reviewFilter is the review queue's filters, as the query string has them.
@@ -194,7 +203,17 @@ type jobView struct {
 	// InReview: the job is in manual review; CanResolve: and the person is
 	// an operator.
 	InReview, CanResolve bool
+	// Review is what the page tells the person deciding, for a job in
+	// review.
+	Review *review
 }
+
+// Ready, Running and Succeeded say which of the fields that depend on the
+// state apply: a holder and a lease only while running, a next action and
+// a due time only while waiting or running.
+func (v jobView) Ready() bool     { return v.GetJob().GetState() == pb.JobState_JOB_STATE_READY }
+func (v jobView) Running() bool   { return v.GetJob().GetState() == pb.JobState_JOB_STATE_RUNNING }
+func (v jobView) Succeeded() bool { return v.GetJob().GetState() == pb.JobState_JOB_STATE_SUCCEEDED }
 
 // job shows one job: every field, its history, its receipts, its ledger row,
 // and, for an operator while it is in review, the two resolutions.
@@ -217,6 +236,9 @@ func (c *Console) job(w http.ResponseWriter, r *http.Request, s *session) {
 	v.CanResolve = v.InReview && s.canAct
 	if dl := d.GetResendDeadline(); dl != nil && d.GetNow() != nil {
 		v.ResendOpen = d.GetNow().AsTime().Before(dl.AsTime())
+	}
+	if v.InReview {
+		v.Review = reviewOf(d, v.ResendOpen)
 	}
 	c.render(w, http.StatusOK, "job", c.view(r, s, fmt.Sprintf("Job %d", id), v))
 }
