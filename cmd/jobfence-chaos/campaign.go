@@ -44,9 +44,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		c.providerTimeout, c.patientTimeout, c.nodeRenews, c.webhooks, mode, len(faults))
 	fmt.Fprintf(stdout, "replay with: jobfence-chaos %s --seed %d --duration %s --jobs %d --workers %d "+
 		"--node-workers %d --python-workers %d --replicas %d --concurrency %d --lease %s --provider-timeout %s "+
-		"--patient-provider-timeout %s --node-renews=%v --faults %s --fault-rate %g --webhooks=%v\n", database, c.seed,
-		c.duration, c.jobs, c.workers, c.nodeWorkers, c.pythonWorkers, c.replicas, c.concurrency, c.lease, c.providerTimeout,
-		c.patientTimeout, c.nodeRenews, c.faultsSpec, c.faultRate, c.webhooks)
+		"--patient-provider-timeout %s --node-renews=%v --faults %s --fault-rate %g --webhooks=%v --future-share %g "+
+		"--forged-webhooks=%v\n", database, c.seed, c.duration, c.jobs, c.workers, c.nodeWorkers, c.pythonWorkers, c.replicas,
+		c.concurrency, c.lease, c.providerTimeout, c.patientTimeout, c.nodeRenews, c.faultsSpec, c.faultRate, c.webhooks,
+		c.futureShare, c.forge)
+	// Future-dated refunds (R28, invariant 11), drawn from the seed like
+	// the fault plan.
+	specs := refundSpecs(c.seed, c.jobs)
+	soon, beyond := dateSomeInTheFuture(c.seed, specs, c.futureShare, c.duration*8/10, c.duration)
+	forge := c.webhooks && c.forge
+	fmt.Fprintf(stdout, "future-dated refunds: %d due 10-30s after their enqueue, within the fault window, %d a year "+
+		"later, beyond the campaign; forged webhooks: %v\n", soon, beyond, forge)
 
 	if c.dryRun {
 		for _, f := range faults {
@@ -132,8 +140,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 
-	// The fault window, with the producer enqueueing through it.
-	specs := refundSpecs(c.seed, c.jobs)
+	// The fault window, with the producer enqueueing through it and the
+	// forger sending its events.
 	windowStart := time.Now()
 	window, endWindow := context.WithTimeout(ctx, c.duration)
 	defer endWindow()
@@ -141,10 +149,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer stopProducer()
 	produced := make(chan *production, 1)
 	go func() { produced <- s.produce(prodCtx, specs, c.duration*8/10) }()
+	forgedCh := make(chan []forgedEvent, 1)
+	if forge {
+		go func() { forgedCh <- s.forge(window, c.seed, specs) }()
+	} else {
+		forgedCh <- nil
+	}
 	tl.printf("fault window: %s", c.duration)
 	results := s.runFaults(window, windowStart, faults)
 	s.endFailover() // a failover the window never reached
 	endWindow()
+	forged := <-forgedCh
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
@@ -163,7 +178,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		keepLogs = true
 		return fmt.Errorf("heal: %w", err)
 	}
-	prod, settled := s.settle(ctx, produced, stopProducer)
+	prod, settled := s.settle(ctx, produced, stopProducer, specs)
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
@@ -205,7 +220,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 
 	in := checkInput{Specs: specs, Acked: prod.acked, DB: state, Oracle: oracle, Webhooks: c.webhooks,
-		SpoolsLeft: spoolsLeft}
+		SpoolsLeft: spoolsLeft, NotBefore: prod.notBefore, Forged: forged, Forger: forge}
 	in.Takeovers = &takeoverInput{Lease: c.lease, Start: tl.start, Workers: map[string]workerFacts{}, Outages: s.allOutages()}
 	frozen := map[string][]span{}
 	for _, w := range s.workers {
@@ -252,7 +267,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "webhooks: deliveries answered through the front: %s; refused by the coordinators: %s; "+
 			"%d events not stored (answered 503, delivered again)\n", s.front.summary(), formatCounts(refused), notStored)
 	}
-	fmt.Fprintf(stdout, "producer: %d of %d refunds acknowledged, %d enqueue retries\n", len(prod.acked), len(specs), prod.retries)
+	fmt.Fprintf(stdout, "producer: %d of %d refunds acknowledged, %d enqueue retries; %d future-dated (%d due within the "+
+		"window, %d beyond the campaign)\n", len(prod.acked), len(specs), prod.retries, len(prod.notBefore),
+		len(prod.notBefore)-countBeyond(specs, prod.notBefore), countBeyond(specs, prod.notBefore))
+	if forge {
+		fmt.Fprintln(stdout, forgerySummary(forged))
+	}
 	if pair != nil {
 		s.fo.mu.Lock()
 		fmt.Fprintf(stdout, "failover (%s): old primary's gtid_binlog_pos %q at the kill, the promoted replica's "+
@@ -425,7 +445,7 @@ func (s *system) start(ctx context.Context, dbName string) error {
 	}
 	if s.cfg.webhooks {
 		var err error
-		if s.webhookSecrets, s.providerSecret, err = writeWebhookSecrets(s.dir); err != nil {
+		if s.keys, err = writeWebhookSecrets(s.dir); err != nil {
 			return fmt.Errorf("webhook secrets: %w", err)
 		}
 		if s.front, err = startWebhookFront(s.replicas); err != nil {
@@ -497,8 +517,17 @@ func (s *system) db() *sql.DB {
 }
 
 // settle waits for the producer and then until every job is final or the
-// settle timeout passes. It reports whether every job became final.
-func (s *system) settle(ctx context.Context, produced <-chan *production, stopProducer func()) (*production, bool) {
+// settle timeout passes, but for the refunds of specs dated beyond the
+// campaign still ready: they are not due. It reports whether every job
+// became final.
+func (s *system) settle(ctx context.Context, produced <-chan *production, stopProducer func(),
+	specs []refundSpec) (*production, bool) {
+	dated := map[string]refundSpec{}
+	for _, sp := range specs {
+		if sp.NotBeforeIn > 0 {
+			dated[sp.Key] = sp
+		}
+	}
 	deadline := time.Now().Add(s.cfg.settleTimeout)
 	start := time.Now()
 	var prod *production
@@ -510,16 +539,15 @@ func (s *system) settle(ctx context.Context, produced <-chan *production, stopPr
 			default:
 			}
 		}
-		var total, unfinished int
-		err := s.db().QueryRowContext(ctx, `SELECT COUNT(*), COALESCE(SUM(state NOT IN ('succeeded', 'manual_review')), 0)
-  FROM refund_jobs`).Scan(&total, &unfinished)
+		total, unfinished, soon, notDue, err := s.unfinished(ctx, dated)
 		if err == nil && prod != nil && unfinished == 0 {
-			s.tl.printf("settled after %s: %d jobs, all final", time.Since(start).Round(100*time.Millisecond), total)
+			s.tl.printf("settled after %s: %d jobs, all final but %d dated beyond the campaign",
+				time.Since(start).Round(100*time.Millisecond), total, notDue)
 			return prod, true
 		}
 		if time.Since(lastReport) >= 5*time.Second {
 			lastReport = time.Now()
-			s.tl.printf("settling: %d jobs, %d not final yet (err=%v)", total, unfinished, err)
+			s.tl.printf("settling: %d jobs, %d not final yet, %d of them future-dated (err=%v)", total, unfinished, soon, err)
 		}
 		if time.Now().After(deadline) || !sleepCtx(ctx, 250*time.Millisecond) {
 			stopProducer()
@@ -530,6 +558,51 @@ func (s *system) settle(ctx context.Context, produced <-chan *production, stopPr
 			return prod, false
 		}
 	}
+}
+
+// unfinished counts the jobs and those not final; of these, the ones of
+// dated (the future-dated refunds) due within the campaign, and those
+// dated beyond it still ready: not due, not counted as unfinished.
+func (s *system) unfinished(ctx context.Context, dated map[string]refundSpec) (total, unfinished, soon, notDue int,
+	err error) {
+	if err := s.db().QueryRowContext(ctx, `SELECT COUNT(*) FROM refund_jobs`).Scan(&total); err != nil {
+		return 0, 0, 0, 0, err
+	}
+	rows, err := s.db().QueryContext(ctx, `SELECT operation_key, state FROM refund_jobs
+  WHERE state NOT IN ('succeeded', 'manual_review')`)
+	if err != nil {
+		return 0, 0, 0, 0, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var key, state string
+		if err := rows.Scan(&key, &state); err != nil {
+			return 0, 0, 0, 0, err
+		}
+		sp, isDated := dated[key]
+		switch {
+		case sp.Beyond && state == "ready":
+			notDue++
+		case isDated:
+			unfinished++
+			soon++
+		default:
+			unfinished++
+		}
+	}
+	return total, unfinished, soon, notDue, rows.Err()
+}
+
+// countBeyond counts the refunds of specs dated beyond the campaign among
+// those enqueued (the keys of notBefore).
+func countBeyond(specs []refundSpec, notBefore map[string]time.Time) int {
+	n := 0
+	for _, sp := range specs {
+		if _, ok := notBefore[sp.Key]; ok && sp.Beyond {
+			n++
+		}
+	}
+	return n
 }
 
 // killedBySIGKILL reports whether p ended by SIGKILL.

@@ -91,6 +91,13 @@ type checkInput struct {
 	// ending (by worker id): a grant on its way then was lost with it
 	// (invariant 10).
 	StreamEnds map[string][]time.Time
+	// NotBefore is the not_before the producer enqueued each future-dated
+	// refund with, by operation key (the specs say which are dated beyond
+	// the campaign); Forged the events the forger sent, when it ran
+	// (Forger). Invariant 11.
+	NotBefore map[string]time.Time
+	Forged    []forgedEvent
+	Forger    bool
 }
 
 // invariant is the verdict on one invariant.
@@ -128,6 +135,10 @@ type verdict struct {
 	// HandedBack counts the coordinators' hand-backs of grants they could
 	// not deliver (invariant 8).
 	HandedBack int
+	// Invariant 11: refunds enqueued with a not_before in the future, the
+	// refunds, claims and expedites before it, the forger's events, and
+	// those of them on file as a job's receipt.
+	FutureDated, EarlyRefunds, ForgedWebhooks, ForgedFiled int
 }
 
 // Failed reports whether any invariant failed.
@@ -147,7 +158,7 @@ func (i *invariant) note(format string, args ...any) {
 	i.Details = append(i.Details, fmt.Sprintf(format, args...))
 }
 
-// check evaluates the ten invariants (docs/CHAOS.md, "The invariants") in
+// check evaluates the eleven invariants (docs/CHAOS.md, "The invariants") in
 // order, on what the input was indexed into once: the jobs and their
 // histories (checkFacts) and where each acknowledged write-back is in the
 // surviving history (placeAcks).
@@ -170,9 +181,10 @@ func check(in checkInput) verdict {
 	i8, expedites, handedBack := checkReceiptsChangeNoState(in.DB, in.Grants, x)
 	i9, hooks := checkWebhookReceipts(in, x)
 	i10, takeovers := checkNoFalseTakeover(in, x)
+	i11, early := checkNothingMovesMoneyEarly(in, x)
 
 	return verdict{
-		Invariants:             []*invariant{i1, i2, i3, i4, i5, i6, i7, i8, i9, i10},
+		Invariants:             []*invariant{i1, i2, i3, i4, i5, i6, i7, i8, i9, i10, i11},
 		DoubleRefunds:          doubleRefunds,
 		Lost:                   jobs.Lost,
 		StaleWritesAccepted:    staleAttempts + grants.StaleWrites,
@@ -194,6 +206,10 @@ func check(in checkInput) verdict {
 		Takeovers:              takeovers.Takeovers,
 		FalseTakeovers:         takeovers.False,
 		HandedBack:             handedBack,
+		FutureDated:            early.FutureDated,
+		EarlyRefunds:           early.Early,
+		ForgedWebhooks:         early.Forged,
+		ForgedFiled:            early.ForgedFiled,
 	}
 }
 
@@ -205,6 +221,8 @@ func (v verdict) summaryLine(seed uint64, jobs, faults int, failover string, enq
 		"webhook_receipts_lost=%d duplicate_receipts=%d", seed, jobs, faults, v.DoubleRefunds, v.Lost, v.StaleWritesAccepted,
 		v.UnobservedLateSuccess, v.Takeovers, v.FalseTakeovers, v.HandedBack, v.WebhooksDelivered, v.WebhookObservations,
 		v.Expedited, v.ReceiptsLost, v.DuplicateReceipts)
+	s += fmt.Sprintf(" future_dated=%d early_refunds=%d forged_webhooks=%d forged_filed=%d", v.FutureDated, v.EarlyRefunds,
+		v.ForgedWebhooks, v.ForgedFiled)
 	if failover != "" {
 		s += fmt.Sprintf(" failover=%s grants_lost_in_failover=%d writes_lost_in_failover=%d enqueues_lost_in_failover=%d "+
 			"receipts_lost_in_failover=%d", failover, v.GrantsLost, v.WritesLost, enqueuesLost, v.ReceiptsLostInFailover)
@@ -353,6 +371,7 @@ func checkOncePerKey(o fakeprovider.OracleReport, x *checkFacts) (i1 *invariant,
 type jobTally struct {
 	Succeeded, Review int
 	Pending           int // unfinished, but the provider still says pending (R4)
+	NotDue            int // dated beyond the campaign, ready, not due
 	Lost              int // acknowledged and missing, or unfinished without a pending refund
 	EnqueuesLost      int // acknowledged enqueues the failover lost (re-driven)
 }
@@ -362,12 +381,15 @@ type jobTally struct {
 // under its acknowledged id, every row is a refund the campaign enqueued,
 // and every row is final (succeeded or manual_review) or legitimately
 // pending: the provider still reports its refund pending (R4), counted and
-// listed apart. After a failover the acknowledged enqueues it lost are
+// listed apart; or dated beyond the campaign, still ready under attempt 0
+// and not due (invariant 11 holds it to what it was enqueued as), counted
+// apart. After a failover the acknowledged enqueues it lost are
 // counted (re-driven by the producer, so they are among the acknowledged
 // above); a lossless (semi-sync) failover must lose none.
 func checkPresentAndFinal(acked map[string]int64, db dbState, o fakeprovider.OracleReport, fo *failoverInput,
 	enqueuesLost []string, x *checkFacts) (i2 *invariant, t jobTally) {
-	i2 = &invariant{N: 2, Name: "every enqueued job is present and final (succeeded or manual_review)"}
+	i2 = &invariant{N: 2, Name: "every enqueued job is present and final (succeeded or manual_review), or dated beyond " +
+		"the campaign and not due"}
 	unacked := 0
 	for _, j := range db.Jobs {
 		if _, ours := x.specByKey[j.Key]; !ours {
@@ -398,6 +420,10 @@ func checkPresentAndFinal(acked map[string]int64, db dbState, o fakeprovider.Ora
 			t.Review++
 			continue
 		}
+		if x.specByKey[j.Key].Beyond && j.State == "ready" && j.Attempt == 0 && j.NextAttemptAt.After(db.Now) {
+			t.NotDue++
+			continue
+		}
 		unfinished++
 		refunds := liveRefunds(o, j.Key)
 		pendingAtProvider := slices.ContainsFunc(refunds, func(r fakeprovider.Refund) bool { return r.Status == fakeprovider.StatusPending })
@@ -413,8 +439,9 @@ func checkPresentAndFinal(acked map[string]int64, db dbState, o fakeprovider.Ora
 	}
 	t.Lost = missing + unfinished - t.Pending
 	i2.Summary = fmt.Sprintf("%d acknowledged, %d rows (%d enqueued without acknowledgement); %d succeeded, "+
-		"%d manual_review, %d legitimately pending, %d missing, %d not final",
-		len(acked), len(db.Jobs), unacked, t.Succeeded, t.Review, t.Pending, missing, unfinished-t.Pending)
+		"%d manual_review, %d legitimately pending, %d dated beyond the campaign (ready, not due: invariant 11), %d "+
+		"missing, %d not final", len(acked), len(db.Jobs), unacked, t.Succeeded, t.Review, t.Pending, t.NotDue, missing,
+		unfinished-t.Pending)
 	if fo != nil {
 		// Acknowledged enqueues the old primary committed last are gone with
 		// it; the producer enqueued every acknowledged one again (R1), so
@@ -946,10 +973,12 @@ func checkWebhookReceipts(in checkInput, x *checkFacts) (i9 *invariant, t webhoo
 	i9 = &invariant{N: 9, Name: "every refund the provider made has its webhook receipts in the observation log, one per " +
 		"event, and no spoiled delivery was taken (R15, R28)"}
 	source := webhookSourcePrefix + providerName
+	// The forger's events are not the provider's: invariant 11 judges them.
+	forged := forgedIDs(in.Forged)
 	byEventID := map[string][]observationRow{}
 	var eventIDs []string
 	for _, o := range in.DB.Observations {
-		if strings.HasPrefix(o.Source, webhookSourcePrefix) {
+		if strings.HasPrefix(o.Source, webhookSourcePrefix) && !forged[o.ProviderEventID] {
 			t.Observations++
 			if o.Source != source || o.ProviderEventID == "" {
 				i9.fail("observation %d of job %d has source %q and provider_event_id %q: a webhook's receipt is filed "+
@@ -1081,12 +1110,17 @@ func checkWebhookReceipts(in checkInput, x *checkFacts) (i9 *invariant, t webhoo
 	}
 	for id := range byEventID {
 		evt, _, _ := strings.Cut(id, ":")
-		if strings.HasPrefix(byEventID[id][0].Source, webhookSourcePrefix) && !sent[id] && !sent[evt] {
+		if strings.HasPrefix(byEventID[id][0].Source, webhookSourcePrefix) && !sent[id] && !sent[evt] && !forged[id] {
 			i9.fail("observation %d of job %d names provider event %s, which the provider never sent", byEventID[id][0].ID,
 				byEventID[id][0].JobID, id)
 		}
 	}
+	forgedKept := 0
 	for _, u := range in.DB.Unmatched {
+		if forged[u.ProviderEventID] {
+			forgedKept++
+			continue
+		}
 		if evt, _, _ := strings.Cut(u.ProviderEventID, ":"); !sent[u.ProviderEventID] && !sent[evt] {
 			i9.fail("unmatched event %d names provider event %s (%s, key %q), which the provider never sent", u.ID,
 				u.ProviderEventID, u.EventType, u.Key)
@@ -1118,8 +1152,9 @@ func checkWebhookReceipts(in checkInput, x *checkFacts) (i9 *invariant, t webhoo
 	i9.Summary = fmt.Sprintf("%d refunds at the provider, each with a receipt from %s on file (%d left out: every event "+
 		"dropped); %d events (%d dropped), %d delivered in %d answers 2xx (%d more than once); %d attempts spoiled on purpose "+
 		"(%s), none taken; %d receipts on file with a webhook source, %d provider event ids on file more than once; %d "+
-		"events in the unmatched log", len(in.Oracle.Refunds)-allDropped, source, allDropped, len(wh.Events), dropped,
-		t.Delivered, deliveries, duplicated, spoiled, formatCounts(spoiledBy), t.Observations, t.Duplicates, len(in.DB.Unmatched))
+		"events in the unmatched log (and %d forged ones, invariant 11)", len(in.Oracle.Refunds)-allDropped, source,
+		allDropped, len(wh.Events), dropped, t.Delivered, deliveries, duplicated, spoiled, formatCounts(spoiledBy),
+		t.Observations, t.Duplicates, len(in.DB.Unmatched)-forgedKept, forgedKept)
 	if fo != nil {
 		i9.Summary += fmt.Sprintf("; failover (%s): %d receipts lost with the old primary or kept unmatched for an enqueue it "+
 			"lost", fo.Mode, t.LostInFailover)

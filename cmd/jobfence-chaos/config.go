@@ -55,6 +55,14 @@ type config struct {
 	// nodeRenews: the Node.js example worker renews its leases (R27), so
 	// invariant 10 covers it and it may be patient.
 	nodeRenews bool
+	// futureShare is the share of the refunds enqueued with a not_before
+	// in the future: half of them due within the fault window, half a year
+	// later, beyond the campaign (R28, invariant 11).
+	futureShare float64
+	// forge: with webhooks, a forger sends correctly signed webhook events
+	// that must move nothing: another provider's, and the job's own
+	// provider's for another amount or currency (R28, invariant 11).
+	forge bool
 }
 
 // The modes of --failover.
@@ -120,6 +128,14 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		"the provider sends Stripe-signed webhooks to the coordinators' --webhook-listen (through a front spread over "+
 			"the replicas), webhook faults are drawn (delays, duplicates, reordering, bad signatures, old timestamps) "+
 			"and every refund's receipts are checked in the observation log; --webhooks=false runs without")
+	fs.Float64Var(&c.futureShare, "future-share", 0.1,
+		"the share of the refunds enqueued with a not_before in the future (0..0.5, drawn from the seed): half of them "+
+			"due 10-30s after their enqueue (less in a short window), within the fault window, the others a year later, "+
+			"never to be sent during the campaign; no refund may be created before its not_before")
+	fs.BoolVar(&c.forge, "forged-webhooks", true,
+		"with --webhooks, a forger sends correctly signed webhook events naming the campaign's jobs, future-dated ones "+
+			"above all, that must move nothing: signed by a second provider ("+otherProviderName+", in the coordinators' "+
+			"secrets file), or by "+providerName+" for another amount or currency; none may be filed on a job")
 	fs.BoolVar(&c.dryRun, "dry-run", false, "print the fault plan of these flags and seed, and exit without running anything")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: jobfence-chaos --mysql-dsn DSN [--duration D] [--seed S] [flags]\n"+
@@ -131,7 +147,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 			"  seed=S jobs=N faults=F double_refunds=0 lost=0 stale_writes_accepted=0 unobserved_late_success=0 "+
 			"takeovers=T false_takeovers=0 handed_back=H webhooks_delivered=D webhook_observations=O expedited=E "+
 			"webhook_receipts_lost=0 "+
-			"duplicate_receipts=0\n"+
+			"duplicate_receipts=0 future_dated=F early_refunds=0 forged_webhooks=W forged_filed=0\n"+
 			"(with --failover followed by failover=MODE grants_lost_in_failover=N writes_lost_in_failover=W "+
 			"enqueues_lost_in_failover=E)\n"+
 			"and exits 1 when an invariant failed. docs/CHAOS.md explains the invariants.\n\n"+
@@ -187,6 +203,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 			"provider-slow call, got %s", slowCallMax, slowCallMax*c.lease, c.patientTimeout)
 	case c.faultRate < 0.1 || c.faultRate > 10:
 		return c, fmt.Errorf("--fault-rate must be 0.1..10, got %g", c.faultRate)
+	case c.futureShare < 0 || c.futureShare > 0.5:
+		return c, fmt.Errorf("--future-share must be 0..0.5, got %g", c.futureShare)
 	case c.settleTimeout < time.Second:
 		return c, fmt.Errorf("--settle-timeout must be at least 1s, got %s", c.settleTimeout)
 	}

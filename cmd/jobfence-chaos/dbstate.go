@@ -18,6 +18,10 @@ type (
 		LeaseUntil       sql.NullTime
 		ProviderRefundID string
 		LastReason       string
+		// FirstSentAt is when the job's operation key could first have
+		// reached the provider (its first claim to refund, R22); NULL for
+		// one never sent.
+		FirstSentAt sql.NullTime
 	}
 	eventRow struct {
 		ID               int64
@@ -105,10 +109,10 @@ func readDB(ctx context.Context, db *sql.DB) (dbState, error) {
 	}
 	st.ReadAt = before.Add(time.Since(before) / 2)
 	err = scanRows(ctx, tx, `SELECT id, operation_key, state, attempt, next_action, next_attempt_at, lease_until,
-  COALESCE(provider_refund_id, ''), last_reason FROM refund_jobs ORDER BY id`, func(r *sql.Rows) error {
+  COALESCE(provider_refund_id, ''), last_reason, first_sent_at FROM refund_jobs ORDER BY id`, func(r *sql.Rows) error {
 		var j jobRow
 		err := r.Scan(&j.ID, &j.Key, &j.State, &j.Attempt, &j.NextAction, &j.NextAttemptAt, &j.LeaseUntil,
-			&j.ProviderRefundID, &j.LastReason)
+			&j.ProviderRefundID, &j.LastReason, &j.FirstSentAt)
 		st.Jobs = append(st.Jobs, j)
 		return err
 	})

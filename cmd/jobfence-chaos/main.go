@@ -16,8 +16,12 @@
 // pending refunds, lookup lag and 503 bursts; the provider's Stripe-signed webhooks reach the coordinators'
 // --webhook-listen through a front spread over the replicas, delayed,
 // duplicated, reordered or first signed wrong (--webhooks, on by default).
+// A share of the refunds is enqueued with a not_before in the future, some
+// beyond the campaign's end (--future-share), and a forger sends correctly
+// signed webhook events naming them that must move nothing: another
+// provider's, or for another amount or currency (--forged-webhooks).
 // Then it heals everything, lets the system settle, stops the workers and
-// checks ten invariants (docs/CHAOS.md). With --failover async or
+// checks eleven invariants (docs/CHAOS.md). With --failover async or
 // semi-sync it runs on a MariaDB primary and replica of its own instead of
 // --mysql-dsn and fails the database over once (R26): the replica held back,
 // the primary killed, the replica promoted, every proxy repointed. The last
@@ -25,7 +29,7 @@
 //
 //	seed=S jobs=N faults=F double_refunds=0 lost=0 stale_writes_accepted=0 unobserved_late_success=0
 //	  takeovers=T false_takeovers=0 handed_back=H webhooks_delivered=D webhook_observations=O expedited=E
-//	  webhook_receipts_lost=0 duplicate_receipts=0
+//	  webhook_receipts_lost=0 duplicate_receipts=0 future_dated=F early_refunds=0 forged_webhooks=W forged_filed=0
 //
 // (one line), and the exit status is 1 when an invariant failed. The same seed and
 // flags replay the same fault plan. Every flag falls back to an environment

@@ -15,6 +15,12 @@ import (
 type refundSpec struct {
 	Key, Order, Payment string
 	AmountMinor         int64
+	// NotBeforeIn dates the refund in the future: the producer enqueues it
+	// with a not_before this long after its first enqueue (0: due at once).
+	// Beyond: that is a year, past the campaign's end
+	// (dateSomeInTheFuture).
+	NotBeforeIn time.Duration
+	Beyond      bool
 }
 
 // refundSpecs are the campaign's n refunds; keys carry the seed, so that
@@ -36,6 +42,10 @@ type production struct {
 	ackedAt map[string]time.Time // operation key → when it was first confirmed
 	failed  map[string]error     // keys never confirmed, with the last error
 	retries int
+	// notBefore is the not_before each future-dated refund was enqueued
+	// with (by operation key), fixed at its first enqueue and sent again
+	// with every repeat: the time no refund of it may be made before (R28).
+	notBefore map[string]time.Time
 
 	// After a database failover (--failover): the acknowledged enqueues
 	// enqueued again, and those of them the new primary did not have
@@ -53,7 +63,8 @@ type production struct {
 // proxies point at the new primary), every enqueue acknowledged so far is
 // made again, between two of the producer's own (redrive).
 func (s *system) produce(ctx context.Context, specs []refundSpec, spread time.Duration) *production {
-	out := &production{acked: map[string]int64{}, ackedAt: map[string]time.Time{}, failed: map[string]error{}}
+	out := &production{acked: map[string]int64{}, ackedAt: map[string]time.Time{}, notBefore: map[string]time.Time{},
+		failed: map[string]error{}}
 	s.prod.Store(out)
 	clients := make([]*jobfence.Client, len(s.replicas))
 	for i, r := range s.replicas {
@@ -93,6 +104,13 @@ func (s *system) produce(ctx context.Context, specs []refundSpec, spread time.Du
 			continue
 		}
 		redriveIfDue()
+		if sp.NotBeforeIn > 0 {
+			// The database keeps microseconds: the not_before sent is the
+			// one stored, to the microsecond.
+			out.mu.Lock()
+			out.notBefore[sp.Key] = time.Now().Add(sp.NotBeforeIn).Truncate(time.Microsecond)
+			out.mu.Unlock()
+		}
 		id, _, err := s.enqueue(ctx, clients, n, sp, out)
 		if err != nil {
 			out.failed[sp.Key] = err
@@ -115,9 +133,13 @@ func (s *system) produce(ctx context.Context, specs []refundSpec, spread time.Du
 }
 
 // enqueue enqueues sp until it is acknowledged or ctx ends, starting with
-// replica n and alternating. Errors: an operation key conflict (a bug, not a
-// fault: the checks report it) or ctx's end.
+// replica n and alternating, with the not_before out holds for it (none:
+// due at once). Errors: an operation key conflict (a bug, not a fault: the
+// checks report it) or ctx's end.
 func (s *system) enqueue(ctx context.Context, clients []*jobfence.Client, n int, sp refundSpec, out *production) (int64, bool, error) {
+	out.mu.Lock()
+	notBefore := out.notBefore[sp.Key]
+	out.mu.Unlock()
 	var err error
 	for try := 0; ctx.Err() == nil; try++ {
 		err = s.pay.RegisterPayment(ctx, sp.Payment, sp.AmountMinor, "EUR")
@@ -126,10 +148,14 @@ func (s *system) enqueue(ctx context.Context, clients []*jobfence.Client, n int,
 			var created bool
 			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			replica := (n + try) % len(clients)
-			s.enqueueCues.fire(replica, sp.Key)
+			if notBefore.IsZero() {
+				// A stream cut at an enqueue waits for one whose job is
+				// granted at once; a future-dated one is granted nothing.
+				s.enqueueCues.fire(replica, sp.Key)
+			}
 			job, created, err = clients[replica].EnqueueRefund(cctx, jobfence.EnqueueRequest{
 				OperationKey: sp.Key, OrderID: sp.Order, PaymentID: sp.Payment,
-				AmountMinor: sp.AmountMinor, Currency: "EUR", Provider: providerName,
+				AmountMinor: sp.AmountMinor, Currency: "EUR", Provider: providerName, NotBefore: notBefore,
 			})
 			cancel()
 			if err == nil {
@@ -186,6 +212,15 @@ func (s *system) redriveAcked(ctx context.Context, clients []*jobfence.Client, s
 	out.mu.Unlock()
 	s.tl.printf("producer: re-drove %d acknowledged enqueues after the failover in %s; %d were lost with the old "+
 		"primary (created again)", len(keys), time.Since(began).Round(10*time.Millisecond), lost)
+}
+
+// notBeforeOf is the not_before key was enqueued with, and whether the
+// refund is future-dated and was enqueued (or is being) at all.
+func (p *production) notBeforeOf(key string) (time.Time, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	t, ok := p.notBefore[key]
+	return t, ok
 }
 
 // ackedCount is how many enqueues were confirmed so far.

@@ -195,10 +195,10 @@ type system struct {
 	providerURL string
 	pay         *fakeprovider.Client
 
-	// With --webhooks: the coordinators' secrets file and the provider's
-	// secret file, and the front the provider delivers to.
-	webhookSecrets, providerSecret string
-	front                          *webhookFront
+	// With --webhooks: the signing secrets and their files, and the front
+	// the provider delivers to.
+	keys  webhookKeys
+	front *webhookFront
 	// The provider's global faults: the provider lane's part, the
 	// provider-slow lane's and the webhook lane's (setAPIFaults,
 	// setSlowFaults, setWebhookModes).
@@ -336,7 +336,7 @@ func freeLoopbackPort() (string, error) {
 func (s *system) startProvider() error {
 	args := []string{"--listen", "127.0.0.1:0", "--log-format", "json", "--shutdown-timeout", "1s"}
 	if s.front != nil {
-		args = append(args, "--webhook-url", s.front.url(), "--webhook-secret-file", s.providerSecret,
+		args = append(args, "--webhook-url", s.front.url(), "--webhook-secret-file", s.keys.providerFile,
 			"--webhook-max-attempts", strconv.Itoa(webhookMaxAttempts))
 	}
 	p, err := startProc("fakeprovider", s.bins.provider, args, nil, filepath.Join(s.dir, "fakeprovider.log"))
@@ -372,7 +372,7 @@ func (s *system) startReplica(r *replica) error {
 		"--log-format", "json",
 	}
 	if r.webhookListen != "" {
-		args = append(args, "--webhook-listen", r.webhookListen, "--webhook-secrets-file", s.webhookSecrets)
+		args = append(args, "--webhook-listen", r.webhookListen, "--webhook-secrets-file", s.keys.coordinatorFile)
 	}
 	p, err := startProc(r.name, s.bins.coordinator, args, []string{"JOBFENCE_MYSQL_DSN=" + s.replicaDSN(r)},
 		filepath.Join(s.dir, fmt.Sprintf("%s.%d.log", r.name, n)))

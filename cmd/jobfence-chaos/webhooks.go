@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -125,25 +126,47 @@ func (f *webhookFront) close() {
 	}
 }
 
-// writeWebhookSecrets writes a fresh signing secret for the campaign into
-// dir, in the two forms its readers take: the coordinators' secrets file
-// ("<provider> stripe <secret>") and the provider's secret file (its first
-// line). Both are readable by their owner alone.
-func writeWebhookSecrets(dir string) (coordinatorFile, providerFile string, err error) {
-	b := make([]byte, 24)
-	if _, err := rand.Read(b); err != nil {
-		return "", "", err
+// webhookKeys are the campaign's webhook signing secrets and the files the
+// processes read them from.
+type webhookKeys struct {
+	// coordinatorFile is the coordinators' --webhook-secrets-file, with a
+	// line for providerName and one for otherProviderName; providerFile the
+	// provider's --webhook-secret-file.
+	coordinatorFile, providerFile string
+	// own is providerName's secret, the provider's; other is
+	// otherProviderName's, which only the forger signs with.
+	own, other []byte
+}
+
+// otherProviderName is the second provider whose webhooks the coordinators
+// take: no job of the campaign is its, so a signed event of it names none
+// of its own (R28: a webhook of provider P touches only P's jobs).
+const otherProviderName = "globex"
+
+// writeWebhookSecrets writes fresh signing secrets for the campaign into
+// dir, in the two forms their readers take: the coordinators' secrets file
+// ("<provider> stripe <secret>", for providerName and otherProviderName)
+// and the provider's secret file (its first line). Both are readable by
+// their owner alone.
+func writeWebhookSecrets(dir string) (webhookKeys, error) {
+	var k webhookKeys
+	for _, secret := range []*[]byte{&k.own, &k.other} {
+		b := make([]byte, 24)
+		if _, err := rand.Read(b); err != nil {
+			return k, err
+		}
+		*secret = []byte("whsec_chaos_" + hex.EncodeToString(b))
 	}
-	secret := "whsec_chaos_" + hex.EncodeToString(b)
-	coordinatorFile = filepath.Join(dir, "webhook-secrets")
-	providerFile = filepath.Join(dir, "webhook-secret")
-	if err := os.WriteFile(coordinatorFile, []byte(providerName+" stripe "+secret+"\n"), 0o600); err != nil {
-		return "", "", err
+	k.coordinatorFile = filepath.Join(dir, "webhook-secrets")
+	k.providerFile = filepath.Join(dir, "webhook-secret")
+	lines := fmt.Sprintf("%s stripe %s\n%s stripe %s\n", providerName, k.own, otherProviderName, k.other)
+	if err := os.WriteFile(k.coordinatorFile, []byte(lines), 0o600); err != nil {
+		return k, err
 	}
-	if err := os.WriteFile(providerFile, []byte(secret+"\n"), 0o600); err != nil {
-		return "", "", err
+	if err := os.WriteFile(k.providerFile, append(slices.Clone(k.own), '\n'), 0o600); err != nil {
+		return k, err
 	}
-	return coordinatorFile, providerFile, nil
+	return k, nil
 }
 
 // The provider has one set of global faults; the provider lane (API faults),
