@@ -94,9 +94,13 @@ func statusOf(err error, job jobAttrs) (*status.Status, logLine) {
 	case errors.Is(err, store.ErrNotFound):
 		return withDetails(codes.NotFound, "job not found", info(ReasonNotFound, nil)), logLine{}
 	case errors.Is(err, store.ErrKeyConflict):
+		meta := map[string]string{"operation_key": job.key}
+		if job.id != 0 { // named only to callers who may read it (EnqueueRefund)
+			meta["job_id"] = strconv.FormatInt(job.id, 10)
+		}
 		return withDetails(codes.AlreadyExists,
 			"operation_key is already bound to a different refund (order, payment, amount, currency or provider differ)",
-			info(ReasonKeyConflict, map[string]string{"operation_key": job.key, "job_id": strconv.FormatInt(job.id, 10)})), logLine{}
+			info(ReasonKeyConflict, meta)), logLine{}
 	case errors.Is(err, store.ErrClaimOutcomeUnknown):
 		return withDetails(codes.Unavailable, "the claim's commit outcome is unknown; no job was granted, claim again",
 			info(ReasonClaimOutcomeUnknown, nil)), cause(slog.LevelWarn, "claim outcome unknown; nothing granted")

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -185,13 +186,38 @@ func (s *Server) EnqueueRefund(ctx context.Context, req *pb.EnqueueRefundRequest
 		err = out.Err
 	}
 	job, created := out.Job, out.Created
+	reader := mayReadJobs(ctx)
 	if err != nil {
-		return nil, s.toStatus(ctx, err, jobAttrs{id: job.ID, key: p.OperationKey})
+		attrs := jobAttrs{key: p.OperationKey}
+		if reader {
+			attrs.id = job.ID // a conflict names the job to those who may look it up
+		}
+		return nil, s.toStatus(ctx, err, attrs)
 	}
 	if created && s.log.Enabled(ctx, slog.LevelDebug) { // the attributes cost more than the call's own work
 		s.log.LogAttrs(ctx, slog.LevelDebug, "refund enqueued", attrsOf(job).attrs()...)
 	}
-	return &pb.EnqueueRefundResponse{Job: jobToProto(job), Created: created}, nil
+	pj := jobToProto(job)
+	if !reader {
+		producerView(pj)
+	}
+	return &pb.EnqueueRefundResponse{Job: pj, Created: created}, nil
+}
+
+// mayReadJobs reports whether ctx's caller may read jobs (GetJob): a reader
+// or an operator, or anyone on a coordinator without credentials.
+func mayReadJobs(ctx context.Context) bool {
+	id, ok := IdentityFrom(ctx)
+	return !ok || slices.Contains(id.Roles, RoleReader) || slices.Contains(id.Roles, RoleOperator)
+}
+
+// producerView keeps of j what a producer needs to know of its refund:
+// that it exists, under which id, with which values, where it stands and
+// when it is due. Who handled it, why it was rescheduled and the provider's
+// refund id are for readers: an enqueue with another producer's values (R1)
+// must not tell whose worker made the refund, nor the provider's id of it.
+func producerView(j *pb.Job) {
+	j.WorkerId, j.LastReason, j.ProviderRefundId, j.LeaseUntil = "", "", "", nil
 }
 
 // Claim implements jobfence.v1.Coordinator.
