@@ -32,6 +32,13 @@ var errStreamUnsupported = errors.New("jobfence: the coordinator has no worker s
 // count of free slots the coordinator may fill (credits): a new stream
 // opens with all of them, a grant uses one per job, a finished job gives
 // one back. Calls made while no stream is open go as unary calls.
+//
+// It acknowledges every grant as it reads it (WorkStart.acknowledges): one
+// WorkAck per WorkGrant, sent before any of its jobs starts. The
+// coordinator hands back a grant left unacknowledged for 5 s (half the
+// lease at most), so a worker that stops reading holds no job. A grant read
+// after the half-close (the drain) can no longer be acknowledged: it is not
+// started, and the coordinator takes it back when the stream ends.
 type workSession struct {
 	rpc   pb.CoordinatorClient
 	start *pb.WorkStart // without credits
@@ -43,9 +50,11 @@ type workSession struct {
 	closing bool                      // half-closed: nothing more is sent
 	nextID  uint64
 	pending map[uint64]chan callAnswer
-	// sendMu serialises the sends of the open stream. It is never held
-	// with mu: a send may wait on flow control while the coordinator waits
-	// for receive, which takes mu, to read its answers.
+	// sendMu serialises the sends of the open stream and its half-close.
+	// mu is taken under it only for a look at closing, never the other way
+	// round, and never held across a send: a send may wait on flow control
+	// while the coordinator waits for receive, which takes mu, to read its
+	// answers.
 	sendMu sync.Mutex
 }
 
@@ -55,7 +64,7 @@ type callAnswer struct {
 }
 
 func newWorkSession(w *Worker) *workSession {
-	start := &pb.WorkStart{WorkerId: w.o.WorkerID, Provider: w.o.Provider}
+	start := &pb.WorkStart{WorkerId: w.o.WorkerID, Provider: w.o.Provider, Acknowledges: true}
 	if w.o.Lease != 0 {
 		start.LeaseDuration = durationpb.New(w.o.Lease)
 	}
@@ -64,7 +73,8 @@ func newWorkSession(w *Worker) *workSession {
 
 // run keeps a stream open until the worker stops, starting the jobs it is
 // granted with start, and returns once the coordinator has answered the
-// half-close (every call sent answered, every grant in flight received).
+// half-close (every call sent answered, every grant in flight received and
+// left unstarted).
 // errStreamUnsupported: the coordinator has no Work; nothing was granted.
 func (s *workSession) run(ctx context.Context, start func(ClaimedJob)) error {
 	backoff := s.w.o.ClaimBackoff
@@ -109,7 +119,7 @@ func (s *workSession) open(ctx context.Context) (pb.Coordinator_WorkClient, erro
 	}
 	s.stream, s.closing = stream, false
 	if s.w.stopping() {
-		s.closing = true // stopped meanwhile: grants already in flight still arrive
+		s.closing = true // stopped meanwhile: no send has this stream yet
 		_ = stream.CloseSend()
 	}
 	go s.heartbeats(stream)
@@ -136,9 +146,9 @@ func (s *workSession) heartbeats(stream pb.Coordinator_WorkClient) {
 	}
 }
 
-// receive reads stream until it ends: grants are started, replies handed
-// to their calls. At the end the calls still waiting are answered
-// UNAVAILABLE (safe to repeat, R21).
+// receive reads stream until it ends: grants are acknowledged and started,
+// replies handed to their calls. At the end the calls still waiting are
+// answered UNAVAILABLE (safe to repeat, R21).
 func (s *workSession) receive(stream pb.Coordinator_WorkClient, start func(ClaimedJob)) error {
 	for {
 		m, err := stream.Recv()
@@ -160,11 +170,26 @@ func (s *workSession) receive(stream pb.Coordinator_WorkClient, start func(Claim
 		switch k := m.GetKind().(type) {
 		case *pb.WorkResponse_Grant:
 			received := time.Now()
+			jobs := k.Grant.GetJobs()
+			if len(jobs) == 0 {
+				continue
+			}
+			// The ack goes first, before a job takes a slot or a handler
+			// starts: the coordinator hands back what is not acknowledged
+			// within 5 s.
+			if err := s.acknowledge(stream, jobs); err != nil {
+				// Unacknowledged, the grants are the coordinator's to hand
+				// back when the stream ends; a handler started on one would
+				// run on a grant already ended (R25). They never took a slot.
+				s.w.log.Info("grants read after the stream's half-close or failure left unstarted; the coordinator hands them back",
+					"jobs", len(jobs), "job_ids", grantedIDs(jobs), "error", err)
+				continue
+			}
 			s.mu.Lock()
-			s.free -= len(k.Grant.GetJobs())
+			s.free -= len(jobs)
 			s.mu.Unlock()
 			s.w.kickRefile()
-			for _, j := range k.Grant.GetJobs() {
+			for _, j := range jobs {
 				start(claimedFromProto(j, received))
 			}
 		case *pb.WorkResponse_Reply:
@@ -197,14 +222,58 @@ func (s *workSession) freed() {
 	s.send(stream, &pb.WorkRequest{Kind: &pb.WorkRequest_Credit{Credit: &pb.WorkCredit{Credits: 1}}})
 }
 
+// errHalfClosed: the worker half-closed its stream (the drain), which takes
+// nothing more.
+var errHalfClosed = errors.New("jobfence: the worker stream is half-closed")
+
+// send sends m on stream; errHalfClosed once the worker half-closed it. The
+// look at closing and the send share sendMu with closeSend's CloseSend: a
+// send after it would fail the whole stream, calls in flight included.
 func (s *workSession) send(stream pb.Coordinator_WorkClient, m *pb.WorkRequest) error {
 	s.sendMu.Lock()
 	defer s.sendMu.Unlock()
+	s.mu.Lock()
+	closing := s.closing
+	s.mu.Unlock()
+	if closing {
+		return errHalfClosed
+	}
 	return stream.Send(m)
 }
 
-// closeSend half-closes the stream when the worker stops: no more grants;
-// calls from now on go as unary calls.
+// maxAckGrants bounds the grants one WorkAck names.
+const maxAckGrants = 100
+
+// acknowledge tells the coordinator the worker has jobs, the grants of one
+// WorkGrant (at most 100 jobs, so one WorkAck). Errors: errHalfClosed after
+// the drain's half-close; the stream's error when the send failed.
+func (s *workSession) acknowledge(stream pb.Coordinator_WorkClient, jobs []*pb.ClaimedJob) error {
+	refs := make([]*pb.GrantRef, len(jobs))
+	for i, j := range jobs {
+		refs[i] = &pb.GrantRef{JobId: j.GetJob().GetId(), Attempt: j.GetAttempt(), LeaseToken: j.GetLeaseToken()}
+	}
+	for len(refs) > 0 {
+		n := min(len(refs), maxAckGrants)
+		if err := s.send(stream, &pb.WorkRequest{Kind: &pb.WorkRequest_Ack{Ack: &pb.WorkAck{Grants: refs[:n]}}}); err != nil {
+			return err
+		}
+		refs = refs[n:]
+	}
+	return nil
+}
+
+// grantedIDs lists the ids of a grant's jobs, for the log.
+func grantedIDs(jobs []*pb.ClaimedJob) []int64 {
+	ids := make([]int64, len(jobs))
+	for i, j := range jobs {
+		ids[i] = j.GetJob().GetId()
+	}
+	return ids
+}
+
+// closeSend half-closes the stream when the worker stops: no more grants,
+// and those still on their way are not started (they cannot be
+// acknowledged); calls from now on go as unary calls.
 func (s *workSession) closeSend() {
 	s.mu.Lock()
 	stream := s.stream
@@ -212,7 +281,7 @@ func (s *workSession) closeSend() {
 	s.closing = true
 	s.mu.Unlock()
 	if stream != nil && !closing {
-		s.sendMu.Lock()
+		s.sendMu.Lock() // after a send that saw closing unset
 		_ = stream.CloseSend()
 		s.sendMu.Unlock()
 	}

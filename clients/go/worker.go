@@ -98,8 +98,12 @@ type WorkerOptions struct {
 	// a job is enqueued on the same coordinator, and its write-backs,
 	// renewals and receipts go on it, answered exactly as the unary calls;
 	// a call cut with its stream is repeated (R21), on the next stream or
-	// as a unary call. A coordinator without Work is claimed from as with
-	// NoStream.
+	// as a unary call. Each grant is acknowledged (a WorkAck) as soon as it
+	// is read, before its jobs start: the coordinator hands back a grant
+	// left unacknowledged for 5 s, so a worker that stops reading holds no
+	// job; one read after the drain's half-close is not started and goes
+	// back to the coordinator. A coordinator without Work is claimed from
+	// as with NoStream.
 	NoStream bool
 	// PollInterval is the pause after a claim that found less work than it
 	// asked for (default DefaultPollInterval). Ignored with ClaimWait, and
@@ -233,7 +237,9 @@ var ErrWorkerStarted = errors.New("jobfence: worker already started")
 //     backs off and claims again (R7);
 //   - when Run's context ends or Shutdown is called it stops claiming and
 //     drains: in-flight provider calls and write-backs run on, untouched by
-//     the cancellation, until they finish or DrainTimeout passes.
+//     the cancellation, until they finish or DrainTimeout passes; a grant
+//     the worker stream delivers after its half-close is not started (the
+//     coordinator hands it back).
 type Worker struct {
 	client  *Client
 	handler Handler
