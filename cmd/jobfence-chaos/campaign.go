@@ -148,7 +148,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	prodCtx, stopProducer := context.WithTimeout(ctx, c.duration+c.settleTimeout)
 	defer stopProducer()
 	produced := make(chan *production, 1)
-	go func() { produced <- s.produce(prodCtx, specs, c.duration*8/10) }()
+	go func() { produced <- s.produce(prodCtx, specs, c.duration*8/10, windowStart.Add(c.duration*9/10)) }()
 	forgedCh := make(chan []forgedEvent, 1)
 	if forge {
 		go func() { forgedCh <- s.forge(window, c.seed, specs) }()

@@ -17,6 +17,9 @@ const futureBeyond = 365 * 24 * time.Hour
 const (
 	futureSoonMin = 10 * time.Second
 	futureSoonMax = 30 * time.Second
+	// futureLeadMin is the least a refund due within the campaign waits
+	// after its enqueue when the producer fell behind its schedule.
+	futureLeadMin = 2 * time.Second
 )
 
 // dateSomeInTheFuture gives a share of specs a not_before in the future,
@@ -58,4 +61,12 @@ func dateSomeInTheFuture(seed uint64, specs []refundSpec, share float64,
 		soon++
 	}
 	return soon, beyond
+}
+
+// maxTime is the later of a and b.
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

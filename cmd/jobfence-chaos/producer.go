@@ -59,10 +59,14 @@ type production struct {
 // over-refund shows in the oracle) and enqueues it, spreading the refunds
 // evenly over spread so that faults find work in flight. An enqueue that
 // fails is repeated, alternating replicas, until ctx ends: the operation key
-// makes a repeat safe (R1). With a failover, once s.redrive is closed (the
-// proxies point at the new primary), every enqueue acknowledged so far is
-// made again, between two of the producer's own (redrive).
-func (s *system) produce(ctx context.Context, specs []refundSpec, spread time.Duration) *production {
+// makes a repeat safe (R1). A future-dated refund due within the window is
+// due by dueBy however late the producer is (a producer held up by the
+// faults would else carry it past the window and stretch the settle), but
+// never sooner than futureLeadMin after its enqueue. With a failover, once
+// s.redrive is closed (the proxies point at the new primary), every enqueue
+// acknowledged so far is made again, between two of the producer's own
+// (redrive).
+func (s *system) produce(ctx context.Context, specs []refundSpec, spread time.Duration, dueBy time.Time) *production {
 	out := &production{acked: map[string]int64{}, ackedAt: map[string]time.Time{}, notBefore: map[string]time.Time{},
 		failed: map[string]error{}}
 	s.prod.Store(out)
@@ -105,10 +109,15 @@ func (s *system) produce(ctx context.Context, specs []refundSpec, spread time.Du
 		}
 		redriveIfDue()
 		if sp.NotBeforeIn > 0 {
+			now := time.Now()
+			nb := now.Add(sp.NotBeforeIn)
+			if !sp.Beyond && nb.After(dueBy) {
+				nb = maxTime(dueBy, now.Add(futureLeadMin))
+			}
 			// The database keeps microseconds: the not_before sent is the
 			// one stored, to the microsecond.
 			out.mu.Lock()
-			out.notBefore[sp.Key] = time.Now().Add(sp.NotBeforeIn).Truncate(time.Microsecond)
+			out.notBefore[sp.Key] = nb.Truncate(time.Microsecond)
 			out.mu.Unlock()
 		}
 		id, _, err := s.enqueue(ctx, clients, n, sp, out)
