@@ -106,7 +106,11 @@ class CoordinatorServicer(object):
         """EnqueueRefund creates a refund job in state READY. Enqueuing the same
         operation_key with the same order, payment, amount, currency and provider
         returns the existing job with created=false (R1); with different values it
-        fails with OPERATION_KEY_CONFLICT.
+        fails with OPERATION_KEY_CONFLICT. A caller that may not read jobs (a
+        producer without the reader or operator role) is told what a producer
+        needs of its refund: the job's id, values, state and when it is due; not
+        who handled it (worker_id), why (last_reason), its lease or the
+        provider's refund id, and a conflict does not name the job's id.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
