@@ -108,7 +108,10 @@ func checkNothingMovesMoneyEarly(in checkInput, x *checkFacts) (i11 *invariant, 
 		if evs := x.events[j.ID]; len(evs) != 1 || evs[0].Kind != "enqueued" {
 			wrong = append(wrong, fmt.Sprintf("its history has %d events", len(evs)))
 		}
-		if n := refundsOf[key]; n > 0 {
+		switch n := refundsOf[key]; {
+		case n == 1:
+			wrong = append(wrong, "the provider has a refund of it")
+		case n > 1:
 			wrong = append(wrong, fmt.Sprintf("the provider has %d refunds of it", n))
 		}
 		if len(wrong) > 0 {
@@ -162,7 +165,8 @@ func aheadBy(d time.Duration) string {
 	if d < 2*day {
 		return d.Round(time.Millisecond).String()
 	}
-	return fmt.Sprintf("%dd%s", d/day, (d % day).Round(time.Second))
+	d = d.Round(time.Second)
+	return fmt.Sprintf("%dd%s", d/day, d%day)
 }
 
 // checkForgedEvents is invariant 11's part about the forger's events; it

@@ -121,6 +121,10 @@ func TestCheckFindsAJobDatedBeyondTheCampaignTouched_R28(t *testing.T) {
 			in.Oracle.Refunds = append(in.Oracle.Refunds, fakeprovider.Refund{ID: "re_2", MerchantReference: k2,
 				Status: fakeprovider.StatusSucceeded, Created: in.DB.Now})
 		}, "EARLY REFUND: refund re_2"},
+		"refunded, the history clean": {func(in *checkInput) {
+			in.Oracle.Refunds = append(in.Oracle.Refunds, fakeprovider.Refund{ID: "re_2", MerchantReference: k2,
+				Status: fakeprovider.StatusSucceeded, Created: in.NotBefore[k2].Add(-futureBeyond + time.Second)})
+		}, "364d23h59m59s before its job's not_before"},
 		"expedited": {func(in *checkInput) {
 			in.DB.Jobs[1].NextAttemptAt, in.DB.Jobs[1].NextAction = in.DB.Now, "reconcile"
 			in.DB.Events = append(in.DB.Events, eventRow{ID: 21, JobID: 2, Kind: "expedited",
