@@ -270,8 +270,13 @@ func TestWorkerDrainsOnShutdownSignal(t *testing.T) {
 	// began may take the job in the enqueue's own transaction; the worker,
 	// gone, never sees it, and the coordinator hands it back under its own
 	// attempt (R7): ready again, never handled. Anything else is a job the
-	// draining worker took.
-	d := c.get(t, second.ID)
+	// draining worker took. The coordinator hands a claim back after the
+	// worker left, on its own time: wait for the job to leave running.
+	var d jobfence.JobDetail
+	proctest.WaitFor(t, 10*time.Second, "the job enqueued after shutdown not running", func() bool {
+		d = c.get(t, second.ID)
+		return d.Job.State != jobfence.StateRunning
+	})
 	handedBack := d.Job.Attempt == 1 && strings.HasPrefix(d.Job.LastReason, "claim abandoned by its caller")
 	if d.Job.State != jobfence.StateReady || d.Job.Attempt != 0 && !handedBack {
 		t.Fatalf("job enqueued after shutdown: %+v, want untouched or handed back", d.Job)
