@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
 	"github.com/jobfence/jobfence/console"
 	"github.com/jobfence/jobfence/internal/browser"
 	"github.com/jobfence/jobfence/internal/proctest"
@@ -285,5 +288,29 @@ func TestSignInWithAHostileNextStaysOnTheConsoleInABrowser(t *testing.T) {
 	}
 	if who := s.Text("#who"); who != "alice" {
 		t.Fatalf("signed in as %q", who)
+	}
+}
+
+// Bounds and rates that cannot work are refused by New, naming the option.
+func TestNewRefusesBoundsThatCannotWork(t *testing.T) {
+	conn, err := grpc.NewClient("127.0.0.1:1", grpc.WithTransportCredentials(insecure.NewCredentials())) // never dialled
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for field, o := range map[string]console.Options{
+		"MaxSessions":           {MaxSessions: -1},
+		"SessionsPerCredential": {SessionsPerCredential: -5},
+		"RefusalLogInterval":    {RefusalLogInterval: -time.Second},
+		"SignInsPerAddress":     {SignInsPerAddress: console.Rate{PerSecond: 2}},
+		"SignInsPerCredential":  {SignInsPerCredential: console.Rate{PerSecond: -1, Burst: 3}},
+	} {
+		o.Coordinator = conn
+		if _, err := console.New(o); err == nil || !strings.Contains(err.Error(), "Options."+field) {
+			t.Errorf("%s: New answered %v", field, err)
+		}
+	}
+	if _, err := console.New(console.Options{Coordinator: conn}); err != nil {
+		t.Fatalf("the defaults: %v", err)
 	}
 }
