@@ -53,8 +53,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	specs := refundSpecs(c.seed, c.jobs)
 	soon, beyond := dateSomeInTheFuture(c.seed, specs, c.futureShare, c.duration*8/10, c.duration)
 	forge := c.webhooks && c.forge
-	fmt.Fprintf(stdout, "future-dated refunds: %d due 10-30s after their enqueue, within the fault window, %d a year "+
-		"later, beyond the campaign; forged webhooks: %v\n", soon, beyond, forge)
+	lo, hi := soonDelays(c.duration)
+	fmt.Fprintf(stdout, "future-dated refunds: %d due %s-%s after their enqueue, within the fault window, %d a year "+
+		"later, beyond the campaign; forged webhooks: %v\n", soon, round(lo), round(hi), beyond, forge)
 
 	if c.dryRun {
 		for _, f := range faults {

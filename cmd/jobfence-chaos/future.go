@@ -37,7 +37,7 @@ func dateSomeInTheFuture(seed uint64, specs []refundSpec, share float64,
 	h := fnv.New64a()
 	h.Write([]byte("future-dated"))
 	rng := rand.New(rand.NewPCG(seed, h.Sum64()))
-	lo, hi := min(futureSoonMin, window/6), min(futureSoonMax, window/2)
+	lo, hi := soonDelays(window)
 	latest := window * 9 / 10
 	for i := range specs {
 		// Every spec draws the same three numbers, so that the share
@@ -61,6 +61,13 @@ func dateSomeInTheFuture(seed uint64, specs []refundSpec, share float64,
 		soon++
 	}
 	return soon, beyond
+}
+
+// soonDelays are the least and the most a refund due within a window of
+// that length waits after its enqueue: 10–30 s, a sixth to a half of a
+// shorter window.
+func soonDelays(window time.Duration) (lo, hi time.Duration) {
+	return min(futureSoonMin, window/6), min(futureSoonMax, window/2)
 }
 
 // maxTime is the later of a and b.
