@@ -193,7 +193,11 @@ func (f *forger) draw(prod *production, now time.Time) (ev forgedEvent, body []b
 	key := pool[f.rng.IntN(len(pool))]
 	sp := f.specs[key]
 	ev.NotBefore, _ = prod.notBeforeOf(key)
-	pick := f.rng.IntN(10)
+	total := 0
+	for _, k := range forgeryKinds {
+		total += k.weight
+	}
+	pick := f.rng.IntN(total)
 	for _, k := range forgeryKinds {
 		if pick < k.weight {
 			ev.Kind = k.kind
