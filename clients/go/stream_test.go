@@ -133,7 +133,8 @@ func TestWorkerStreamOnABlackholedConnectionReconnects_R21(t *testing.T) {
 	var endErr error
 	w, err := jobfence.NewWorker(wc, h, jobfence.WorkerOptions{
 		WorkerID: "blackholed", PollInterval: time.Minute, ClaimBackoff: 50 * time.Millisecond,
-		ReceiptSpool: filepath.Join(t.TempDir(), "receipts.jsonl"),
+		RenewInterval: 200 * time.Millisecond,
+		ReceiptSpool:  filepath.Join(t.TempDir(), "receipts.jsonl"),
 		OnEvent: func(e jobfence.WorkerEvent) {
 			mu.Lock()
 			defer mu.Unlock()
@@ -156,6 +157,11 @@ func TestWorkerStreamOnABlackholedConnectionReconnects_R21(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the job never reached the worker")
 	}
+	// The coordinator has seen the worker hold the grant once a renewal is
+	// answered on the stream, after the grant's acknowledgement: a grant
+	// whose ack the blackhole took with it is handed back, as one never
+	// received.
+	proctest.WaitFor(t, 10*time.Second, "a renewal of the held grant", func() bool { return w.Stats().Renewals >= 1 })
 	blackholed := time.Now()
 	p.blackhole()
 	close(release) // the write-back goes on the dead stream
