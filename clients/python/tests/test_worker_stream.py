@@ -89,6 +89,13 @@ def own_client(address: str, attempts: int = 6) -> Client:
                                    ("grpc.max_reconnect_backoff_ms", 500)])
 
 
+def shown_held(w: Worker) -> None:
+    """Waits until the coordinator has seen w hold its grant: a renewal
+    answered on the stream comes after the grant's acknowledgement. A grant
+    whose ack a cut took with it is handed back, as one never received."""
+    eventually(lambda: w.stats().renewals >= 1, 10, "a renewal of the held grant")
+
+
 def test_the_worker_takes_jobs_pushed_on_its_stream_without_claim_calls(
         coord: Coordinator, running: list[Running]) -> None:
     c = coord.client()
@@ -186,10 +193,11 @@ def test_a_blackholed_connection_is_found_dead_by_keepalive_and_the_write_back_r
             if e.kind is WorkerEventKind.CLAIM_FAILED:
                 ended.append((time.monotonic(), e.error))
 
-        w = Worker(wc, h, worker_id="py-blackholed", provider=r["provider"], lease=30, poll_interval=60,
-                   receipt_spool="off", claim_backoff=0.1, max_claim_backoff=0.5, on_event=on_event)
+        w = Worker(wc, h, worker_id="py-blackholed", provider=r["provider"], lease=30, renew_interval=0.2,
+                   poll_interval=60, receipt_spool="off", claim_backoff=0.1, max_claim_backoff=0.5, on_event=on_event)
         running.append(Running(w))
         assert h.sent[first.id].wait(20), "the job never reached the worker"
+        shown_held(w)
         blackholed = time.monotonic()
         proxy.blackhole()
         gate.set()  # the write-back goes on the dead stream
@@ -226,10 +234,11 @@ def test_a_coordinator_restarted_under_the_stream_is_reconnected_and_the_write_b
         job, _ = coord.client().enqueue_refund(**r)
         h = Gate()
         gate = h.hold(job.id)
-        w = Worker(wc, h, worker_id="py-restart", provider=r["provider"], lease=30, poll_interval=60,
-                   receipt_spool="off", claim_backoff=0.1, max_claim_backoff=0.5)
+        w = Worker(wc, h, worker_id="py-restart", provider=r["provider"], lease=30, renew_interval=0.2,
+                   poll_interval=60, receipt_spool="off", claim_backoff=0.1, max_claim_backoff=0.5)
         running.append(Running(w))
         assert h.sent[job.id].wait(20), "the job never reached the worker"
+        shown_held(w)
         # The coordinator stops (its streams end UNAVAILABLE) and another
         # starts on its database and address, the grant still running.
         coord.stop(drop=False)

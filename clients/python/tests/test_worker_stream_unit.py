@@ -1,9 +1,10 @@
 """The Worker on the worker stream (Work) against a scripted coordinator: one
-credit per free slot and one back per finished job (R18), write-backs on
-the stream whose errors decode exactly as the unary calls' (R24), a call cut
-with its stream repeated (R21), a new stream after one ends, the drain's
-half-close, the heartbeats of an idle stream, and the fallback to Claim calls
-for good against a coordinator without the stream."""
+credit per free slot and one back per finished job (R18), every grant
+acknowledged as it is read, write-backs on the stream whose errors decode
+exactly as the unary calls' (R24), a call cut with its stream repeated
+(R21), a new stream after one ends, the drain's half-close (a grant read
+after it is not started), the heartbeats of an idle stream, and the fallback
+to Claim calls for good against a coordinator without the stream."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from jobfence import (
     WorkerEvent,
     WorkerEventKind,
 )
-from jobfence.stream import STREAM_HEARTBEAT_INTERVAL
+from jobfence.stream import STREAM_HEARTBEAT_INTERVAL, _Requests
 from jobfence.v1 import coordinator_pb2 as pb
 
 from fakecoord import Cut, Fail, FakeCoordinator, FakeStream, claimed
@@ -127,6 +128,40 @@ def test_stream_opens_with_a_credit_per_free_slot_and_gets_one_back_per_finished
     assert (s.claimed, s.completed, s.claim_failures) == (2, 2, 0), s
 
 
+def acks(st: FakeStream) -> list[list[tuple[int, int, str]]]:
+    """The WorkAcks st got, each as the (job, attempt, lease token) it names."""
+    return [[(g.job_id, g.attempt, g.lease_token) for g in r.ack.grants]
+            for r in list(st.requests) if r.WhichOneof("kind") == "ack"]
+
+
+def test_each_grant_is_acknowledged_once_before_its_jobs_write_back_R25(sfake: FakeCoordinator) -> None:
+    h = Gated()
+    w = worker(sfake, h, concurrency=3)
+    r = Running(w)
+    st = sfake.stream(0)
+    assert st.start.acknowledges, "the WorkStart must say the worker acknowledges its grants"
+    st.grant(claimed(1), claimed(2))
+    st.grant(claimed(3, attempt=4))
+    wait(lambda: w.stats().completed == 3, "the three jobs written back")
+    # One WorkAck per WorkGrant, all its jobs with their attempt and token,
+    # sent before any of them wrote back.
+    assert acks(st) == [[(1, 1, "tok-1"), (2, 1, "tok-2")], [(3, 4, "tok-3")]]
+    kinds = [req.WhichOneof("kind") for req in st.requests]
+    assert kinds.index("ack") < kinds.index("call"), kinds
+    r.stop()
+
+
+def test_an_ack_goes_ahead_of_the_messages_waiting_to_be_sent() -> None:
+    q = _Requests()
+    credit, call = pb.WorkRequest(credit=pb.WorkCredit(credits=1)), pb.WorkRequest(call=pb.WorkCall(call_id=1))
+    first, second = (pb.WorkRequest(ack=pb.WorkAck(grants=[pb.GrantRef(job_id=i, attempt=1, lease_token=f"tok-{i}")]))
+                     for i in (1, 2))
+    assert q.put(credit) and q.put(call) and q.put_first(first) and q.put_first(second)
+    q.close()
+    assert list(q) == [first, second, credit, call]
+    assert not q.put_first(first) and not q.put(credit), "taken after the half-close"
+
+
 def test_stream_replies_decode_to_the_unary_calls_errors_R24(sfake: FakeCoordinator) -> None:
     # The same scripted error, once as a unary call's trailer, once as a
     # stream reply's status: the same class, code, message, reason, metadata
@@ -223,32 +258,47 @@ def test_retry_after_on_the_stream_is_not_a_failure_R19(sfake: FakeCoordinator) 
     assert w.stats().claim_failures == 0 and len(sfake.streams) == 1
 
 
-def test_stop_half_closes_the_stream_works_the_grants_in_flight_and_writes_back_unary(
-        sfake: FakeCoordinator) -> None:
-    # The drain: no more grants are asked for, but one the coordinator sent
-    # before it saw the half-close arrives and is worked; the write-backs
-    # after the half-close go as unary calls, even while the stream is still
-    # open (this one ends only once both came).
+def test_stop_half_closes_the_stream_leaves_a_grant_read_after_it_unstarted_and_writes_back_unary_R25(
+        sfake: FakeCoordinator, logs: tuple[logging.Logger, Records]) -> None:
+    # The drain: no more grants are asked for. One the coordinator sent
+    # before it saw the half-close arrives, can no longer be acknowledged and
+    # is not started: the coordinator hands it back. The write-back after
+    # the half-close goes as a unary call, even while the stream is still
+    # open (this one ends only once it came).
+    log, records = logs
+
     def half_closed(st: Any) -> None:
         st.grant(claimed(9))
 
-        def end_after_both() -> None:
-            wait(lambda: sfake.count("Complete") == 2, "both write-backs")
+        def end_after_the_write_back() -> None:
+            wait(lambda: sfake.count("Complete") == 1, "the held job's write-back")
             st.end()
 
-        threading.Thread(target=end_after_both, daemon=True).start()
+        threading.Thread(target=end_after_the_write_back, daemon=True).start()
 
     sfake.on_half_close = half_closed
-    h, gate, w, r, st = one_job_held(sfake)
+    h = Gated()
+    gate = h.hold(1)
+    w = worker(sfake, h, concurrency=2, logger=log)
+    r = Running(w)
+    st = sfake.stream(0)
+    st.grant(claimed(1))
+    wait(lambda: h.started == [1], "the job's handler")
     w.stop()
     assert st.half_closed.wait(5), "stop() did not half-close the stream"
-    wait(lambda: 9 in h.started, "the grant in flight worked")
+    wait(lambda: "grants read after the stream's half-close left unstarted; the coordinator hands them back"
+         in records.msgs(), "the grant in flight left unstarted")
     gate.set()
     r.stop()
-    assert sorted(h.started) == [1, 9]
-    assert sfake.count("Complete", via="unary") == 2 and sfake.count("Complete", via="stream") == 0
+    assert h.started == [1], "the grant read after the half-close was started"
+    assert acks(st) == [[(1, 1, "tok-1")]], "only the grant before the half-close is acknowledged"
+    assert sfake.count("Complete", via="unary") == 1 and sfake.count("Complete", via="stream") == 0
     assert st.credits() == [], "credits given after the half-close"
-    assert len(sfake.streams) == 1 and w.stats().completed == 2
+    s = w.stats()
+    assert (s.claimed, s.completed) == (1, 1), s
+    assert len(sfake.streams) == 1
+    # The dropped grant took no slot: both are free again.
+    assert w._session is not None and w._session._free == 2
 
 
 def test_an_idle_stream_sends_a_heartbeat_every_second_and_none_after_the_half_close(

@@ -19,6 +19,14 @@ nothing else for STREAM_HEARTBEAT_INTERVAL: the coordinator offers work only
 to a stream that spoke within the last few seconds, so a frozen process (a
 SIGSTOP, a long pause) is granted nothing it cannot start.
 
+Every grant is acknowledged as it is read (WorkStart.acknowledges): one
+WorkAck naming each job of the WorkGrant with its attempt and lease token,
+queued ahead of anything else waiting to be sent, before any of its jobs
+starts. The coordinator hands back a grant left unacknowledged for 5 s (or
+half its lease), so a worker that stops reading holds no job. A grant read
+after the half-close (the drain) can no longer be acknowledged: it is not
+started, and the coordinator takes it back when the stream ends.
+
 Threads: grpcio sends a stream's requests from an iterator fed by a queue
 (its own thread takes from it: put never blocks), and the Worker's run()
 thread reads the responses and starts the jobs granted. The heartbeats come
@@ -29,10 +37,10 @@ block; one that cannot be sent fails the stream as any failed send does.
 
 from __future__ import annotations
 
-import queue
 import random
 import threading
 import time
+from collections import deque
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import grpc
@@ -62,6 +70,10 @@ STREAM_CALLS = {
 STREAM_HEARTBEAT_INTERVAL = 1.0
 
 
+# The grants one WorkAck names at most.
+MAX_ACK_GRANTS = 100
+
+
 def _heartbeat() -> pb.WorkRequest:
     return pb.WorkRequest(credit=pb.WorkCredit(credits=0))
 
@@ -75,36 +87,60 @@ class NoStream(Exception):
     it goes as a unary call instead."""
 
 
-_END = object()
-
-
 class _Requests:
     """The request side of one stream. grpcio's thread takes the messages in
-    order and half-closes the stream at close(); when none came for
-    STREAM_HEARTBEAT_INTERVAL it takes a heartbeat instead. grpcio asks for
-    the next message only once the last one was sent, so heartbeats never
-    queue up behind a send held back by flow control."""
+    order, those put with put_first (the acks) ahead of the rest, and
+    half-closes the stream at close(), once it took what was put before;
+    when none came for STREAM_HEARTBEAT_INTERVAL it takes a heartbeat
+    instead. grpcio asks for the next message only once the last one was
+    sent, so heartbeats never queue up behind a send held back by flow
+    control."""
 
     def __init__(self) -> None:
-        self._q: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._cv = threading.Condition()
+        self._first: deque[pb.WorkRequest] = deque()
+        self._rest: deque[pb.WorkRequest] = deque()
+        self._closed = False
 
-    def put(self, m: pb.WorkRequest) -> None:
-        self._q.put(m)
+    def put(self, m: pb.WorkRequest) -> bool:
+        """Queues m; False once closed (it is not sent)."""
+        return self._put(self._rest, m)
+
+    def put_first(self, m: pb.WorkRequest) -> bool:
+        """Queues m ahead of every message waiting but those put first; False
+        once closed (it is not sent)."""
+        return self._put(self._first, m)
+
+    def _put(self, q: deque[pb.WorkRequest], m: pb.WorkRequest) -> bool:
+        with self._cv:
+            if self._closed:
+                return False
+            q.append(m)
+            self._cv.notify()
+            return True
 
     def close(self) -> None:
-        self._q.put(_END)
+        with self._cv:
+            self._closed = True
+            self._cv.notify()
 
     def __iter__(self) -> _Requests:
         return self
 
     def __next__(self) -> pb.WorkRequest:
-        try:
-            m = self._q.get(timeout=STREAM_HEARTBEAT_INTERVAL)
-        except queue.Empty:
-            return _heartbeat()
-        if m is _END:
-            raise StopIteration
-        return m  # type: ignore[no-any-return]
+        idle = time.monotonic() + STREAM_HEARTBEAT_INTERVAL
+        with self._cv:
+            while True:
+                if self._first:
+                    return self._first.popleft()
+                if self._rest:
+                    return self._rest.popleft()
+                if self._closed:
+                    raise StopIteration
+                left = idle - time.monotonic()
+                if left <= 0:
+                    return _heartbeat()
+                self._cv.wait(left)
 
 
 class _Pending:
@@ -132,7 +168,8 @@ class _Stream:
 class WorkSession:
     """A Worker's stream to the coordinator. It keeps the count of free slots
     the coordinator may fill (credits): a new stream opens with all of them, a
-    grant uses one per job, a finished job (freed) gives one back."""
+    grant uses one per job, a finished job (freed) gives one back; a grant it
+    cannot acknowledge (read after the half-close) uses none."""
 
     def __init__(self, w: Worker, stub: Any, metadata: Callable[[], list[tuple[str, str]]]) -> None:
         self._w = w
@@ -147,8 +184,8 @@ class WorkSession:
     def run(self, start: Callable[[ClaimedJob], None]) -> bool:
         """Keeps a stream open until the worker stops, starting the jobs it
         is granted with start. True once the last stream ended after
-        close_send (every call sent answered, every grant in flight
-        received); False when the coordinator has no Work: nothing was
+        close_send (every call sent answered, every grant in flight received
+        and left unstarted); False when the coordinator has no Work: nothing was
         granted, and the worker claims with Claim calls for good."""
         w = self._w
         o = w.options
@@ -185,7 +222,8 @@ class WorkSession:
         with self._lock:
             if self._closing:
                 return None
-            start = pb.WorkStart(worker_id=o.worker_id, provider=o.provider, credits=max(self._free, 0))
+            start = pb.WorkStart(worker_id=o.worker_id, provider=o.provider, credits=max(self._free, 0),
+                                 acknowledges=True)
             if o.lease:
                 start.lease_duration.CopyFrom(_duration(o.lease))
             requests = _Requests()
@@ -201,8 +239,8 @@ class WorkSession:
         return st
 
     def _receive(self, st: _Stream, start: Callable[[ClaimedJob], None]) -> bool:
-        """Reads st until it ends: grants are started, replies handed to their
-        calls; at the end the calls still waiting are answered UNAVAILABLE
+        """Reads st until it ends: grants are acknowledged and started,
+        replies handed to their calls; at the end the calls still waiting are answered UNAVAILABLE
         (safe to repeat, R21). Whether anything came; raises how it ended
         (StreamUnsupported when the coordinator has no Work), nothing after a
         clean end."""
@@ -216,8 +254,23 @@ class WorkSession:
                 if kind == "grant":
                     received = time.monotonic()
                     jobs = list(m.grant.jobs)
+                    if not jobs:
+                        continue
                     with self._lock:
-                        self._free -= len(jobs)
+                        # The ack goes first, ahead of calls and credits
+                        # waiting to be sent and before a job takes a slot:
+                        # the coordinator hands back what is not acknowledged
+                        # within 5 s. After the half-close none can go.
+                        acked = not (self._closing or st.half_closed) and self._acknowledge(st, jobs)
+                        if acked:
+                            self._free -= len(jobs)
+                    if not acked:
+                        # The coordinator hands these back when the stream
+                        # ends; a handler started on one would run on a grant
+                        # already ended (R25). They never took a slot.
+                        w._log.info("grants read after the stream's half-close left unstarted; the coordinator "
+                                    "hands them back", extra={"jobs": len(jobs), "job_ids": [j.job.id for j in jobs]})
+                        continue
                     w._kick_refile()
                     for j in jobs:
                         start(claimed_of(j, received))
@@ -243,6 +296,18 @@ class WorkSession:
         if _code(end) == grpc.StatusCode.UNIMPLEMENTED:
             raise StreamUnsupported()
         raise decode_error(end)
+
+    @staticmethod
+    def _acknowledge(st: _Stream, jobs: list[pb.ClaimedJob]) -> bool:
+        """Queues the WorkAck of one grant's jobs (at most 100: one message)
+        ahead of everything waiting to be sent; False once the stream takes
+        nothing more."""
+        for i in range(0, len(jobs), MAX_ACK_GRANTS):
+            refs = [pb.GrantRef(job_id=j.job.id, attempt=j.attempt, lease_token=j.lease_token)
+                    for j in jobs[i:i + MAX_ACK_GRANTS]]
+            if not st.requests.put_first(pb.WorkRequest(ack=pb.WorkAck(grants=refs))):
+                return False
+        return True
 
     def _ended(self, st: _Stream, end: Optional[grpc.RpcError]) -> None:
         why = "closed by the coordinator" if end is None else str(decode_error(end))
@@ -270,8 +335,9 @@ class WorkSession:
 
     def close_send(self) -> None:
         """Half-closes the stream when the worker stops: no more grants;
-        those in flight still arrive, every call sent is answered, then the
-        coordinator ends the stream. Calls from now on go as unary calls. A
+        those in flight still arrive and are not started (they can no longer
+        be acknowledged: the coordinator hands them back), every call sent is
+        answered, then the coordinator ends the stream. Calls from now on go as unary calls. A
         stream still open drain_timeout later is cancelled (its calls are
         answered UNAVAILABLE and repeated as unary calls)."""
         with self._lock:

@@ -294,8 +294,10 @@ class WorkerOptions:
     #: up, at once when a job is enqueued on the same coordinator, and its
     #: write-backs, renewals and receipts go on it, answered exactly as the
     #: unary calls; a call cut with its stream is repeated (R21), on the next
-    #: stream or as a unary call. A coordinator without Work is claimed from
-    #: as with no_stream.
+    #: stream or as a unary call. Each grant is acknowledged (a WorkAck) as
+    #: soon as it is read, before its jobs start: the coordinator hands back a
+    #: grant left unacknowledged for 5 s, so a worker that stops reading holds
+    #: no job. A coordinator without Work is claimed from as with no_stream.
     no_stream: bool = False
     #: The pause after a claim that found less work than asked for (not with
     #: claim_wait). Claims only: not on the worker stream.
@@ -397,9 +399,10 @@ class Worker:
       waits that long (R19);
     - stop() (or SIGTERM, with ``run(install_signal_handlers=True)``) stops
       the claiming and drains: it half-closes the worker stream (grants
-      already in flight still arrive and are worked; later write-backs go as
-      unary calls), and jobs in flight finish their provider calls and
-      write-backs, until drain_timeout.
+      still in flight arrive, cannot be acknowledged and are not started: the
+      coordinator hands them back; later write-backs go as unary calls), and
+      jobs in flight finish their provider calls and write-backs, until
+      drain_timeout.
 
     Worker() opens and locks the receipt spool. Raises ValueError for an
     invalid option (or no cache folder for the default spool),
@@ -483,8 +486,8 @@ class Worker:
 
     def stop(self) -> None:
         """Stops taking jobs; run() drains and returns. Safe from any thread.
-        The worker stream is half-closed (grants already on their way are
-        still worked); a waiting long-poll claim is cancelled (a job it may
+        The worker stream is half-closed (grants still on their way are not
+        started: the coordinator hands them back); a waiting long-poll claim is cancelled (a job it may
         still have granted returns through a takeover after its lease, R7)."""
         with self._cv:
             self._stopping = True
