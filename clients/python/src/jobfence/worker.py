@@ -487,8 +487,9 @@ class Worker:
     def stop(self) -> None:
         """Stops taking jobs; run() drains and returns. Safe from any thread.
         The worker stream is half-closed (grants still on their way are not
-        started: the coordinator hands them back); a waiting long-poll claim is cancelled (a job it may
-        still have granted returns through a takeover after its lease, R7)."""
+        started: the coordinator hands them back); a waiting long-poll claim
+        is cancelled (a job it may still have granted returns through a
+        takeover after its lease, R7)."""
         with self._cv:
             self._stopping = True
             self._cv.notify_all()
