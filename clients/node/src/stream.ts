@@ -8,6 +8,14 @@
 // for STREAM_HEARTBEAT_MS: the coordinator offers work only to a stream that
 // spoke within the last 3 s (server.StreamSilence), so a frozen process (a
 // SIGSTOP, a long GC pause) is not granted jobs it cannot start.
+//
+// Every grant is acknowledged as it is read (WorkStart.acknowledges): one
+// WorkAck naming each job of the WorkGrant with its attempt and lease token,
+// queued ahead of anything else waiting to be sent, before any of its jobs
+// starts. The coordinator hands back a grant left unacknowledged for 5 s (or
+// half its lease), so a worker that stops reading holds no job. A grant read
+// after the half-close (the drain) can no longer be acknowledged: it is not
+// started, and the coordinator takes it back when the stream ends.
 
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
@@ -86,11 +94,15 @@ interface OpenStream {
   pending: Map<bigint, (answer: WorkReply | CoordinatorError) => void>;
 }
 
+/** MAX_ACK_GRANTS bounds the grants one WorkAck names. */
+const MAX_ACK_GRANTS = 100;
+
 /**
  * WorkSession is a Worker's stream to the coordinator. It keeps the count of
  * free slots the coordinator may fill (the credits): a stream opens with
  * all of them, a grant uses one per job, a job that ends gives one back
- * (`freed`). Its WorkerCalls go on the open stream, answered by the reply
+ * (`freed`); a grant it cannot acknowledge (read after the half-close) uses
+ * none. Its WorkerCalls go on the open stream, answered by the reply
  * with their call id; while no stream is open, and once the worker drains
  * (`closeSend`), they go as the client's unary calls. A call whose stream
  * ends before its reply is answered UNAVAILABLE, safe to repeat: every call
@@ -113,13 +125,19 @@ export class WorkSession implements WorkerCalls {
 
   /**
    * serve opens one stream with every free slot as credits and reads it
-   * until it ends, handing each grant's jobs to `granted` and each
-   * retry_after (R19: the provider's budget is spent; the coordinator holds
-   * the credits and offers grants again after it) to `retryAfter`. At the
-   * end, every call still waiting is answered UNAVAILABLE. After closeSend
-   * it opens nothing and returns at once.
+   * until it ends, acknowledging each grant and then handing its jobs to
+   * `granted`, and each retry_after (R19: the provider's budget is spent;
+   * the coordinator holds the credits and offers grants again after it) to
+   * `retryAfter`. A grant read after closeSend is not acknowledged and goes
+   * to `dropped` instead: the coordinator hands it back, nothing may start
+   * it. At the end, every call still waiting is answered UNAVAILABLE. After
+   * closeSend it opens nothing and returns at once.
    */
-  async serve(granted: (jobs: ClaimedJob[]) => void, retryAfter: (ms: number) => void): Promise<StreamEnd> {
+  async serve(
+    granted: (jobs: ClaimedJob[]) => void,
+    retryAfter: (ms: number) => void,
+    dropped: (jobs: ClaimedJob[]) => void = () => undefined,
+  ): Promise<StreamEnd> {
     if (this.closing) {
       return { error: undefined, received: false };
     }
@@ -132,6 +150,7 @@ export class WorkSession implements WorkerCalls {
           provider: this.start.provider,
           leaseDuration: this.start.leaseMs === undefined ? undefined : durationFromMs(this.start.leaseMs),
           credits: Math.max(this.free, 0),
+          acknowledges: true,
         },
       },
     }));
@@ -145,10 +164,22 @@ export class WorkSession implements WorkerCalls {
       for await (const m of this.client.work(s.out, { signal: abort.signal })) {
         received = true;
         switch (m.kind.case) {
-          case "grant":
-            this.free -= m.kind.value.jobs.length;
-            granted(m.kind.value.jobs);
+          case "grant": {
+            const jobs = m.kind.value.jobs;
+            if (jobs.length === 0) {
+              break;
+            }
+            // The ack goes first, ahead of calls and credits waiting to be
+            // sent and before a job takes a slot: the coordinator hands back
+            // what is not acknowledged within 5 s.
+            if (this.closing || !this.acknowledge(s, jobs)) {
+              dropped(jobs);
+              break;
+            }
+            this.free -= jobs.length;
+            granted(jobs);
             break;
+          }
           case "reply": {
             const answer = s.pending.get(m.kind.value.callId);
             s.pending.delete(m.kind.value.callId);
@@ -189,11 +220,26 @@ export class WorkSession implements WorkerCalls {
     }
   }
 
+  // acknowledge queues the WorkAck of one grant's jobs (at most 100: one
+  // message) ahead of everything waiting to be sent; false when the stream
+  // takes nothing more (half-closed, or ending).
+  private acknowledge(s: OpenStream, jobs: ClaimedJob[]): boolean {
+    for (let i = 0; i < jobs.length; i += MAX_ACK_GRANTS) {
+      const grants = jobs.slice(i, i + MAX_ACK_GRANTS)
+        .map((c) => ({ jobId: c.job?.id ?? 0n, attempt: c.attempt, leaseToken: c.leaseToken }));
+      if (!s.out.pushFirst(create(WorkRequestSchema, { kind: { case: "ack", value: { grants } } }))) {
+        return false;
+      }
+    }
+    return true;
+  }
+
   /**
    * closeSend half-closes the stream when the worker drains: the
    * coordinator grants nothing more, answers the calls already sent and
-   * then ends the stream; grants already in flight still arrive. Calls from
-   * now on go as unary calls, and no stream opens again.
+   * then ends the stream; a grant still on its way is not started (it can
+   * no longer be acknowledged, and the coordinator hands it back). Calls
+   * from now on go as unary calls, and no stream opens again.
    */
   closeSend(): void {
     this.closing = true;
@@ -315,7 +361,8 @@ function unexpected(reply: WorkReply, want: NonNullable<WorkCall["call"]["case"]
 /**
  * Outbox is the stream's requests: an async iterable the transport reads
  * one message at a time, as HTTP/2 flow control lets it. Messages pushed
- * wait in order; close() ends it after them (the half-close). Its one
+ * wait in order, those pushed with pushFirst (the acks) ahead of the rest;
+ * close() ends it after them (the half-close). Its one
  * iterator's return() and throw(), which the transport calls when the
  * stream is cancelled, close it too. With `idle`, a read that waits `idle.ms`
  * for a message gets `idle.message()` instead (the heartbeat): on a timer of
@@ -326,6 +373,8 @@ function unexpected(reply: WorkReply, want: NonNullable<WorkCall["call"]["case"]
  */
 class Outbox<T> implements AsyncIterable<T> {
   private readonly items: T[] = [];
+  // The first `urgent` items were pushed with pushFirst.
+  private urgent = 0;
   private closed = false;
   private waiting: ((r: IteratorResult<T, undefined>) => void) | undefined;
   private idleTimer: ReturnType<typeof setTimeout> | undefined;
@@ -333,6 +382,7 @@ class Outbox<T> implements AsyncIterable<T> {
     next: () => {
       const item = this.items.shift();
       if (item !== undefined) {
+        this.urgent = Math.max(this.urgent - 1, 0);
         return Promise.resolve({ done: false, value: item });
       }
       if (this.closed) {
@@ -380,6 +430,18 @@ class Outbox<T> implements AsyncIterable<T> {
     return true;
   }
 
+  /** pushFirst queues m ahead of every message pushed, behind those pushed first; false once the outbox is closed. */
+  pushFirst(m: T): boolean {
+    if (this.closed) {
+      return false;
+    }
+    if (this.waiting !== undefined) {
+      return this.push(m);
+    }
+    this.items.splice(this.urgent++, 0, m);
+    return true;
+  }
+
   /** close ends the outbox once what was pushed has been read. */
   close(): void {
     this.closed = true;
@@ -396,6 +458,7 @@ class Outbox<T> implements AsyncIterable<T> {
   private abandon(): void {
     this.closed = true;
     this.items.length = 0;
+    this.urgent = 0;
     this.wake();
   }
 

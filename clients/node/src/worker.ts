@@ -101,6 +101,16 @@ export type WorkerEvent =
     }
   | {
       /**
+       * Grants the worker stream delivered after the drain's half-close: they
+       * can no longer be acknowledged, so they are not started and nothing is
+       * written for them; the coordinator hands them back when the stream
+       * ends, due now under their own grants (R25).
+       */
+      type: "grants_dropped";
+      grants: JobIds[];
+    }
+  | {
+      /**
        * The coordinator has no worker stream (UNIMPLEMENTED): the worker
        * claims with Claim calls from now on, as with `noStream`.
        */
@@ -226,10 +236,12 @@ export interface WorkerOptions {
    * slots (R18); the write-backs, renewals and receipts go on it, answered
    * exactly as the unary calls (the same errors, R24), and a call cut off
    * with its stream is repeated (R21), on the next stream or as a unary
-   * call. A stream that ends is opened again after `claimErrorBackoffMs`,
-   * doubling up to 5 s (`stream_ended`). A coordinator without the stream
-   * (UNIMPLEMENTED) is claimed from as with `noStream`
-   * (`stream_unsupported`). Default false.
+   * call. Each grant is acknowledged as soon as it is read, before its jobs
+   * start: the coordinator hands back a grant left unacknowledged for 5 s,
+   * so a worker that stops reading holds no job. A stream that ends is
+   * opened again after `claimErrorBackoffMs`, doubling up to 5 s
+   * (`stream_ended`). A coordinator without the stream (UNIMPLEMENTED) is
+   * claimed from as with `noStream` (`stream_unsupported`). Default false.
    */
   noStream?: boolean;
   /**
@@ -507,9 +519,11 @@ export class Worker {
    * stop drains the worker: it claims nothing more and resolves once every
    * in-flight job has written back. The worker stream is half-closed: the
    * coordinator grants nothing more, answers the calls sent on it and ends
-   * it, and grants already on their way are handled; the write-backs after
-   * that go as unary calls. A long-poll Claim still waiting at the
-   * coordinator is cancelled; jobs a finished claim granted are handled.
+   * it; a grant already on its way is not started (it can no longer be
+   * acknowledged: the coordinator hands it back, `grants_dropped`), and the
+   * write-backs after that go as unary calls. A long-poll Claim still
+   * waiting at the coordinator is cancelled; jobs a finished claim granted
+   * are handled.
    * Answers that arrived after their provider-call deadline are filed for up
    * to lateAnswerGraceMs more. Then the receipt spool gets a last refile pass
    * (up to 10 s) and is released; an empty one is removed. stop() before
@@ -609,6 +623,7 @@ export class Worker {
           this.startJobs(jobs);
         },
         (retryAfterMs) => this.emit({ type: "budget_exhausted", retryAfterMs }),
+        (jobs) => this.emit({ type: "grants_dropped", grants: jobs.flatMap((c) => (c.job === undefined ? [] : [jobIds(c)])) }),
       );
       if (end.error?.code === Code.Unimplemented) {
         this.emit({ type: "stream_unsupported", error: end.error });
