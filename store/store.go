@@ -113,6 +113,10 @@ type Job struct {
 	// after UpdatedAt (the grant's time: nothing but a claim or takeover
 	// writes updated_at into a running row) arrived during the grant.
 	EvidenceAt time.Time
+	// ArchivedAt is when the job left the working tables for the archive
+	// (R31), by the database's clock; zero for a job in them. An archived
+	// job is final, and stays readable.
+	ArchivedAt time.Time
 }
 
 // ClaimedJob is a job granted by Claim. Job.Attempt and LeaseToken are what

@@ -114,6 +114,7 @@ func open(ctx context.Context, dsn string, opts Options, upTo int) (*Store, erro
 		DB:         db,
 		Dialect:    dialect{},
 		SQL:        statements,
+		Retention:  retention,
 		Begin:      "START TRANSACTION",
 		LockedRead: selectJobsLocked,
 		// One moment for Get: the session's READ COMMITTED would let each

@@ -89,7 +89,8 @@ func TestLeaseIndexesDroppedOnlyWhenAsked(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := openMySQL(t, dsn, mysql.Options{})
-	if got, want := s.PendingContract(), []string{"0010_drop_lease_indexes.contract.sql"}; !slices.Equal(got, want) {
+	if got, want := s.PendingContract(), []string{"0010_drop_lease_indexes.contract.sql",
+		"0013_operation_keys_complete.contract.sql"}; !slices.Equal(got, want) {
 		t.Fatalf("pending contract migrations = %v, want %v", got, want)
 	}
 	if got := testdb.LeaseIndexes(t, s.DB()); len(got) != 2 {

@@ -112,6 +112,7 @@ func open(ctx context.Context, path string, opts Options, upTo int, exclusive bo
 		DB:         db,
 		Dialect:    dialect{},
 		SQL:        statements,
+		Retention:  retention,
 		LockedRead: selectJobsByIDs,
 		// A deferred BEGIN: a read takes no write lock, and WAL gives it one
 		// moment.
@@ -197,9 +198,11 @@ func isRetryable(err error) bool {
 	return false
 }
 
-// isUnique reports a UNIQUE constraint violation, by its extended code.
+// isUnique reports a UNIQUE or PRIMARY KEY constraint violation, by its
+// extended code (a WITHOUT ROWID table's key is its PRIMARY KEY).
 func isUnique(err error) bool {
-	return sqliteCode(err) == sqlite3.SQLITE_CONSTRAINT_UNIQUE
+	c := sqliteCode(err)
+	return c == sqlite3.SQLITE_CONSTRAINT_UNIQUE || c == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY
 }
 
 // unavailable marks errors of the database file (it cannot be opened, read or

@@ -110,29 +110,46 @@ func (b *Backend) enqueueTx(ctx context.Context, tx Tx, ps []store.EnqueueParams
 	if err != nil {
 		return err
 	}
-	isFresh := map[int]bool{}
-	for _, i := range fresh {
-		isFresh[i] = true
-	}
 	if len(fresh) > 0 {
 		created, err := b.jobsByKey(ctx, tx, ps, fresh)
 		if err != nil {
 			return err
 		}
-		events := make([]store.Event, 0, len(fresh))
+		jobs := make([]store.Job, 0, len(fresh))
 		for _, i := range fresh {
 			j, ok := created[ps[i].OperationKey]
 			if !ok {
 				return fmt.Errorf("enqueue: job %s not found after its insert", ps[i].OperationKey)
 			}
+			jobs = append(jobs, j)
+		}
+		// R30: a key whose job was archived is on file; its new job is
+		// undone, and it answers below as a stored key does.
+		archivedKeys, err := b.recordKeys(ctx, tx, jobs)
+		if err != nil {
+			return err
+		}
+		events := make([]store.Event, 0, len(fresh))
+		fresh = slices.DeleteFunc(fresh, func(i int) bool {
+			j, ok := archivedKeys[ps[i].OperationKey]
+			if ok {
+				existing[j.OperationKey] = j
+				return true
+			}
+			j = created[ps[i].OperationKey]
 			existing[j.OperationKey] = j
 			out[i] = store.EnqueueOutcome{Job: j, Created: true}
 			events = append(events, store.Event{JobID: j.ID, Attempt: 0, Kind: store.EventEnqueued, ToState: j.State,
 				NextAction: j.NextAction, CreatedAt: j.CreatedAt})
-		}
+			return false
+		})
 		if err := InsertHistory(ctx, tx, events, b.At); err != nil {
 			return err
 		}
+	}
+	isFresh := map[int]bool{}
+	for _, i := range fresh {
+		isFresh[i] = true
 	}
 	for _, i := range idx {
 		if isFresh[i] {

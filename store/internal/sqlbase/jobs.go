@@ -47,7 +47,8 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, %s, ?, ?)`
 	markEvidence = `UPDATE refund_jobs SET evidence_at = ? WHERE id = ? AND state <> 'succeeded'`
 )
 
-// JobByRef reads one job by id or, when the id is zero, by operation key.
+// JobByRef reads one job by id or, when the id is zero, by operation key:
+// from the working tables, else from the archive (ArchivedJob, R31).
 // Errors: store.ErrNotFound, or the driver's error as it is.
 func JobByRef(ctx context.Context, tx Tx, ref store.JobRef) (store.Job, error) {
 	var row *sql.Row
@@ -58,7 +59,7 @@ func JobByRef(ctx context.Context, tx Tx, ref store.JobRef) (store.Job, error) {
 	}
 	job, err := ScanJob(row)
 	if errors.Is(err, sql.ErrNoRows) {
-		return store.Job{}, store.ErrNotFound
+		return ArchivedJob(ctx, tx, ref)
 	}
 	return job, err
 }
@@ -82,10 +83,14 @@ func (b *Backend) Get(ctx context.Context, p store.GetParams) (store.JobDetail, 
 	if d.Job, err = JobByRef(ctx, tx, p.JobRef); err != nil {
 		return store.JobDetail{}, b.Unavailable(err)
 	}
-	if d.Events, err = QueryAll(ctx, tx, ScanEvent, selectEvents, d.Job.ID); err != nil {
+	events := selectEvents
+	if !d.Job.ArchivedAt.IsZero() {
+		events = archived(events, "refund_job_events") // R31: it left with its job
+	}
+	if d.Events, err = QueryAll(ctx, tx, ScanEvent, events, d.Job.ID); err != nil {
 		return store.JobDetail{}, b.Unavailable(err)
 	}
-	d.Observations, d.ObservationCount, d.NextObservationsToken, err = ObservationPage(ctx, tx, d.Job.ID, p)
+	d.Observations, d.ObservationCount, d.NextObservationsToken, err = ObservationPage(ctx, tx, d.Job, p)
 	if err != nil {
 		return store.JobDetail{}, b.Unavailable(err)
 	}
@@ -141,7 +146,7 @@ func (b *Backend) Observe(ctx context.Context, p store.ObservationParams) (store
 // the grant of the attempt it names (R25), and a new one of success or
 // failure expedites its job (R28).
 func (b *Backend) observeTx(ctx context.Context, tx Tx, p store.ObservationParams) (store.Observation, bool, error) {
-	job, err := JobByRef(ctx, tx, p.Job)
+	job, err := b.lockJobForReceipt(ctx, tx, p.Job)
 	if err != nil {
 		return store.Observation{}, false, err
 	}
@@ -153,12 +158,15 @@ func (b *Backend) observeTx(ctx context.Context, tx Tx, p store.ObservationParam
 	if err != nil {
 		return store.Observation{}, false, err
 	}
-	room, err := ObservationRoomOf(ctx, tx, job.ID, p.Reporter)
+	// R31: an archived job's receipts are filed in the archive, beside the
+	// ones it left with; it is final, so nothing moves.
+	q := observationSQL(!job.ArchivedAt.IsZero())
+	room, err := ObservationRoomOf(ctx, tx, q.room, job.ID, p.Reporter)
 	if err != nil {
 		return store.Observation{}, false, err
 	}
 	if why := room.Refusal(verified); why != "" {
-		obs, err := ObservationByDedupe(ctx, tx, key)
+		obs, err := ScanObservation(tx.QueryRowContext(ctx, q.byDedupe, key))
 		if err == nil || !errors.Is(err, sql.ErrNoRows) {
 			return obs, err == nil, err // a repeat of one on file is its duplicate
 		}
@@ -170,7 +178,7 @@ func (b *Backend) observeTx(ctx context.Context, tx Tx, p store.ObservationParam
 	if b.Duplicate(err) {
 		// The same receipt is on file. A failed statement undoes only
 		// itself; the transaction goes on, writing nothing.
-		obs, err := ObservationByDedupe(ctx, tx, key)
+		obs, err := ScanObservation(tx.QueryRowContext(ctx, q.byDedupe, key))
 		return obs, true, err
 	}
 	if err != nil {
@@ -180,8 +188,14 @@ func (b *Backend) observeTx(ctx context.Context, tx Tx, p store.ObservationParam
 	if err != nil {
 		return store.Observation{}, false, err
 	}
-	obs, err := ScanObservation(tx.QueryRowContext(ctx, selectObservationByID, id))
-	if err != nil || !obs.Outcome.Expedites() {
+	if !job.ArchivedAt.IsZero() {
+		if dup, err := b.moveToArchive(ctx, tx, id); err != nil || dup {
+			obs, err := ScanObservation(tx.QueryRowContext(ctx, q.byDedupe, key))
+			return obs, err == nil && dup, err
+		}
+	}
+	obs, err := ScanObservation(tx.QueryRowContext(ctx, q.byID, id))
+	if err != nil || !obs.Outcome.Expedites() || !job.ArchivedAt.IsZero() {
 		return obs, false, err
 	}
 	if _, err := tx.ExecContext(ctx, markEvidence, b.At(obs.CreatedAt), obs.JobID); err != nil {
@@ -189,6 +203,60 @@ func (b *Backend) observeTx(ctx context.Context, tx Tx, p store.ObservationParam
 	}
 	obs.Expedited, err = b.expedite(ctx, tx, obs)
 	return obs, false, err
+}
+
+// observationStatements are the reads of a job's receipts, in the working
+// table or in the archive's.
+type observationStatements struct{ room, byDedupe, byID string }
+
+var observationsLive, observationsArchived = observationStatements{
+	room: countObservationRoom, byDedupe: selectObservationByDedupe, byID: selectObservationByID,
+}, observationStatements{
+	room:     archived(countObservationRoom, "refund_observations"),
+	byDedupe: archived(selectObservationByDedupe, "refund_observations"),
+	byID:     archived(selectObservationByID, "refund_observations"),
+}
+
+// selectJobIDForReceipt locks a job's row for a receipt (%s: the locking
+// read's suffix).
+const selectJobIDForReceipt = `SELECT id FROM refund_jobs WHERE id = ?%s`
+
+// lockJobForReceipt reads the job a receipt names and locks its row, so
+// that the archiver cannot move it while the receipt is filed: a receipt
+// filed on the working table after its job left would be where nobody
+// reads it (R28, R31). A job that left meanwhile, or before, is read from
+// the archive, and its receipt is filed there.
+func (b *Backend) lockJobForReceipt(ctx context.Context, tx Tx, ref store.JobRef) (store.Job, error) {
+	job, err := JobByRef(ctx, tx, ref)
+	if err != nil || !job.ArchivedAt.IsZero() {
+		return job, err
+	}
+	var id int64
+	err = tx.QueryRowContext(ctx, fmt.Sprintf(selectJobIDForReceipt, b.Retention.ForUpdate), job.ID).Scan(&id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return ArchivedJob(ctx, tx, store.JobRef{ID: job.ID})
+	}
+	return job, err
+}
+
+// moveToArchive moves the receipt id, just filed for an archived job, to
+// the archive; dup is true when the same receipt was on file there (the
+// new row is then deleted, nothing added).
+func (b *Backend) moveToArchive(ctx context.Context, tx Tx, id int64) (dup bool, err error) {
+	_, err = tx.ExecContext(ctx, moveObservation, id)
+	if dup = b.Duplicate(err); err != nil && !dup {
+		return false, err
+	}
+	_, err = tx.ExecContext(ctx, deleteObservation, id)
+	return dup, err
+}
+
+// observationSQL is the statements for a live or an archived job.
+func observationSQL(isArchived bool) observationStatements {
+	if isArchived {
+		return observationsArchived
+	}
+	return observationsLive
 }
 
 // keepAside keeps receipt p, which job has no room for (why), in the

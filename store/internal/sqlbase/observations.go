@@ -26,15 +26,21 @@ const (
  WHERE newest <= ? ORDER BY job_id, id`
 )
 
-// ObservationPage reads the page of job jobID's receipts that p names, with
-// their count and the token of the next page (empty on the last).
-func ObservationPage(ctx context.Context, tx Tx, jobID int64, p store.GetParams) (obs []store.Observation, total int64,
+// ObservationPage reads the page of job's receipts that p names, with
+// their count and the token of the next page (empty on the last): from the
+// archive for an archived job (R31).
+func ObservationPage(ctx context.Context, tx Tx, job store.Job, p store.GetParams) (obs []store.Observation, total int64,
 	next string, err error) {
+	jobID := job.ID
 	after, err := p.ObservationsAfter(jobID)
 	if err != nil {
 		return nil, 0, "", err
 	}
-	obs, err = QueryAll(ctx, tx, ScanObservation, selectObservationPage, jobID, after, p.Limit()+1)
+	page, count := selectObservationPage, countObservations
+	if !job.ArchivedAt.IsZero() {
+		page, count = archived(page, "refund_observations"), archived(count, "refund_observations")
+	}
+	obs, err = QueryAll(ctx, tx, ScanObservation, page, jobID, after, p.Limit()+1)
 	if err != nil {
 		return nil, 0, "", err
 	}
@@ -42,7 +48,7 @@ func ObservationPage(ctx context.Context, tx Tx, jobID int64, p store.GetParams)
 		obs = obs[:p.Limit()]
 		next = store.ObservationsToken(jobID, obs[len(obs)-1])
 	}
-	if err := tx.QueryRowContext(ctx, countObservations, jobID).Scan(&total); err != nil {
+	if err := tx.QueryRowContext(ctx, count, jobID).Scan(&total); err != nil {
 		return nil, 0, "", err
 	}
 	return obs, total, next, nil
@@ -85,12 +91,6 @@ func attachObservations(ctx context.Context, q Querier, claimed []store.ClaimedJ
 // selectObservationByDedupe reads the receipt on file under a dedupe key.
 const selectObservationByDedupe = `SELECT ` + ObservationColumns + ` FROM refund_observations WHERE dedupe_key = ?`
 
-// ObservationByDedupe reads the receipt on file under key (sql.ErrNoRows
-// when there is none).
-func ObservationByDedupe(ctx context.Context, tx Tx, key string) (store.Observation, error) {
-	return ScanObservation(tx.QueryRowContext(ctx, selectObservationByDedupe, key))
-}
-
 // countObservationRoom counts a job's receipts as store.ObservationRoom
 // does, walking ix_refund_observations_job (job_id, id): at most
 // store.MaxObservationsPerJob rows.
@@ -99,9 +99,10 @@ const countObservationRoom = `SELECT COUNT(*),
   COALESCE(SUM(CASE WHEN attempt_verified OR reporter <> ? THEN 0 ELSE 1 END), 0)
   FROM refund_observations WHERE job_id = ?`
 
-// ObservationRoomOf counts job jobID's receipts for a new one of reporter.
-func ObservationRoomOf(ctx context.Context, tx Tx, jobID int64, reporter string) (store.ObservationRoom, error) {
+// ObservationRoomOf counts job jobID's receipts for a new one of reporter
+// with query (countObservationRoom, or its archive's).
+func ObservationRoomOf(ctx context.Context, tx Tx, query string, jobID int64, reporter string) (store.ObservationRoom, error) {
 	var r store.ObservationRoom
-	err := tx.QueryRowContext(ctx, countObservationRoom, reporter, jobID).Scan(&r.Total, &r.Unverified, &r.Reporter)
+	err := tx.QueryRowContext(ctx, query, reporter, jobID).Scan(&r.Total, &r.Unverified, &r.Reporter)
 	return r, err
 }

@@ -45,8 +45,9 @@ type Dialect interface {
 type Backend struct {
 	DB *sql.DB
 	Dialect
-	// SQL is the backend's SQL.
-	SQL Statements
+	// SQL is the backend's SQL; Retention its SQL of the archive.
+	SQL       Statements
+	Retention RetentionStatements
 	// Begin, when set, is the statement that begins a transaction, run on a
 	// connection taken from DB (see connTx); when empty, transactions are
 	// *sql.Tx.

@@ -87,6 +87,13 @@ func (b *Backend) settleUnknown(ctx context.Context, ws []store.Writeback, idx [
 	for _, j := range jobs {
 		current[j.ID] = j
 	}
+	if err := withArchived(ctx, b.DB, ids, current); err != nil {
+		for _, i := range idx {
+			out[i].Err = fmt.Errorf("%w: job %d attempt %d: %v (re-read: %v)",
+				store.ErrWriteOutcomeUnknown, ws[i].JobID, ws[i].Attempt, cause, b.Unavailable(err))
+		}
+		return nil
+	}
 	var retry []int
 	for _, i := range idx {
 		w := ws[i]
@@ -111,11 +118,36 @@ func (b *Backend) settleUnknown(ctx context.Context, ws []store.Writeback, idx [
 // plans the batch against them (store.PlanBatch). It returns the plan and the
 // clock.
 func PlanWrites(ctx context.Context, tx Tx, query string, ws []store.Writeback, idx []int) (store.BatchPlan, time.Time, error) {
-	current, now, err := lockJobs(ctx, tx, query, store.JobIDs(ws, idx))
+	ids := store.JobIDs(ws, idx)
+	current, now, err := lockJobs(ctx, tx, query, ids)
 	if err != nil {
 		return store.BatchPlan{}, now, err
 	}
+	if err := withArchived(ctx, tx, ids, current); err != nil {
+		return store.BatchPlan{}, now, err
+	}
 	return store.PlanBatch(ws, idx, current, now), now, nil
+}
+
+// withArchived adds to current the archived jobs among ids it lacks (R31):
+// a late write to a job that left the working tables is answered as for
+// the final job it is (a replay, STALE_ATTEMPT, JOB_NOT_RUNNING), never
+// NOT_FOUND. An archived job never runs, so no plan writes to it.
+func withArchived(ctx context.Context, q Querier, ids []int64, current map[int64]store.Job) error {
+	var missing []int64
+	for _, id := range ids {
+		if _, ok := current[id]; !ok {
+			missing = append(missing, id)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	gone, err := archivedJobs(ctx, q, missing)
+	for id, j := range gone {
+		current[id] = j
+	}
+	return err
 }
 
 // lockJobs reads the rows of the jobs ids with query (its %s takes the id

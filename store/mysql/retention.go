@@ -1,0 +1,18 @@
+package mysql
+
+import "github.com/jobfence/jobfence/store/internal/sqlbase"
+
+// retention is this backend's SQL of the archive (R31). The archiver walks
+// ix_refund_jobs_due under state 'succeeded', where a succeeded job's
+// next_attempt_at is its completion (store.Job.NextAttemptAt): oldest
+// completions first, the cost of the walk the batch's own. The purge
+// backlog is InnoDB's history list length: deletes only delete-mark rows
+// until the purge threads catch up, and scans slow down behind them.
+var retention = sqlbase.RetentionStatements{
+	ForUpdate:    " FOR UPDATE",
+	InsertIgnore: "INSERT IGNORE",
+	ArchiveCandidates: `SELECT id FROM refund_jobs FORCE INDEX (ix_refund_jobs_due)
+ WHERE state = 'succeeded' AND next_attempt_at <= ? ORDER BY next_attempt_at, id LIMIT ?`,
+	OldestSucceeded: `SELECT MIN(next_attempt_at) FROM refund_jobs FORCE INDEX (ix_refund_jobs_due) WHERE state = 'succeeded'`,
+	PurgeBacklog:    `SELECT count FROM information_schema.INNODB_METRICS WHERE name = 'trx_rseg_history_len'`,
+}

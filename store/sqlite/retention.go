@@ -1,0 +1,14 @@
+package sqlite
+
+import "github.com/jobfence/jobfence/store/internal/sqlbase"
+
+// retention is this backend's SQL of the archive (R31). Its transactions
+// hold the database's only write lock, so reads lock nothing more; the
+// archiver walks the partial index ix_refund_jobs_succeeded, oldest
+// completions first. SQLite has no purge backlog.
+var retention = sqlbase.RetentionStatements{
+	InsertIgnore: "INSERT OR IGNORE",
+	ArchiveCandidates: `SELECT id FROM refund_jobs
+ WHERE state = 'succeeded' AND next_attempt_at <= ? ORDER BY next_attempt_at, id LIMIT ?`,
+	OldestSucceeded: `SELECT MIN(next_attempt_at) FROM refund_jobs WHERE state = 'succeeded'`,
+}
