@@ -57,12 +57,11 @@ func TestWorkerCancelsHandlerWhenGrantLost_R27(t *testing.T) {
 	job := c.enqueue(t, "acme")
 	started := make(chan struct{})
 	var cause atomic.Value
-	var cancelledAfter atomic.Int64
+	var cancelledAt atomic.Int64 // UnixNano
 	h := &recorder{refund: func(ctx context.Context, j jobfence.ClaimedJob) jobfence.Result {
 		close(started)
-		t0 := time.Now()
 		<-ctx.Done()
-		cancelledAfter.Store(int64(time.Since(t0)))
+		cancelledAt.Store(time.Now().UnixNano())
 		cause.Store(context.Cause(ctx))
 		return jobfence.Succeeded("re_A") // the provider had answered meanwhile
 	}}
@@ -71,6 +70,7 @@ func TestWorkerCancelsHandlerWhenGrantLost_R27(t *testing.T) {
 	<-started
 	c.expire(t, job.ID)
 	b := c.claimOne(t, "B", job)
+	lost := time.Now() // B's takeover committed before its claim answered
 	var d jobfence.JobDetail
 	proctest.WaitFor(t, 10*time.Second, "A's receipt", func() bool {
 		d = c.get(t, job.ID)
@@ -79,8 +79,10 @@ func TestWorkerCancelsHandlerWhenGrantLost_R27(t *testing.T) {
 	if err, _ := cause.Load().(error); !errors.Is(err, jobfence.ErrGrantLost) || !errors.Is(err, jobfence.ErrStaleAttempt) {
 		t.Fatalf("the handler's context ended with %v, want ErrGrantLost (stale attempt)", err)
 	}
-	if after := time.Duration(cancelledAfter.Load()); after > 3*time.Second {
-		t.Fatalf("the handler was cancelled %s after it started, want within a lease (3s)", after)
+	// Measured from the takeover, not from the handler's start: setting the
+	// takeover up may take a loaded machine a while.
+	if after := time.Unix(0, cancelledAt.Load()).Sub(lost); after > 3*time.Second {
+		t.Fatalf("the handler was cancelled %s after the grant was taken over, want within a lease (3s)", after)
 	}
 	o := d.Observations[0]
 	if o.Source != "worker:A" || o.ReportedAttempt != 1 || o.Outcome != jobfence.OutcomeSucceeded || o.ProviderRefundID != "re_A" {
