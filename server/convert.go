@@ -32,6 +32,7 @@ func jobToProto(j store.Job) *pb.Job {
 		FirstSentAt:      timeToProto(j.FirstSentAt),
 		CreatedAt:        timeToProto(j.CreatedAt),
 		UpdatedAt:        timeToProto(j.UpdatedAt),
+		ArchivedAt:       timeToProto(j.ArchivedAt),
 	}
 }
 

@@ -68,7 +68,8 @@ func (p *privateServer) leastPrivileged(t *testing.T) testdb.Backend {
 	t.Helper()
 	p.exec(t, "CREATE USER coord@'127.0.0.1' IDENTIFIED BY 'secret'")
 	for _, table := range []string{"refund_jobs", "refund_job_events", "refund_observations", "refund_ledger",
-		"provider_budgets", "jobfence_schema_migrations"} {
+		"provider_budgets", "jobfence_schema_migrations", "refund_operation_keys", "refund_jobs_archive",
+		"refund_job_events_archive", "refund_observations_archive", "jobfence_leases"} {
 		p.exec(t, "GRANT SELECT, INSERT, UPDATE, DELETE ON jf."+table+" TO coord@'127.0.0.1'")
 	}
 	dsn := "coord:secret@tcp(" + p.server.Addr() + ")/jf"

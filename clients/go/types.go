@@ -81,6 +81,10 @@ type Job struct {
 	FirstSentAt time.Time
 	CreatedAt   time.Time
 	UpdatedAt   time.Time
+	// ArchivedAt is when the job, final, left the coordinator's working
+	// tables for its archive (R31); zero while it is in them. It stays
+	// readable, and its key known for ever (R30).
+	ArchivedAt time.Time
 }
 
 // ClaimedJob is a job granted by Claim. Every write-back for it carries its
@@ -253,6 +257,7 @@ func jobFromProto(j *pb.Job) Job {
 		FirstSentAt:      timeFromProto(j.GetFirstSentAt()),
 		CreatedAt:        timeFromProto(j.GetCreatedAt()),
 		UpdatedAt:        timeFromProto(j.GetUpdatedAt()),
+		ArchivedAt:       timeFromProto(j.GetArchivedAt()),
 	}
 }
 

@@ -96,6 +96,11 @@ func TestLeaseIndexesDroppedOnlyWhenAsked(t *testing.T) {
 	if got := testdb.LeaseIndexes(t, s.DB()); len(got) != 2 {
 		t.Fatalf("lease indexes before the contract = %v, want both", got)
 	}
+	// R30: until every coordinator writes the keys it enqueues, nothing may
+	// leave refund_jobs.
+	if ok, err := s.ArchiveAllowed(context.Background()); err != nil || ok {
+		t.Fatalf("ArchiveAllowed before the contract = %v, %v; want false", ok, err)
+	}
 	var late int
 	if err := s.DB().QueryRow(`SELECT COUNT(*) FROM refund_jobs
  WHERE state = 'running' AND NOT next_attempt_at <=> lease_until`).Scan(&late); err != nil || late != 0 {
@@ -108,11 +113,19 @@ func TestLeaseIndexesDroppedOnlyWhenAsked(t *testing.T) {
 		if got := testdb.LeaseIndexes(t, s.DB()); len(got) != 0 || len(s.PendingContract()) != 0 {
 			t.Fatalf("after the contract: lease indexes %v, pending %v; want none", got, s.PendingContract())
 		}
+		var keys int
+		if ok, err := s.ArchiveAllowed(context.Background()); err != nil || !ok ||
+			s.DB().QueryRow(`SELECT COUNT(*) FROM refund_operation_keys`).Scan(&keys) != nil || keys == 0 {
+			t.Fatalf("after the contract: ArchiveAllowed %v, %v, %d keys; want allowed, the legacy jobs' keys on file", ok, err, keys)
+		}
 		s.Close()
 	}
 
 	fresh := openMySQL(t, testdb.MySQL(t), mysql.Options{})
 	if got := testdb.LeaseIndexes(t, fresh.DB()); len(got) != 0 || len(fresh.PendingContract()) != 0 {
 		t.Fatalf("fresh database: lease indexes %v, pending %v; want none", got, fresh.PendingContract())
+	}
+	if ok, err := fresh.ArchiveAllowed(context.Background()); err != nil || !ok {
+		t.Fatalf("fresh database: ArchiveAllowed = %v, %v; want true", ok, err)
 	}
 }

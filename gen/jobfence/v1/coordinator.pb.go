@@ -472,9 +472,14 @@ type Job struct {
 	LastReason string `protobuf:"bytes,15,opt,name=last_reason,json=lastReason,proto3" json:"last_reason,omitempty"`
 	// When operation_key could first have reached the provider: the first claim
 	// with next_action REFUND (R22). Unset until then.
-	FirstSentAt   *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=first_sent_at,json=firstSentAt,proto3" json:"first_sent_at,omitempty"`
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
-	UpdatedAt     *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	FirstSentAt *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=first_sent_at,json=firstSentAt,proto3" json:"first_sent_at,omitempty"`
+	CreatedAt   *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	UpdatedAt   *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	// When the job left the working tables for the archive (R31), a final
+	// job past its retention; unset for a job in them. An archived job stays
+	// readable with its history and receipts, its key stays known for ever
+	// (R30), and ListJobs lists the working tables only.
+	ArchivedAt    *timestamppb.Timestamp `protobuf:"bytes,19,opt,name=archived_at,json=archivedAt,proto3" json:"archived_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -631,6 +636,13 @@ func (x *Job) GetCreatedAt() *timestamppb.Timestamp {
 func (x *Job) GetUpdatedAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.UpdatedAt
+	}
+	return nil
+}
+
+func (x *Job) GetArchivedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ArchivedAt
 	}
 	return nil
 }
@@ -4231,7 +4243,7 @@ var File_jobfence_v1_coordinator_proto protoreflect.FileDescriptor
 
 const file_jobfence_v1_coordinator_proto_rawDesc = "" +
 	"\n" +
-	"\x1djobfence/v1/coordinator.proto\x12\vjobfence.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf3\x05\n" +
+	"\x1djobfence/v1/coordinator.proto\x12\vjobfence.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb0\x06\n" +
 	"\x03Job\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12#\n" +
 	"\roperation_key\x18\x02 \x01(\tR\foperationKey\x12\x19\n" +
@@ -4257,7 +4269,9 @@ const file_jobfence_v1_coordinator_proto_rawDesc = "" +
 	"\n" +
 	"created_at\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x129\n" +
 	"\n" +
-	"updated_at\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\"\xe9\x03\n" +
+	"updated_at\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12;\n" +
+	"\varchived_at\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"archivedAt\"\xe9\x03\n" +
 	"\n" +
 	"ClaimedJob\x12\"\n" +
 	"\x03job\x18\x01 \x01(\v2\x10.jobfence.v1.JobR\x03job\x12\x18\n" +
@@ -4692,118 +4706,119 @@ var file_jobfence_v1_coordinator_proto_depIdxs = []int32{
 	50,  // 4: jobfence.v1.Job.first_sent_at:type_name -> google.protobuf.Timestamp
 	50,  // 5: jobfence.v1.Job.created_at:type_name -> google.protobuf.Timestamp
 	50,  // 6: jobfence.v1.Job.updated_at:type_name -> google.protobuf.Timestamp
-	6,   // 7: jobfence.v1.ClaimedJob.job:type_name -> jobfence.v1.Job
-	50,  // 8: jobfence.v1.ClaimedJob.lease_until:type_name -> google.protobuf.Timestamp
-	2,   // 9: jobfence.v1.ClaimedJob.next_action:type_name -> jobfence.v1.NextAction
-	9,   // 10: jobfence.v1.ClaimedJob.observations:type_name -> jobfence.v1.Observation
-	50,  // 11: jobfence.v1.ClaimedJob.resend_deadline:type_name -> google.protobuf.Timestamp
-	50,  // 12: jobfence.v1.ClaimedJob.claimed_at:type_name -> google.protobuf.Timestamp
-	1,   // 13: jobfence.v1.JobEvent.from_state:type_name -> jobfence.v1.JobState
-	1,   // 14: jobfence.v1.JobEvent.to_state:type_name -> jobfence.v1.JobState
-	2,   // 15: jobfence.v1.JobEvent.next_action:type_name -> jobfence.v1.NextAction
-	50,  // 16: jobfence.v1.JobEvent.created_at:type_name -> google.protobuf.Timestamp
-	4,   // 17: jobfence.v1.Observation.outcome:type_name -> jobfence.v1.ObservationOutcome
-	50,  // 18: jobfence.v1.Observation.created_at:type_name -> google.protobuf.Timestamp
-	50,  // 19: jobfence.v1.EnqueueRefundRequest.not_before:type_name -> google.protobuf.Timestamp
-	6,   // 20: jobfence.v1.EnqueueRefundResponse.job:type_name -> jobfence.v1.Job
-	51,  // 21: jobfence.v1.ClaimRequest.lease_duration:type_name -> google.protobuf.Duration
-	51,  // 22: jobfence.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
-	7,   // 23: jobfence.v1.ClaimResponse.jobs:type_name -> jobfence.v1.ClaimedJob
-	51,  // 24: jobfence.v1.ClaimResponse.retry_after:type_name -> google.protobuf.Duration
-	6,   // 25: jobfence.v1.CompleteResponse.job:type_name -> jobfence.v1.Job
-	2,   // 26: jobfence.v1.RescheduleRequest.next_action:type_name -> jobfence.v1.NextAction
-	51,  // 27: jobfence.v1.RescheduleRequest.delay:type_name -> google.protobuf.Duration
-	50,  // 28: jobfence.v1.RescheduleRequest.next_attempt_at:type_name -> google.protobuf.Timestamp
-	6,   // 29: jobfence.v1.RescheduleResponse.job:type_name -> jobfence.v1.Job
-	6,   // 30: jobfence.v1.EscalateResponse.job:type_name -> jobfence.v1.Job
-	21,  // 31: jobfence.v1.RenewLeasesRequest.grants:type_name -> jobfence.v1.GrantRef
-	51,  // 32: jobfence.v1.RenewLeasesRequest.lease_duration:type_name -> google.protobuf.Duration
-	23,  // 33: jobfence.v1.RenewLeasesResponse.renewals:type_name -> jobfence.v1.LeaseRenewal
-	50,  // 34: jobfence.v1.LeaseRenewal.lease_until:type_name -> google.protobuf.Timestamp
-	0,   // 35: jobfence.v1.LeaseRenewal.refused:type_name -> jobfence.v1.ErrorReason
-	48,  // 36: jobfence.v1.LeaseRenewal.metadata:type_name -> jobfence.v1.LeaseRenewal.MetadataEntry
-	50,  // 37: jobfence.v1.LeaseRenewal.grant_expires_at:type_name -> google.protobuf.Timestamp
-	50,  // 38: jobfence.v1.LeaseRenewal.receipt_filed_at:type_name -> google.protobuf.Timestamp
-	4,   // 39: jobfence.v1.ReportObservationRequest.outcome:type_name -> jobfence.v1.ObservationOutcome
-	9,   // 40: jobfence.v1.ReportObservationResponse.observation:type_name -> jobfence.v1.Observation
-	37,  // 41: jobfence.v1.ReportObservationResponse.kept_aside:type_name -> jobfence.v1.UnmatchedEvent
-	6,   // 42: jobfence.v1.GetJobResponse.job:type_name -> jobfence.v1.Job
-	8,   // 43: jobfence.v1.GetJobResponse.events:type_name -> jobfence.v1.JobEvent
-	9,   // 44: jobfence.v1.GetJobResponse.observations:type_name -> jobfence.v1.Observation
-	50,  // 45: jobfence.v1.GetJobResponse.resend_deadline:type_name -> google.protobuf.Timestamp
-	28,  // 46: jobfence.v1.GetJobResponse.ledger:type_name -> jobfence.v1.LedgerEntry
-	50,  // 47: jobfence.v1.GetJobResponse.now:type_name -> google.protobuf.Timestamp
-	50,  // 48: jobfence.v1.LedgerEntry.recorded_at:type_name -> google.protobuf.Timestamp
-	1,   // 49: jobfence.v1.ListJobsRequest.state:type_name -> jobfence.v1.JobState
-	50,  // 50: jobfence.v1.ListJobsRequest.created_after:type_name -> google.protobuf.Timestamp
-	50,  // 51: jobfence.v1.ListJobsRequest.created_before:type_name -> google.protobuf.Timestamp
-	6,   // 52: jobfence.v1.ListJobsResponse.jobs:type_name -> jobfence.v1.Job
-	49,  // 53: jobfence.v1.ListJobsResponse.observation_counts:type_name -> jobfence.v1.ListJobsResponse.ObservationCountsEntry
-	3,   // 54: jobfence.v1.ResolveReviewRequest.resolution:type_name -> jobfence.v1.ReviewResolution
-	6,   // 55: jobfence.v1.ResolveReviewResponse.job:type_name -> jobfence.v1.Job
-	5,   // 56: jobfence.v1.WhoAmIResponse.roles:type_name -> jobfence.v1.Role
-	50,  // 57: jobfence.v1.GetOverviewResponse.now:type_name -> google.protobuf.Timestamp
-	50,  // 58: jobfence.v1.GetOverviewResponse.oldest_unfinished_created_at:type_name -> google.protobuf.Timestamp
-	6,   // 59: jobfence.v1.GetOverviewResponse.oldest_reviews:type_name -> jobfence.v1.Job
-	8,   // 60: jobfence.v1.GetOverviewResponse.recent_takeovers:type_name -> jobfence.v1.JobEvent
-	38,  // 61: jobfence.v1.GetOverviewResponse.recent_stale_rejections:type_name -> jobfence.v1.StaleRejection
-	50,  // 62: jobfence.v1.GetOverviewResponse.coordinator_started_at:type_name -> google.protobuf.Timestamp
-	39,  // 63: jobfence.v1.GetOverviewResponse.budgets:type_name -> jobfence.v1.ProviderBudget
-	37,  // 64: jobfence.v1.GetOverviewResponse.recent_unmatched:type_name -> jobfence.v1.UnmatchedEvent
-	4,   // 65: jobfence.v1.UnmatchedEvent.outcome:type_name -> jobfence.v1.ObservationOutcome
-	50,  // 66: jobfence.v1.UnmatchedEvent.received_at:type_name -> google.protobuf.Timestamp
-	50,  // 67: jobfence.v1.StaleRejection.at:type_name -> google.protobuf.Timestamp
-	41,  // 68: jobfence.v1.WorkRequest.start:type_name -> jobfence.v1.WorkStart
-	43,  // 69: jobfence.v1.WorkRequest.credit:type_name -> jobfence.v1.WorkCredit
-	44,  // 70: jobfence.v1.WorkRequest.call:type_name -> jobfence.v1.WorkCall
-	42,  // 71: jobfence.v1.WorkRequest.ack:type_name -> jobfence.v1.WorkAck
-	51,  // 72: jobfence.v1.WorkStart.lease_duration:type_name -> google.protobuf.Duration
-	21,  // 73: jobfence.v1.WorkAck.grants:type_name -> jobfence.v1.GrantRef
-	14,  // 74: jobfence.v1.WorkCall.complete:type_name -> jobfence.v1.CompleteRequest
-	16,  // 75: jobfence.v1.WorkCall.reschedule:type_name -> jobfence.v1.RescheduleRequest
-	18,  // 76: jobfence.v1.WorkCall.escalate:type_name -> jobfence.v1.EscalateRequest
-	20,  // 77: jobfence.v1.WorkCall.renew_leases:type_name -> jobfence.v1.RenewLeasesRequest
-	24,  // 78: jobfence.v1.WorkCall.report_observation:type_name -> jobfence.v1.ReportObservationRequest
-	46,  // 79: jobfence.v1.WorkResponse.grant:type_name -> jobfence.v1.WorkGrant
-	47,  // 80: jobfence.v1.WorkResponse.reply:type_name -> jobfence.v1.WorkReply
-	51,  // 81: jobfence.v1.WorkResponse.retry_after:type_name -> google.protobuf.Duration
-	7,   // 82: jobfence.v1.WorkGrant.jobs:type_name -> jobfence.v1.ClaimedJob
-	15,  // 83: jobfence.v1.WorkReply.complete:type_name -> jobfence.v1.CompleteResponse
-	17,  // 84: jobfence.v1.WorkReply.reschedule:type_name -> jobfence.v1.RescheduleResponse
-	19,  // 85: jobfence.v1.WorkReply.escalate:type_name -> jobfence.v1.EscalateResponse
-	22,  // 86: jobfence.v1.WorkReply.renew_leases:type_name -> jobfence.v1.RenewLeasesResponse
-	25,  // 87: jobfence.v1.WorkReply.report_observation:type_name -> jobfence.v1.ReportObservationResponse
-	10,  // 88: jobfence.v1.Coordinator.EnqueueRefund:input_type -> jobfence.v1.EnqueueRefundRequest
-	12,  // 89: jobfence.v1.Coordinator.Claim:input_type -> jobfence.v1.ClaimRequest
-	14,  // 90: jobfence.v1.Coordinator.Complete:input_type -> jobfence.v1.CompleteRequest
-	16,  // 91: jobfence.v1.Coordinator.Reschedule:input_type -> jobfence.v1.RescheduleRequest
-	18,  // 92: jobfence.v1.Coordinator.Escalate:input_type -> jobfence.v1.EscalateRequest
-	20,  // 93: jobfence.v1.Coordinator.RenewLeases:input_type -> jobfence.v1.RenewLeasesRequest
-	40,  // 94: jobfence.v1.Coordinator.Work:input_type -> jobfence.v1.WorkRequest
-	24,  // 95: jobfence.v1.Coordinator.ReportObservation:input_type -> jobfence.v1.ReportObservationRequest
-	26,  // 96: jobfence.v1.Coordinator.GetJob:input_type -> jobfence.v1.GetJobRequest
-	29,  // 97: jobfence.v1.Coordinator.ListJobs:input_type -> jobfence.v1.ListJobsRequest
-	31,  // 98: jobfence.v1.Coordinator.ResolveReview:input_type -> jobfence.v1.ResolveReviewRequest
-	33,  // 99: jobfence.v1.Coordinator.WhoAmI:input_type -> jobfence.v1.WhoAmIRequest
-	35,  // 100: jobfence.v1.Coordinator.GetOverview:input_type -> jobfence.v1.GetOverviewRequest
-	11,  // 101: jobfence.v1.Coordinator.EnqueueRefund:output_type -> jobfence.v1.EnqueueRefundResponse
-	13,  // 102: jobfence.v1.Coordinator.Claim:output_type -> jobfence.v1.ClaimResponse
-	15,  // 103: jobfence.v1.Coordinator.Complete:output_type -> jobfence.v1.CompleteResponse
-	17,  // 104: jobfence.v1.Coordinator.Reschedule:output_type -> jobfence.v1.RescheduleResponse
-	19,  // 105: jobfence.v1.Coordinator.Escalate:output_type -> jobfence.v1.EscalateResponse
-	22,  // 106: jobfence.v1.Coordinator.RenewLeases:output_type -> jobfence.v1.RenewLeasesResponse
-	45,  // 107: jobfence.v1.Coordinator.Work:output_type -> jobfence.v1.WorkResponse
-	25,  // 108: jobfence.v1.Coordinator.ReportObservation:output_type -> jobfence.v1.ReportObservationResponse
-	27,  // 109: jobfence.v1.Coordinator.GetJob:output_type -> jobfence.v1.GetJobResponse
-	30,  // 110: jobfence.v1.Coordinator.ListJobs:output_type -> jobfence.v1.ListJobsResponse
-	32,  // 111: jobfence.v1.Coordinator.ResolveReview:output_type -> jobfence.v1.ResolveReviewResponse
-	34,  // 112: jobfence.v1.Coordinator.WhoAmI:output_type -> jobfence.v1.WhoAmIResponse
-	36,  // 113: jobfence.v1.Coordinator.GetOverview:output_type -> jobfence.v1.GetOverviewResponse
-	101, // [101:114] is the sub-list for method output_type
-	88,  // [88:101] is the sub-list for method input_type
-	88,  // [88:88] is the sub-list for extension type_name
-	88,  // [88:88] is the sub-list for extension extendee
-	0,   // [0:88] is the sub-list for field type_name
+	50,  // 7: jobfence.v1.Job.archived_at:type_name -> google.protobuf.Timestamp
+	6,   // 8: jobfence.v1.ClaimedJob.job:type_name -> jobfence.v1.Job
+	50,  // 9: jobfence.v1.ClaimedJob.lease_until:type_name -> google.protobuf.Timestamp
+	2,   // 10: jobfence.v1.ClaimedJob.next_action:type_name -> jobfence.v1.NextAction
+	9,   // 11: jobfence.v1.ClaimedJob.observations:type_name -> jobfence.v1.Observation
+	50,  // 12: jobfence.v1.ClaimedJob.resend_deadline:type_name -> google.protobuf.Timestamp
+	50,  // 13: jobfence.v1.ClaimedJob.claimed_at:type_name -> google.protobuf.Timestamp
+	1,   // 14: jobfence.v1.JobEvent.from_state:type_name -> jobfence.v1.JobState
+	1,   // 15: jobfence.v1.JobEvent.to_state:type_name -> jobfence.v1.JobState
+	2,   // 16: jobfence.v1.JobEvent.next_action:type_name -> jobfence.v1.NextAction
+	50,  // 17: jobfence.v1.JobEvent.created_at:type_name -> google.protobuf.Timestamp
+	4,   // 18: jobfence.v1.Observation.outcome:type_name -> jobfence.v1.ObservationOutcome
+	50,  // 19: jobfence.v1.Observation.created_at:type_name -> google.protobuf.Timestamp
+	50,  // 20: jobfence.v1.EnqueueRefundRequest.not_before:type_name -> google.protobuf.Timestamp
+	6,   // 21: jobfence.v1.EnqueueRefundResponse.job:type_name -> jobfence.v1.Job
+	51,  // 22: jobfence.v1.ClaimRequest.lease_duration:type_name -> google.protobuf.Duration
+	51,  // 23: jobfence.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
+	7,   // 24: jobfence.v1.ClaimResponse.jobs:type_name -> jobfence.v1.ClaimedJob
+	51,  // 25: jobfence.v1.ClaimResponse.retry_after:type_name -> google.protobuf.Duration
+	6,   // 26: jobfence.v1.CompleteResponse.job:type_name -> jobfence.v1.Job
+	2,   // 27: jobfence.v1.RescheduleRequest.next_action:type_name -> jobfence.v1.NextAction
+	51,  // 28: jobfence.v1.RescheduleRequest.delay:type_name -> google.protobuf.Duration
+	50,  // 29: jobfence.v1.RescheduleRequest.next_attempt_at:type_name -> google.protobuf.Timestamp
+	6,   // 30: jobfence.v1.RescheduleResponse.job:type_name -> jobfence.v1.Job
+	6,   // 31: jobfence.v1.EscalateResponse.job:type_name -> jobfence.v1.Job
+	21,  // 32: jobfence.v1.RenewLeasesRequest.grants:type_name -> jobfence.v1.GrantRef
+	51,  // 33: jobfence.v1.RenewLeasesRequest.lease_duration:type_name -> google.protobuf.Duration
+	23,  // 34: jobfence.v1.RenewLeasesResponse.renewals:type_name -> jobfence.v1.LeaseRenewal
+	50,  // 35: jobfence.v1.LeaseRenewal.lease_until:type_name -> google.protobuf.Timestamp
+	0,   // 36: jobfence.v1.LeaseRenewal.refused:type_name -> jobfence.v1.ErrorReason
+	48,  // 37: jobfence.v1.LeaseRenewal.metadata:type_name -> jobfence.v1.LeaseRenewal.MetadataEntry
+	50,  // 38: jobfence.v1.LeaseRenewal.grant_expires_at:type_name -> google.protobuf.Timestamp
+	50,  // 39: jobfence.v1.LeaseRenewal.receipt_filed_at:type_name -> google.protobuf.Timestamp
+	4,   // 40: jobfence.v1.ReportObservationRequest.outcome:type_name -> jobfence.v1.ObservationOutcome
+	9,   // 41: jobfence.v1.ReportObservationResponse.observation:type_name -> jobfence.v1.Observation
+	37,  // 42: jobfence.v1.ReportObservationResponse.kept_aside:type_name -> jobfence.v1.UnmatchedEvent
+	6,   // 43: jobfence.v1.GetJobResponse.job:type_name -> jobfence.v1.Job
+	8,   // 44: jobfence.v1.GetJobResponse.events:type_name -> jobfence.v1.JobEvent
+	9,   // 45: jobfence.v1.GetJobResponse.observations:type_name -> jobfence.v1.Observation
+	50,  // 46: jobfence.v1.GetJobResponse.resend_deadline:type_name -> google.protobuf.Timestamp
+	28,  // 47: jobfence.v1.GetJobResponse.ledger:type_name -> jobfence.v1.LedgerEntry
+	50,  // 48: jobfence.v1.GetJobResponse.now:type_name -> google.protobuf.Timestamp
+	50,  // 49: jobfence.v1.LedgerEntry.recorded_at:type_name -> google.protobuf.Timestamp
+	1,   // 50: jobfence.v1.ListJobsRequest.state:type_name -> jobfence.v1.JobState
+	50,  // 51: jobfence.v1.ListJobsRequest.created_after:type_name -> google.protobuf.Timestamp
+	50,  // 52: jobfence.v1.ListJobsRequest.created_before:type_name -> google.protobuf.Timestamp
+	6,   // 53: jobfence.v1.ListJobsResponse.jobs:type_name -> jobfence.v1.Job
+	49,  // 54: jobfence.v1.ListJobsResponse.observation_counts:type_name -> jobfence.v1.ListJobsResponse.ObservationCountsEntry
+	3,   // 55: jobfence.v1.ResolveReviewRequest.resolution:type_name -> jobfence.v1.ReviewResolution
+	6,   // 56: jobfence.v1.ResolveReviewResponse.job:type_name -> jobfence.v1.Job
+	5,   // 57: jobfence.v1.WhoAmIResponse.roles:type_name -> jobfence.v1.Role
+	50,  // 58: jobfence.v1.GetOverviewResponse.now:type_name -> google.protobuf.Timestamp
+	50,  // 59: jobfence.v1.GetOverviewResponse.oldest_unfinished_created_at:type_name -> google.protobuf.Timestamp
+	6,   // 60: jobfence.v1.GetOverviewResponse.oldest_reviews:type_name -> jobfence.v1.Job
+	8,   // 61: jobfence.v1.GetOverviewResponse.recent_takeovers:type_name -> jobfence.v1.JobEvent
+	38,  // 62: jobfence.v1.GetOverviewResponse.recent_stale_rejections:type_name -> jobfence.v1.StaleRejection
+	50,  // 63: jobfence.v1.GetOverviewResponse.coordinator_started_at:type_name -> google.protobuf.Timestamp
+	39,  // 64: jobfence.v1.GetOverviewResponse.budgets:type_name -> jobfence.v1.ProviderBudget
+	37,  // 65: jobfence.v1.GetOverviewResponse.recent_unmatched:type_name -> jobfence.v1.UnmatchedEvent
+	4,   // 66: jobfence.v1.UnmatchedEvent.outcome:type_name -> jobfence.v1.ObservationOutcome
+	50,  // 67: jobfence.v1.UnmatchedEvent.received_at:type_name -> google.protobuf.Timestamp
+	50,  // 68: jobfence.v1.StaleRejection.at:type_name -> google.protobuf.Timestamp
+	41,  // 69: jobfence.v1.WorkRequest.start:type_name -> jobfence.v1.WorkStart
+	43,  // 70: jobfence.v1.WorkRequest.credit:type_name -> jobfence.v1.WorkCredit
+	44,  // 71: jobfence.v1.WorkRequest.call:type_name -> jobfence.v1.WorkCall
+	42,  // 72: jobfence.v1.WorkRequest.ack:type_name -> jobfence.v1.WorkAck
+	51,  // 73: jobfence.v1.WorkStart.lease_duration:type_name -> google.protobuf.Duration
+	21,  // 74: jobfence.v1.WorkAck.grants:type_name -> jobfence.v1.GrantRef
+	14,  // 75: jobfence.v1.WorkCall.complete:type_name -> jobfence.v1.CompleteRequest
+	16,  // 76: jobfence.v1.WorkCall.reschedule:type_name -> jobfence.v1.RescheduleRequest
+	18,  // 77: jobfence.v1.WorkCall.escalate:type_name -> jobfence.v1.EscalateRequest
+	20,  // 78: jobfence.v1.WorkCall.renew_leases:type_name -> jobfence.v1.RenewLeasesRequest
+	24,  // 79: jobfence.v1.WorkCall.report_observation:type_name -> jobfence.v1.ReportObservationRequest
+	46,  // 80: jobfence.v1.WorkResponse.grant:type_name -> jobfence.v1.WorkGrant
+	47,  // 81: jobfence.v1.WorkResponse.reply:type_name -> jobfence.v1.WorkReply
+	51,  // 82: jobfence.v1.WorkResponse.retry_after:type_name -> google.protobuf.Duration
+	7,   // 83: jobfence.v1.WorkGrant.jobs:type_name -> jobfence.v1.ClaimedJob
+	15,  // 84: jobfence.v1.WorkReply.complete:type_name -> jobfence.v1.CompleteResponse
+	17,  // 85: jobfence.v1.WorkReply.reschedule:type_name -> jobfence.v1.RescheduleResponse
+	19,  // 86: jobfence.v1.WorkReply.escalate:type_name -> jobfence.v1.EscalateResponse
+	22,  // 87: jobfence.v1.WorkReply.renew_leases:type_name -> jobfence.v1.RenewLeasesResponse
+	25,  // 88: jobfence.v1.WorkReply.report_observation:type_name -> jobfence.v1.ReportObservationResponse
+	10,  // 89: jobfence.v1.Coordinator.EnqueueRefund:input_type -> jobfence.v1.EnqueueRefundRequest
+	12,  // 90: jobfence.v1.Coordinator.Claim:input_type -> jobfence.v1.ClaimRequest
+	14,  // 91: jobfence.v1.Coordinator.Complete:input_type -> jobfence.v1.CompleteRequest
+	16,  // 92: jobfence.v1.Coordinator.Reschedule:input_type -> jobfence.v1.RescheduleRequest
+	18,  // 93: jobfence.v1.Coordinator.Escalate:input_type -> jobfence.v1.EscalateRequest
+	20,  // 94: jobfence.v1.Coordinator.RenewLeases:input_type -> jobfence.v1.RenewLeasesRequest
+	40,  // 95: jobfence.v1.Coordinator.Work:input_type -> jobfence.v1.WorkRequest
+	24,  // 96: jobfence.v1.Coordinator.ReportObservation:input_type -> jobfence.v1.ReportObservationRequest
+	26,  // 97: jobfence.v1.Coordinator.GetJob:input_type -> jobfence.v1.GetJobRequest
+	29,  // 98: jobfence.v1.Coordinator.ListJobs:input_type -> jobfence.v1.ListJobsRequest
+	31,  // 99: jobfence.v1.Coordinator.ResolveReview:input_type -> jobfence.v1.ResolveReviewRequest
+	33,  // 100: jobfence.v1.Coordinator.WhoAmI:input_type -> jobfence.v1.WhoAmIRequest
+	35,  // 101: jobfence.v1.Coordinator.GetOverview:input_type -> jobfence.v1.GetOverviewRequest
+	11,  // 102: jobfence.v1.Coordinator.EnqueueRefund:output_type -> jobfence.v1.EnqueueRefundResponse
+	13,  // 103: jobfence.v1.Coordinator.Claim:output_type -> jobfence.v1.ClaimResponse
+	15,  // 104: jobfence.v1.Coordinator.Complete:output_type -> jobfence.v1.CompleteResponse
+	17,  // 105: jobfence.v1.Coordinator.Reschedule:output_type -> jobfence.v1.RescheduleResponse
+	19,  // 106: jobfence.v1.Coordinator.Escalate:output_type -> jobfence.v1.EscalateResponse
+	22,  // 107: jobfence.v1.Coordinator.RenewLeases:output_type -> jobfence.v1.RenewLeasesResponse
+	45,  // 108: jobfence.v1.Coordinator.Work:output_type -> jobfence.v1.WorkResponse
+	25,  // 109: jobfence.v1.Coordinator.ReportObservation:output_type -> jobfence.v1.ReportObservationResponse
+	27,  // 110: jobfence.v1.Coordinator.GetJob:output_type -> jobfence.v1.GetJobResponse
+	30,  // 111: jobfence.v1.Coordinator.ListJobs:output_type -> jobfence.v1.ListJobsResponse
+	32,  // 112: jobfence.v1.Coordinator.ResolveReview:output_type -> jobfence.v1.ResolveReviewResponse
+	34,  // 113: jobfence.v1.Coordinator.WhoAmI:output_type -> jobfence.v1.WhoAmIResponse
+	36,  // 114: jobfence.v1.Coordinator.GetOverview:output_type -> jobfence.v1.GetOverviewResponse
+	102, // [102:115] is the sub-list for method output_type
+	89,  // [89:102] is the sub-list for method input_type
+	89,  // [89:89] is the sub-list for extension type_name
+	89,  // [89:89] is the sub-list for extension extendee
+	0,   // [0:89] is the sub-list for field type_name
 }
 
 func init() { file_jobfence_v1_coordinator_proto_init() }

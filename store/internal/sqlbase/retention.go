@@ -75,29 +75,15 @@ SELECT ` + ObservationColumns + `, dedupe_key FROM refund_observations WHERE id 
 // holder), ErrUnavailable.
 func (b *Backend) TakeLease(ctx context.Context, name, holder string, ttl time.Duration) (store.Lease, error) {
 	var l store.Lease
-	err := b.InTx(ctx, func(tx Tx) error {
-		var cur store.Lease
-		var now time.Time
-		err := tx.QueryRowContext(ctx, fmt.Sprintf(selectLeaseForTake, b.SQL.NowExpr, b.Retention.ForUpdate), name).Scan(
-			&cur.Holder, &cur.Generation, Time{&cur.Until}, Time{&now})
-		switch {
-		case errors.Is(err, sql.ErrNoRows):
-			if err := tx.QueryRowContext(ctx, b.SQL.Now).Scan(Time{&now}); err != nil {
-				return err
-			}
-			l = store.Lease{Name: name, Holder: holder, Generation: 1, Until: now.Add(ttl)}
-			_, err = tx.ExecContext(ctx, insertLease, name, holder, b.At(l.Until))
-			return err
-		case err != nil:
-			return err
-		case cur.Holder != holder && cur.Until.After(now):
-			return fmt.Errorf("%w: %s holds %s until %s", store.ErrLeaseHeld, cur.Holder, name,
-				cur.Until.UTC().Format(time.RFC3339))
+	var err error
+	for try := 1; try <= 2; try++ { // two first takes at once: one inserts, the other reads it on its second try
+		err = b.InTx(ctx, func(tx Tx) error {
+			return b.takeLeaseTx(ctx, tx, name, holder, ttl, &l)
+		})
+		if !b.Duplicate(err) {
+			break
 		}
-		l = store.Lease{Name: name, Holder: holder, Generation: cur.Generation + 1, Until: now.Add(ttl)}
-		_, err = tx.ExecContext(ctx, takeLease, holder, b.At(l.Until), name)
-		return err
-	})
+	}
 	if err != nil {
 		if errors.Is(err, store.ErrLeaseHeld) {
 			return store.Lease{}, err
@@ -105,6 +91,31 @@ func (b *Backend) TakeLease(ctx context.Context, name, holder string, ttl time.D
 		return store.Lease{}, b.Unavailable(err)
 	}
 	return l, nil
+}
+
+// takeLeaseTx is TakeLease in tx, its answer in l.
+func (b *Backend) takeLeaseTx(ctx context.Context, tx Tx, name, holder string, ttl time.Duration, l *store.Lease) error {
+	var cur store.Lease
+	var now time.Time
+	err := tx.QueryRowContext(ctx, fmt.Sprintf(selectLeaseForTake, b.SQL.NowExpr, b.Retention.ForUpdate), name).Scan(
+		&cur.Holder, &cur.Generation, Time{&cur.Until}, Time{&now})
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		if err := tx.QueryRowContext(ctx, b.SQL.Now).Scan(Time{&now}); err != nil {
+			return err
+		}
+		*l = store.Lease{Name: name, Holder: holder, Generation: 1, Until: now.Add(ttl)}
+		_, err = tx.ExecContext(ctx, insertLease, name, holder, b.At(l.Until))
+		return err
+	case err != nil:
+		return err
+	case cur.Holder != holder && cur.Until.After(now):
+		return fmt.Errorf("%w: %s holds %s until %s", store.ErrLeaseHeld, cur.Holder, name,
+			cur.Until.UTC().Format(time.RFC3339))
+	}
+	*l = store.Lease{Name: name, Holder: holder, Generation: cur.Generation + 1, Until: now.Add(ttl)}
+	_, err = tx.ExecContext(ctx, takeLease, holder, b.At(l.Until), name)
+	return err
 }
 
 // RenewLease extends l until ttl from the database's now, while it is still

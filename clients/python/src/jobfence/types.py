@@ -162,6 +162,10 @@ class Job:
     first_sent_at: Optional[datetime]
     created_at: Optional[datetime]
     updated_at: Optional[datetime]
+    #: When the job, final, left the coordinator's working tables for its
+    #: archive (R31); None while it is in them. It stays readable, and its key
+    #: known for ever (R30).
+    archived_at: Optional[datetime] = None
 
 
 @dataclass(frozen=True)
@@ -411,6 +415,7 @@ def job_of(j: pb.Job) -> Job:
         first_sent_at=time_of(j, "first_sent_at"),
         created_at=time_of(j, "created_at"),
         updated_at=time_of(j, "updated_at"),
+        archived_at=time_of(j, "archived_at"),
     )
 
 

@@ -239,8 +239,9 @@ class GrantRef(_message.Message):
     def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ..., lease_token: _Optional[str] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ["amount_minor", "attempt", "created_at", "currency", "first_sent_at", "id", "last_reason", "lease_until", "next_action", "next_attempt_at", "operation_key", "order_id", "payment_id", "provider", "provider_refund_id", "state", "updated_at", "worker_id"]
+    __slots__ = ["amount_minor", "archived_at", "attempt", "created_at", "currency", "first_sent_at", "id", "last_reason", "lease_until", "next_action", "next_attempt_at", "operation_key", "order_id", "payment_id", "provider", "provider_refund_id", "state", "updated_at", "worker_id"]
     AMOUNT_MINOR_FIELD_NUMBER: _ClassVar[int]
+    ARCHIVED_AT_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
     CURRENCY_FIELD_NUMBER: _ClassVar[int]
@@ -259,6 +260,7 @@ class Job(_message.Message):
     UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     amount_minor: int
+    archived_at: _timestamp_pb2.Timestamp
     attempt: int
     created_at: _timestamp_pb2.Timestamp
     currency: str
@@ -276,7 +278,7 @@ class Job(_message.Message):
     state: JobState
     updated_at: _timestamp_pb2.Timestamp
     worker_id: str
-    def __init__(self, id: _Optional[int] = ..., operation_key: _Optional[str] = ..., order_id: _Optional[str] = ..., payment_id: _Optional[str] = ..., amount_minor: _Optional[int] = ..., currency: _Optional[str] = ..., provider: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., attempt: _Optional[int] = ..., next_action: _Optional[_Union[NextAction, str]] = ..., next_attempt_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., lease_until: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., provider_refund_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., last_reason: _Optional[str] = ..., first_sent_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    def __init__(self, id: _Optional[int] = ..., operation_key: _Optional[str] = ..., order_id: _Optional[str] = ..., payment_id: _Optional[str] = ..., amount_minor: _Optional[int] = ..., currency: _Optional[str] = ..., provider: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., attempt: _Optional[int] = ..., next_action: _Optional[_Union[NextAction, str]] = ..., next_attempt_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., lease_until: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., provider_refund_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., last_reason: _Optional[str] = ..., first_sent_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., archived_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class JobEvent(_message.Message):
     __slots__ = ["attempt", "created_at", "from_state", "id", "job_id", "kind", "next_action", "provider_refund_id", "reason", "to_state", "worker_id"]
