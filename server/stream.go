@@ -245,8 +245,11 @@ loop:
 	if ws.acks {
 		// The worker never showed it had these: none may wait out its
 		// lease on a stream that is gone.
+		sent := ws.takeUnshown(func(g *unshownGrant) bool { return !g.sent.IsZero() })
+		ws.s.metrics.unacknowledged.Add(float64(len(sent)))
+		ws.handBack(sent, "worker stream ended before the worker acknowledged the grant")
 		ws.handBack(ws.takeUnshown(func(*unshownGrant) bool { return true }),
-			"worker stream ended before the worker acknowledged the grant")
+			"worker stream ended before the grant was sent")
 	}
 	if ws.failErr != nil {
 		return ws.failErr

@@ -610,6 +610,9 @@ func TestWorkStreamEndHandsBackUnacknowledgedGrants(t *testing.T) {
 		if waited := time.Since(began); waited >= server.StreamAckTimeout {
 			t.Fatalf("handed back %s after the stream ended, want at its end", waited)
 		}
+		if n := c.counter(t, "jobfence_grants_unacknowledged_total"); n != 2 {
+			t.Fatalf("jobfence_grants_unacknowledged_total = %v, want the 2 grants sent and not acknowledged", n)
+		}
 		if d, err := c.client.GetJob(ctx, &pb.GetJobRequest{Job: &pb.GetJobRequest_JobId{JobId: kept.Job.Id}}); err != nil ||
 			d.Job.State != pb.JobState_JOB_STATE_RUNNING || d.Job.Attempt != 1 {
 			t.Fatalf("the acknowledged grant's job = %v, %v; want still running under attempt 1", d.GetJob(), err)

@@ -39,6 +39,7 @@ var (
 	ReasonUnauthenticated     = reasonName(pb.ErrorReason_ERROR_REASON_UNAUTHENTICATED)
 	ReasonPermissionDenied    = reasonName(pb.ErrorReason_ERROR_REASON_PERMISSION_DENIED)
 	ReasonGrantTooOld         = reasonName(pb.ErrorReason_ERROR_REASON_GRANT_TOO_OLD)
+	ReasonTooManyCalls        = reasonName(pb.ErrorReason_ERROR_REASON_TOO_MANY_CALLS)
 )
 
 func reasonName(r pb.ErrorReason) string { return strings.TrimPrefix(r.String(), "ERROR_REASON_") }
@@ -102,6 +103,10 @@ var (
 	// no more; the holder may still write back until its lease runs out and
 	// the job is taken over.
 	ErrGrantTooOld = errors.New("jobfence: grant too old to renew")
+	// ErrTooManyCalls: the credential, or the coordinator, has as many calls
+	// of this kind in flight as it allows (expensive reads, worker
+	// streams); nothing was done. Try again after the RetryInfo's delay.
+	ErrTooManyCalls = errors.New("jobfence: too many calls in flight")
 	// ErrUnavailable matches every error with gRPC code UNAVAILABLE: the
 	// coordinator or its database could not be reached, or a commit was cut
 	// off (ErrClaimOutcomeUnknown, ErrWriteOutcomeUnknown,
@@ -126,6 +131,7 @@ var reasonSentinels = map[string]error{
 	ReasonUnauthenticated:     ErrUnauthenticated,
 	ReasonPermissionDenied:    ErrPermissionDenied,
 	ReasonGrantTooOld:         ErrGrantTooOld,
+	ReasonTooManyCalls:        ErrTooManyCalls,
 }
 
 // Error is an error answered by the coordinator (or by the gRPC transport on

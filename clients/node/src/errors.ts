@@ -40,6 +40,7 @@ export const Reason = {
   NotFound: reasonName(ErrorReason.NOT_FOUND),
   InvalidArgument: reasonName(ErrorReason.INVALID_ARGUMENT),
   GrantTooOld: reasonName(ErrorReason.GRANT_TOO_OLD),
+  TooManyCalls: reasonName(ErrorReason.TOO_MANY_CALLS),
 } as const;
 
 /**
@@ -167,6 +168,14 @@ export class GrantTooOldError extends CoordinatorError {
   }
 }
 
+/**
+ * TooManyCallsError (TOO_MANY_CALLS, RESOURCE_EXHAUSTED): the credential, or
+ * the coordinator, has as many calls of this kind in flight as it allows
+ * (expensive reads, worker streams); nothing was done. Try again after the
+ * RetryInfo's delay.
+ */
+export class TooManyCallsError extends CoordinatorError {}
+
 /** FieldViolation names one bad request field. */
 export interface FieldViolation {
   /** The proto field name, e.g. "max_jobs". */
@@ -254,6 +263,8 @@ function errorOf(msg: string, code: Code, reason: string | undefined, meta: Reco
       return new NotFoundError(msg, code, reason, meta, cause);
     case Reason.GrantTooOld:
       return new GrantTooOldError(msg, code, reason, meta, cause);
+    case Reason.TooManyCalls:
+      return new TooManyCallsError(msg, code, reason, meta, cause);
     case Reason.InvalidArgument:
       return new InvalidArgumentError(msg, code, reason, meta, violations, cause);
   }
@@ -292,6 +303,7 @@ function reasonCode(r: ErrorReason): Code {
     case ErrorReason.DATABASE_ACCESS_DENIED:
       return Code.Unavailable;
     case ErrorReason.OBSERVATION_LIMIT:
+    case ErrorReason.TOO_MANY_CALLS:
       return Code.ResourceExhausted;
     case ErrorReason.INVALID_ARGUMENT:
       return Code.InvalidArgument;

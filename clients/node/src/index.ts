@@ -53,6 +53,7 @@ export {
   NotFoundError,
   OperationKeyConflictError,
   Reason,
+  TooManyCallsError,
   StaleAttemptError,
   WriteOutcomeUnknownError,
   isRetryableWrite,

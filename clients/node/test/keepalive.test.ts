@@ -64,6 +64,7 @@ describe("keepalive", () => {
       provider,
       handlers,
       leaseMs: 30_000,
+      renewIntervalMs: 200,
       providerCallTimeoutMs: 20_000,
       idlePollMs: 60_000,
       claimWaitMs: 0,
@@ -77,6 +78,14 @@ describe("keepalive", () => {
     worker.start();
     try {
       await Promise.race([holding, new Promise((_, reject) => setTimeout(() => reject(new Error("the job never reached the worker")), 20_000))]);
+      // A renewal answered on the stream: the grant's acknowledgement went
+      // before it, so the cut cannot take the acknowledgement along (the
+      // coordinator would rightly hand the grant back).
+      const renewedBy = performance.now() + 10_000;
+      while (!events.some(({ e }) => e.type === "renewed")) {
+        assert.ok(performance.now() < renewedBy, "the held job was not renewed within 10 s");
+        await new Promise((r) => setTimeout(r, 20));
+      }
       const blackholed = performance.now();
       proxy.blackhole();
       release(); // the write-back goes on the dead stream

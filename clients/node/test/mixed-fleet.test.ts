@@ -221,34 +221,30 @@ describe("mixed fleet", () => {
     // refunds it still sends carry the same operation key (R1), which the
     // provider answers from its idempotency store.
     //
-    // The first freeze starts before any job exists, while node-2's claim
-    // waits at the coordinator (long poll): the jobs the coordinator grants it
-    // then can only be taken over. Should node-2 hold nothing by the end of
-    // the enqueue, it is frozen again in flight until a freeze costs it a job.
+    // node-2 is frozen while it holds jobs, again and again until a freeze
+    // costs it a job. A grant it had not yet acknowledged when it froze comes
+    // back within half a lease (the worker stream hands it back); the jobs it
+    // had acknowledged, and so may be working, are the ones taken over.
     const victim = workers.find((w) => w.id === "node-2")!;
-    await sleep(500);
-    victim.proc.signal("SIGSTOP");
-    let enqueued = false;
     const rounds: Array<{ held: number; takenOver: number; frozenMs: number }> = [];
     const freeze = (async () => {
       for (let round = 0; round < 100 && !fleetDone; round++) {
         if (round > 0) {
           await sleep(200);
-          victim.proc.signal("SIGSTOP");
         }
-        const frozenAt = performance.now();
         let held: Job[] = [];
-        for (;;) {
+        while (!fleetDone) {
           held = (await listAll(client, JobState.RUNNING)).filter((j) => j.workerId === victim.id);
-          if (held.length > 0 || round > 0 || enqueued || fleetDone) {
+          if (held.length > 0) {
             break;
           }
-          await sleep(100);
+          await sleep(50);
         }
         if (held.length === 0) {
-          victim.proc.signal("SIGCONT");
-          continue;
+          break;
         }
+        victim.proc.signal("SIGSTOP");
+        const frozenAt = performance.now();
         // Wait until each held job was taken over, or had been written back
         // just before the freeze.
         let takenOver = 0;
@@ -292,7 +288,6 @@ describe("mixed fleet", () => {
       });
       jobIds.set(key, job!.id);
     });
-    enqueued = true;
     t.diagnostic(`enqueued ${JOBS} refunds in ${Math.round(performance.now() - enqueueStarted)} ms`);
 
     // Wait until every job is final: nothing ready, nothing running.

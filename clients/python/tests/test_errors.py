@@ -28,6 +28,7 @@ from jobfence import (
     Reason,
     RetryPolicy,
     StaleAttemptError,
+    TooManyCallsError,
     UnauthenticatedError,
     UnavailableError,
     WriteOutcomeUnknownError,
@@ -55,6 +56,7 @@ CASES = [
     (grpc.StatusCode.UNAUTHENTICATED, Reason.UNAUTHENTICATED, UnauthenticatedError),
     (grpc.StatusCode.PERMISSION_DENIED, Reason.PERMISSION_DENIED, PermissionDeniedError),
     (FP, Reason.GRANT_TOO_OLD, GrantTooOldError),
+    (grpc.StatusCode.RESOURCE_EXHAUSTED, Reason.TOO_MANY_CALLS, TooManyCallsError),
 ]
 
 

@@ -135,7 +135,6 @@ def _run_fleet(coord: Any, procs: list[Proc], spool_dir: Path) -> None:
         p.wait_for(lambda r, m=started_msg[lang]: r.get("msg") == m, "its start", 60)
     t0 = time.monotonic()
     done = threading.Event()
-    enqueued = threading.Event()
     errors: list[BaseException] = []
 
     phases_used: list[str] = []
@@ -159,9 +158,10 @@ def _run_fleet(coord: Any, procs: list[Proc], spool_dir: Path) -> None:
     # lapse and the others take the jobs over (R6, R8: expiry only opens the
     # competition; the takeover's commit ends the frozen worker's grant). Then
     # it runs on: every write it still makes for those jobs is stale (T1), and
-    # a refund it still sends carries the same operation key (R1). The first
-    # freeze starts before any job exists, while the worker's claim waits at
-    # the coordinator.
+    # a refund it still sends carries the same operation key (R1). It is
+    # frozen while it holds jobs, again until a freeze costs it a job: a grant
+    # it had not yet acknowledged comes back within half a lease (the worker
+    # stream hands it back); those it had acknowledged are taken over.
     rounds: dict[str, list[tuple[int, int, float]]] = {}
 
     def freeze(wid: str, p: Proc) -> None:
@@ -172,16 +172,16 @@ def _run_fleet(coord: Any, procs: list[Proc], spool_dir: Path) -> None:
                     return
                 if rnd > 0:
                     time.sleep(0.2)
+                held = []
+                while not done.is_set():
+                    held = [j for j in list_all(client, JobState.RUNNING) if j.worker_id == wid]
+                    if held:
+                        break
+                    time.sleep(0.05)
+                if not held:
+                    return
                 p.signal(signal.SIGSTOP)
                 frozen_at = time.monotonic()
-                while True:
-                    held = [j for j in list_all(client, JobState.RUNNING) if j.worker_id == wid]
-                    if held or rnd > 0 or enqueued.is_set() or done.is_set():
-                        break
-                    time.sleep(0.1)
-                if not held:
-                    p.signal(signal.SIGCONT)
-                    continue
                 taken = 0
                 end = time.monotonic() + 60
                 for j in held:
@@ -223,7 +223,6 @@ def _run_fleet(coord: Any, procs: list[Proc], spool_dir: Path) -> None:
 
     with ThreadPoolExecutor(16) as pool:
         ids = dict(zip(keys, pool.map(enqueue, keys)))
-    enqueued.set()
     print(f"enqueued {JOBS} refunds in {time.monotonic() - t0:.1f}s")
 
     try:

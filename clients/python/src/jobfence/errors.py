@@ -17,6 +17,7 @@ decodes through the same code.
     ├── InvalidArgumentError         INVALID_ARGUMENT, with field violations
     ├── GrantTooOldError             GRANT_TOO_OLD (RenewLeases, R27)
     ├── ObservationLimitError        OBSERVATION_LIMIT
+    ├── TooManyCallsError            TOO_MANY_CALLS
     ├── UnauthenticatedError         code UNAUTHENTICATED
     ├── PermissionDeniedError        code PERMISSION_DENIED
     ├── DeadlineExceededError        code DEADLINE_EXCEEDED
@@ -58,6 +59,7 @@ __all__ = [
     "ObservationLimitError",
     "OperationKeyConflictError",
     "PermissionDeniedError",
+    "TooManyCallsError",
     "Reason",
     "StaleAttemptError",
     "UnauthenticatedError",
@@ -96,6 +98,7 @@ class Reason:
     UNAUTHENTICATED = _reason_name(pb.ERROR_REASON_UNAUTHENTICATED)
     PERMISSION_DENIED = _reason_name(pb.ERROR_REASON_PERMISSION_DENIED)
     GRANT_TOO_OLD = _reason_name(pb.ERROR_REASON_GRANT_TOO_OLD)
+    TOO_MANY_CALLS = _reason_name(pb.ERROR_REASON_TOO_MANY_CALLS)
 
 
 class CoordinatorError(Exception):
@@ -188,6 +191,12 @@ class GrantTooOldError(CoordinatorError):
 class ObservationLimitError(CoordinatorError):
     """OBSERVATION_LIMIT (RESOURCE_EXHAUSTED): the job has 1,000 receipts on
     file; this one was not filed. Someone floods the job: a person should look."""
+
+
+class TooManyCallsError(CoordinatorError):
+    """TOO_MANY_CALLS (RESOURCE_EXHAUSTED): the credential, or the coordinator,
+    has as many calls of this kind in flight as it allows (expensive reads,
+    worker streams); nothing was done. Try again after the RetryInfo's delay."""
 
 
 class UnauthenticatedError(CoordinatorError):
@@ -309,6 +318,7 @@ _BY_REASON: dict[str, type[CoordinatorError]] = {
     Reason.UNAUTHENTICATED: UnauthenticatedError,
     Reason.PERMISSION_DENIED: PermissionDeniedError,
     Reason.GRANT_TOO_OLD: GrantTooOldError,
+    Reason.TOO_MANY_CALLS: TooManyCallsError,
 }
 
 # Codes that mean a class whatever the reason (transport failures carry none).
@@ -437,7 +447,7 @@ def _reason_code(r: int) -> grpc.StatusCode:
         pb.ERROR_REASON_DATABASE_ACCESS_DENIED,
     ):
         return grpc.StatusCode.UNAVAILABLE
-    if r == pb.ERROR_REASON_OBSERVATION_LIMIT:
+    if r in (pb.ERROR_REASON_OBSERVATION_LIMIT, pb.ERROR_REASON_TOO_MANY_CALLS):
         return grpc.StatusCode.RESOURCE_EXHAUSTED
     if r == pb.ERROR_REASON_INVALID_ARGUMENT:
         return grpc.StatusCode.INVALID_ARGUMENT
