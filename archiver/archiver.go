@@ -23,6 +23,7 @@ import (
 type Store interface {
 	TakeLease(ctx context.Context, name, holder string, ttl time.Duration) (store.Lease, error)
 	RenewLease(ctx context.Context, l store.Lease, ttl time.Duration) (store.Lease, error)
+	ReleaseLease(ctx context.Context, l store.Lease) error
 	Archive(ctx context.Context, p store.ArchiveParams) (store.ArchiveResult, error)
 	PurgeBacklog(ctx context.Context) (int64, error)
 	ArchiveAllowed(ctx context.Context) (bool, error)
@@ -163,8 +164,10 @@ func New(st Store, opts Options) (*Archiver, error) {
 }
 
 // Run archives until ctx ends: a run whenever this archiver holds the
-// lease, every Interval. It returns nil when ctx ends.
+// lease, every Interval. It returns nil when ctx ends, having released its
+// lease for another coordinator to take at once.
 func (a *Archiver) Run(ctx context.Context) error {
+	defer a.Release()
 	for {
 		if _, err := a.Once(ctx); err != nil && ctx.Err() == nil && !errors.Is(err, store.ErrLeaseHeld) {
 			a.log.Warn("archive run stopped; the next one starts in "+a.opts.Interval.String(), "error", err.Error())
@@ -260,6 +263,21 @@ func (a *Archiver) Once(ctx context.Context) (Totals, error) {
 			"took", time.Since(began).Round(time.Millisecond).String(), "behind", t.Behind.Round(time.Second).String())
 	}
 	return t, nil
+}
+
+// Release gives the lease up, if this archiver holds it: another
+// coordinator's archiver takes it at its next run instead of after the
+// lease's time. Call it when the archiver stops for good.
+func (a *Archiver) Release() {
+	if a.lease.Generation == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := a.st.ReleaseLease(ctx, a.lease); err != nil {
+		a.log.Warn("archiver lease not released; another coordinator takes it once it runs out", "error", err.Error())
+	}
+	a.lease = store.Lease{}
 }
 
 // hold takes the lease, or renews it once a third of it has passed.

@@ -118,7 +118,6 @@ func TestConsoleInABrowser_R29(t *testing.T) {
 	if w := alice.Text("#resend-window"); !strings.Contains(w, "closed") {
 		t.Fatalf("resend window: %q, want closed", w)
 	}
-	shot(alice, "console-job.png")
 
 	// Bob opens the same review; Rita, a reader, too.
 	bob := signIn(tokBob, "bob")
@@ -187,10 +186,6 @@ func TestConsoleInABrowser_R29(t *testing.T) {
 		t.Fatalf("preview: %q", got)
 	}
 	late := escalated(t, ctx, fleet, "bulk-e2e-late")
-	if shots != "" {
-		rita.Navigate(web + "/reviews")
-		shot(rita, "console-queue.png")
-	}
 	alice.Fill("#reason", "provider outage is over")
 	alice.Fill("#confirm", "3")
 	alice.Submit("#apply")

@@ -34,6 +34,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 
+	"github.com/jobfence/jobfence/archiver"
 	"github.com/jobfence/jobfence/internal/cli"
 	"github.com/jobfence/jobfence/server"
 	"github.com/jobfence/jobfence/store"
@@ -109,8 +110,19 @@ type config struct {
 	allowPlaintext  bool
 	migrateOnly     bool
 	migrateContract bool
-	shutdownTimeout time.Duration
-	log             cli.Log
+	// The archive (R31) and the shares of careless clients.
+	retainSucceeded   time.Duration
+	archiveBatch      int
+	archivePause      time.Duration
+	archiveInterval   time.Duration
+	archiveMaxPurge   int64
+	archiveOnce       bool
+	maxReads          int
+	maxReadsPerCred   int
+	maxStreams        int
+	maxStreamsPerCred int
+	shutdownTimeout   time.Duration
+	log               cli.Log
 }
 
 func parseFlags(args []string, stderr *os.File) (config, error) {
@@ -181,6 +193,27 @@ func parseFlags(args []string, stderr *os.File) (config, error) {
 		"how far a webhook signature's timestamp may be from now, either way (older: a replay; newer: a forgery); 1s..1h")
 	fs.StringVar(&c.pprofListen, "pprof-listen", "",
 		"serve net/http/pprof on this loopback address (e.g. 127.0.0.1:6060) for profiling; off when empty")
+	fs.DurationVar(&c.retainSucceeded, "retain-succeeded", archiver.Defaults.RetainSucceeded,
+		"how long a succeeded job stays in the working tables after its completion before the archive takes it, "+
+			"with its history and receipts (R31); at least 1s; 0: never archive (the tables then grow without bound)")
+	fs.IntVar(&c.archiveBatch, "archive-batch", archiver.Defaults.Batch,
+		"most jobs one archive transaction moves (1..1000)")
+	fs.DurationVar(&c.archivePause, "archive-pause", archiver.Defaults.Pause,
+		"the archive's pause between two of its transactions (0..1m)")
+	fs.DurationVar(&c.archiveInterval, "archive-interval", archiver.Defaults.Interval,
+		"how often the archive looks for jobs past their retention (1s..1h)")
+	fs.Int64Var(&c.archiveMaxPurge, "archive-max-purge-backlog", archiver.Defaults.MaxPurgeBacklog,
+		"MySQL: the InnoDB history list length above which the archive waits for the purge before deleting more")
+	fs.BoolVar(&c.archiveOnce, "archive-once", false,
+		"archive every job past its retention now, then exit (not serving); refused while another coordinator archives")
+	fs.IntVar(&c.maxReads, "max-reads", server.Defaults.MaxReads,
+		"expensive reads (ListJobs, GetOverview) in flight on this coordinator; past it they answer RESOURCE_EXHAUSTED")
+	fs.IntVar(&c.maxReadsPerCred, "max-reads-per-credential", server.Defaults.MaxReadsPerCredential,
+		"expensive reads in flight per credential")
+	fs.IntVar(&c.maxStreams, "max-streams", server.Defaults.MaxStreams,
+		"worker streams open on this coordinator; past it Work answers RESOURCE_EXHAUSTED")
+	fs.IntVar(&c.maxStreamsPerCred, "max-streams-per-credential", server.Defaults.MaxStreamsPerCredential,
+		"worker streams open per credential")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 15*time.Second,
 		"on SIGTERM, how long in-flight calls may finish before they are cut")
 	c.log.Register(fs)
@@ -235,6 +268,9 @@ func parseFlags(args []string, stderr *os.File) (config, error) {
 	}
 	if c.keyRetention <= 0 {
 		return c, fmt.Errorf("--key-retention must be positive, got %s", c.keyRetention)
+	}
+	if err := checkRetention(c); err != nil {
+		return c, err
 	}
 	if err := c.log.Validate(); err != nil {
 		return c, err
@@ -342,6 +378,9 @@ type coordinator struct {
 	// set.
 	console  *consoleServer
 	webhooks *webServer
+	// archiver moves finished jobs out of the working tables; nil with
+	// --retain-succeeded=0.
+	archiver *archiver.Archiver
 }
 
 // open wires a coordinator from c: the store (migrated), the providers'
@@ -382,6 +421,9 @@ func open(ctx context.Context, c config, log *slog.Logger) (co *coordinator, err
 		log.Info("schema up to date; --migrate-only: not serving")
 		return nil, nil
 	}
+	if c.archiveOnce {
+		return nil, archiveOnce(ctx, c, st, log)
+	}
 	if err := st.ConfigureBudgets(ctx, budgets); err != nil {
 		return nil, fmt.Errorf("--provider-budget: %w", err)
 	}
@@ -398,7 +440,15 @@ func open(ctx context.Context, c config, log *slog.Logger) (co *coordinator, err
 		Lease: c.lease, MaxGrantAge: c.maxGrantAge, KeyRetention: c.keyRetention, ProviderKeyRetention: providerKeys,
 		ClaimPollInterval: c.claimPoll, WriteFlushers: c.writeFlushers, WriteBatch: c.writeBatch,
 		Auth: authn, Metrics: server.NewMetrics(reg, st), Logger: log,
+		MaxReads: c.maxReads, MaxReadsPerCredential: c.maxReadsPerCred,
+		MaxStreams: c.maxStreams, MaxStreamsPerCredential: c.maxStreamsPerCred,
 	})
+	arch, err := newArchiver(c, st, reg, log)
+	if err != nil {
+		debug.close()
+		srv.Close()
+		return nil, err
+	}
 	gs, hs := srv.NewGRPCServer(creds...)
 	lis, err := listen("listen", c.listen)
 	if err != nil {
@@ -406,9 +456,9 @@ func open(ctx context.Context, c config, log *slog.Logger) (co *coordinator, err
 		srv.Close()
 		return nil, err
 	}
-	co = &coordinator{cfg: c, log: log, store: st, server: srv, grpc: gs, health: hs, lis: lis}
+	co = &coordinator{cfg: c, log: log, store: st, server: srv, grpc: gs, health: hs, lis: lis, archiver: arch}
 	if c.consoleListen != "" {
-		if co.console, err = startConsole(srv, c.consoleListen, httpsTLS, log); err != nil {
+		if co.console, err = startConsole(srv, c.consoleListen, httpsTLS, c.webhookListen != "", log); err != nil {
 			lis.Close()
 			debug.close()
 			srv.Close()
@@ -436,6 +486,18 @@ func open(ctx context.Context, c config, log *slog.Logger) (co *coordinator, err
 func (co *coordinator) serve(ctx context.Context) error {
 	defer co.store.Close()
 	go co.server.WatchDatabase(ctx, co.health, healthInterval)
+	archived := make(chan struct{})
+	if co.archiver != nil {
+		go func() { defer close(archived); co.archiver.Run(ctx) }() //nolint:errcheck // ends with ctx
+	} else {
+		close(archived)
+	}
+	defer func() {
+		select { // the archiver gives its lease up as it stops
+		case <-archived:
+		case <-time.After(10 * time.Second):
+		}
+	}()
 	served := make(chan error, 1)
 	go func() { served <- co.grpc.Serve(co.lis) }()
 	select {

@@ -37,6 +37,8 @@ const (
 	insertLease        = `INSERT INTO jobfence_leases (name, holder, generation, lease_until) VALUES (?, ?, 1, ?)`
 	takeLease          = `UPDATE jobfence_leases SET holder = ?, generation = generation + 1, lease_until = ? WHERE name = ?`
 	renewLease         = `UPDATE jobfence_leases SET lease_until = ? WHERE name = ? AND holder = ? AND generation = ?`
+	// %s: the database's now.
+	releaseLease = `UPDATE jobfence_leases SET lease_until = %s WHERE name = ? AND holder = ? AND generation = ?`
 	// lockHeldLease locks the lease a batch runs under, still its holder's
 	// and not run out, and reads the database's now (R12).
 	lockHeldLease = `SELECT %[1]s FROM jobfence_leases
@@ -143,6 +145,19 @@ func (b *Backend) RenewLease(ctx context.Context, l store.Lease, ttl time.Durati
 			l.Generation)
 	}
 	return l, nil
+}
+
+// ReleaseLease ends l now, if it is still l's generation, so that another
+// holder may take it at once (a graceful stop). Errors: ErrUnavailable.
+func (b *Backend) ReleaseLease(ctx context.Context, l store.Lease) error {
+	err := b.InTx(ctx, func(tx Tx) error {
+		_, err := tx.ExecContext(ctx, fmt.Sprintf(releaseLease, b.SQL.NowExpr), l.Name, l.Holder, l.Generation)
+		return err
+	})
+	if err != nil {
+		return b.Unavailable(err)
+	}
+	return nil
 }
 
 // Archive moves one batch of succeeded jobs past their retention, with
