@@ -162,11 +162,15 @@ func fenceStatus(err error, fe *store.FenceError) (*status.Status, logLine) {
 		// The attempt sent is the job's current (or last) grant: what the
 		// fence refused is the token, missing or another grant's. Nothing
 		// was taken over.
-		msg = fmt.Sprintf("lease_token is missing or is not attempt %d's: job %d is still under attempt %d "+
-			"(state %s), and a write-back must carry the lease_token the Claim or WorkGrant returned with this "+
-			"attempt; nothing was written", fe.Attempt, job, fe.Attempt, state)
-		badToken = tokenViolation(fmt.Sprintf("missing or not the token of attempt %d: send the lease_token the "+
-			"Claim or WorkGrant returned with this attempt", fe.Attempt))
+		what := "lease_token is not attempt %d's"
+		if fe.NoToken {
+			what = "lease_token is empty: attempt %d's is required"
+		}
+		msg = fmt.Sprintf(what+": job %d is still under attempt %d (state %s), and a write-back must carry the "+
+			"lease_token the Claim or WorkGrant returned with this attempt; nothing was written", fe.Attempt, job,
+			fe.Attempt, state)
+		badToken = tokenViolation(fmt.Sprintf(strings.TrimPrefix(what, "lease_token is ")+": send the lease_token "+
+			"the Claim or WorkGrant returned with this attempt", fe.Attempt))
 	}
 	meta := map[string]string{
 		"job_id":          strconv.FormatInt(job, 10),

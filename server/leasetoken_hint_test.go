@@ -67,7 +67,7 @@ func TestCompleteWithoutLeaseTokenNamesIt_R25(t *testing.T) {
 
 		r := refused(t, complete(a.Attempt, "", "re_no_token"), "1")
 		for _, said := range []string{r.msg, r.precondition} {
-			if !strings.Contains(said, "lease_token is missing") ||
+			if !strings.Contains(said, "lease_token is empty") ||
 				!strings.Contains(said, "the lease_token the Claim or WorkGrant returned with this attempt") ||
 				strings.Contains(said, "taken over") {
 				t.Errorf("a Complete without a token is answered %q; want it to name the missing lease_token, "+
@@ -76,6 +76,12 @@ func TestCompleteWithoutLeaseTokenNamesIt_R25(t *testing.T) {
 		}
 		if !strings.Contains(r.fields["lease_token"], "send the lease_token the Claim or WorkGrant returned") {
 			t.Errorf("BadRequest fields %v, want lease_token and what to send", r.fields)
+		}
+		// Another grant's token: named as not this attempt's, not as empty.
+		r = refused(t, complete(a.Attempt, strings.Repeat("x", len(a.LeaseToken)), "re_other_token"), "1")
+		if !strings.Contains(r.msg, "lease_token is not attempt 1's") || strings.Contains(r.msg, "empty") ||
+			!strings.Contains(r.fields["lease_token"], "not attempt 1's") {
+			t.Errorf("a Complete with another token is answered %q with fields %v", r.msg, r.fields)
 		}
 		if err := complete(a.Attempt, a.LeaseToken, "re_A"); err != nil {
 			t.Fatalf("the holder's Complete with its token after one without: %v", err)

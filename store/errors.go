@@ -64,6 +64,8 @@ var (
 type FenceError struct {
 	Err     error // ErrStaleAttempt, ErrNotRunning or ErrNotInReview
 	Attempt int64 // the caller's attempt
+	// NoToken is true when the caller sent no lease token at all (R25).
+	NoToken bool
 	Current Job
 }
 

@@ -88,7 +88,7 @@ func (r Renewal) GrantExpiresAt(job Job) time.Time {
 func (r Renewal) Renew(job Job, now time.Time) (RenewOutcome, error) {
 	switch ours := job.Attempt == r.Attempt && job.Grant == r.LeaseToken.Hash(); {
 	case !ours:
-		return RenewOutcome{Job: job}, &FenceError{Err: ErrStaleAttempt, Attempt: r.Attempt, Current: job}
+		return RenewOutcome{Job: job}, &FenceError{Err: ErrStaleAttempt, Attempt: r.Attempt, NoToken: r.LeaseToken == "", Current: job}
 	case job.State != StateRunning:
 		return RenewOutcome{Job: job}, &FenceError{Err: ErrNotRunning, Attempt: r.Attempt, Current: job}
 	}

@@ -78,7 +78,7 @@ func Settle(w Writeback, current Job) (WriteResult, error) {
 	case w.AppliedTo(current):
 		return WriteResult{Job: current, Replayed: true}, nil
 	case current.Attempt != w.Attempt, !w.ofGrant(current):
-		return WriteResult{}, &FenceError{Err: ErrStaleAttempt, Attempt: w.Attempt, Current: current}
+		return WriteResult{}, &FenceError{Err: ErrStaleAttempt, Attempt: w.Attempt, NoToken: w.LeaseToken == "", Current: current}
 	case current.State != w.FromState() && w.Kind == EventResolved:
 		return WriteResult{}, &FenceError{Err: ErrNotInReview, Attempt: w.Attempt, Current: current}
 	case current.State != w.FromState():

@@ -197,14 +197,21 @@ func (e FenceError) fields() string {
 	return fmt.Sprintf("job %d, attempt %d; current attempt %d, state %s", e.JobID, e.Attempt, e.CurrentAttempt, e.CurrentState)
 }
 
-// StaleAttemptError (reason STALE_ATTEMPT, code FAILED_PRECONDITION): the job
-// was taken over and now runs, or ended, under CurrentAttempt. It matches
-// ErrStaleAttempt and ErrFenced; errors.As also finds its *Error.
+// StaleAttemptError (reason STALE_ATTEMPT, code FAILED_PRECONDITION): the
+// write does not carry the job's current grant. Usually the job was taken
+// over and now runs, or ended, under CurrentAttempt; when CurrentAttempt is
+// the attempt sent, the lease token was missing or another grant's (the
+// coordinator's message says which). It matches ErrStaleAttempt and
+// ErrFenced; errors.As also finds its *Error.
 type StaleAttemptError struct{ FenceError }
 
-// Error describes the rejected write.
+// Error describes the rejected write: a takeover when the job moved on to
+// a later attempt, else the coordinator's own words on the token.
 func (e *StaleAttemptError) Error() string {
-	return "jobfence: stale attempt, the job was taken over (" + e.fields() + ")"
+	if e.CurrentAttempt > e.Attempt || e.Err == nil {
+		return "jobfence: stale attempt, the job was taken over (" + e.fields() + ")"
+	}
+	return "jobfence: stale attempt: " + e.Err.Message + " (" + e.fields() + ")"
 }
 
 // Is matches ErrStaleAttempt and ErrFenced.
