@@ -369,16 +369,24 @@ func (s *Server) GetJob(ctx context.Context, req *pb.GetJobRequest) (*pb.GetJobR
 	if err != nil {
 		return nil, s.toStatus(ctx, err, jobAttrs{id: req.GetJobId(), key: req.GetOperationKey()})
 	}
+	resp := JobDetailToProto(d)
+	resp.ResendDeadline = timeToProto(s.resendDeadline(d.Job))
+	return resp, nil
+}
+
+// JobDetailToProto is d as GetJob answers it (but for the resend
+// deadline, which is the coordinator's): the shape an archive export
+// writes, one per line.
+func JobDetailToProto(d store.JobDetail) *pb.GetJobResponse {
 	resp := &pb.GetJobResponse{Job: jobToProto(d.Job), ObservationCount: d.ObservationCount,
-		NextObservationsPageToken: d.NextObservationsToken, ResendDeadline: timeToProto(s.resendDeadline(d.Job)),
-		Ledger: ledgerToProto(d.Ledger), Now: timeToProto(d.Now)}
+		NextObservationsPageToken: d.NextObservationsToken, Ledger: ledgerToProto(d.Ledger), Now: timeToProto(d.Now)}
 	for _, e := range d.Events {
 		resp.Events = append(resp.Events, eventToProto(e))
 	}
 	for _, o := range d.Observations {
 		resp.Observations = append(resp.Observations, observationToProto(o))
 	}
-	return resp, nil
+	return resp
 }
 
 // ListJobs implements jobfence.v1.Coordinator.

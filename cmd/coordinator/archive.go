@@ -1,15 +1,21 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"syscall"
 	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/jobfence/jobfence/archiver"
+	"github.com/jobfence/jobfence/server"
 	"github.com/jobfence/jobfence/store"
 )
 
@@ -35,6 +41,16 @@ func checkRetention(c config) error {
 		return errors.New("--archive-once needs a retention: --retain-succeeded is 0 (never archive)")
 	case c.archiveOnce && c.migrateOnly:
 		return errors.New("--archive-once and --migrate-only are one or the other")
+	case (c.exportTo == "") != (c.exportBefore == ""):
+		return errors.New("--archive-export and --archive-export-before go together (e.g. --archive-export " +
+			"archive-2025.jsonl --archive-export-before 2026-01-01)")
+	case c.exportTo != "" && (c.archiveOnce || c.migrateOnly):
+		return errors.New("--archive-export is a command of its own: not with --archive-once or --migrate-only")
+	}
+	if c.exportBefore != "" {
+		if _, err := parseBefore(c.exportBefore); err != nil {
+			return err
+		}
 	}
 	for _, f := range []struct {
 		name string
@@ -86,6 +102,91 @@ func archiveOnce(ctx context.Context, c config, st store.Store, log *slog.Logger
 		return fmt.Errorf("--archive-once: %w", err)
 	}
 	log.Info("archive done", "jobs", t.Jobs, "events", t.Events, "receipts", t.Observations, "batches", t.Batches,
+		"took", time.Since(began).Round(time.Millisecond).String())
+	return nil
+}
+
+// parseBefore reads --archive-export-before: a date (UTC midnight) or an
+// RFC 3339 time, not in the future.
+func parseBefore(s string) (time.Time, error) {
+	t, err := time.Parse("2006-01-02", s)
+	if err != nil {
+		if t, err = time.Parse(time.RFC3339, s); err != nil {
+			return time.Time{}, fmt.Errorf("--archive-export-before %q is not a date like 2026-01-01 or a time like "+
+				"2026-01-01T00:00:00Z", s)
+		}
+	}
+	if t.After(time.Now()) {
+		return time.Time{}, fmt.Errorf("--archive-export-before %s is in the future", s)
+	}
+	return t.UTC(), nil
+}
+
+// exporter is what --archive-export needs of the store.
+type exporter interface {
+	ArchivedBefore(ctx context.Context, before time.Time, after int64, limit int) ([]store.JobDetail, error)
+	DropArchived(ctx context.Context, ids []int64) error
+}
+
+// exportBatch is how many archived jobs one export step writes, then drops.
+const exportBatch = 200
+
+// exportArchive is --archive-export: batch after batch, the archived jobs
+// that left before the date are written to the file, one JSON line each,
+// the file is synced, and only then their archive rows are dropped, so that
+// a crash loses nothing (a batch written twice is a repeat of the same
+// lines). A progress line per batch.
+func exportArchive(ctx context.Context, c config, st store.Store, log *slog.Logger) error {
+	ex, ok := st.(exporter)
+	if !ok {
+		return fmt.Errorf("the store %T keeps no archive", st)
+	}
+	before, err := parseBefore(c.exportBefore)
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(c.exportTo, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("--archive-export: %w", err)
+	}
+	defer f.Close()
+	w := bufio.NewWriter(f)
+	var after int64
+	jobs := 0
+	began := time.Now()
+	for {
+		ds, err := ex.ArchivedBefore(ctx, before, after, exportBatch)
+		if err != nil {
+			return fmt.Errorf("--archive-export: %w", err)
+		}
+		if len(ds) == 0 {
+			break
+		}
+		ids := make([]int64, len(ds))
+		for i, d := range ds {
+			line, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(server.JobDetailToProto(d))
+			if err != nil {
+				return err
+			}
+			w.Write(line)
+			w.WriteByte('\n')
+			ids[i] = d.Job.ID
+		}
+		if err := w.Flush(); err != nil {
+			return fmt.Errorf("--archive-export %s: %w", c.exportTo, err)
+		}
+		if err := f.Sync(); err != nil && !errors.Is(err, syscall.EINVAL) { // /dev/null syncs nothing
+			return fmt.Errorf("--archive-export %s: %w", c.exportTo, err)
+		}
+		if err := ex.DropArchived(ctx, ids); err != nil {
+			return fmt.Errorf("--archive-export: written to %s but not dropped (the next run writes them again): %w",
+				c.exportTo, err)
+		}
+		jobs += len(ds)
+		after = ids[len(ids)-1]
+		log.Info("archive export", "jobs", jobs, "last_job_id", after, "to", c.exportTo)
+	}
+	log.Info("archive export done", "jobs", jobs, "before", before.Format(time.RFC3339), "to", c.exportTo,
 		"took", time.Since(began).Round(time.Millisecond).String())
 	return nil
 }

@@ -2,11 +2,15 @@ package main_test
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	pb "github.com/jobfence/jobfence/gen/jobfence/v1"
 	"github.com/jobfence/jobfence/internal/proctest"
@@ -83,5 +87,38 @@ func TestCoordinatorArchivesFinishedJobs_R30_R31(t *testing.T) {
 	out, err := runBinary(t, []string{"JOBFENCE_MYSQL_DSN=" + dsn}, "--archive-once", "--retain-succeeded", "1s")
 	if err != nil || !strings.Contains(out, "archive done") || !strings.Contains(out, "jobs=0") {
 		t.Fatalf("--archive-once: %v\n%s", err, out)
+	}
+
+	// Exported to cold storage and dropped: the job's line holds its history
+	// and ledger; its key still answers as R1 does, with the final state.
+	export := filepath.Join(t.TempDir(), "archive.jsonl")
+	// --archive-export-before may not be in the future: a whole second past
+	// the archive, now.
+	proctest.WaitFor(t, 10*time.Second, "a second past the archive", func() bool {
+		return time.Now().After(d.Job.ArchivedAt.AsTime().Add(time.Second))
+	})
+	before := time.Now().UTC().Truncate(time.Second)
+	out, err = runBinary(t, []string{"JOBFENCE_MYSQL_DSN=" + dsn}, "--archive-export", export,
+		"--archive-export-before", before.Format(time.RFC3339))
+	if err != nil || !strings.Contains(out, "archive export done") {
+		t.Fatalf("--archive-export: %v\n%s", err, out)
+	}
+	lines, err := os.ReadFile(export)
+	if err != nil || strings.Count(string(lines), "\n") != 1 || !strings.Contains(string(lines), `"operation_key":"archived-1"`) ||
+		!strings.Contains(string(lines), `"events":[`) || !strings.Contains(string(lines), `"provider_refund_id":"re_1"`) {
+		t.Fatalf("export file (%v):\n%s", err, lines)
+	}
+	c = startCoordinator(t, "--mysql-dsn", dsn)
+	client = dial(t, c)
+	if _, err := client.GetJob(ctx, &pb.GetJobRequest{Job: &pb.GetJobRequest_JobId{JobId: enq.Job.Id}}); status.Code(err) != codes.NotFound {
+		t.Fatalf("GetJob by id after the export: %v, want NOT_FOUND", err)
+	}
+	again, err = client.EnqueueRefund(ctx, req)
+	if err != nil || again.Created || again.Job.Id != enq.Job.Id || again.Job.State != pb.JobState_JOB_STATE_SUCCEEDED {
+		t.Fatalf("the exported key enqueued again = %v, %v; want the job as its key keeps it (R30)", again, err)
+	}
+	req.AmountMinor++
+	if _, err := client.EnqueueRefund(ctx, req); status.Code(err) != codes.AlreadyExists {
+		t.Fatalf("the exported key with another amount: %v, want ALREADY_EXISTS (R30)", err)
 	}
 }

@@ -117,6 +117,8 @@ type config struct {
 	archiveInterval   time.Duration
 	archiveMaxPurge   int64
 	archiveOnce       bool
+	exportTo          string
+	exportBefore      string
 	maxReads          int
 	maxReadsPerCred   int
 	maxStreams        int
@@ -206,6 +208,12 @@ func parseFlags(args []string, stderr *os.File) (config, error) {
 		"MySQL: the InnoDB history list length above which the archive waits for the purge before deleting more")
 	fs.BoolVar(&c.archiveOnce, "archive-once", false,
 		"archive every job past its retention now, then exit (not serving); refused while another coordinator archives")
+	fs.StringVar(&c.exportTo, "archive-export", "",
+		"write every archived job that left the working tables before --archive-export-before to this file, one "+
+			"JSON line each (GetJob's answer: job, history, receipts, ledger), then drop those archive rows; the "+
+			"keys stay for ever (R30) and the ledger stays; then exit, not serving. /dev/null drops without keeping")
+	fs.StringVar(&c.exportBefore, "archive-export-before", "",
+		"with --archive-export: the date (2006-01-02, UTC) or RFC 3339 time before which archived jobs are exported")
 	fs.IntVar(&c.maxReads, "max-reads", server.Defaults.MaxReads,
 		"expensive reads (ListJobs, GetOverview) in flight on this coordinator; past it they answer RESOURCE_EXHAUSTED")
 	fs.IntVar(&c.maxReadsPerCred, "max-reads-per-credential", server.Defaults.MaxReadsPerCredential,
@@ -423,6 +431,9 @@ func open(ctx context.Context, c config, log *slog.Logger) (co *coordinator, err
 	}
 	if c.archiveOnce {
 		return nil, archiveOnce(ctx, c, st, log)
+	}
+	if c.exportTo != "" {
+		return nil, exportArchive(ctx, c, st, log)
 	}
 	if err := st.ConfigureBudgets(ctx, budgets); err != nil {
 		return nil, fmt.Errorf("--provider-budget: %w", err)

@@ -302,3 +302,67 @@ func (b *Backend) PurgeBacklog(ctx context.Context) (int64, error) {
 	}
 	return n, nil
 }
+
+// The archive's export and drop (R31): for operators who ship archived rows
+// to cold storage. Keys stay (R30); the ledger stays.
+const (
+	selectArchivedIDsBefore  = `SELECT id FROM refund_jobs_archive WHERE id > ? AND archived_at < ? ORDER BY id LIMIT ?`
+	dropArchivedObservations = `DELETE FROM refund_observations_archive WHERE job_id IN (%s)`
+	dropArchivedEvents       = `DELETE FROM refund_job_events_archive WHERE job_id IN (%s)`
+	dropArchivedJobs         = `DELETE FROM refund_jobs_archive WHERE id IN (%s)`
+)
+
+// ArchivedBefore reads up to limit jobs that left the working tables
+// before before, by id after after, each with its whole history, every
+// receipt and its ledger row, as GetJob shows them. Errors: ErrUnavailable.
+func (b *Backend) ArchivedBefore(ctx context.Context, before time.Time, after int64, limit int) ([]store.JobDetail, error) {
+	ids, err := QueryAll(ctx, b.DB, func(r Scanner) (int64, error) {
+		var id int64
+		return id, r.Scan(&id)
+	}, selectArchivedIDsBefore, after, b.At(before.UTC()), limit)
+	if err != nil {
+		return nil, b.Unavailable(err)
+	}
+	out := make([]store.JobDetail, 0, len(ids))
+	for _, id := range ids {
+		p := store.GetParams{JobRef: store.JobRef{ID: id}, ObservationsLimit: store.MaxObservationPage}
+		d, err := b.Get(ctx, p)
+		if err != nil {
+			return nil, err
+		}
+		for next := d.NextObservationsToken; next != ""; {
+			p.ObservationsPageToken = next
+			more, err := b.Get(ctx, p)
+			if err != nil {
+				return nil, err
+			}
+			d.Observations = append(d.Observations, more.Observations...)
+			next = more.NextObservationsToken
+		}
+		d.NextObservationsToken = ""
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+// DropArchived deletes the archived rows of jobs ids — job, history and
+// receipts — in one transaction. Their keys stay, with their final state
+// (R30): an enqueue of one still answers as R1 does. Errors: ErrUnavailable.
+func (b *Backend) DropArchived(ctx context.Context, ids []int64) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	in, args := Placeholders(len(ids)), Int64Args(ids)
+	err := b.InTx(ctx, func(tx Tx) error {
+		for _, q := range []string{dropArchivedObservations, dropArchivedEvents, dropArchivedJobs} {
+			if _, err := tx.ExecContext(ctx, fmt.Sprintf(q, in), args...); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return b.Unavailable(err)
+	}
+	return nil
+}
