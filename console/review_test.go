@@ -173,6 +173,27 @@ func TestJobPageShowsTheFieldsOfItsState(t *testing.T) {
 		t.Fatal(err)
 	}
 	want("succeeded", fields(id), "Completed")
+	if strings.Contains(alice.get(fmt.Sprintf("/jobs/%d", id)).body, `id="archived"`) {
+		t.Fatal("a job in the working tables is shown archived")
+	}
+
+	// Archived (R31): the page says so, and a search by its key finds it.
+	arch := e.store.(interface {
+		TakeLease(ctx context.Context, name, holder string, ttl time.Duration) (store.Lease, error)
+		Archive(ctx context.Context, p store.ArchiveParams) (store.ArchiveResult, error)
+	})
+	lease, err := arch.TakeLease(context.Background(), store.ArchiverLease, "console-test", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proctest.WaitFor(t, 10*time.Second, "the job archived", func() bool {
+		res, err := arch.Archive(context.Background(), store.ArchiveParams{Lease: lease, RetainSucceeded: time.Second, Limit: 10})
+		return err == nil && res.Jobs == 1
+	})
+	mustContain(t, alice.get(fmt.Sprintf("/jobs/%d", id)), `id="archived"`, "can never make another refund", "re_done")
+	if pg := alice.get("/search?by=operation_key&q=fields-1"); !strings.HasSuffix(pg.url, fmt.Sprintf("/jobs/%d", id)) {
+		t.Fatalf("a search by the archived job's key led to %s (%d)", pg.url, pg.status)
+	}
 	job := e.toReview(t, "fields-2", "acme", "amount needs a person")
 	want("manual review", fields(job.GetId()), "In review since")
 }
