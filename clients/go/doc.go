@@ -120,8 +120,10 @@
 // tried, so that the coordinator deduplicates one whose reply was lost; it
 // then rewrites the file atomically without what was filed. A crash at any
 // point loses no acknowledged receipt and at worst files one twice, kept
-// once. A permanent refusal (INVALID_ARGUMENT, NOT_FOUND, OBSERVATION_LIMIT,
-// PERMISSION_DENIED…) is logged, not spooled.
+// once. A permanent refusal (INVALID_ARGUMENT, NOT_FOUND, PERMISSION_DENIED…)
+// is logged, not spooled. A receipt its job has no room for is kept by the
+// coordinator in its unmatched log (Observation.KeptAsideID), never refused;
+// an earlier coordinator's OBSERVATION_LIMIT stays spooled (R28).
 //
 // The spool is WorkerOptions.ReceiptSpool, by default a file named after the
 // worker id in <os.UserCacheDir()>/jobfence/ (DefaultReceiptSpool). A
