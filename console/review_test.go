@@ -276,7 +276,7 @@ func TestReviewInABrowser_R14_R16(t *testing.T) {
 		}
 		ids = append(ids, job.ID)
 	}
-	w, err := jobfence.NewWorker(demo, refundHandler(pay, "cut_reply,lookup_lag=60"), jobfence.WorkerOptions{
+	w, err := jobfence.NewWorker(demo, fakeprovider.Handlers(pay, "cut_reply,lookup_lag=60"), jobfence.WorkerOptions{
 		WorkerID: "refundworker-demo", Concurrency: 3, Provider: "acme", NoStream: true, PollInterval: 50 * time.Millisecond,
 		Policy: jobfence.ProviderPolicy{SameKeyResendSafe: false, UnknownDelay: 100 * time.Millisecond}})
 	if err != nil {
@@ -362,39 +362,5 @@ func TestReviewInABrowser_R14_R16(t *testing.T) {
 	}
 	if got := s.Text("#next-action"); got != "reconcile" {
 		t.Fatalf("the ready job's next action reads %q", got)
-	}
-}
-
-// refundHandler is a worker's handler against the fake provider, as
-// cmd/refundworker's: a refund under the job's operation key (as
-// Idempotency-Key and merchant reference), sent with the given faults, and a
-// reconcile that looks the key up.
-func refundHandler(pay *fakeprovider.Client, faults string) jobfence.HandlerFuncs {
-	result := func(r fakeprovider.Refund) jobfence.Result {
-		if r.Status == fakeprovider.StatusSucceeded {
-			return jobfence.Succeeded(r.ID)
-		}
-		return jobfence.Pending(r.ID, 0)
-	}
-	return jobfence.HandlerFuncs{
-		RefundFunc: func(ctx context.Context, j jobfence.ClaimedJob) jobfence.Result {
-			r, err := pay.CreateRefund(fakeprovider.WithFault(ctx, faults), j.Job.OperationKey, fakeprovider.RefundParams{
-				PaymentID: j.Job.PaymentID, AmountMinor: j.Job.AmountMinor, Currency: j.Job.Currency,
-				MerchantReference: j.Job.OperationKey})
-			if err != nil {
-				return jobfence.Unknown(err) // made or not: reconcile (R14)
-			}
-			return result(r)
-		},
-		ReconcileFunc: func(ctx context.Context, j jobfence.ClaimedJob) jobfence.Result {
-			found, err := pay.FindByReference(ctx, j.Job.OperationKey)
-			if err != nil {
-				return jobfence.Unknown(err)
-			}
-			if len(found) == 0 {
-				return jobfence.NoRecord()
-			}
-			return result(found[0])
-		},
 	}
 }

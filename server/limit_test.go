@@ -18,22 +18,6 @@ import (
 	"github.com/jobfence/jobfence/server"
 )
 
-// limitTokens are the credentials of the limit tests: three that may read,
-// and two workers and a producer.
-func limitTokens(t *testing.T) *server.Authenticator {
-	t.Helper()
-	authn, err := server.LoadTokens(writeTokens(t,
-		tokenLine("shop", "producer", "tok-shop"),
-		tokenLine("worker-a", "worker", "tok-worker-a"),
-		tokenLine("worker-b", "worker", "tok-worker-b"),
-		tokenLine("alice", "operator,reader", "tok-alice"),
-		tokenLine("rita", "reader", "tok-rita"),
-		tokenLine("bob", "reader", "tok-bob")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return authn
-}
 
 // tooMany requires err to be RESOURCE_EXHAUSTED, TOO_MANY_CALLS of scope,
 // with a RetryInfo.
@@ -60,7 +44,7 @@ func tooMany(t *testing.T, err error, scope string) {
 // go through while every read place is taken.
 func TestExpensiveReadsBounded(t *testing.T) {
 	c := start(t, testdb.SQLiteBackend(), func(o *server.Options) {
-		o.Auth = limitTokens(t)
+		o.Auth = operatorTokens(t)
 		o.MaxReads, o.MaxReadsPerCredential = 4, 2
 	})
 	ctx := ctxFor(t)
@@ -114,7 +98,7 @@ func TestExpensiveReadsBounded(t *testing.T) {
 // GetOverview is served from a short cache: a second overview within
 // moments costs no read, and answers what the first read.
 func TestGetOverviewIsCached(t *testing.T) {
-	c := start(t, testdb.SQLiteBackend(), func(o *server.Options) { o.Auth = limitTokens(t) })
+	c := start(t, testdb.SQLiteBackend(), func(o *server.Options) { o.Auth = operatorTokens(t) })
 	ctx := ctxFor(t)
 	first, err := c.client.GetOverview(as(ctx, "tok-rita"), &pb.GetOverviewRequest{})
 	if err != nil {
@@ -137,7 +121,7 @@ func TestGetOverviewIsCached(t *testing.T) {
 // coordinator), and a stream that ends gives its place back.
 func TestWorkerStreamsBounded(t *testing.T) {
 	c := start(t, testdb.SQLiteBackend(), func(o *server.Options) {
-		o.Auth = limitTokens(t)
+		o.Auth = operatorTokens(t)
 		o.MaxStreams, o.MaxStreamsPerCredential = 3, 2
 	})
 	ctx := ctxFor(t)

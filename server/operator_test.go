@@ -187,7 +187,8 @@ func operatorTokens(t *testing.T) *server.Authenticator {
 		tokenLine("worker-a", "worker", "tok-worker-a"),
 		tokenLine("worker-b", "worker", "tok-worker-b"),
 		tokenLine("alice", "operator,reader", "tok-alice"),
-		tokenLine("rita", "reader", "tok-rita")))
+		tokenLine("rita", "reader", "tok-rita"),
+		tokenLine("bob", "reader", "tok-bob")))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -242,7 +242,7 @@ func driveToReview(t *testing.T, ctx context.Context, fleet *jobfence.Client) re
 	}
 	// A 1s lease that is not renewed, and a reply 3s late: the worker's
 	// other slot takes the job over (R17 without R27).
-	handler := refundHandler(pay, "hang_after=3,lookup_lag=600")
+	handler := fakeprovider.Handlers(pay, "hang_after=3,lookup_lag=600")
 	w, err := jobfence.NewWorker(fleet, handler, jobfence.WorkerOptions{WorkerID: "worker-e2e", Concurrency: 2,
 		Lease: time.Second, NoLeaseRenewal: true, ProviderTimeout: 10 * time.Second, PollInterval: 50 * time.Millisecond,
 		Provider: "acme"})
@@ -295,38 +295,4 @@ func getJob(t *testing.T, ctx context.Context, fleet *jobfence.Client, id int64)
 		t.Fatal(err)
 	}
 	return d
-}
-
-// refundHandler is a worker's handler against the fake provider: a refund
-// under the job's operation key (as Idempotency-Key and merchant reference,
-// which the provider's webhooks echo), sent with the given faults, and a
-// reconcile that looks the key up.
-func refundHandler(pay *fakeprovider.Client, faults string) jobfence.HandlerFuncs {
-	result := func(r fakeprovider.Refund) jobfence.Result {
-		if r.Status == fakeprovider.StatusSucceeded {
-			return jobfence.Succeeded(r.ID)
-		}
-		return jobfence.Pending(r.ID, 0)
-	}
-	return jobfence.HandlerFuncs{
-		RefundFunc: func(ctx context.Context, j jobfence.ClaimedJob) jobfence.Result {
-			r, err := pay.CreateRefund(fakeprovider.WithFault(ctx, faults), j.Job.OperationKey, fakeprovider.RefundParams{
-				PaymentID: j.Job.PaymentID, AmountMinor: j.Job.AmountMinor, Currency: j.Job.Currency,
-				MerchantReference: j.Job.OperationKey})
-			if err != nil {
-				return jobfence.Unknown(err) // made or not: reconcile (R14)
-			}
-			return result(r)
-		},
-		ReconcileFunc: func(ctx context.Context, j jobfence.ClaimedJob) jobfence.Result {
-			found, err := pay.FindByReference(ctx, j.Job.OperationKey)
-			if err != nil {
-				return jobfence.Unknown(err)
-			}
-			if len(found) == 0 {
-				return jobfence.NoRecord()
-			}
-			return result(found[0])
-		},
-	}
 }

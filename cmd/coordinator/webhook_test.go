@@ -84,7 +84,7 @@ func webhookClosesCutReply(t *testing.T, faults string, waitForHook bool, expedi
 	if err := pay.RegisterPayment(ctx, job.PaymentID, job.AmountMinor, job.Currency); err != nil {
 		t.Fatal(err)
 	}
-	handler := refundHandler(pay, faults)
+	handler := fakeprovider.Handlers(pay, faults)
 	if waitForHook {
 		refund := handler.RefundFunc
 		handler.RefundFunc = func(ctx context.Context, j jobfence.ClaimedJob) jobfence.Result {
