@@ -1,0 +1,154 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jobfence/jobfence/internal/proctest"
+	"github.com/jobfence/jobfence/internal/testdb"
+)
+
+// The coordinator binary, built once for the end-to-end tests.
+var coordBin struct {
+	once sync.Once
+	dir  string
+	path string
+	err  error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if coordBin.dir != "" {
+		os.RemoveAll(coordBin.dir)
+	}
+	os.Exit(code)
+}
+
+func coordinatorBin(t *testing.T) string {
+	t.Helper()
+	coordBin.once.Do(func() {
+		if coordBin.dir, coordBin.err = os.MkdirTemp("", "jobfence-soak-test-"); coordBin.err == nil {
+			coordBin.path, coordBin.err = proctest.Build(coordBin.dir, "coordinator", "github.com/jobfence/jobfence/cmd/coordinator")
+		}
+	})
+	if coordBin.err != nil {
+		t.Fatal(coordBin.err)
+	}
+	return coordBin.path
+}
+
+// syncBuffer is a bytes.Buffer safe for the soak's concurrent writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// soakRun runs the command in this process with args after --mysql-dsn and
+// --coordinator-bin, and returns its stdout, stderr and error.
+func soakRun(t *testing.T, args ...string) (string, string, error) {
+	t.Helper()
+	// testdb checks that the server the tests use answers (MySQL is
+	// mandatory); the soak makes a database of its own on it.
+	dsn := testdb.MySQL(t)
+	var stdout, stderr syncBuffer
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	err := run(ctx, append([]string{"--mysql-dsn", dsn, "--coordinator-bin", coordinatorBin(t)}, args...), &stdout, &stderr)
+	return stdout.String(), stderr.String(), err
+}
+
+// tableRow is a window row of the printed table.
+var tableRow = regexp.MustCompile(`(?m)^\| \d+ \|`)
+
+// TestSoakPassesAcrossARestart: a short soak with retention, restarted in
+// the middle, loses no job, archives them all, and passes. The latency
+// slack is wide: go test runs packages side by side on the machine's cores,
+// and this test is about the run, not about its p99 (the verdict's own
+// tests are).
+func TestSoakPassesAcrossARestart(t *testing.T) {
+	t.Parallel()
+	out, log, err := soakRun(t, "--duration", "24s", "--rate", "50", "--sample", "2s", "--retain-succeeded", "1s",
+		"--archive-interval", "1s", "--latency-slack", "1s")
+	if err != nil {
+		t.Fatalf("soak failed: %v\nstdout:\n%s\nstderr:\n%s", err, out, log)
+	}
+	for _, want := range []string{"verdict=pass", "jobs=1200 answered=1200 completed=1200 archived=1200 left_working=0 lost=0",
+		"keys_two_jobs=0 functional_failures=0", "restarts=1", "first_third=3 last_third=12"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("summary lacks %q:\n%s\nstderr:\n%s", want, out, log)
+		}
+	}
+	if n := len(tableRow.FindAllString(out, -1)); n != 12 {
+		t.Errorf("%d window rows, want 12:\n%s", n, out)
+	}
+	if !strings.Contains(out, "| 7 | 14 | no: restart |") || !strings.Contains(out, "| 1 | 2 | no: warm-up |") {
+		t.Errorf("the warm-up and the restart's windows are not marked:\n%s", out)
+	}
+	if !strings.Contains(log, "restart 1: SIGTERM") {
+		t.Errorf("no restart in the progress:\n%s", log)
+	}
+}
+
+// TestSoakFailsWithTheArchiveOff: with --retain-succeeded 0 nothing leaves
+// the working tables, and the verdict fails naming the working set.
+func TestSoakFailsWithTheArchiveOff(t *testing.T) {
+	t.Parallel()
+	out, log, err := soakRun(t, "--duration", "12s", "--rate", "50", "--sample", "2s", "--retain-succeeded", "0",
+		"--restarts", "0", "--latency-slack", "1s")
+	if err == nil {
+		t.Fatalf("the soak passed with the archive off:\n%s\nstderr:\n%s", out, log)
+	}
+	if !strings.Contains(err.Error(), "working set refund_jobs grew") || strings.Contains(err.Error(), "functional failure") {
+		t.Errorf("error %q, want the working set named and no functional failure", err)
+	}
+	if !strings.Contains(out, "verdict=fail") || !strings.Contains(out, "lost=0") || !strings.Contains(out, "archived=0") {
+		t.Errorf("summary:\n%s", out)
+	}
+}
+
+func TestFlags(t *testing.T) {
+	dsn := []string{"--mysql-dsn", "root@tcp(127.0.0.1:3306)/"}
+	c, err := parseFlags(dsn, &strings.Builder{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.duration != 2*time.Minute || c.rate != 200 || c.sample != 10*time.Second || c.restarts != 1 ||
+		c.retain != 5*time.Second || c.archiveInterval != time.Second || c.windows() != 12 || c.jobs() != 24000 {
+		t.Errorf("defaults %+v", c)
+	}
+	if _, err := parseFlags(nil, &strings.Builder{}); err == nil || !strings.Contains(err.Error(), "--mysql-dsn") {
+		t.Errorf("no --mysql-dsn: %v", err)
+	}
+	for _, bad := range [][]string{
+		{"--duration", "25s", "--sample", "10s"}, {"--duration", "20s"}, {"--sample", "500ms"}, {"--rate", "0"},
+		{"--restarts", "5"}, {"--retain-succeeded", "500ms"}, {"--archive-interval", "0s"}, {"--slots", "101"},
+		{"--growth-ratio", "1"}, {"--workers", "0"},
+	} {
+		name := strings.TrimPrefix(bad[0], "--")
+		if _, err := parseFlags(append(dsn, bad...), &strings.Builder{}); err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("%q: error %v, want one naming --%s", bad, err, name)
+		}
+	}
+	if c, err := parseFlags(append(dsn, "--retain-succeeded", "0", "--restarts", "0"), &strings.Builder{}); err != nil ||
+		c.retain != 0 || c.restarts != 0 {
+		t.Errorf("archive off, no restart: %+v, %v", c, err)
+	}
+}
