@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -39,15 +40,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		mode, database = " failover="+c.failover, "--failover "+c.failover
 	}
 	fmt.Fprintf(stdout, "jobfence-chaos: seed=%d duration=%s jobs=%d workers=%d node-workers=%d python-workers=%d "+
-		"replicas=%d lease=%s provider-timeout=%s patient-provider-timeout=%s node-renews=%v webhooks=%v%s; %d faults "+
-		"planned\n", c.seed, c.duration, c.jobs, c.workers, c.nodeWorkers, c.pythonWorkers, c.replicas, c.lease,
-		c.providerTimeout, c.patientTimeout, c.nodeRenews, c.webhooks, mode, len(faults))
+		"replicas=%d lease=%s provider-timeout=%s patient-provider-timeout=%s node-renews=%v webhooks=%v "+
+		"retain-succeeded=%s%s; %d faults planned\n", c.seed, c.duration, c.jobs, c.workers, c.nodeWorkers, c.pythonWorkers,
+		c.replicas, c.lease, c.providerTimeout, c.patientTimeout, c.nodeRenews, c.webhooks, c.retainSucceeded, mode,
+		len(faults))
 	fmt.Fprintf(stdout, "replay with: jobfence-chaos %s --seed %d --duration %s --jobs %d --workers %d "+
 		"--node-workers %d --python-workers %d --replicas %d --concurrency %d --lease %s --provider-timeout %s "+
 		"--patient-provider-timeout %s --node-renews=%v --faults %s --fault-rate %g --webhooks=%v --future-share %g "+
-		"--forged-webhooks=%v\n", database, c.seed, c.duration, c.jobs, c.workers, c.nodeWorkers, c.pythonWorkers, c.replicas,
-		c.concurrency, c.lease, c.providerTimeout, c.patientTimeout, c.nodeRenews, c.faultsSpec, c.faultRate, c.webhooks,
-		c.futureShare, c.forge)
+		"--forged-webhooks=%v --retain-succeeded %s --archive-interval %s\n", database, c.seed, c.duration, c.jobs,
+		c.workers, c.nodeWorkers, c.pythonWorkers, c.replicas, c.concurrency, c.lease, c.providerTimeout, c.patientTimeout,
+		c.nodeRenews, c.faultsSpec, c.faultRate, c.webhooks, c.futureShare, c.forge, c.retainSucceeded, c.archiveInterval)
 	// Future-dated refunds (R28, invariant 11), drawn from the seed like
 	// the fault plan.
 	specs := refundSpecs(c.seed, c.jobs)
@@ -156,6 +158,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	} else {
 		forgedCh <- nil
 	}
+	// The late re-enqueues of keys whose jobs were archived, or are due
+	// to be, through the window and the settle (R30, invariant 12).
+	var late *lateEnqueuer
+	lateCtx, stopLate := context.WithCancel(ctx)
+	defer stopLate()
+	lateDone := make(chan struct{})
+	if c.retainSucceeded > 0 {
+		if late, err = s.newLateEnqueuer(c.seed, specs); err != nil {
+			return fmt.Errorf("late re-enqueues: %w", err)
+		}
+		defer late.close()
+		go func() { defer close(lateDone); late.run(lateCtx) }()
+	} else {
+		close(lateDone)
+	}
 	tl.printf("fault window: %s", c.duration)
 	results := s.runFaults(window, windowStart, faults)
 	s.endFailover() // a failover the window never reached
@@ -180,8 +197,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("heal: %w", err)
 	}
 	prod, settled := s.settle(ctx, produced, stopProducer, specs)
+	stopLate()
+	<-lateDone
 	if ctx.Err() != nil {
 		return ctx.Err()
+	}
+	if late != nil {
+		// However the window went, archived keys re-enqueued once more, while
+		// the workers still run: a second job would be worked and show.
+		n := late.sweep(ctx, lateSweep)
+		tl.printf("late re-enqueues: %d more of keys in the archive (%d jobs there)", n, s.archivedCount(ctx))
 	}
 
 	tl.printf("stopping workers (they drain)")
@@ -221,7 +246,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 
 	in := checkInput{Specs: specs, Acked: prod.acked, DB: state, Oracle: oracle, Webhooks: c.webhooks,
-		SpoolsLeft: spoolsLeft, NotBefore: prod.notBefore, Forged: forged, Forger: forge}
+		SpoolsLeft: spoolsLeft, NotBefore: prod.notBefore, Forged: forged, Forger: forge,
+		Enqueues: prod.answers.all(), Retention: c.retainSucceeded}
+	if late != nil {
+		in.Enqueues = append(in.Enqueues, late.answers.all()...)
+		slices.SortStableFunc(in.Enqueues, func(a, b enqueueAnswer) int { return a.At.Compare(b.At) })
+	}
 	in.Takeovers = &takeoverInput{Lease: c.lease, Start: tl.start, Workers: map[string]workerFacts{}, Outages: s.allOutages()}
 	frozen := map[string][]span{}
 	for _, w := range s.workers {
@@ -251,6 +281,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		problems = append(problems, "the async failover lost no grant the workers had logged: the fault did not bite "+
 			"(no write of a lost grant was put to the test)")
 	}
+	switch {
+	case c.retainSucceeded == 0:
+	case v.Archived == 0:
+		problems = append(problems, fmt.Sprintf("no job was archived (--retain-succeeded %s): R30 and R31 were not put "+
+			"to the test", c.retainSucceeded))
+	case !slices.ContainsFunc(in.Enqueues, func(a enqueueAnswer) bool {
+		return a.Why == answerLate && a.WasArchived && a.Err == ""
+	}):
+		problems = append(problems, "no re-enqueue of a key in the archive was answered: R30 was not put to the test")
+	}
 
 	fmt.Fprintln(stdout)
 	printFaultSummary(stdout, results)
@@ -273,6 +313,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		len(prod.notBefore)-countBeyond(specs, prod.notBefore), countBeyond(specs, prod.notBefore))
 	if forge {
 		fmt.Fprintln(stdout, forgerySummary(forged))
+	}
+	if c.retainSucceeded > 0 {
+		fmt.Fprintln(stdout, s.archiveSummary(v.Archived, v.ArchivedEvents, v.ArchivedReceipts))
+		fmt.Fprintln(stdout, lateSummary(in.Enqueues))
 	}
 	if pair != nil {
 		s.fo.mu.Lock()
@@ -542,8 +586,8 @@ func (s *system) settle(ctx context.Context, produced <-chan *production, stopPr
 		}
 		total, unfinished, soon, notDue, err := s.unfinished(ctx, dated)
 		if err == nil && prod != nil && unfinished == 0 {
-			s.tl.printf("settled after %s: %d jobs, all final but %d dated beyond the campaign",
-				time.Since(start).Round(100*time.Millisecond), total, notDue)
+			s.tl.printf("settled after %s: %d jobs (%d of them archived), all final but %d dated beyond the campaign",
+				time.Since(start).Round(100*time.Millisecond), total, s.archivedCount(ctx), notDue)
 			return prod, true
 		}
 		if time.Since(lastReport) >= 5*time.Second {
@@ -561,7 +605,8 @@ func (s *system) settle(ctx context.Context, produced <-chan *production, stopPr
 	}
 }
 
-// unfinished counts the jobs and those not final; of these, the ones of
+// unfinished counts the jobs (of the working tables, and of the archive,
+// where every job is final) and those not final; of these, the ones of
 // dated (the future-dated refunds) due within the campaign, and those
 // dated beyond it still ready: not due, not counted as unfinished.
 func (s *system) unfinished(ctx context.Context, dated map[string]refundSpec) (total, unfinished, soon, notDue int,
@@ -569,6 +614,7 @@ func (s *system) unfinished(ctx context.Context, dated map[string]refundSpec) (t
 	if err := s.db().QueryRowContext(ctx, `SELECT COUNT(*) FROM refund_jobs`).Scan(&total); err != nil {
 		return 0, 0, 0, 0, err
 	}
+	total += s.archivedCount(ctx)
 	rows, err := s.db().QueryContext(ctx, `SELECT operation_key, state FROM refund_jobs
   WHERE state NOT IN ('succeeded', 'manual_review')`)
 	if err != nil {
@@ -592,6 +638,16 @@ func (s *system) unfinished(ctx context.Context, dated map[string]refundSpec) (t
 		}
 	}
 	return total, unfinished, soon, notDue, rows.Err()
+}
+
+// archivedCount is how many jobs are in the archive now (R31); 0 when the
+// campaign does not archive, or the database did not answer.
+func (s *system) archivedCount(ctx context.Context) int {
+	n := 0
+	if s.cfg.retainSucceeded > 0 {
+		_ = s.db().QueryRowContext(ctx, `SELECT COUNT(*) FROM refund_jobs_archive`).Scan(&n)
+	}
+	return n
 }
 
 // countBeyond counts the refunds of specs dated beyond the campaign among

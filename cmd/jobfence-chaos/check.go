@@ -98,6 +98,13 @@ type checkInput struct {
 	NotBefore map[string]time.Time
 	Forged    []forgedEvent
 	Forger    bool
+	// Enqueues are the answers the producer had, to its enqueues, a
+	// failover's re-drives and its late re-enqueues of keys whose jobs
+	// were archived or due to be; Retention the coordinators'
+	// --retain-succeeded (0: the default of a week, nothing archived).
+	// Invariant 12.
+	Enqueues  []enqueueAnswer
+	Retention time.Duration
 }
 
 // invariant is the verdict on one invariant.
@@ -139,6 +146,11 @@ type verdict struct {
 	// refunds, claims and expedites before it, the forger's events, and
 	// those of them on file as a job's receipt.
 	FutureDated, EarlyRefunds, ForgedWebhooks, ForgedFiled int
+	// Invariant 12: jobs in the archive, late re-enqueues of archived keys
+	// answered with their job, keys with a second job, jobs whose key is
+	// not on file naming them.
+	Archived, ArchivedReenqueues, SecondJobs, KeysUnrecorded int
+	ArchivedEvents, ArchivedReceipts                         int // the archived jobs' history and receipts
 }
 
 // Failed reports whether any invariant failed.
@@ -158,7 +170,7 @@ func (i *invariant) note(format string, args ...any) {
 	i.Details = append(i.Details, fmt.Sprintf(format, args...))
 }
 
-// check evaluates the eleven invariants (docs/CHAOS.md, "The invariants") in
+// check evaluates the twelve invariants (docs/CHAOS.md, "The invariants") in
 // order, on what the input was indexed into once: the jobs and their
 // histories (checkFacts) and where each acknowledged write-back is in the
 // surviving history (placeAcks).
@@ -182,9 +194,10 @@ func check(in checkInput) verdict {
 	i9, hooks := checkWebhookReceipts(in, x)
 	i10, takeovers := checkNoFalseTakeover(in, x)
 	i11, early := checkNothingMovesMoneyEarly(in, x)
+	i12, keys := checkOneJobPerKey(in, x)
 
 	return verdict{
-		Invariants:             []*invariant{i1, i2, i3, i4, i5, i6, i7, i8, i9, i10, i11},
+		Invariants:             []*invariant{i1, i2, i3, i4, i5, i6, i7, i8, i9, i10, i11, i12},
 		DoubleRefunds:          doubleRefunds,
 		Lost:                   jobs.Lost,
 		StaleWritesAccepted:    staleAttempts + grants.StaleWrites,
@@ -210,6 +223,12 @@ func check(in checkInput) verdict {
 		EarlyRefunds:           early.Early,
 		ForgedWebhooks:         early.Forged,
 		ForgedFiled:            early.ForgedFiled,
+		Archived:               keys.Archived,
+		ArchivedReenqueues:     keys.LateArchived,
+		SecondJobs:             keys.SecondJobs,
+		KeysUnrecorded:         keys.KeysUnrecorded,
+		ArchivedEvents:         keys.ArchivedEvents,
+		ArchivedReceipts:       keys.ArchivedReceipts,
 	}
 }
 
@@ -223,6 +242,8 @@ func (v verdict) summaryLine(seed uint64, jobs, faults int, failover string, enq
 		v.Expedited, v.ReceiptsLost, v.DuplicateReceipts)
 	s += fmt.Sprintf(" future_dated=%d early_refunds=%d forged_webhooks=%d forged_filed=%d", v.FutureDated, v.EarlyRefunds,
 		v.ForgedWebhooks, v.ForgedFiled)
+	s += fmt.Sprintf(" archived=%d archived_reenqueues=%d second_jobs=%d keys_unrecorded=%d", v.Archived,
+		v.ArchivedReenqueues, v.SecondJobs, v.KeysUnrecorded)
 	if failover != "" {
 		s += fmt.Sprintf(" failover=%s grants_lost_in_failover=%d writes_lost_in_failover=%d enqueues_lost_in_failover=%d "+
 			"receipts_lost_in_failover=%d", failover, v.GrantsLost, v.WritesLost, enqueuesLost, v.ReceiptsLostInFailover)
@@ -232,13 +253,15 @@ func (v verdict) summaryLine(seed uint64, jobs, faults int, failover string, enq
 
 // checkFacts is what the invariants share, indexed once: the campaign's
 // refunds by key, the jobs by key and by id, each job's history, and what
-// walkHistory found in it.
+// walkHistory found in it. The jobs are those of refund_jobs and of its
+// archive together (R31); a key with two jobs (invariant 12 fails) is
+// known by its first.
 type checkFacts struct {
 	specByKey map[string]refundSpec
 	jobByKey  map[string]jobRow
 	jobByID   map[int64]jobRow
 	events    map[int64][]eventRow // by job id, each in id order
-	walked    []walkedJob          // every job of refund_jobs, in id order
+	walked    []walkedJob          // every job, in id order
 }
 
 // walkedJob is a job with what walkHistory found in its history.
@@ -254,7 +277,9 @@ func newCheckFacts(specs []refundSpec, db dbState) *checkFacts {
 		x.specByKey[s.Key] = s
 	}
 	for _, j := range db.Jobs {
-		x.jobByKey[j.Key] = j
+		if _, ok := x.jobByKey[j.Key]; !ok {
+			x.jobByKey[j.Key] = j
+		}
 		x.jobByID[j.ID] = j
 	}
 	for _, e := range db.Events {
@@ -272,6 +297,9 @@ func newCheckFacts(specs []refundSpec, db dbState) *checkFacts {
 // there is none.
 func (x *checkFacts) jobOf(key string, id int64) jobRow {
 	if key != "" {
+		if j, ok := x.jobByID[id]; ok && j.Key == key {
+			return j // of a key with two jobs (invariant 12), the one the line names
+		}
 		return x.jobByKey[key]
 	}
 	return x.jobByID[id]
@@ -390,8 +418,11 @@ func checkPresentAndFinal(acked map[string]int64, db dbState, o fakeprovider.Ora
 	enqueuesLost []string, x *checkFacts) (i2 *invariant, t jobTally) {
 	i2 = &invariant{N: 2, Name: "every enqueued job is present and final (succeeded or manual_review), or dated beyond " +
 		"the campaign and not due"}
-	unacked := 0
+	unacked, archived := 0, 0
 	for _, j := range db.Jobs {
+		if j.ArchivedAt.Valid {
+			archived++
+		}
 		if _, ours := x.specByKey[j.Key]; !ours {
 			i2.fail("job %d has operation key %q, which the campaign never enqueued", j.ID, j.Key)
 		}
@@ -405,7 +436,8 @@ func checkPresentAndFinal(acked map[string]int64, db dbState, o fakeprovider.Ora
 		switch {
 		case !ok:
 			missing++
-			i2.fail("LOST: job %d (%s) was enqueued and acknowledged but is not in refund_jobs", id, key)
+			i2.fail("LOST: job %d (%s) was enqueued and acknowledged but is neither in refund_jobs nor in its archive", id,
+				key)
 		case j.ID != id:
 			i2.fail("job for %s: acknowledged as %d, stored as %d", key, id, j.ID)
 		}
@@ -438,10 +470,10 @@ func checkPresentAndFinal(acked map[string]int64, db dbState, o fakeprovider.Ora
 		}
 	}
 	t.Lost = missing + unfinished - t.Pending
-	i2.Summary = fmt.Sprintf("%d acknowledged, %d rows (%d enqueued without acknowledgement); %d succeeded, "+
-		"%d manual_review, %d legitimately pending, %d dated beyond the campaign (ready, not due: invariant 11), %d "+
-		"missing, %d not final", len(acked), len(db.Jobs), unacked, t.Succeeded, t.Review, t.Pending, t.NotDue, missing,
-		unfinished-t.Pending)
+	i2.Summary = fmt.Sprintf("%d acknowledged, %d rows (%d of them archived, %d enqueued without acknowledgement); %d "+
+		"succeeded, %d manual_review, %d legitimately pending, %d dated beyond the campaign (ready, not due: invariant "+
+		"11), %d missing, %d not final", len(acked), len(db.Jobs), archived, unacked, t.Succeeded, t.Review, t.Pending,
+		t.NotDue, missing, unfinished-t.Pending)
 	if fo != nil {
 		// Acknowledged enqueues the old primary committed last are gone with
 		// it; the producer enqueued every acknowledged one again (R1), so
@@ -477,7 +509,7 @@ func checkAttemptsIncreased(db dbState, x *checkFacts) *invariant {
 	}
 	for id := range x.events {
 		if _, ok := x.jobByID[id]; !ok {
-			i3.fail("history of job %d, which is not in refund_jobs", id)
+			i3.fail("history of job %d, which is neither in refund_jobs nor in its archive", id)
 		}
 	}
 	i3.Summary = fmt.Sprintf("%d events: %d claims, %d takeovers", len(db.Events), claims, takeovers)
@@ -685,7 +717,7 @@ func checkLedger(db dbState, o fakeprovider.OracleReport, fo *failoverInput, com
 	for _, l := range db.Ledger {
 		ledger[l.JobID] = l
 		if _, ok := x.jobByID[l.JobID]; !ok {
-			i6.fail("ledger row for job %d, which is not in refund_jobs", l.JobID)
+			i6.fail("ledger row for job %d, which is neither in refund_jobs nor in its archive", l.JobID)
 		}
 	}
 	succeeded, reviewWithRefund := 0, 0

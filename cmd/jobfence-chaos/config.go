@@ -63,6 +63,13 @@ type config struct {
 	// that must move nothing: another provider's, and the job's own
 	// provider's for another amount or currency (R28, invariant 11).
 	forge bool
+	// retainSucceeded is the coordinators' --retain-succeeded: succeeded
+	// jobs leave for the archive this long after their completion, while
+	// the faults run (R31); 0 leaves the coordinators' default (a week:
+	// nothing is archived during a campaign). archiveInterval is their
+	// --archive-interval.
+	retainSucceeded time.Duration
+	archiveInterval time.Duration
 }
 
 // The modes of --failover.
@@ -136,6 +143,12 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		"with --webhooks, a forger sends correctly signed webhook events naming the campaign's jobs, future-dated ones "+
 			"above all, that must move nothing: signed by a second provider ("+otherProviderName+", in the coordinators' "+
 			"secrets file), or by "+providerName+" for another amount or currency; none may be filed on a job")
+	fs.DurationVar(&c.retainSucceeded, "retain-succeeded", 3*time.Second,
+		"the coordinators' --retain-succeeded: succeeded jobs are archived this long after their completion, while the "+
+			"faults run, and the producer re-enqueues a sample of their keys once archived (R30, R31, invariant 12); at "+
+			"least 1s, or 0 to leave the coordinators' default of a week (nothing archived)")
+	fs.DurationVar(&c.archiveInterval, "archive-interval", time.Second,
+		"the coordinators' --archive-interval, how often the archive looks for jobs past their retention (1s..1h)")
 	fs.BoolVar(&c.dryRun, "dry-run", false, "print the fault plan of these flags and seed, and exit without running anything")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: jobfence-chaos --mysql-dsn DSN [--duration D] [--seed S] [flags]\n"+
@@ -147,7 +160,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 			"  seed=S jobs=N faults=F double_refunds=0 lost=0 stale_writes_accepted=0 unobserved_late_success=0 "+
 			"takeovers=T false_takeovers=0 handed_back=H webhooks_delivered=D webhook_observations=O expedited=E "+
 			"webhook_receipts_lost=0 "+
-			"duplicate_receipts=0 future_dated=F early_refunds=0 forged_webhooks=W forged_filed=0\n"+
+			"duplicate_receipts=0 future_dated=F early_refunds=0 forged_webhooks=W forged_filed=0 archived=A "+
+			"archived_reenqueues=R second_jobs=0 keys_unrecorded=0\n"+
 			"(with --failover followed by failover=MODE grants_lost_in_failover=N writes_lost_in_failover=W "+
 			"enqueues_lost_in_failover=E)\n"+
 			"and exits 1 when an invariant failed. docs/CHAOS.md explains the invariants.\n\n"+
@@ -207,6 +221,11 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, fmt.Errorf("--future-share must be 0..0.5, got %g", c.futureShare)
 	case c.settleTimeout < time.Second:
 		return c, fmt.Errorf("--settle-timeout must be at least 1s, got %s", c.settleTimeout)
+	case c.retainSucceeded < 0 || (c.retainSucceeded > 0 && c.retainSucceeded < time.Second):
+		return c, fmt.Errorf("--retain-succeeded must be at least 1s, or 0 for the coordinators' default, got %s",
+			c.retainSucceeded)
+	case c.archiveInterval < time.Second || c.archiveInterval > time.Hour:
+		return c, fmt.Errorf("--archive-interval must be between 1s and 1h, got %s", c.archiveInterval)
 	}
 	if c.dryRun || c.failover != "" {
 		// With --failover, the DSN is the campaign's own primary's (run).

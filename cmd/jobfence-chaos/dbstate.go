@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"time"
 )
 
@@ -22,6 +23,9 @@ type (
 		// reached the provider (its first claim to refund, R22); NULL for
 		// one never sent.
 		FirstSentAt sql.NullTime
+		// ArchivedAt is when the job left the working tables for
+		// refund_jobs_archive (R31); NULL for one still in refund_jobs.
+		ArchivedAt sql.NullTime
 	}
 	eventRow struct {
 		ID               int64
@@ -43,6 +47,8 @@ type (
 		Reason string
 		// At is created_at, on the database's clock (R12).
 		At time.Time
+		// Archived: read from refund_job_events_archive (R31).
+		Archived bool
 	}
 	observationRow struct {
 		ID               int64
@@ -57,6 +63,19 @@ type (
 		// (a charge.refunded event's id, ':' and the refund's, per refund it
 		// lists); "" for a worker's.
 		ProviderEventID string
+		// Archived: read from refund_observations_archive (R31).
+		Archived bool
+	}
+	// keyRow is an operation key on file for ever (refund_operation_keys,
+	// R30): the job it made and the refund it was enqueued for; FinalState
+	// and ArchivedAt are set by the archive as the job leaves.
+	keyRow struct {
+		Key                                string
+		JobID                              int64
+		Order, Payment, Currency, Provider string
+		AmountMinor                        int64
+		FinalState                         sql.NullString
+		ArchivedAt                         sql.NullTime
 	}
 	// unmatchedRow is a verified provider event that named no job
 	// (refund_unmatched_events, R28).
@@ -92,10 +111,18 @@ type dbState struct {
 	// Tokens: the history keeps each grant's lease_token_hash (R25), so
 	// every claim and takeover must carry one.
 	Tokens bool
+	// Retention: the database keeps the archive and the key table (R30,
+	// R31). Jobs, Events and Observations are then the working tables'
+	// rows and the archive's together, in id order, each marked where it
+	// was read; Keys is refund_operation_keys.
+	Retention bool
+	Keys      []keyRow
 }
 
 // readDB reads the campaign's tables in one read-only, repeatable-read
-// transaction. Errors: the database's.
+// transaction: the jobs, their histories and their receipts from the
+// working tables and the archive together (R31), and the key table (R30).
+// Errors: the database's.
 func readDB(ctx context.Context, db *sql.DB) (dbState, error) {
 	var st dbState
 	tx, err := db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true, Isolation: sql.LevelRepeatableRead})
@@ -108,11 +135,20 @@ func readDB(ctx context.Context, db *sql.DB) (dbState, error) {
 		return st, err
 	}
 	st.ReadAt = before.Add(time.Since(before) / 2)
-	err = scanRows(ctx, tx, `SELECT id, operation_key, state, attempt, next_action, next_attempt_at, lease_until,
-  COALESCE(provider_refund_id, ''), last_reason, first_sent_at FROM refund_jobs ORDER BY id`, func(r *sql.Rows) error {
+	// A database from before R30 and R31 has no archive and no key table.
+	var archiveTables int
+	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE()
+  AND TABLE_NAME IN ('refund_operation_keys', 'refund_jobs_archive', 'refund_job_events_archive',
+  'refund_observations_archive')`).Scan(&archiveTables); err != nil {
+		return st, err
+	}
+	st.Retention = archiveTables == 4
+	err = scanRows(ctx, tx, withArchive(st.Retention, `SELECT id, operation_key, state, attempt, next_action,
+  next_attempt_at, lease_until, COALESCE(provider_refund_id, ''), last_reason, first_sent_at, %s FROM refund_jobs%s`,
+		"NULL", "archived_at"), func(r *sql.Rows) error {
 		var j jobRow
 		err := r.Scan(&j.ID, &j.Key, &j.State, &j.Attempt, &j.NextAction, &j.NextAttemptAt, &j.LeaseUntil,
-			&j.ProviderRefundID, &j.LastReason, &j.FirstSentAt)
+			&j.ProviderRefundID, &j.LastReason, &j.FirstSentAt, &j.ArchivedAt)
 		st.Jobs = append(st.Jobs, j)
 		return err
 	})
@@ -131,27 +167,42 @@ func readDB(ctx context.Context, db *sql.DB) (dbState, error) {
 	if st.Tokens {
 		grant = "LOWER(HEX(LEFT(lease_token_hash, 6)))"
 	}
-	err = scanRows(ctx, tx, `SELECT id, job_id, attempt, kind, worker_id, from_state, to_state, next_action,
-  provider_refund_id, `+grant+`, reason, created_at FROM refund_job_events ORDER BY id`, func(r *sql.Rows) error {
-		var e eventRow
-		err := r.Scan(&e.ID, &e.JobID, &e.Attempt, &e.Kind, &e.WorkerID, &e.FromState, &e.ToState, &e.NextAction,
-			&e.ProviderRefundID, &e.Grant, &e.Reason, &e.At)
-		st.Events = append(st.Events, e)
-		return err
-	})
+	err = scanRows(ctx, tx, withArchive(st.Retention, `SELECT id, job_id, attempt, kind, worker_id, from_state, to_state,
+  next_action, provider_refund_id, `+grant+`, reason, created_at, %s FROM refund_job_events%s`, "FALSE", "TRUE"),
+		func(r *sql.Rows) error {
+			var e eventRow
+			err := r.Scan(&e.ID, &e.JobID, &e.Attempt, &e.Kind, &e.WorkerID, &e.FromState, &e.ToState, &e.NextAction,
+				&e.ProviderRefundID, &e.Grant, &e.Reason, &e.At, &e.Archived)
+			st.Events = append(st.Events, e)
+			return err
+		})
 	if err != nil {
 		return st, err
 	}
-	err = scanRows(ctx, tx, `SELECT id, job_id, operation_key, reported_attempt, job_attempt, source, outcome,
-  provider_refund_id, provider_event_id FROM refund_observations ORDER BY id`, func(r *sql.Rows) error {
-		var o observationRow
-		err := r.Scan(&o.ID, &o.JobID, &o.Key, &o.ReportedAttempt, &o.JobAttempt, &o.Source, &o.Outcome, &o.ProviderRefundID,
-			&o.ProviderEventID)
-		st.Observations = append(st.Observations, o)
-		return err
-	})
+	err = scanRows(ctx, tx, withArchive(st.Retention, `SELECT id, job_id, operation_key, reported_attempt, job_attempt,
+  source, outcome, provider_refund_id, provider_event_id, %s FROM refund_observations%s`, "FALSE", "TRUE"),
+		func(r *sql.Rows) error {
+			var o observationRow
+			err := r.Scan(&o.ID, &o.JobID, &o.Key, &o.ReportedAttempt, &o.JobAttempt, &o.Source, &o.Outcome,
+				&o.ProviderRefundID, &o.ProviderEventID, &o.Archived)
+			st.Observations = append(st.Observations, o)
+			return err
+		})
 	if err != nil {
 		return st, err
+	}
+	if st.Retention {
+		err = scanRows(ctx, tx, `SELECT operation_key, job_id, order_id, payment_id, currency, provider, amount_minor,
+  final_state, archived_at FROM refund_operation_keys ORDER BY operation_key`, func(r *sql.Rows) error {
+			var k keyRow
+			err := r.Scan(&k.Key, &k.JobID, &k.Order, &k.Payment, &k.Currency, &k.Provider, &k.AmountMinor, &k.FinalState,
+				&k.ArchivedAt)
+			st.Keys = append(st.Keys, k)
+			return err
+		})
+		if err != nil {
+			return st, err
+		}
 	}
 	err = scanRows(ctx, tx, `SELECT job_id, operation_key, provider_refund_id, attempt FROM refund_ledger ORDER BY job_id`,
 		func(r *sql.Rows) error {
@@ -171,6 +222,20 @@ func readDB(ctx context.Context, db *sql.DB) (dbState, error) {
 		return err
 	})
 	return st, err
+}
+
+// withArchive makes query, a SELECT of a working table whose first %s is
+// the column that tells where a row was read and whose second follows the
+// table's name, read the rows of that table and of its archive together,
+// in id order (R31: the archive has the same columns), or the working
+// table's alone where the database keeps no archive. live and archived are
+// the column's value in each.
+func withArchive(retention bool, query, live, archived string) string {
+	q := fmt.Sprintf(query, live, "")
+	if retention {
+		q += "\nUNION ALL\n" + fmt.Sprintf(query, archived, "_archive")
+	}
+	return q + "\nORDER BY id"
 }
 
 func scanRows(ctx context.Context, tx *sql.Tx, query string, scan func(*sql.Rows) error) error {

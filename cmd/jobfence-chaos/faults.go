@@ -90,7 +90,16 @@ func (s *system) apply(ctx context.Context, f fault) (string, error) {
 		if p == nil || p.exited() {
 			return "coordinator not running", nil
 		}
-		s.tl.printf("fault #%d %s", f.N, f)
+		holder := ""
+		if s.cfg.retainSucceeded > 0 {
+			// R31: a killed archiver leaves its batch undone, whole, and its
+			// lease to run out before another coordinator archives.
+			if held, gen := s.archiveLeaseHolder(ctx, p.pid()); held {
+				s.archive.holderKills.Add(1)
+				holder = fmt.Sprintf(" (the archive's lease holder, generation %d)", gen)
+			}
+		}
+		s.tl.printf("fault #%d %s%s", f.N, f, holder)
 		p.kill()
 		sleepCtx(ctx, f.For)
 		if ctx.Err() != nil {

@@ -53,7 +53,45 @@ type production struct {
 	redriven       int
 	lostInFailover []string
 	redriveDone    bool
+
+	// answers are what every enqueue and re-drive was answered, in order
+	// (invariant 12).
+	answers answerLog
 }
+
+// enqueueAnswer is one answer the producer had to an enqueue of an
+// operation key (R1, R30): the job it names, or the error it ended with.
+type enqueueAnswer struct {
+	Key string
+	// Why is the enqueue's reason: answerFirst, answerRedrive or
+	// answerLate.
+	Why     string
+	JobID   int64
+	Created bool
+	// ArchivedAt is when the job the answer names was archived, as the
+	// answer says (zero for a live job).
+	ArchivedAt time.Time
+	// OtherValues: sent with another amount than the refund's, which must
+	// be answered OPERATION_KEY_CONFLICT (R1, R30).
+	OtherValues bool
+	// WasArchived: the key's job was in the archive when the re-enqueue
+	// was sent (read just before it); DueForArchive: it had completed more
+	// than the retention before, and was still in the working tables.
+	WasArchived, DueForArchive bool
+	// Conflict: answered OPERATION_KEY_CONFLICT; Err: not answered at all
+	// (the repeats spent), with the last error.
+	Conflict bool
+	Err      string
+	// At is when the answer came.
+	At time.Time
+}
+
+// The reasons of an enqueue.
+const (
+	answerFirst   = "enqueue" // the producer's own, with its repeats after errors
+	answerRedrive = "redrive" // the re-drive of an acknowledged enqueue after a failover
+	answerLate    = "late"    // a re-enqueue of a key whose job completed more than the retention before
+)
 
 // produce registers each refund's payment with the provider (so that an
 // over-refund shows in the oracle) and enqueues it, spreading the refunds
@@ -120,13 +158,16 @@ func (s *system) produce(ctx context.Context, specs []refundSpec, spread time.Du
 			out.notBefore[sp.Key] = nb.Truncate(time.Microsecond)
 			out.mu.Unlock()
 		}
-		id, _, err := s.enqueue(ctx, clients, n, sp, out)
+		job, created, err := s.enqueue(ctx, clients, n, sp, out)
+		if ctx.Err() == nil {
+			out.answers.record(enqueueAnswer{Key: sp.Key, Why: answerFirst}, job, created, err)
+		}
 		if err != nil {
 			out.failed[sp.Key] = err
 			continue
 		}
 		out.mu.Lock()
-		out.acked[sp.Key] = id
+		out.acked[sp.Key] = job.ID
 		out.ackedAt[sp.Key] = time.Now()
 		out.mu.Unlock()
 	}
@@ -145,7 +186,8 @@ func (s *system) produce(ctx context.Context, specs []refundSpec, spread time.Du
 // replica n and alternating, with the not_before out holds for it (none:
 // due at once). Errors: an operation key conflict (a bug, not a fault: the
 // checks report it) or ctx's end.
-func (s *system) enqueue(ctx context.Context, clients []*jobfence.Client, n int, sp refundSpec, out *production) (int64, bool, error) {
+func (s *system) enqueue(ctx context.Context, clients []*jobfence.Client, n int, sp refundSpec,
+	out *production) (jobfence.Job, bool, error) {
 	out.mu.Lock()
 	notBefore := out.notBefore[sp.Key]
 	out.mu.Unlock()
@@ -167,11 +209,8 @@ func (s *system) enqueue(ctx context.Context, clients []*jobfence.Client, n int,
 				AmountMinor: sp.AmountMinor, Currency: "EUR", Provider: providerName, NotBefore: notBefore,
 			})
 			cancel()
-			if err == nil {
-				return job.ID, created, nil
-			}
-			if errors.Is(err, jobfence.ErrKeyConflict) {
-				return 0, false, err
+			if err == nil || errors.Is(err, jobfence.ErrKeyConflict) {
+				return job, created, err
 			}
 		}
 		out.mu.Lock()
@@ -182,7 +221,7 @@ func (s *system) enqueue(ctx context.Context, clients []*jobfence.Client, n int,
 	if err == nil {
 		err = ctx.Err()
 	}
-	return 0, false, err
+	return jobfence.Job{}, false, err
 }
 
 // redriveAcked is the operational step an async failover needs: every
@@ -203,7 +242,10 @@ func (s *system) redriveAcked(ctx context.Context, clients []*jobfence.Client, s
 	sort.Strings(keys)
 	began := time.Now()
 	for n, k := range keys {
-		id, created, err := s.enqueue(ctx, clients, n, specs[k], out)
+		job, created, err := s.enqueue(ctx, clients, n, specs[k], out)
+		if ctx.Err() == nil {
+			out.answers.record(enqueueAnswer{Key: k, Why: answerRedrive}, job, created, err)
+		}
 		if err != nil {
 			s.tl.printf("producer: re-drive of %s after the failover failed: %v", k, err)
 			continue
@@ -213,7 +255,7 @@ func (s *system) redriveAcked(ctx context.Context, clients []*jobfence.Client, s
 		if created {
 			out.lostInFailover = append(out.lostInFailover, k)
 		}
-		out.acked[k] = id
+		out.acked[k] = job.ID
 		out.mu.Unlock()
 	}
 	out.mu.Lock()

@@ -200,12 +200,19 @@ func (s *system) grantAfterCut(ctx context.Context, f fault, key string) string 
 }
 
 // historyOfKey reads the history of the job of key (kind, attempt, worker
-// and reason of each event), on the campaign's own handle.
+// and reason of each event), on the campaign's own handle: from the archive
+// once the job left the working tables (R31).
 func (s *system) historyOfKey(ctx context.Context, key string) ([]eventRow, error) {
 	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
 	defer cancel()
-	rows, err := s.db().QueryContext(qctx, `SELECT e.kind, e.attempt, e.worker_id, e.reason FROM refund_job_events e
-  JOIN refund_jobs j ON j.id = e.job_id WHERE j.operation_key = ? ORDER BY e.id`, key)
+	const history = `SELECT e.id, e.kind, e.attempt, e.worker_id, e.reason FROM refund_job_events%[1]s e
+  JOIN refund_jobs%[1]s j ON j.id = e.job_id WHERE j.operation_key = ?`
+	query, args := fmt.Sprintf(history, ""), []any{key}
+	if s.cfg.retainSucceeded > 0 {
+		query += "\nUNION ALL\n" + fmt.Sprintf(history, "_archive")
+		args = append(args, key)
+	}
+	rows, err := s.db().QueryContext(qctx, query+"\nORDER BY id", args...)
 	if err != nil {
 		return nil, err
 	}
@@ -213,7 +220,7 @@ func (s *system) historyOfKey(ctx context.Context, key string) ([]eventRow, erro
 	var evs []eventRow
 	for rows.Next() {
 		var e eventRow
-		if err := rows.Scan(&e.Kind, &e.Attempt, &e.WorkerID, &e.Reason); err != nil {
+		if err := rows.Scan(&e.ID, &e.Kind, &e.Attempt, &e.WorkerID, &e.Reason); err != nil {
 			return nil, err
 		}
 		evs = append(evs, e)

@@ -232,6 +232,9 @@ type system struct {
 	redrive     chan struct{}
 	redriveOnce sync.Once
 
+	// archive: what the campaign's kills did to the archive (R31).
+	archive archiveFacts
+
 	// unexpected lists processes that ended without the campaign asking.
 	mu         sync.Mutex
 	unexpected []string
@@ -373,6 +376,12 @@ func (s *system) startReplica(r *replica) error {
 	}
 	if r.webhookListen != "" {
 		args = append(args, "--webhook-listen", r.webhookListen, "--webhook-secrets-file", s.keys.coordinatorFile)
+	}
+	if s.cfg.retainSucceeded > 0 {
+		// R31: jobs leave for the archive while the faults run, whichever
+		// replica holds the archive's lease, killed or cut off like any.
+		args = append(args, "--retain-succeeded", s.cfg.retainSucceeded.String(),
+			"--archive-interval", s.cfg.archiveInterval.String())
 	}
 	p, err := startProc(r.name, s.bins.coordinator, args, []string{"JOBFENCE_MYSQL_DSN=" + s.replicaDSN(r)},
 		filepath.Join(s.dir, fmt.Sprintf("%s.%d.log", r.name, n)))
