@@ -113,10 +113,10 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		"how long each refund's provider call takes in the workers' handler (0..10s)")
 	fs.Float64Var(&c.growthRatio, "growth-ratio", 1.5,
 		"a series grew when the mean of the last third of the windows is over this times the first third's (and "+
-			"over it by more than the series' slack); for p99, the last third's over the first's")
+			"over it by more than the series' slack); for p99, the median of the windows' p99s in each third")
 	fs.DurationVar(&c.latencySlack, "latency-slack", 25*time.Millisecond,
-		"p99 grew only when the last third's is also this much over the first third's: scheduling noise of a shared "+
-			"machine")
+		"p99 grew only when the last third's is also this much over the first third's: the scheduling noise of a "+
+			"shared machine")
 	fs.DurationVar(&c.settleTimeout, "settle-timeout", 2*time.Minute,
 		"after the producer's last enqueue, how long every job may take to complete and then to leave the working "+
 			"tables; past it the jobs left count as lost")

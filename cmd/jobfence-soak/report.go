@@ -47,7 +47,13 @@ func (s *soak) report(st settled, f final) error {
 	all := s.settleTail.lat
 	var maxLag time.Duration
 	hll, behind := int64(0), math.NaN()
+	var cpuSum float64
+	cpuN := 0
 	for _, w := range s.windows {
+		if !math.IsNaN(w.CoordCPU) {
+			cpuSum += w.CoordCPU
+			cpuN++
+		}
 		all = append(all, w.lat...)
 		maxLag = max(maxLag, w.MaxLag)
 		hll = max(hll, w.HistoryLen)
@@ -80,12 +86,14 @@ func (s *soak) report(st settled, f final) error {
 	for _, c := range v.Compared {
 		kv = append(kv, c.Key, c.formatPlain(c.First)+"/"+c.formatPlain(c.Last))
 	}
-	kv = append(kv, "p50_ms", msec(all.percentile(0.5)), "p99_ms", msec(all.percentile(0.99)),
+	kv = append(kv, "p99_pooled_ms_thirds", msec(v.PooledP99[0])+"/"+msec(v.PooledP99[1]), "p50_ms", msec(all.percentile(0.5)), "p99_ms", msec(all.percentile(0.99)),
 		"max_ms", msec(all.percentile(1)), "producer_lag_max_ms", msec(maxLag),
 		"history_len_max", hll, "archive_behind_max_s", num(behind, 1),
 		"completed_after_s", num(st.completedAfter.Seconds(), 2), "drained_after_s", drained(st.drainedAfter),
 		"keys_estimate_err", estimateErr(f, keyTable), "archive_estimate_err", estimateErr(f, archiveTables[0]),
-		"exact_count_ms", msec(f.countTook), "coordinator_warnings", coordWarnings,
+		"exact_count_ms", msec(f.countTook),
+		"coordinator_cpu_us_per_job", num(1e6*ratio(cpuSum, float64(cpuN))/float64(s.cfg.rate), 0),
+		"soak_cpu_us_per_job", num(float64(selfCPU().Microseconds())/float64(s.prod.n), 0), "coordinator_warnings", coordWarnings,
 		"nproc", runtime.NumCPU(), "loadavg", loadAvg())
 	fmt.Fprintln(s.stdout, formatLine("soak", kv...))
 
@@ -112,17 +120,19 @@ func (s *soak) printTable(v verdict) {
 	}
 	var b strings.Builder
 	b.WriteString("| window | end s | compared | enqueued | completed | p50 ms | p99 ms | refund_jobs | events | receipts " +
-		"| archived jobs ~ | archived events ~ | keys ~ | RSS MiB | goroutines | history len | behind s | load |\n")
-	b.WriteString("| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+		"| archived jobs ~ | archived events ~ | keys ~ | RSS MiB | goroutines | coordinator CPU % | history len | behind s " +
+		"| load |\n")
+	b.WriteString("| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: " +
+		"| ---: | ---: | ---: | ---: |\n")
 	for _, w := range s.windows {
 		note := third[w.N]
 		if w.Excluded != "" {
 			note = "no: " + w.Excluded
 		}
-		fmt.Fprintf(&b, "| %d | %.0f | %s | %d | %d | %s | %s | %d | %d | %d | %d | %d | %d | %s | %s | %d | %s | %s |\n",
+		fmt.Fprintf(&b, "| %d | %.0f | %s | %d | %d | %s | %s | %d | %d | %d | %d | %d | %d | %s | %s | %s | %d | %s | %s |\n",
 			w.N, w.End.Seconds(), note, w.Enqueued, w.Completed, msec(w.P50), msec(w.P99), w.Working[0], w.Working[1],
-			w.Working[2], w.Archive[0], w.Archive[1], w.Keys, num(w.RSS/(1<<20), 1), num(w.Goroutines, 0), w.HistoryLen,
-			num(w.Behind, 1), w.Load)
+			w.Working[2], w.Archive[0], w.Archive[1], w.Keys, num(w.RSS/(1<<20), 1), num(w.Goroutines, 0),
+			num(100*w.CoordCPU, 0), w.HistoryLen, num(w.Behind, 1), w.Load)
 	}
 	fmt.Fprint(s.stdout, b.String())
 }

@@ -49,6 +49,7 @@ type window struct {
 	Goroutines float64 // NaN unread
 	Behind     float64 // jobfence_archive_behind_seconds; NaN unread
 	PID        int     // the coordinator read; 0 none
+	CoordCPU   float64 // the share of one core the coordinator used in the window; NaN unread
 	Load       string  // the machine's 1-minute load average at the end
 
 	// Excluded says why the verdict leaves the window out ("warm-up",
@@ -98,7 +99,7 @@ func (a *accumulator) take(n int, start, end time.Duration) window {
 // failed read is a functional failure, but for the coordinator's metrics
 // while it restarts.
 func (s *soak) measure(ctx context.Context, w *window) {
-	w.HistoryLen, w.RSS, w.Goroutines, w.Behind = -1, math.NaN(), math.NaN(), math.NaN()
+	w.HistoryLen, w.RSS, w.Goroutines, w.Behind, w.CoordCPU = -1, math.NaN(), math.NaN(), math.NaN(), math.NaN()
 	w.Load = loadAvg()
 	began := time.Now()
 	err := s.db.QueryRowContext(ctx, `SELECT (SELECT COUNT(*) FROM refund_jobs), (SELECT COUNT(*) FROM refund_job_events), `+
@@ -120,8 +121,10 @@ func (s *soak) measure(ctx context.Context, w *window) {
 	}
 	c := s.current()
 	if c == nil {
+		s.coordCPU.share(0, 0)
 		return // restarting: no coordinator to read
 	}
+	w.CoordCPU = s.coordCPU.share(c.pid(), s.clock())
 	m, err := scrapeMetrics(ctx, c.metrics())
 	if err != nil {
 		if !s.restarting() && ctx.Err() == nil {
@@ -165,9 +168,10 @@ func (s *soak) estimates(ctx context.Context) (map[string]int64, error) {
 // progress is window w's progress line.
 func (w window) progress(of int) string {
 	return fmt.Sprintf("window %d/%d: enqueued %d completed %d, p50 %s p99 %s ms, working jobs %d events %d "+
-		"receipts %d, archive ~%d jobs, keys ~%d, RSS %s MiB, goroutines %s, history %d, behind %s s, load %s",
+		"receipts %d, archive ~%d jobs, keys ~%d, RSS %s MiB, goroutines %s, coordinator CPU %s%%, history %d, "+
+		"behind %s s, load %s",
 		w.N, of, w.Enqueued, w.Completed, msec(w.P50), msec(w.P99), w.Working[0], w.Working[1], w.Working[2],
-		w.Archive[0], w.Keys, num(w.RSS/(1<<20), 1), num(w.Goroutines, 0), w.HistoryLen, num(w.Behind, 1), w.Load)
+		w.Archive[0], w.Keys, num(w.RSS/(1<<20), 1), num(w.Goroutines, 0), num(100*w.CoordCPU, 0), w.HistoryLen, num(w.Behind, 1), w.Load)
 }
 
 // promSample is one scrape of Prometheus' text format: series → value.

@@ -65,10 +65,11 @@ type soak struct {
 	failures []string // the first functional failures
 	failed   int
 
-	prod    *producer
-	fleet   *fleet
-	win     accumulator
-	windows []window
+	prod     *producer
+	fleet    *fleet
+	win      accumulator
+	windows  []window
+	coordCPU cpuMeter // the serving coordinator's, between windows
 	// settleTail holds the jobs completed after the last window, while the
 	// run settled: in the summary's latencies, in no window.
 	settleTail window

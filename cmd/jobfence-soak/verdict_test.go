@@ -127,6 +127,31 @@ func TestP99GrowthFails(t *testing.T) {
 	}
 }
 
+// TestOneNoisyWindowIsNotGrowth: a burst of another process's load in one
+// window of the last third raises that window's p99 only; in two of its
+// three windows it is the third's typical p99, and fails.
+func TestOneNoisyWindowIsNotGrowth(t *testing.T) {
+	for _, c := range []struct {
+		noisy []int
+		grew  bool
+	}{{[]int{11}, false}, {[]int{10, 12}, true}} {
+		ws := flatRun(12)
+		for _, n := range c.noisy {
+			for k := range 10 {
+				ws[n-1].lat[k] = 700 * time.Millisecond
+			}
+		}
+		exclude(ws, 7*time.Second, nil)
+		v := judge(ws, testThresholds())
+		if got := reasonsAbout(v, "p99 grew"); got != c.grew {
+			t.Errorf("noisy windows %v: p99 grew %v, want %v (reasons %q)", c.noisy, got, c.grew, v.Reasons)
+		}
+		if v.PooledP99[1] != 700*time.Millisecond {
+			t.Errorf("noisy windows %v: pooled p99 of the last third %s, want 700ms", c.noisy, v.PooledP99[1])
+		}
+	}
+}
+
 // TestRestartSpikeExcluded: a restart in the last third leaves its windows
 // with a latency spike and a working set the archive has yet to catch up
 // with; excluded as a restart's they fail nothing, compared they would.
