@@ -58,6 +58,8 @@ func start(t *testing.T, b testdb.Backend, configure ...func(*server.Options)) *
 		ClaimPollInterval:    time.Minute,
 		ProviderKeyRetention: map[string]time.Duration{"globex": 7 * 24 * time.Hour},
 		Logger:               slog.New(slog.NewTextHandler(io.Discard, nil)),
+		// Tests read as fast as they can; limit_test.go holds the bounds.
+		ReadsPerSecond: 1e4, ReadsPerSecondPerCredential: 1e4,
 	}
 	for _, f := range configure {
 		f(&opts)

@@ -18,28 +18,76 @@ import (
 // caller, or the coordinator, has as many of its kind in flight as allowed.
 var ReasonTooManyCalls = reason(pb.ErrorReason_ERROR_REASON_TOO_MANY_CALLS)
 
-// callLimit bounds the calls of one kind in flight: per caller (its
+// callLimit bounds the calls of one kind: how many are in flight, and,
+// when a rate is set, how many start per second, per caller (its
 // credential; all callers of a coordinator without credentials are one) and
 // in all, so that one client can take neither the whole allowance nor the
 // database's time from claims and write-backs. Safe for concurrent use.
 type callLimit struct {
 	what             string // "expensive reads", "worker streams": for the message
-	perCaller, total int
-	retry            time.Duration // the RetryInfo hint
+	perCaller, total int    // in flight at once
+	// ratePerCaller and rate are calls started per second, each with a
+	// burst of as many; 0: no rate.
+	ratePerCaller, rate float64
+	retry               time.Duration // the RetryInfo hint of a refusal for calls in flight
 
 	mu       sync.Mutex
 	n        int
 	byCaller map[string]int
+	buckets  map[string]*bucket // per caller; "\x00all" for all of them
 }
 
+// bucket is a token bucket: tokens refill at its rate up to its burst.
+type bucket struct {
+	tokens float64
+	at     time.Time
+}
+
+// allBuckets names the coordinator's bucket among the callers'.
+const allBuckets = "\x00all"
+
 func newCallLimit(what string, perCaller, total int, retry time.Duration) *callLimit {
-	return &callLimit{what: what, perCaller: perCaller, total: total, retry: retry, byCaller: map[string]int{}}
+	return &callLimit{what: what, perCaller: perCaller, total: total, retry: retry, byCaller: map[string]int{},
+		buckets: map[string]*bucket{}}
+}
+
+// withRates sets the calls per second a caller and all of them may start.
+func (l *callLimit) withRates(perCaller, total float64) *callLimit {
+	l.ratePerCaller, l.rate = perCaller, total
+	return l
+}
+
+// take spends a token of name's bucket of rate at now; when there is none
+// it spends nothing and returns how long until one.
+func (l *callLimit) take(name string, rate float64, now time.Time) (wait time.Duration) {
+	if rate <= 0 {
+		return 0
+	}
+	b := l.buckets[name]
+	if b == nil {
+		b = &bucket{tokens: rate, at: now}
+		l.buckets[name] = b
+	}
+	b.tokens = min(rate, b.tokens+now.Sub(b.at).Seconds()*rate)
+	b.at = now
+	if b.tokens < 1 {
+		return time.Duration((1 - b.tokens) / rate * float64(time.Second))
+	}
+	b.tokens--
+	return 0
+}
+
+// refund gives back a token taken from name's bucket.
+func (l *callLimit) refund(name string, rate float64) {
+	if b := l.buckets[name]; b != nil && rate > 0 {
+		b.tokens = min(rate, b.tokens+1)
+	}
 }
 
 // acquire takes a place for ctx's caller and returns its release, or a
 // RESOURCE_EXHAUSTED status naming the bound that was hit, with
 // ErrorInfo TOO_MANY_CALLS (metadata "scope": credential or coordinator,
-// "limit") and a RetryInfo. Nothing was done.
+// "limit": in flight, or "per_second") and a RetryInfo. Nothing was done.
 func (l *callLimit) acquire(ctx context.Context) (release func(), err error) {
 	caller := ""
 	if id, ok := IdentityFrom(ctx); ok {
@@ -47,23 +95,23 @@ func (l *callLimit) acquire(ctx context.Context) (release func(), err error) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	scope, limit := "", 0
 	switch {
 	case l.byCaller[caller] >= l.perCaller:
-		scope, limit = "credential", l.perCaller
+		return nil, l.refusal("credential", fmt.Sprintf("%d in flight at once; finish one", l.perCaller),
+			map[string]string{"limit": strconv.Itoa(l.perCaller)}, l.retry)
 	case l.n >= l.total:
-		scope, limit = "coordinator", l.total
+		return nil, l.refusal("coordinator", fmt.Sprintf("%d in flight at once", l.total),
+			map[string]string{"limit": strconv.Itoa(l.total)}, l.retry)
 	}
-	if scope != "" {
-		msg := fmt.Sprintf("too many %s in flight: this %s allows %d at once; try again in %s", l.what, scope, limit,
-			l.retry)
-		if scope == "credential" {
-			msg = fmt.Sprintf("too many %s in flight for this credential: %d at once; finish one, or try again in %s",
-				l.what, limit, l.retry)
-		}
-		return nil, withDetails(codes.ResourceExhausted, msg,
-			info(ReasonTooManyCalls, map[string]string{"scope": scope, "limit": strconv.Itoa(limit)}),
-			&errdetails.RetryInfo{RetryDelay: durationpb.New(l.retry)}).Err()
+	now := time.Now()
+	if wait := l.take(caller, l.ratePerCaller, now); wait > 0 {
+		return nil, l.refusal("credential", fmt.Sprintf("%g a second", l.ratePerCaller),
+			map[string]string{"per_second": strconv.FormatFloat(l.ratePerCaller, 'g', -1, 64)}, wait)
+	}
+	if wait := l.take(allBuckets, l.rate, now); wait > 0 {
+		l.refund(caller, l.ratePerCaller)
+		return nil, l.refusal("coordinator", fmt.Sprintf("%g a second", l.rate),
+			map[string]string{"per_second": strconv.FormatFloat(l.rate, 'g', -1, 64)}, wait)
 	}
 	l.n++
 	l.byCaller[caller]++
@@ -78,6 +126,18 @@ func (l *callLimit) acquire(ctx context.Context) (release func(), err error) {
 			}
 		})
 	}, nil
+}
+
+// refusal is the status of a call refused for scope's bound.
+func (l *callLimit) refusal(scope, bound string, meta map[string]string, retry time.Duration) error {
+	retry = max(retry, time.Millisecond).Round(time.Millisecond)
+	whose := "this coordinator allows"
+	if scope == "credential" {
+		whose = "this credential may have"
+	}
+	meta["scope"] = scope
+	return withDetails(codes.ResourceExhausted, fmt.Sprintf("too many %s: %s %s; try again in %s", l.what, whose,
+		bound, retry), info(ReasonTooManyCalls, meta), &errdetails.RetryInfo{RetryDelay: durationpb.New(retry)}).Err()
 }
 
 // overviewTTL is how long GetOverview serves one answer: an operator's

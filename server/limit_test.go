@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -17,7 +18,6 @@ import (
 	"github.com/jobfence/jobfence/internal/testdb"
 	"github.com/jobfence/jobfence/server"
 )
-
 
 // tooMany requires err to be RESOURCE_EXHAUSTED, TOO_MANY_CALLS of scope,
 // with a RetryInfo.
@@ -51,7 +51,8 @@ func TestExpensiveReadsBounded(t *testing.T) {
 	gate := make(chan struct{})
 	c.watched.listGate.Store(&gate)
 	list := func(ctx context.Context, token string) error {
-		_, err := c.client.ListJobs(as(ctx, token), &pb.ListJobsRequest{State: pb.JobState_JOB_STATE_MANUAL_REVIEW})
+		_, err := c.client.ListJobs(as(ctx, token), &pb.ListJobsRequest{State: pb.JobState_JOB_STATE_MANUAL_REVIEW,
+			ReasonPrefix: "no reason starts so"})
 		return err
 	}
 	var wg sync.WaitGroup
@@ -168,4 +169,95 @@ func TestWorkerStreamsBounded(t *testing.T) {
 	proctest.WaitFor(t, 10*time.Second, "a stream opened in the place given back", func() bool {
 		return c.metric(t, "jobfence_worker_streams").GetGauge().GetValue() == 3
 	})
+}
+
+// Expensive reads are bounded per second too, per credential and per
+// coordinator, which bounds the database time readers take: past the
+// credential's rate its next read is refused (scope credential) with a
+// RetryInfo of when the next is allowed; another credential reads until the
+// coordinator's rate is spent (scope coordinator); after the hint, reads go
+// through again.
+func TestExpensiveReadsRateBounded(t *testing.T) {
+	c := start(t, testdb.SQLiteBackend(), func(o *server.Options) {
+		o.Auth = operatorTokens(t)
+		o.ReadsPerSecond, o.ReadsPerSecondPerCredential = 3, 2
+	})
+	ctx := ctxFor(t)
+	list := func(token string) error {
+		_, err := c.client.ListJobs(as(ctx, token), &pb.ListJobsRequest{State: pb.JobState_JOB_STATE_MANUAL_REVIEW,
+			ReasonPrefix: "no reason starts so"})
+		return err
+	}
+	for range 2 {
+		if err := list("tok-rita"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err := list("tok-rita")
+	tooMany(t, err, "credential")
+	var hint time.Duration
+	for _, d := range status.Convert(err).Details() {
+		if r, ok := d.(*errdetails.RetryInfo); ok {
+			hint = r.RetryDelay.AsDuration()
+		}
+	}
+	if hint <= 0 || hint > time.Second/2 {
+		t.Fatalf("retry hint %s, want the time until the credential's next read (at most half a second at 2/s)", hint)
+	}
+	if err := list("tok-bob"); err != nil {
+		t.Fatalf("another credential's first read: %v", err)
+	}
+	tooMany(t, list("tok-alice"), "coordinator")
+	proctest.WaitFor(t, 5*time.Second, "a read allowed again", func() bool { return list("tok-rita") == nil })
+}
+
+// Refusals a client can make by the thousand are logged in aggregate: a
+// client past its share, hammering, and one with a wrong token get one line
+// each per interval, with the count, and the exact count in
+// jobfence_calls_refused_total, never a line per call.
+func TestRefusalsLoggedInAggregate(t *testing.T) {
+	logs := &syncBuffer{}
+	c := start(t, testdb.SQLiteBackend(), func(o *server.Options) {
+		o.Auth = operatorTokens(t)
+		o.ReadsPerSecond, o.ReadsPerSecondPerCredential = 1, 1
+		o.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	})
+	ctx := ctxFor(t)
+	const n = 300
+	refused := 0
+	for range n {
+		if _, err := c.client.ListJobs(as(ctx, "tok-rita"), &pb.ListJobsRequest{State: pb.JobState_JOB_STATE_MANUAL_REVIEW,
+			ReasonPrefix: "x"}); status.Code(err) == codes.ResourceExhausted {
+			refused++
+		}
+		if _, err := c.client.ListJobs(as(ctx, "tok-guessed"), &pb.ListJobsRequest{}); status.Code(err) != codes.Unauthenticated {
+			t.Fatalf("a wrong token: %v", err)
+		}
+	}
+	if refused < n-2 {
+		t.Fatalf("%d of %d reads refused, want all but the first", refused, n)
+	}
+	out := logs.String()
+	if lines := strings.Count(out, "calls refused"); lines < 2 || lines > 4 {
+		t.Fatalf("%d aggregate lines for %d refusals of two kinds, want one or two each:\n%s", lines, refused+n, out)
+	}
+	if strings.Count(out, "finished call") > 4 || !strings.Contains(out, "kind=too_many_calls") ||
+		!strings.Contains(out, "kind=unauthenticated") || !strings.Contains(out, "caller=127.0.0.1") {
+		t.Fatalf("the log of %d refusals:\n%s", refused+n, out)
+	}
+	var total float64
+	families, err := c.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == "jobfence_calls_refused_total" {
+			for _, m := range f.GetMetric() {
+				total += m.GetCounter().GetValue()
+			}
+		}
+	}
+	if int(total) != refused+n {
+		t.Fatalf("jobfence_calls_refused_total = %v, want %d", total, refused+n)
+	}
 }

@@ -33,6 +33,8 @@ type Metrics struct {
 	workStreams prometheus.Gauge
 	// handedBack: grants a worker stream could not deliver.
 	handedBack prometheus.Counter
+	// refused: calls refused in bulk, by kind (logged in aggregate).
+	refused *prometheus.CounterVec
 	// unacknowledged: of those, the grants sent that the worker did not
 	// acknowledge in time or before its stream ended.
 	unacknowledged prometheus.Counter
@@ -108,6 +110,10 @@ func NewMetrics(reg prometheus.Registerer, st store.Store) *Metrics {
 			Name: "jobfence_grants_handed_back_total",
 			Help: "Grants a worker stream could not deliver (it failed or closed first, or the worker did not acknowledge them), handed back due now under their own tokens.",
 		}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "jobfence_calls_refused_total",
+			Help: "Calls refused that a client can make by the thousand, by kind: too_many_calls (past its share of expensive reads or worker streams) and unauthenticated (no valid credential); the log says them in aggregate, a line per kind and caller every 10 s.",
+		}, []string{"kind"}),
 		unacknowledged: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "jobfence_grants_unacknowledged_total",
 			Help: "Grants sent on a worker stream that the worker did not acknowledge within 5 s (or half the lease) or before the stream ended, handed back (counted in jobfence_grants_handed_back_total too).",
@@ -124,7 +130,7 @@ func NewMetrics(reg prometheus.Registerer, st store.Store) *Metrics {
 	for _, rpc := range []string{"Complete", "Reschedule", "Escalate", "RenewLeases"} {
 		m.stale.WithLabelValues(rpc)
 	}
-	reg.MustRegister(m.takeovers, m.stale, m.granted, m.jobsPerClaim, m.writeBatch, m.enqueueBatch, m.claimTxBatch, m.handoffs, m.idleLooks, m.earlyRejects, m.renewals, m.renewBatch, m.receiptToCompletion, m.workStreams, m.handedBack, m.unacknowledged, m.grpc,
+	reg.MustRegister(m.takeovers, m.stale, m.granted, m.jobsPerClaim, m.writeBatch, m.enqueueBatch, m.claimTxBatch, m.handoffs, m.idleLooks, m.earlyRejects, m.renewals, m.renewBatch, m.receiptToCompletion, m.workStreams, m.handedBack, m.unacknowledged, m.refused, m.grpc,
 		newStatsCollector(st))
 	return m
 }

@@ -59,12 +59,18 @@ type Options struct { // zero fields take Defaults
 	// Logger receives one line per notable event about a job; slog.Default()
 	// when nil.
 	Logger *slog.Logger
-	// MaxReads and MaxReadsPerCredential bound the expensive reads
-	// (ListJobs, GetOverview when not cached) in flight on this coordinator
-	// and per credential: past them a read answers RESOURCE_EXHAUSTED
-	// (TOO_MANY_CALLS) with a RetryInfo, so that readers cannot take the
-	// database from claims and write-backs.
+	// MaxReads and MaxReadsPerCredential bound the expensive reads (a
+	// ListJobs that filters its walk by reason or creation time, which may
+	// read every row it filters; GetOverview when not cached) in flight on
+	// this coordinator and per credential: past them a read answers
+	// RESOURCE_EXHAUSTED (TOO_MANY_CALLS) with a RetryInfo, so that readers
+	// cannot take the database from claims and write-backs.
 	MaxReads, MaxReadsPerCredential int
+	// ReadsPerSecond and ReadsPerSecondPerCredential bound how many
+	// expensive reads start each second (token buckets with a burst of as
+	// many): what bounds the database time readers take, since one read of
+	// a filter that matches nothing walks every row it filters.
+	ReadsPerSecond, ReadsPerSecondPerCredential float64
 	// MaxStreams and MaxStreamsPerCredential bound the worker streams open
 	// on this coordinator and per credential (each holds a few goroutines
 	// and buffers): past them Work answers RESOURCE_EXHAUSTED
@@ -97,6 +103,8 @@ type Server struct {
 	// answers for overviewTTL.
 	reads, streams *callLimit
 	overview       overviewCache
+	// refused logs the calls refused in bulk in aggregate.
+	refused refusedCalls
 }
 
 // Defaults are the options a zero field of Options takes, and the defaults
@@ -109,10 +117,12 @@ var Defaults = Options{
 	WriteFlushers:     2,
 	WriteBatch:        128,
 
-	MaxReads:                4,
-	MaxReadsPerCredential:   2,
-	MaxStreams:              2000,
-	MaxStreamsPerCredential: 500,
+	MaxReads:                    4,
+	MaxReadsPerCredential:       2,
+	ReadsPerSecond:              20,
+	ReadsPerSecondPerCredential: 5,
+	MaxStreams:                  2000,
+	MaxStreamsPerCredential:     500,
 }
 
 // New returns a Server on st. Zero options take Defaults.
@@ -141,6 +151,12 @@ func New(st store.Store, opts Options) *Server {
 			*v.opt = v.def
 		}
 	}
+	if opts.ReadsPerSecond == 0 {
+		opts.ReadsPerSecond = Defaults.ReadsPerSecond
+	}
+	if opts.ReadsPerSecondPerCredential == 0 {
+		opts.ReadsPerSecondPerCredential = Defaults.ReadsPerSecondPerCredential
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -150,8 +166,9 @@ func New(st store.Store, opts Options) *Server {
 	m := opts.Metrics
 	return &Server{store: st, opts: opts, log: opts.Logger, metrics: m, stale: &staleLog{started: time.Now()},
 		draining: make(chan struct{}),
-		reads:    newCallLimit("expensive reads (ListJobs, GetOverview)", opts.MaxReadsPerCredential, opts.MaxReads, time.Second),
-		streams:  newCallLimit("worker streams", opts.MaxStreamsPerCredential, opts.MaxStreams, 5*time.Second),
+		reads: newCallLimit("expensive reads (ListJobs filtered by reason or time, GetOverview)", opts.MaxReadsPerCredential, opts.MaxReads,
+			time.Second).withRates(opts.ReadsPerSecondPerCredential, opts.ReadsPerSecond),
+		streams: newCallLimit("worker streams", opts.MaxStreamsPerCredential, opts.MaxStreams, 5*time.Second),
 		dispatch: dispatch.New(st, dispatch.Options{PollInterval: opts.ClaimPollInterval,
 			Flushers: opts.WriteFlushers, MaxBatch: opts.WriteBatch, Logger: opts.Logger,
 			Metrics: dispatch.Metrics{ClaimTx: m.claimTxBatch, WriteBatch: m.writeBatch, EnqueueBatch: m.enqueueBatch,
@@ -395,11 +412,16 @@ func (s *Server) ListJobs(ctx context.Context, req *pb.ListJobsRequest) (*pb.Lis
 	if err != nil {
 		return nil, s.toStatus(ctx, err, jobAttrs{})
 	}
-	release, err := s.reads.acquire(ctx)
-	if err != nil {
-		return nil, err
+	if err := p.Validate(); err != nil {
+		return nil, s.toStatus(ctx, err, jobAttrs{})
 	}
-	defer release()
+	if p.Filtered() { // the expensive kind: it may walk every row it filters
+		release, err := s.reads.acquire(ctx)
+		if err != nil {
+			return nil, err
+		}
+		defer release()
+	}
 	page, err := s.store.List(ctx, p)
 	if err != nil {
 		return nil, s.toStatus(ctx, err, jobAttrs{})

@@ -55,6 +55,14 @@ type Cursor struct {
 // timed reports whether the order's cursor holds a time beside the id.
 func (o ListOrder) timed() bool { return o == ByOrder || o == ByPayment || o == ByState }
 
+// Filtered reports whether the listing filters the rows its walk reads
+// (a reason prefix, a creation range): such a page may read every row of
+// its state or lookup to find none, where any other reads at most its
+// page size.
+func (p ListParams) Filtered() bool {
+	return p.ReasonPrefix != "" || !p.CreatedAfter.IsZero() || !p.CreatedBefore.IsZero()
+}
+
 // Validate reports what is wrong with a listing request.
 func (p ListParams) Validate() error {
 	var v violations

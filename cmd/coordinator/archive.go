@@ -61,6 +61,14 @@ func checkRetention(c config) error {
 			return fmt.Errorf("--%s must be positive, got %d", f.name, f.v)
 		}
 	}
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"reads-per-second", c.readsPerSecond}, {"reads-per-second-per-credential", c.readsPerSecCred}} {
+		if f.v < 0.1 || f.v > 100000 {
+			return fmt.Errorf("--%s must be between 0.1 and 100000, got %g (e.g. --%[1]s=20)", f.name, f.v)
+		}
+	}
 	return nil
 }
 

@@ -123,6 +123,8 @@ type config struct {
 	maxReadsPerCred   int
 	maxStreams        int
 	maxStreamsPerCred int
+	readsPerSecond    float64
+	readsPerSecCred   float64
 	shutdownTimeout   time.Duration
 	log               cli.Log
 }
@@ -215,9 +217,14 @@ func parseFlags(args []string, stderr *os.File) (config, error) {
 	fs.StringVar(&c.exportBefore, "archive-export-before", "",
 		"with --archive-export: the date (2006-01-02, UTC) or RFC 3339 time before which archived jobs are exported")
 	fs.IntVar(&c.maxReads, "max-reads", server.Defaults.MaxReads,
-		"expensive reads (ListJobs, GetOverview) in flight on this coordinator; past it they answer RESOURCE_EXHAUSTED")
+		"expensive reads (a ListJobs filtered by reason prefix or creation time; GetOverview when not cached) in flight on this coordinator; past it they answer RESOURCE_EXHAUSTED")
 	fs.IntVar(&c.maxReadsPerCred, "max-reads-per-credential", server.Defaults.MaxReadsPerCredential,
 		"expensive reads in flight per credential")
+	fs.Float64Var(&c.readsPerSecond, "reads-per-second", server.Defaults.ReadsPerSecond,
+		"expensive reads that may start each second on this coordinator (a burst of as many); with --max-reads, "+
+			"the bound on the database time readers take from claims and write-backs")
+	fs.Float64Var(&c.readsPerSecCred, "reads-per-second-per-credential", server.Defaults.ReadsPerSecondPerCredential,
+		"expensive reads that may start each second per credential")
 	fs.IntVar(&c.maxStreams, "max-streams", server.Defaults.MaxStreams,
 		"worker streams open on this coordinator; past it Work answers RESOURCE_EXHAUSTED")
 	fs.IntVar(&c.maxStreamsPerCred, "max-streams-per-credential", server.Defaults.MaxStreamsPerCredential,
@@ -452,6 +459,7 @@ func open(ctx context.Context, c config, log *slog.Logger) (co *coordinator, err
 		ClaimPollInterval: c.claimPoll, WriteFlushers: c.writeFlushers, WriteBatch: c.writeBatch,
 		Auth: authn, Metrics: server.NewMetrics(reg, st), Logger: log,
 		MaxReads: c.maxReads, MaxReadsPerCredential: c.maxReadsPerCred,
+		ReadsPerSecond: c.readsPerSecond, ReadsPerSecondPerCredential: c.readsPerSecCred,
 		MaxStreams: c.maxStreams, MaxStreamsPerCredential: c.maxStreamsPerCred,
 	})
 	arch, err := newArchiver(c, st, reg, log)
