@@ -103,6 +103,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
+// ErrWaitsForContract is Once's error while the contract migration that
+// completes the key table is pending (ArchiveAllowed): nothing may leave
+// the working tables yet (R30).
+var ErrWaitsForContract = errors.New("archive waits for the contract migration that completes the key table")
+
 // Archiver runs the archive. Its methods are not safe for concurrent use.
 type Archiver struct {
 	st    Store
@@ -169,7 +174,8 @@ func New(st Store, opts Options) (*Archiver, error) {
 func (a *Archiver) Run(ctx context.Context) error {
 	defer a.Release()
 	for {
-		if _, err := a.Once(ctx); err != nil && ctx.Err() == nil && !errors.Is(err, store.ErrLeaseHeld) {
+		if _, err := a.Once(ctx); err != nil && ctx.Err() == nil && !errors.Is(err, store.ErrLeaseHeld) &&
+			!errors.Is(err, ErrWaitsForContract) { // said once, by Once
 			a.log.Warn("archive run stopped; the next one starts in "+a.opts.Interval.String(), "error", err.Error())
 		}
 		if !sleep(ctx, a.opts.Interval) {
@@ -195,7 +201,7 @@ func (a *Archiver) Once(ctx context.Context) (Totals, error) {
 				"--migrate-only --migrate-contract, once every coordinator runs this release): until then a " +
 				"coordinator of an earlier release could enqueue an archived key again")
 		}
-		return t, errors.New("archive waits for the contract migrations")
+		return t, ErrWaitsForContract
 	}
 	began := time.Now()
 	backoff := a.opts.Pause
@@ -301,7 +307,7 @@ func (a *Archiver) hold(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	a.log.Info("archiver lease taken", "holder", l.Holder, "generation", l.Generation)
+	a.log.Debug("archiver lease taken", "holder", l.Holder, "generation", l.Generation)
 	a.lease = localUntil(l, a.opts.LeaseTTL)
 	return nil
 }
