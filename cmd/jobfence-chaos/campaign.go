@@ -176,6 +176,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	tl.printf("fault window: %s", c.duration)
 	results := s.runFaults(window, windowStart, faults)
 	s.endFailover() // a failover the window never reached
+	<-window.Done() // the last faults may end before it: the producer and the forger go on
 	endWindow()
 	forged := <-forgedCh
 	if ctx.Err() != nil {

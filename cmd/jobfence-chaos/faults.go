@@ -92,15 +92,15 @@ func (s *system) apply(ctx context.Context, f fault) (string, error) {
 		}
 		holder := ""
 		if s.cfg.retainSucceeded > 0 {
-			// R31: a killed archiver leaves its batch undone, whole, and its
-			// lease to run out before another coordinator archives.
+			// R31: the archive's lease holder is killed in the middle of a
+			// batch when it has one: the batch is undone whole, and its lease
+			// runs out before another coordinator archives.
 			if held, gen := s.archiveLeaseHolder(ctx, p.pid()); held {
-				s.archive.holderKills.Add(1)
-				holder = fmt.Sprintf(" (the archive's lease holder, generation %d)", gen)
+				holder = fmt.Sprintf(" (the archive's lease holder, generation %d; %s)", gen, s.awaitArchiveBatch(ctx))
 			}
 		}
-		s.tl.printf("fault #%d %s%s", f.N, f, holder)
 		p.kill()
+		s.tl.printf("fault #%d %s%s", f.N, f, holder)
 		sleepCtx(ctx, f.For)
 		if ctx.Err() != nil {
 			return "", nil // heal restarts it

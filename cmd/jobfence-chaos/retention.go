@@ -265,12 +265,73 @@ func lateSummary(answers []enqueueAnswer) string {
 		archived, due, other, same, conflicts, created, unanswered)
 }
 
-// archiveFacts is what the coordinators said of the archive, and what the
-// campaign's kills did to it.
+// archiveFacts is what the campaign's kills did to the archive.
 type archiveFacts struct {
 	// holderKills counts the coordinator kills of the archive's lease
-	// holder, its lease not run out.
-	holderKills atomic.Int64
+	// holder, its lease not run out; midBatch those that came while a
+	// batch of it was moving rows.
+	holderKills, midBatch atomic.Int64
+}
+
+// archiveBatchWait bounds how long a kill of the archive's lease holder
+// waits for one of its batches: the archive looks for due jobs every
+// --archive-interval.
+const archiveBatchWait = 5 * time.Second
+
+// archiveStatements begin the statements only an archive batch runs, in
+// the transaction that moves its jobs (store/internal/sqlbase/retention.go):
+// a transaction running one of them has begun to move rows it has not
+// committed (the first locks them). Between two statements it shows by the
+// tables it holds locks on: the lease row, the jobs, their keys, and from
+// the copy of the jobs on at least four, where no other transaction of the
+// campaign comes (a claim, an enqueue or a write-back locks three).
+var archiveStatements = []string{"SELECT id, operation_key, state FROM refund_jobs WHERE id IN",
+	"INSERT IGNORE INTO refund_operation_keys", "UPDATE refund_operation_keys SET final_state",
+	"INSERT INTO refund_jobs_archive", "INSERT INTO refund_job_events_archive", "DELETE FROM refund_job_events WHERE job_id IN",
+	"DELETE FROM refund_observations WHERE job_id IN"}
+
+// archiveBatchTables is how many tables a transaction of the campaign's
+// database holds locks on once it is an archive batch copying history.
+const archiveBatchTables = 4
+
+// awaitArchiveBatch waits (at most archiveBatchWait, looking again as soon
+// as the database answers) until a transaction on the campaign's database
+// is an archive batch that has begun to move rows, and says what it saw,
+// for the kill that follows at once: the lease holder is then killed with
+// its batch half done, which must leave nothing moved (R31: one
+// transaction). Without one in time the kill comes anyway.
+func (s *system) awaitArchiveBatch(ctx context.Context) string {
+	s.archive.holderKills.Add(1)
+	conds := make([]string, len(archiveStatements))
+	args := []any{archiveBatchTables}
+	for i, st := range archiveStatements {
+		conds[i] = "t.trx_query LIKE ?"
+		args = append(args, st+"%")
+	}
+	query := `SELECT t.trx_tables_locked, t.trx_rows_modified, COALESCE(t.trx_query, '')
+  FROM information_schema.INNODB_TRX t JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id
+ WHERE p.DB = DATABASE() AND (t.trx_tables_locked >= ? OR ` + strings.Join(conds, " OR ") + `) LIMIT 1`
+	began := time.Now()
+	deadline := began.Add(min(archiveBatchWait, time.Until(deadlineOf(ctx))))
+	looks := 0
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		looks++
+		qctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		var tables, rows int64
+		var stmt string
+		err := s.db().QueryRowContext(qctx, query, args...).Scan(&tables, &rows, &stmt)
+		cancel()
+		if err == nil {
+			s.archive.midBatch.Add(1)
+			if stmt = strings.Join(strings.Fields(stmt), " "); len(stmt) > 50 {
+				stmt = stmt[:50] + "…"
+			}
+			return fmt.Sprintf("killed %s into the wait, in the middle of an archive batch: a transaction with %d tables "+
+				"locked and %d rows changed, running %s", time.Since(began).Round(time.Millisecond), tables, rows,
+				or(stmt, "no statement"))
+		}
+	}
+	return fmt.Sprintf("no archive batch in flight within %s (%d looks)", time.Since(began).Round(time.Millisecond), looks)
 }
 
 // archiveLeaseHolder reports whether the coordinator process pid holds the
@@ -309,6 +370,7 @@ func (s *system) archiveSummary(jobs, events, receipts int) string {
 	})
 	return fmt.Sprintf("archive (--retain-succeeded %s, --archive-interval %s): %d jobs in the archive at the end, with "+
 		"%d events and %d receipts; the coordinators logged %d runs moving %d jobs in %d batches, %d batches failed "+
-		"(nothing moved), the lease taken %d times; %d coordinator kills of the lease holder", s.cfg.retainSucceeded,
-		s.cfg.archiveInterval, jobs, events, receipts, runs, moved, batches, failed, takes, s.archive.holderKills.Load())
+		"(nothing moved), the lease taken %d times; %d coordinator kills of the lease holder, %d of them in the middle "+
+		"of a batch", s.cfg.retainSucceeded, s.cfg.archiveInterval, jobs, events, receipts, runs, moved, batches, failed,
+		takes, s.archive.holderKills.Load(), s.archive.midBatch.Load())
 }
