@@ -316,7 +316,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stdout, forgerySummary(forged))
 	}
 	if c.retainSucceeded > 0 {
-		fmt.Fprintln(stdout, s.archiveSummary(v.Archived, v.ArchivedEvents, v.ArchivedReceipts))
+		fmt.Fprintln(stdout, s.archiveSummary(ctx, v.Archived, v.ArchivedEvents, v.ArchivedReceipts))
 		fmt.Fprintln(stdout, lateSummary(in.Enqueues))
 	}
 	if pair != nil {

@@ -352,10 +352,11 @@ func (s *system) archiveLeaseHolder(ctx context.Context, pid int) (held bool, ge
 
 // archiveSummary is the campaign's line about the archive: what the
 // coordinators logged of it (runs and the jobs they moved, batches that
-// failed and moved nothing, lease takes), the kills of the lease holder,
-// and what the archive tables hold at the end.
-func (s *system) archiveSummary(jobs, events, receipts int) string {
-	var runs, moved, batches, failed, takes int64
+// failed and moved nothing), how often its lease was taken (its
+// generation), the kills of the lease holder, and what the archive tables
+// hold at the end.
+func (s *system) archiveSummary(ctx context.Context, jobs, events, receipts int) string {
+	var runs, moved, batches, failed int64
 	s.eachCoordinatorRecord(func(rec map[string]any) {
 		switch rec["msg"] {
 		case "archive run":
@@ -364,13 +365,15 @@ func (s *system) archiveSummary(jobs, events, receipts int) string {
 			batches += num(rec["batches"])
 		case "archive batch failed; nothing moved":
 			failed++
-		case "archiver lease taken":
-			takes++
 		}
 	})
+	var generation int64
+	qctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	_ = s.db().QueryRowContext(qctx, `SELECT generation FROM jobfence_leases WHERE name = 'archiver'`).Scan(&generation)
 	return fmt.Sprintf("archive (--retain-succeeded %s, --archive-interval %s): %d jobs in the archive at the end, with "+
 		"%d events and %d receipts; the coordinators logged %d runs moving %d jobs in %d batches, %d batches failed "+
-		"(nothing moved), the lease taken %d times; %d coordinator kills of the lease holder, %d of them in the middle "+
-		"of a batch", s.cfg.retainSucceeded, s.cfg.archiveInterval, jobs, events, receipts, runs, moved, batches, failed,
-		takes, s.archive.holderKills.Load(), s.archive.midBatch.Load())
+		"(nothing moved); the lease taken %d times, its holder killed %d times, %d of them in the middle of a batch",
+		s.cfg.retainSucceeded, s.cfg.archiveInterval, jobs, events, receipts, runs, moved, batches, failed, generation,
+		s.archive.holderKills.Load(), s.archive.midBatch.Load())
 }
