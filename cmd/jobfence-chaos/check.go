@@ -586,11 +586,19 @@ func checkLateSuccessesObserved(receipts []receipt, observations []observationRo
 	i5 = &invariant{N: 5, Name: "every late success a stale worker saw is in the observation log (R15)"}
 	observed := map[[2]int64]bool{}    // a success on file for (job, attempt)
 	observedAny := map[[2]int64]bool{} // any outcome on file
+	// The same by operation key: after a failover that lost a job's enqueue
+	// the re-driven job has another id, and a receipt the worker files
+	// after the repoint lands on it.
+	type keyAttempt struct {
+		key     string
+		attempt int64
+	}
+	observedKey, observedAnyKey := map[keyAttempt]bool{}, map[keyAttempt]bool{}
 	for _, o := range observations {
-		k := [2]int64{o.JobID, o.ReportedAttempt}
-		observedAny[k] = true
+		k, ka := [2]int64{o.JobID, o.ReportedAttempt}, keyAttempt{o.Key, o.ReportedAttempt}
+		observedAny[k], observedAnyKey[ka] = true, true
 		if o.Outcome == "succeeded" {
-			observed[k] = true
+			observed[k], observedKey[ka] = true, true
 		}
 	}
 	obsKey := map[[2]int64]string{} // the operation key the observation of (job, attempt) was filed under
@@ -610,13 +618,14 @@ func checkLateSuccessesObserved(receipts []receipt, observations []observationRo
 		return spoolLeft{}, false
 	}
 	counts := map[string]int{}
-	died, unfiled, unverifiable, noAnswer, misfiled, inSpool := 0, 0, 0, 0, 0, 0
+	died, unfiled, unverifiable, noAnswer, misfiled, refiled, inSpool := 0, 0, 0, 0, 0, 0, 0
 	for _, r := range receipts {
 		counts[r.Why]++
 		k := [2]int64{r.JobID, r.Attempt}
 		node := strings.HasSuffix(r.Why, "_node")
 		spooled := strings.HasPrefix(r.Filed, "spooled: ")
 		l, inSpoolNow := spooledNow(r, node)
+		ka := keyAttempt{r.Key, r.Attempt}
 		switch {
 		case observed[k], node && observedAny[k]:
 			if fo != nil && r.Key != "" && obsKey[k] != "" && obsKey[k] != r.Key {
@@ -627,6 +636,11 @@ func checkLateSuccessesObserved(receipts []receipt, observations []observationRo
 				i5.note("job %d attempt %d: %s's receipt for %s was filed under job id %d, which on the new primary is %s",
 					r.JobID, r.Attempt, r.Worker, r.Key, r.JobID, obsKey[k])
 			}
+			continue
+		case fo != nil && r.Key != "" && (observedKey[ka] || node && observedAnyKey[ka]):
+			// On file under the key's job, which the new primary made again
+			// under another id when the failover lost its enqueue.
+			refiled++
 			continue
 		case fo != nil && r.filed() && fo.mayPredateKill(r.Worker, r.FiledAt):
 			t.Lost++
@@ -696,7 +710,8 @@ func checkLateSuccessesObserved(receipts []receipt, observations []observationRo
 	}
 	if fo != nil {
 		i5.Summary += fmt.Sprintf("; %d filed on the old primary and lost in the failover, %d filed under a job id the "+
-			"new primary gave another refund", t.Lost, misfiled)
+			"new primary gave another refund, %d on file under the id the new primary gave their refund's re-driven "+
+			"enqueue", t.Lost, misfiled, refiled)
 	}
 	if n := counts["stale_node"] + counts["write_failed_node"] + counts["late_node"]; n > 0 {
 		i5.Summary += fmt.Sprintf("; Node.js workers: %d write-backs rejected as stale, failed or late (%d with no provider "+

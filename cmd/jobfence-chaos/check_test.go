@@ -542,6 +542,29 @@ func TestCheckEnqueuesAndObservationsLostInAFailover(t *testing.T) {
 	}
 }
 
+// After a failover that lost a job's enqueue, the re-drive makes it again
+// under another id, and a receipt its worker files after the repoint (by
+// the key the line names) lands on the new job (R15, R26).
+func TestCheckFindsAReceiptFiledOnTheReDrivenJob_R26(t *testing.T) {
+	in := grantedCampaign()
+	base := time.Now()
+	in.Failover = asyncFailover(base)
+	k2 := in.Specs[1].Key
+	in.EnqueuesLost = []string{k2}
+	in.Receipts = []receipt{{Worker: "w1", Key: k2, JobID: 9, Attempt: 1, Why: "write_failed", RefundID: "re_2",
+		Filed: "filed", FiledAt: base.Add(20 * time.Second)}}
+	in.DB.Observations = []observationRow{{ID: 1, JobID: 2, Key: k2, ReportedAttempt: 1, Source: "worker:w1",
+		Outcome: "succeeded", ProviderRefundID: "re_2"}}
+	if v := check(in); v.Failed() || v.UnobservedLateSuccess != 0 ||
+		!strings.Contains(v.Invariants[4].Summary, "1 on file under the id the new primary gave") {
+		t.Fatalf("a receipt on file under the re-driven job's id judged:\n%s", verdictText(v))
+	}
+	in.DB.Observations[0].ReportedAttempt = 2
+	if v := check(in); v.UnobservedLateSuccess != 1 {
+		t.Fatalf("a receipt of another attempt taken for it:\n%s", verdictText(v))
+	}
+}
+
 func TestGrantsAndAcksOfWorkerLogs(t *testing.T) {
 	seen := time.Now()
 	recs := []map[string]any{
