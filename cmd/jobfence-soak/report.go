@@ -91,6 +91,7 @@ func (s *soak) report(st settled, f final) error {
 		"history_len_max", hll, "archive_behind_max_s", num(behind, 1),
 		"completed_after_s", num(st.completedAfter.Seconds(), 2), "drained_after_s", drained(st.drainedAfter),
 		"keys_estimate_err", estimateErr(f, keyTable), "archive_estimate_err", estimateErr(f, archiveTables[0]),
+		"archive_events_estimate_err", estimateErr(f, archiveTables[1]),
 		"exact_count_ms", msec(f.countTook),
 		"coordinator_cpu_us_per_job", num(1e6*ratio(cpuSum, float64(cpuN))/float64(s.cfg.rate), 0),
 		"soak_cpu_us_per_job", num(float64(selfCPU().Microseconds())/float64(s.prod.n), 0), "coordinator_warnings", coordWarnings,
