@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"strings"
+	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -59,6 +60,15 @@ func explain(err error) apiError {
 		e.httpStatus, e.text = http.StatusUnauthorized, "The coordinator no longer accepts your token: sign in again."
 	case pb.ErrorReason_ERROR_REASON_PERMISSION_DENIED:
 		e.httpStatus, e.text = http.StatusForbidden, "Your credential may not do this. Nothing was changed."
+	case pb.ErrorReason_ERROR_REASON_TOO_MANY_CALLS:
+		wait := "a moment"
+		for _, d := range st.Details() {
+			if r, ok := d.(*errdetails.RetryInfo); ok && r.GetRetryDelay().AsDuration() > 0 {
+				wait = r.GetRetryDelay().AsDuration().Round(100 * time.Millisecond).String()
+			}
+		}
+		e.httpStatus, e.text = http.StatusTooManyRequests, "The coordinator is answering as many searches as it "+
+			"lets one person (or everyone) run at once, to keep refunds flowing. Nothing was changed; try again in "+wait+"."
 	case pb.ErrorReason_ERROR_REASON_WRITE_OUTCOME_UNKNOWN:
 		e.httpStatus, e.text = http.StatusServiceUnavailable, "The coordinator could not confirm whether this was "+
 			"recorded. Open the job again: if it did not change, repeat the action (it is safe to repeat)."

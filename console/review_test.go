@@ -3,6 +3,7 @@ package console_test
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -363,4 +364,25 @@ func TestReviewInABrowser_R14_R16(t *testing.T) {
 	if got := s.Text("#next-action"); got != "reconcile" {
 		t.Fatalf("the ready job's next action reads %q", got)
 	}
+}
+
+// A person past the readers' share (R29's pages are reads like any
+// client's) is told to wait, with how long, and that nothing changed: 429,
+// not an error page.
+func TestSearchesPastTheReadersShareSayWait(t *testing.T) {
+	e := start(t, testdb.MySQLBackend())
+	alice := e.person(t)
+	alice.signIn(tokAlice)
+	var limited page
+	for i := 0; limited.status == 0; i++ {
+		if i == 50 {
+			t.Fatal("50 filtered searches in a row were all answered: no readers' share")
+		}
+		if pg := alice.get("/reviews?reason=no+reason+starts+so"); pg.status == http.StatusTooManyRequests {
+			limited = pg
+		} else if pg.status != http.StatusOK {
+			t.Fatalf("search %d: %d\n%s", i, pg.status, pg.body)
+		}
+	}
+	mustContain(t, limited, "Nothing was changed; try again in")
 }
