@@ -268,8 +268,8 @@ func lateSummary(answers []enqueueAnswer) string {
 // archiveFacts is what the campaign's kills did to the archive.
 type archiveFacts struct {
 	// holderKills counts the coordinator kills of the archive's lease
-	// holder, its lease not run out; midBatch those that came while a
-	// batch of it was moving rows.
+	// holder, its lease not run out; midBatch those that came during one
+	// of its batches (awaitArchiveBatch).
 	holderKills, midBatch atomic.Int64
 }
 
@@ -296,10 +296,11 @@ const archiveBatchTables = 4
 
 // awaitArchiveBatch waits (at most archiveBatchWait, looking again as soon
 // as the database answers) until a transaction on the campaign's database
-// is an archive batch that has begun to move rows, and says what it saw,
-// for the kill that follows at once: the lease holder is then killed with
-// its batch half done, which must leave nothing moved (R31: one
-// transaction). Without one in time the kill comes anyway.
+// is an archive batch, from the lock of its jobs to its COMMIT, and says
+// what it saw, for the kill that follows at once: the lease holder is then
+// killed with its batch undone or half done, which must be in the archive
+// whole or not at all (R31: one transaction). Without one in time the kill
+// comes anyway.
 func (s *system) awaitArchiveBatch(ctx context.Context) string {
 	s.archive.holderKills.Add(1)
 	conds := make([]string, len(archiveStatements))
@@ -326,9 +327,8 @@ func (s *system) awaitArchiveBatch(ctx context.Context) string {
 			if stmt = strings.Join(strings.Fields(stmt), " "); len(stmt) > 50 {
 				stmt = stmt[:50] + "…"
 			}
-			return fmt.Sprintf("killed %s into the wait, in the middle of an archive batch: a transaction with %d tables "+
-				"locked and %d rows changed, running %s", time.Since(began).Round(time.Millisecond), tables, rows,
-				or(stmt, "no statement"))
+			return fmt.Sprintf("killed %s into the wait, during an archive batch (tables locked: %d, rows changed: %d, "+
+				"running: %s)", time.Since(began).Round(time.Millisecond), tables, rows, or(stmt, "nothing"))
 		}
 	}
 	return fmt.Sprintf("no archive batch in flight within %s (%d looks)", time.Since(began).Round(time.Millisecond), looks)
@@ -373,7 +373,7 @@ func (s *system) archiveSummary(ctx context.Context, jobs, events, receipts int)
 	_ = s.db().QueryRowContext(qctx, `SELECT generation FROM jobfence_leases WHERE name = 'archiver'`).Scan(&generation)
 	return fmt.Sprintf("archive (--retain-succeeded %s, --archive-interval %s): %d jobs in the archive at the end, with "+
 		"%d events and %d receipts; the coordinators logged %d runs moving %d jobs in %d batches, %d batches failed "+
-		"(nothing moved); the lease taken %d times, its holder killed %d times, %d of them in the middle of a batch",
+		"(nothing moved); the lease taken %d times, its holder killed %d times, %d of them during a batch",
 		s.cfg.retainSucceeded, s.cfg.archiveInterval, jobs, events, receipts, runs, moved, batches, failed, generation,
 		s.archive.holderKills.Load(), s.archive.midBatch.Load())
 }
