@@ -14,9 +14,9 @@
 //     start + i/rate by the clock, each on its own goroutine, retrying an
 //     enqueue the coordinator could not answer (the operation key makes
 //     the retry safe, R1);
-//   - --restarts times, evenly spread, the coordinator gets SIGTERM and is
-//     started again on the same database and address; the workers and the
-//     producer reconnect by themselves;
+//   - --restarts times, evenly spread (in the middle of a window), the
+//     coordinator gets SIGTERM and is started again on the same database
+//     and address; the workers and the producer reconnect by themselves;
 //   - every --sample it records one window: rows in each working table
 //     (exact COUNT(*)), in each archive table and refund_operation_keys
 //     (InnoDB's estimates, checked against exact counts at the end), the
@@ -33,8 +33,9 @@
 //
 // Growth compares the mean of the last third of the windows with the first
 // third's, leaving out the warm-up and the windows around each restart;
-// docs/BENCHMARKS.md ("Soak") says how and why. Progress goes to stderr,
-// the table and the summary to stdout.
+// docs/BENCHMARKS.md ("Run 16: the soak") says how and why, and lists every
+// flag, as --help does. Progress goes to stderr, the table and the summary
+// to stdout.
 package main
 
 import (
@@ -77,6 +78,14 @@ type config struct {
 
 // windows is how many sample windows the producer's run has.
 func (c config) windows() int { return int(c.duration / c.sample) }
+
+// restartAt is when restart k (from 1) sends SIGTERM, from the producer's
+// start: in the middle of the window that holds duration × k/(restarts+1),
+// so that no window's end, when the coordinator is read, meets a SIGTERM.
+func (c config) restartAt(k int) time.Duration {
+	at := time.Duration(int64(c.duration) * int64(k) / int64(c.restarts+1))
+	return at.Truncate(c.sample) + c.sample/2
+}
 
 // jobs is how many jobs the producer enqueues.
 func (c config) jobs() int { return int(int64(c.rate) * int64(c.duration) / int64(time.Second)) }

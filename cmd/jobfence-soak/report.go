@@ -21,7 +21,7 @@ func (c config) restartRecovery() time.Duration {
 	return c.retain + 2*c.archiveInterval + reconnectAllowance
 }
 
-// thresholds are the verdict's, for rowsPerJob history events per job.
+// thresholds are the verdict's, for eventsPerJob history rows per job.
 func (c config) thresholds(eventsPerJob float64) thresholds {
 	jobs := float64(c.rate) * (c.archiveInterval + time.Second).Seconds()
 	return thresholds{Ratio: c.growthRatio, RowSlack: [3]float64{jobs, jobs * max(eventsPerJob, 1), jobs},
@@ -57,7 +57,7 @@ func (s *soak) report(st settled, f final) error {
 		all = append(all, w.lat...)
 		maxLag = max(maxLag, w.MaxLag)
 		hll = max(hll, w.HistoryLen)
-		if !math.IsNaN(w.Behind) && !(w.Behind <= behind) {
+		if !math.IsNaN(w.Behind) && (math.IsNaN(behind) || w.Behind > behind) {
 			behind = w.Behind
 		}
 	}
@@ -86,15 +86,17 @@ func (s *soak) report(st settled, f final) error {
 	for _, c := range v.Compared {
 		kv = append(kv, c.Key, c.formatPlain(c.First)+"/"+c.formatPlain(c.Last))
 	}
-	kv = append(kv, "p99_pooled_ms_thirds", msec(v.PooledP99[0])+"/"+msec(v.PooledP99[1]), "p50_ms", msec(all.percentile(0.5)), "p99_ms", msec(all.percentile(0.99)),
-		"max_ms", msec(all.percentile(1)), "producer_lag_max_ms", msec(maxLag),
+	kv = append(kv, "p99_pooled_ms_thirds", msec(v.PooledP99[0])+"/"+msec(v.PooledP99[1]),
+		"p50_ms", msec(all.percentile(0.5)), "p99_ms", msec(all.percentile(0.99)), "max_ms", msec(all.percentile(1)),
+		"producer_lag_max_ms", msec(maxLag),
 		"history_len_max", hll, "archive_behind_max_s", num(behind, 1),
 		"completed_after_s", num(st.completedAfter.Seconds(), 2), "drained_after_s", drained(st.drainedAfter),
 		"keys_estimate_err", estimateErr(f, keyTable), "archive_estimate_err", estimateErr(f, archiveTables[0]),
 		"archive_events_estimate_err", estimateErr(f, archiveTables[1]),
 		"exact_count_ms", msec(f.countTook),
 		"coordinator_cpu_us_per_job", num(1e6*ratio(cpuSum, float64(cpuN))/float64(s.cfg.rate), 0),
-		"soak_cpu_us_per_job", num(float64(selfCPU().Microseconds())/float64(s.prod.n), 0), "coordinator_warnings", coordWarnings,
+		"soak_cpu_us_per_job", num(float64(selfCPU().Microseconds())/float64(s.prod.n), 0),
+		"coordinator_warnings", coordWarnings,
 		"nproc", runtime.NumCPU(), "loadavg", loadAvg())
 	fmt.Fprintln(s.stdout, formatLine("soak", kv...))
 

@@ -48,7 +48,6 @@ type window struct {
 	RSS        float64 // the coordinator's resident bytes; NaN unread (restarting)
 	Goroutines float64 // NaN unread
 	Behind     float64 // jobfence_archive_behind_seconds; NaN unread
-	PID        int     // the coordinator read; 0 none
 	CoordCPU   float64 // the share of one core the coordinator used in the window; NaN unread
 	Load       string  // the machine's 1-minute load average at the end
 
@@ -132,7 +131,6 @@ func (s *soak) measure(ctx context.Context, w *window) {
 		}
 		return
 	}
-	w.PID = c.pid()
 	w.RSS = m.get("process_resident_memory_bytes")
 	w.Goroutines = m.get("go_goroutines")
 	w.Behind = m.get("jobfence_archive_behind_seconds")

@@ -279,8 +279,7 @@ func (s *soak) run(ctx context.Context) error {
 	bg.Go(func() { s.prod.run(runCtx, s.produceStart) })
 	bg.Go(func() {
 		for k := 1; k <= s.cfg.restarts; k++ {
-			at := s.produceStart + time.Duration(int64(s.cfg.duration)*int64(k)/int64(s.cfg.restarts+1))
-			if !s.sleepUntil(runCtx, at) {
+			if !s.sleepUntil(runCtx, s.produceStart+s.cfg.restartAt(k)) {
 				return
 			}
 			if err := s.restart(runCtx, k, abort); err != nil {

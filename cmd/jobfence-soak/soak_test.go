@@ -107,7 +107,7 @@ func TestSoakPassesAcrossARestart(t *testing.T) {
 	if n := len(tableRow.FindAllString(out, -1)); n != 12 {
 		t.Errorf("%d window rows, want 12:\n%s", n, out)
 	}
-	// The SIGTERM goes at 12 s, in window 7; window 1 holds the warm-up (3 s).
+	// The SIGTERM goes at 13 s, in window 7; window 1 holds the warm-up (3 s).
 	if !strings.Contains(out, "| 7 | 14 | no: restart |") || !strings.Contains(out, "| 1 | 2 | no: warm-up |") ||
 		!strings.Contains(out, "| 3 | 6 | first third |") {
 		t.Errorf("the warm-up's and the restart's windows are not marked:\n%s", out)
@@ -156,6 +156,13 @@ func TestFlags(t *testing.T) {
 		if _, err := parseFlags(append(dsn, bad...), &strings.Builder{}); err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("%q: error %v, want one naming --%s", bad, err, name)
 		}
+	}
+	if got := c.restartAt(1); got != 65*time.Second {
+		t.Errorf("the restart of a 2-minute run at %s, want 65s (the middle of window 7)", got)
+	}
+	if c, err := parseFlags(append(dsn, "--restarts", "2", "--duration", "1m"), &strings.Builder{}); err != nil ||
+		c.restartAt(1) != 25*time.Second || c.restartAt(2) != 45*time.Second {
+		t.Errorf("two restarts in a minute: %v and %v, %v; want 25s and 45s", c.restartAt(1), c.restartAt(2), err)
 	}
 	if c, err := parseFlags(append(dsn, "--retain-succeeded", "0", "--restarts", "0"), &strings.Builder{}); err != nil ||
 		c.retain != 0 || c.restarts != 0 {
