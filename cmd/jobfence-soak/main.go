@@ -32,7 +32,8 @@
 //     lost, a key with two jobs, a job completed twice, a worker's error.
 //
 // Growth compares the mean of the last third of the windows with the first
-// third's, leaving out the warm-up and the windows around each restart;
+// third's (for p99, the median of the windows' p99s), leaving out the
+// warm-up and the windows around each restart;
 // docs/BENCHMARKS.md ("Run 16: the soak") says how and why, and lists every
 // flag, as --help does. Progress goes to stderr, the table and the summary
 // to stdout.
