@@ -353,12 +353,13 @@ func (s *system) archiveLeaseHolder(ctx context.Context, pid int) (held bool, ge
 }
 
 // archiveSummary is the campaign's line about the archive: what the
-// coordinators logged of it (runs and the jobs they moved, batches that
-// failed and moved nothing), how often its lease was taken (its
-// generation), the kills of the lease holder, and what the archive tables
-// hold at the end.
+// coordinators logged of it (runs and the jobs they moved; batches that
+// failed, which they log as having moved nothing, though one whose
+// COMMIT's outcome was unknown may have moved whole), how often its lease
+// was taken (its generation), the kills of the lease holder, and what the
+// archive tables hold at the end.
 func (s *system) archiveSummary(ctx context.Context, jobs, events, receipts int) string {
-	var runs, moved, batches, failed int64
+	var runs, moved, batches, failed, unknown int64
 	s.eachCoordinatorRecord(func(rec map[string]any) {
 		switch rec["msg"] {
 		case "archive run":
@@ -367,6 +368,9 @@ func (s *system) archiveSummary(ctx context.Context, jobs, events, receipts int)
 			batches += num(rec["batches"])
 		case "archive batch failed; nothing moved":
 			failed++
+			if e, _ := rec["error"].(string); strings.Contains(e, "outcome unknown") {
+				unknown++ // its COMMIT may have landed: the batch moved whole or not at all
+			}
 		}
 	})
 	var generation int64
@@ -374,8 +378,8 @@ func (s *system) archiveSummary(ctx context.Context, jobs, events, receipts int)
 	defer cancel()
 	_ = s.db().QueryRowContext(qctx, `SELECT generation FROM jobfence_leases WHERE name = 'archiver'`).Scan(&generation)
 	return fmt.Sprintf("archive (--retain-succeeded %s, --archive-interval %s): %d jobs in the archive at the end, with "+
-		"%d events and %d receipts; the coordinators logged %d runs moving %d jobs in %d batches, %d batches failed "+
-		"(nothing moved); the lease taken %d times, its holder killed %d times, %d of them during a batch",
-		s.cfg.retainSucceeded, s.cfg.archiveInterval, jobs, events, receipts, runs, moved, batches, failed, generation,
-		s.archive.holderKills.Load(), s.archive.midBatch.Load())
+		"%d events and %d receipts; the coordinators logged %d runs moving %d jobs in %d batches, and %d batches failed "+
+		"(%d of them at a COMMIT whose outcome was unknown: moved whole or not at all); the lease taken %d times, its "+
+		"holder killed %d times, %d of them during a batch", s.cfg.retainSucceeded, s.cfg.archiveInterval, jobs, events,
+		receipts, runs, moved, batches, failed, unknown, generation, s.archive.holderKills.Load(), s.archive.midBatch.Load())
 }
