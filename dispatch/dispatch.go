@@ -69,6 +69,12 @@ type Dispatcher struct {
 	enqueues *batcher[store.EnqueueParams, store.EnqueueOutcome]
 	claims   *batcher[store.ClaimParams, store.ClaimOutcome]
 	renewals *batcher[store.Renewal, store.RenewOutcome]
+	// releasing counts the hand-backs in flight (releaseJobs): Close waits
+	// for them before it closes the write path under them. relMu guards
+	// closing and the Adds, so that none starts once Close waits.
+	releasing sync.WaitGroup
+	relMu     sync.Mutex
+	closing   bool
 }
 
 // New returns a Dispatcher on st, with its flushers running until Close.
@@ -166,10 +172,17 @@ func (d *Dispatcher) HandBack(jobs []store.ClaimedJob, reason string) {
 	d.releaseJobs(jobs, reason)
 }
 
-// Close drains and stops the flushers: calls still queued or made later
-// answer ErrClosed. Call it once the gRPC server has stopped.
+// Close drains, waits for the hand-backs in flight (a worker stream that
+// ended with the server hands its grants back: closing the write path
+// under them would leave each job to wait out its lease), and stops the
+// flushers: calls still queued or made later answer ErrClosed. Call it once
+// the gRPC server has stopped.
 func (d *Dispatcher) Close() {
 	d.Drain()
+	d.relMu.Lock()
+	d.closing = true
+	d.relMu.Unlock()
+	d.releasing.Wait()
 	d.writes.close()
 	d.enqueues.close()
 	d.claims.close()
@@ -397,7 +410,17 @@ func (d *Dispatcher) releaseJobs(jobs []store.ClaimedJob, reason string) {
 	for _, c := range jobs {
 		w := store.Writeback{Kind: store.EventRescheduled, JobID: c.Job.ID, Attempt: c.Job.Attempt,
 			LeaseToken: c.LeaseToken, NextAction: c.Job.NextAction, Reason: reason}
+		d.relMu.Lock()
+		if d.closing {
+			d.relMu.Unlock()
+			d.log.Warn("abandoned claim not released, the coordinator is closing; its lease will expire",
+				"operation_key", c.Job.OperationKey, "job_id", c.Job.ID, "attempt", c.Job.Attempt)
+			continue
+		}
+		d.releasing.Add(1)
+		d.relMu.Unlock()
 		go func() {
+			defer d.releasing.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
 			defer cancel()
 			out, err := d.Write(ctx, w)

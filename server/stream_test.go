@@ -632,3 +632,28 @@ func TestWorkStreamEndHandsBackUnacknowledgedGrants(t *testing.T) {
 		}
 	})
 }
+
+// A coordinator that stops hands back, before its write path closes, the
+// grants its worker streams still held unacknowledged: none waits out its
+// lease for a takeover after a rolling deploy.
+func TestStopHandsBackBeforeClosing(t *testing.T) {
+	c := start(t, testdb.SQLiteBackend())
+	ctx := ctxFor(t)
+	w := c.openWork(t, ctx, &pb.WorkStart{WorkerId: "held", Credits: 3, LeaseDuration: durationpb.New(time.Minute),
+		Acknowledges: true})
+	jobs := []*pb.Job{c.enqueue(t), c.enqueue(t), c.enqueue(t)}
+	for range jobs {
+		w.grant() // read, never acknowledged
+	}
+	c.server.Drain()
+	if err := w.ended(10 * time.Second); status.Code(err) != codes.Unavailable {
+		t.Fatalf("the stream ended with %v, want UNAVAILABLE", err)
+	}
+	c.server.Close()
+	for _, j := range jobs {
+		d, err := c.store.Get(ctx, store.GetParams{JobRef: store.JobRef{ID: j.Id}})
+		if err != nil || d.Job.State != store.StateReady {
+			t.Fatalf("job %d after the coordinator closed: %+v, %v; want it handed back, ready", j.Id, d.Job, err)
+		}
+	}
+}
