@@ -44,7 +44,7 @@ type answerLog struct {
 
 // record completes a with what an enqueue was answered (job and created,
 // or err) and keeps it.
-func (l *answerLog) record(a enqueueAnswer, job jobfence.Job, created bool, err error) enqueueAnswer {
+func (l *answerLog) record(a enqueueAnswer, job jobfence.Job, created bool, err error) {
 	a.At = time.Now()
 	switch {
 	case errors.Is(err, jobfence.ErrKeyConflict):
@@ -57,7 +57,6 @@ func (l *answerLog) record(a enqueueAnswer, job jobfence.Job, created bool, err 
 	l.mu.Lock()
 	l.answers = append(l.answers, a)
 	l.mu.Unlock()
-	return a
 }
 
 // all is every answer kept so far.
@@ -233,7 +232,7 @@ func (l *lateEnqueuer) send(ctx context.Context, key string, archived, due bool)
 	l.answers.record(a, job, created, err)
 }
 
-// summary says what the late re-enqueues were answered.
+// lateSummary says what the late re-enqueues among answers were answered.
 func lateSummary(answers []enqueueAnswer) string {
 	var sent, archived, due, other, same, conflicts, unanswered, created int
 	for _, a := range answers {
