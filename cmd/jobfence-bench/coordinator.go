@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	pb "github.com/jobfence/jobfence/gen/jobfence/v1"
+	"github.com/jobfence/jobfence/internal/cli"
 )
 
 // clockTicks is USER_HZ, the unit of utime and stime in /proc/<pid>/stat; it
@@ -33,16 +34,10 @@ func (b *bench) resolveCoordinator(ctx context.Context) error {
 		b.coordBin = b.cfg.coordinatorBin
 		return nil
 	}
-	dir, err := os.MkdirTemp("", "jobfence-bench-")
-	if err != nil {
-		return err
-	}
-	b.binDir = dir
-	b.coordBin = filepath.Join(dir, "coordinator")
 	start := time.Now()
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", b.coordBin, "github.com/jobfence/jobfence/cmd/coordinator")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("build the coordinator (run from the module, or give --coordinator-bin): %v\n%s", err, out)
+	var err error
+	if b.coordBin, b.binDir, err = cli.BuildCoordinator(ctx, "jobfence-bench-"); err != nil {
+		return err
 	}
 	b.logf("built the coordinator in %s", time.Since(start).Round(100*time.Millisecond))
 	return nil

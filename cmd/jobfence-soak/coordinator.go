@@ -11,13 +11,14 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/jobfence/jobfence/internal/cli"
 )
 
 const (
@@ -37,16 +38,10 @@ func (s *soak) resolveCoordinator(ctx context.Context) error {
 		s.coordBin = s.cfg.coordinatorBin
 		return nil
 	}
-	dir, err := os.MkdirTemp("", "jobfence-soak-")
-	if err != nil {
-		return err
-	}
-	s.binDir = dir
-	s.coordBin = filepath.Join(dir, "coordinator")
 	began := time.Now()
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", s.coordBin, "github.com/jobfence/jobfence/cmd/coordinator")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("build the coordinator (run from the module, or give --coordinator-bin): %v\n%s", err, out)
+	var err error
+	if s.coordBin, s.binDir, err = cli.BuildCoordinator(ctx, "jobfence-soak-"); err != nil {
+		return err
 	}
 	s.logf("built the coordinator in %s", time.Since(began).Round(100*time.Millisecond))
 	return nil
