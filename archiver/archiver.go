@@ -45,7 +45,10 @@ type Options struct {
 	// LeaseTTL is how long the archiver's lease lasts unless renewed; it
 	// is renewed at each batch once a third of it has passed.
 	LeaseTTL time.Duration
-	// Holder names this archiver in the lease row; host and pid when empty.
+	// Holder names this archiver in the lease row; host and pid when
+	// empty. A name that outlives the process (the coordinator gives its
+	// host and listen address) lets a restarted archiver take its lease
+	// again at once instead of waiting out LeaseTTL.
 	Holder string
 	// Metrics record the archive; kept on a private registry when nil.
 	Metrics *Metrics
@@ -237,8 +240,11 @@ func (a *Archiver) Once(ctx context.Context) (Totals, error) {
 			a.batch = max(a.batch/2, minBatch)
 			backoff = min(max(2*backoff, time.Second), maxBackoff)
 			a.m.backoffs.WithLabelValues("error").Inc()
-			a.log.Warn("archive batch failed; nothing moved", "error", err.Error(), "batch", a.batch,
-				"wait", backoff.String())
+			what := "archive batch failed; nothing moved"
+			if errors.Is(err, store.ErrWriteOutcomeUnknown) {
+				what = "archive batch's commit cut off: it moved whole or not at all, the next batch sees which"
+			}
+			a.log.Warn(what, "error", err.Error(), "batch", a.batch, "wait", backoff.String())
 			if !sleep(ctx, backoff) {
 				return t, ctx.Err()
 			}

@@ -247,3 +247,23 @@ func TestArchiverOptionsChecked(t *testing.T) {
 		}
 	}
 }
+
+// R31: an archiver restarted under the same holder name (the coordinator
+// gives its host and listen address) takes its lease again at once, not
+// after the lease's time; the earlier process's generation moves nothing.
+func TestRestartedArchiverTakesItsLeaseAtOnce_R31(t *testing.T) {
+	s := testdb.SQLiteBackend().Open(t)
+	first, _ := newArchiver(t, s, "host-1 127.0.0.1:50051", func(o *archiver.Options) { o.LeaseTTL = time.Hour })
+	if _, err := first.Once(ctxFor(t)); err != nil { // takes the lease for an hour
+		t.Fatal(err)
+	}
+	aged(t, s, completed(t, s, 3))
+	restarted, _ := newArchiver(t, s, "host-1 127.0.0.1:50051", func(o *archiver.Options) { o.LeaseTTL = time.Hour })
+	if tot, err := restarted.Once(ctxFor(t)); err != nil || tot.Jobs != 3 {
+		t.Fatalf("the restarted archiver = %+v, %v; want the lease at once and the 3 due jobs", tot, err)
+	}
+	other, _ := newArchiver(t, s, "host-2 127.0.0.1:50051")
+	if _, err := other.Once(ctxFor(t)); !errors.Is(err, store.ErrLeaseHeld) {
+		t.Fatalf("another holder: %v, want ErrLeaseHeld", err)
+	}
+}

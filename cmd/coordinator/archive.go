@@ -74,7 +74,7 @@ func checkRetention(c config) error {
 
 // newArchiver is the archive of st as the flags set it, with its metrics
 // on reg; nil with --retain-succeeded=0 (said at start).
-func newArchiver(c config, st store.Store, reg prometheus.Registerer, log *slog.Logger) (*archiver.Archiver, error) {
+func newArchiver(c config, st store.Store, reg prometheus.Registerer, log *slog.Logger, holder string) (*archiver.Archiver, error) {
 	if c.retainSucceeded == 0 {
 		log.Warn("--retain-succeeded=0: finished jobs are never archived, and the working tables grow without bound")
 		return nil, nil
@@ -85,7 +85,7 @@ func newArchiver(c config, st store.Store, reg prometheus.Registerer, log *slog.
 	}
 	a, err := archiver.New(as, archiver.Options{RetainSucceeded: c.retainSucceeded, Batch: c.archiveBatch,
 		Pause: c.archivePause, Interval: c.archiveInterval, MaxPurgeBacklog: c.archiveMaxPurge,
-		Metrics: archiver.NewMetrics(reg), Logger: log})
+		Holder: holder, Metrics: archiver.NewMetrics(reg), Logger: log})
 	if err != nil {
 		return nil, err
 	}
@@ -96,7 +96,7 @@ func newArchiver(c config, st store.Store, reg prometheus.Registerer, log *slog.
 // archiveOnce is --archive-once: every job past its retention archived
 // now, one run, a line when done.
 func archiveOnce(ctx context.Context, c config, st store.Store, log *slog.Logger) error {
-	a, err := newArchiver(c, st, prometheus.NewRegistry(), log)
+	a, err := newArchiver(c, st, prometheus.NewRegistry(), log, "") // host and pid: never a serving coordinator's
 	if err != nil {
 		return err
 	}

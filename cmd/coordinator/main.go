@@ -462,7 +462,11 @@ func open(ctx context.Context, c config, log *slog.Logger) (co *coordinator, err
 		ReadsPerSecond: c.readsPerSecond, ReadsPerSecondPerCredential: c.readsPerSecCred,
 		MaxStreams: c.maxStreams, MaxStreamsPerCredential: c.maxStreamsPerCred,
 	})
-	arch, err := newArchiver(c, st, reg, log)
+	// The archive lease's holder outlives this process: a coordinator
+	// restarted after a crash takes the lease again at once (fenced: the
+	// dead process's generation can move nothing).
+	host, _ := os.Hostname()
+	arch, err := newArchiver(c, st, reg, log, host+" "+c.listen)
 	if err != nil {
 		debug.close()
 		srv.Close()

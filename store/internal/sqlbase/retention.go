@@ -166,8 +166,10 @@ func (b *Backend) ReleaseLease(ctx context.Context, l store.Lease) error {
 // the oldest completions, locks them by primary key in ascending order
 // (still succeeded), keeps their keys for ever (R30), copies and deletes.
 // A transaction that fails changes nothing. Errors: *ValidationError,
-// store.ErrLeaseLost (nothing moved), ErrUnavailable, or the driver's error
-// (a lock-wait timeout: the archiver shrinks its batch).
+// store.ErrLeaseLost (nothing moved), store.ErrWriteOutcomeUnknown (the
+// COMMIT was cut off: the batch moved whole or not at all), ErrUnavailable,
+// or the driver's error (a lock-wait timeout: the archiver shrinks its
+// batch).
 func (b *Backend) Archive(ctx context.Context, p store.ArchiveParams) (store.ArchiveResult, error) {
 	if err := p.Validate(); err != nil {
 		return store.ArchiveResult{}, err
@@ -185,7 +187,7 @@ func (b *Backend) Archive(ctx context.Context, p store.ArchiveParams) (store.Arc
 		return store.ArchiveResult{}, err
 	case IsCommitUnknown(err):
 		// Either all of the batch moved or none: the next batch sees which.
-		return store.ArchiveResult{}, b.Unavailable(err)
+		return store.ArchiveResult{}, fmt.Errorf("%w: archive batch: %v", store.ErrWriteOutcomeUnknown, err)
 	default:
 		return store.ArchiveResult{}, b.Unavailable(err)
 	}
