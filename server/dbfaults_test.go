@@ -3,16 +3,23 @@ package server_test
 import (
 	"context"
 	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/jobfence/jobfence/archiver"
 	jobfence "github.com/jobfence/jobfence/clients/go"
 	pb "github.com/jobfence/jobfence/gen/jobfence/v1"
 	"github.com/jobfence/jobfence/internal/mariadbpair"
+	"github.com/jobfence/jobfence/internal/proctest"
 	"github.com/jobfence/jobfence/internal/testdb"
 	"github.com/jobfence/jobfence/server"
 	"github.com/jobfence/jobfence/store"
@@ -166,4 +173,73 @@ func TestDatabaseRefusalsAreRetryable_R20(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 		}
 	})
+}
+
+// R31: a database that goes read-only while the archive runs (a demoted
+// primary): taking the lease fails and the run stops, moving nothing (Run
+// starts the next an interval later); with the lease held, its batches fail
+// whole, it waits, counts the waits and moves nothing; once the database
+// takes writes again, it resumes.
+func TestArchiverWaitsOutAReadOnlyDatabase_R31(t *testing.T) {
+	p := startPrivate(t)
+	st := p.leastPrivileged(t).Open(t)
+	ctx := ctxFor(t)
+	reg := prometheus.NewRegistry()
+	a, err := archiver.New(st.(archiver.Store), archiver.Options{RetainSucceeded: time.Second, Pause: time.Millisecond,
+		Metrics: archiver.NewMetrics(reg), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.exec(t, "SET GLOBAL read_only = 1")
+	if tot, err := a.Once(ctx); !errors.Is(err, store.ErrUnavailable) || tot.Jobs != 0 {
+		t.Fatalf("Once on a read-only database = %+v, %v; want ErrUnavailable, nothing moved", tot, err)
+	}
+	p.exec(t, "SET GLOBAL read_only = 0")
+	if _, err := a.Once(ctx); err != nil { // takes the lease: nothing is due yet
+		t.Fatal(err)
+	}
+	var last store.Job
+	for i := range 5 {
+		if _, _, err := st.Enqueue(ctx, store.EnqueueParams{OperationKey: fmt.Sprintf("ro-%d", i), OrderID: "o",
+			PaymentID: "p", AmountMinor: 100, Currency: "EUR", Provider: "acme"}); err != nil {
+			t.Fatal(err)
+		}
+		c, err := st.Claim(ctx, store.ClaimParams{WorkerID: "w", MaxJobs: 1, Lease: time.Minute})
+		if err != nil || len(c) != 1 {
+			t.Fatalf("claim: %v %v", c, err)
+		}
+		res, err := st.Write(ctx, store.Writeback{Kind: store.EventCompleted, JobID: c[0].Job.ID,
+			Attempt: c[0].Job.Attempt, LeaseToken: c[0].LeaseToken, ProviderRefundID: "re"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = res.Job
+	}
+	proctest.WaitFor(t, 10*time.Second, "the jobs past a second's retention", func() bool {
+		s, err := st.Stats(ctx)
+		return err == nil && s.Now.After(last.NextAttemptAt.Add(store.MinRetention))
+	})
+	p.exec(t, "SET GLOBAL read_only = 1")
+	short, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if tot, err := a.Once(short); err == nil || tot.Jobs != 0 {
+		t.Fatalf("Once on a read-only database, lease held = %+v, %v; want it to wait, moving nothing", tot, err)
+	}
+	waits := 0.0
+	if mfs, err := reg.Gather(); err == nil {
+		for _, mf := range mfs {
+			if mf.GetName() == "jobfence_archive_backoffs_total" {
+				for _, m := range mf.GetMetric() {
+					waits += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	if waits == 0 {
+		t.Fatal("no back-off counted while the database refused writes")
+	}
+	p.exec(t, "SET GLOBAL read_only = 0")
+	if tot, err := a.Once(ctx); err != nil || tot.Jobs != 5 {
+		t.Fatalf("Once once the database takes writes = %+v, %v; want the 5 jobs", tot, err)
+	}
 }
