@@ -30,6 +30,7 @@ type benchStream struct {
 	timed   chan timedGrant
 	ended   chan error // the stream's end: io.EOF after a clean one
 	sendMu  sync.Mutex
+	closed  bool // CloseSend was called: a Send now would end the stream
 	mu      sync.Mutex
 	next    uint64
 	pending map[uint64]chan *pb.WorkReply
@@ -121,6 +122,11 @@ func openStreamOf(ctx context.Context, c pb.CoordinatorClient, id string, credit
 func (s *benchStream) send(m *pb.WorkRequest) error {
 	s.sendMu.Lock()
 	defer s.sendMu.Unlock()
+	if s.closed {
+		// grpc-go ends the whole stream with INTERNAL for a Send after
+		// CloseSend; the heartbeat that races close must not.
+		return io.ErrClosedPipe
+	}
 	return s.stream.Send(m)
 }
 
@@ -158,6 +164,7 @@ func (s *benchStream) complete(ctx context.Context, j *pb.ClaimedJob) error {
 // close half-closes the stream and waits for its clean end.
 func (s *benchStream) close() error {
 	s.sendMu.Lock()
+	s.closed = true
 	err := s.stream.CloseSend()
 	s.sendMu.Unlock()
 	if err != nil {
