@@ -726,10 +726,18 @@ func TestConcurrentWritesCoalescedStayFenced(t *testing.T) {
 					for i, j := range resp.Jobs {
 						go func(j *pb.ClaimedJob, zombie bool) {
 							if zombie {
-								// Lose the lease and let someone take over before writing.
+								// Lose the lease and wait for someone to take over
+								// before writing (R8: expiry alone only opens the
+								// competition; a loaded machine may take its time).
 								zombies.Add(1)
 								storetest.Expire(ctx, c.store, j.Job.Id) //nolint:errcheck
-								time.Sleep(20 * time.Millisecond)
+								for {
+									got, err := c.client.GetJob(ctx, &pb.GetJobRequest{Job: &pb.GetJobRequest_JobId{JobId: j.Job.Id}})
+									if err != nil || got.Job.Attempt > j.Attempt {
+										break
+									}
+									time.Sleep(5 * time.Millisecond)
+								}
 							}
 							res, err := c.client.Complete(ctx, &pb.CompleteRequest{JobId: j.Job.Id, Attempt: j.Attempt, LeaseToken: j.LeaseToken,
 								ProviderRefundId: fmt.Sprintf("re_%d_%d", j.Job.Id, j.Attempt)})
@@ -788,6 +796,9 @@ func TestConcurrentWritesCoalescedStayFenced(t *testing.T) {
 		t.Logf("%d zombies, %d stale writes rejected", zombies.Load(), stale.Load())
 		if stale.Load() == 0 {
 			t.Fatal("no late write was rejected; the test proves nothing")
+		}
+		if stale.Load() != zombies.Load() {
+			t.Fatalf("%d zombies wrote after a takeover but %d were rejected", zombies.Load(), stale.Load())
 		}
 	})
 }
