@@ -44,7 +44,11 @@ if [ -z "$BIN" ]; then
   BIN="$work/bin"
   go build -o "$BIN/" ./cmd/coordinator ./cmd/refundworker ./cmd/fakeprovider
 fi
-ghz=(go tool -modfile=tools/ghz/go.mod ghz)
+# Built before anything runs, so that the readers are asking from their start
+# (go tool would build it in each reader's start, which on a loaded machine
+# can outlast the worker run it is meant to share with).
+go build -modfile=tools/ghz/go.mod -o "$work/ghz" github.com/bojand/ghz/cmd/ghz
+ghz=("$work/ghz")
 
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 token() { head -c 18 /dev/urandom | base64 | tr '+/' '-_'; }
