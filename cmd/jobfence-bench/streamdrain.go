@@ -18,8 +18,11 @@ import (
 )
 
 // streamIdle is how long a draining stream worker waits for a grant before
-// it takes the backlog for drained.
-const streamIdle = 500 * time.Millisecond
+// it gives up on the rest of the backlog: a stall, which checkDrained then
+// reports. A drain ends when the workers completed the whole backlog; an
+// idle bound short enough to end it instead was taken on a loaded machine
+// for the end of a backlog that still had most of its jobs.
+const streamIdle = 10 * time.Second
 
 // benchStream is a bench worker's stream (Coordinator.Work): grants arrive
 // on grants (or, timed, on timed), completions are calls answered by their
@@ -180,10 +183,11 @@ func (s *benchStream) close() error {
 // --workers workers opens one stream with batch credits, completes every
 // grant on the stream as it arrives, one goroutine per job like the unary
 // drain, and gives the job's credit back once the completion is answered,
-// until no grant came for streamIdle.
+// until the backlog is completed (or no grant came for streamIdle).
 func (b *bench) drainStream(ctx context.Context, tag string, batch int, clients []pb.CoordinatorClient) (drainResult, error) {
 	var mu sync.Mutex
 	var done []time.Duration
+	drained := make(chan struct{})
 	start := time.Now()
 	err := parallel(ctx, b.cfg.workers, func(ctx context.Context, w int) error {
 		s, err := openStream(ctx, clients[w], fmt.Sprintf("bench-stream-%d", w), batch)
@@ -206,9 +210,14 @@ func (b *bench) drainStream(ctx context.Context, tag string, batch int, clients 
 						first = fmt.Errorf("%s drain: complete job %d attempt %d: %w", tag, j.Job.Id, j.Attempt, err)
 					} else if err == nil {
 						done = append(done, time.Since(start))
+						if len(done) == b.cfg.backlog {
+							close(drained)
+						}
 					}
 				})
 				idle.Reset(streamIdle)
+			case <-drained:
+				break loop
 			case <-idle.C:
 				break loop
 			case err := <-s.ended:
