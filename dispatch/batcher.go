@@ -22,8 +22,8 @@ import (
 // and transactions do not compete for the database (on two cores, two
 // flushers taking calls alike cost more database CPU per job and more
 // latency than one: docs/BENCHMARKS.md).
-type batcher[In, Out any] struct {
-	run      func(context.Context, []In) []Out
+type batcher[In, Out any, K batchKind[In, Out]] struct {
+	kind     K
 	queue    chan *batchCall[In, Out]
 	maxBatch int
 	timeout  time.Duration
@@ -32,13 +32,19 @@ type batcher[In, Out any] struct {
 	// (UnixNano); 0 when it is idle. started wakes the overflow flushers.
 	busy    atomic.Int64
 	started chan struct{}
-	// abandoned, when set, receives the outcome of a call whose caller gave up
-	// before it was answered.
-	abandoned func(In, Out)
 	// done is closed by close: the flushers stop, and calls waiting or made
 	// later answer ErrClosed.
 	done      chan struct{}
 	closeOnce sync.Once
+}
+
+// A batchKind is one kind of batched call, what a batcher's flushers run:
+// flush runs a batch of calls in one transaction and answers each, in
+// order; abandon receives the outcome of a call whose caller gave up before
+// it was answered. Each kind has its type in flush.go.
+type batchKind[In, Out any] interface {
+	flush(ctx context.Context, batch []In) []Out
+	abandon(in In, out Out)
 }
 
 // The states of a call: waiting for its batch, answered, or given up.
@@ -61,12 +67,12 @@ type batchCall[In, Out any] struct {
 const overflowAfter = 20 * time.Millisecond
 
 // newBatcher starts flushers goroutines (one, and flushers-1 overflow) that
-// hand batches of up to maxBatch calls to run, each under timeout.
-func newBatcher[In, Out any](run func(context.Context, []In) []Out, flushers, maxBatch int, timeout time.Duration,
-	sizes prometheus.Observer) *batcher[In, Out] {
-	b := &batcher[In, Out]{run: run, queue: make(chan *batchCall[In, Out], flushers*maxBatch), maxBatch: maxBatch,
+// hand batches of up to maxBatch calls to kind.flush, each under timeout.
+func newBatcher[In, Out any, K batchKind[In, Out]](kind K, flushers, maxBatch int, timeout time.Duration,
+	sizes prometheus.Observer) *batcher[In, Out, K] {
+	b := &batcher[In, Out, K]{kind: kind, queue: make(chan *batchCall[In, Out], flushers*maxBatch), maxBatch: maxBatch,
 		timeout: timeout, sizes: sizes, started: make(chan struct{}, flushers), done: make(chan struct{})}
-	go b.flush()
+	go b.lead()
 	for i := 1; i < flushers; i++ {
 		go b.overflow()
 	}
@@ -75,8 +81,9 @@ func newBatcher[In, Out any](run func(context.Context, []In) []Out, flushers, ma
 
 // do queues in and waits for its outcome. If ctx ends first the call may still
 // be applied: enqueues and write-backs are safe to repeat (R1, R21); a claim
-// granted to a caller that left goes to abandoned, which hands it back.
-func (b *batcher[In, Out]) do(ctx context.Context, in In) (Out, error) {
+// granted to a caller that left goes to its kind's abandon, which hands it
+// back.
+func (b *batcher[In, Out, K]) do(ctx context.Context, in In) (Out, error) {
 	c := &batchCall[In, Out]{in: in, done: make(chan struct{})}
 	var zero Out
 	select {
@@ -105,11 +112,11 @@ func (b *batcher[In, Out]) do(ctx context.Context, in In) (Out, error) {
 }
 
 // close stops the flushers once their batches in flight are answered.
-func (b *batcher[In, Out]) close() { b.closeOnce.Do(func() { close(b.done) }) }
+func (b *batcher[In, Out, K]) close() { b.closeOnce.Do(func() { close(b.done) }) }
 
-// flush is the first flusher: it runs every call as it comes, with those
+// lead is the first flusher: it runs every call as it comes, with those
 // queued behind it.
-func (b *batcher[In, Out]) flush() {
+func (b *batcher[In, Out, K]) lead() {
 	for {
 		var first *batchCall[In, Out]
 		select {
@@ -133,7 +140,7 @@ func (b *batcher[In, Out]) flush() {
 // overflow is an overflow flusher: once the first flusher has run one batch
 // for overflowAfter, it takes the calls queued meanwhile, until that batch
 // ends.
-func (b *batcher[In, Out]) overflow() {
+func (b *batcher[In, Out, K]) overflow() {
 	t := time.NewTimer(overflowAfter)
 	t.Stop()
 	for range b.started {
@@ -160,7 +167,7 @@ func (b *batcher[In, Out]) overflow() {
 
 // runBatch runs first with the calls queued behind it, up to maxBatch, and
 // answers each.
-func (b *batcher[In, Out]) runBatch(first *batchCall[In, Out]) {
+func (b *batcher[In, Out, K]) runBatch(first *batchCall[In, Out]) {
 	batch, ins := []*batchCall[In, Out]{first}, []In{first.in}
 gather:
 	for len(batch) < b.maxBatch {
@@ -175,14 +182,14 @@ gather:
 	// The batch outlives any one caller: a caller that gives up must not
 	// cut the others' transaction.
 	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
-	outs := b.run(ctx, ins)
+	outs := b.kind.flush(ctx, ins)
 	cancel()
 	for i, c := range batch {
 		c.out = outs[i]
 		if c.state.CompareAndSwap(callWaiting, callAnswered) {
 			close(c.done)
-		} else if b.abandoned != nil {
-			b.abandoned(c.in, c.out)
+		} else {
+			b.kind.abandon(c.in, c.out)
 		}
 	}
 }

@@ -10,14 +10,28 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
+// testFlush is a batchKind of functions, for tests of the batcher alone.
+type testFlush struct {
+	run       func(context.Context, []int) []int
+	abandoned func(in, out int)
+}
+
+func (f testFlush) flush(ctx context.Context, ins []int) []int { return f.run(ctx, ins) }
+
+func (f testFlush) abandon(in, out int) {
+	if f.abandoned != nil {
+		f.abandoned(in, out)
+	}
+}
+
 // TestBatcherHandsAbandonedOutcomes: a caller that gives up while its batch
 // runs gets its context's error, and the outcome it will never read goes to
-// abandoned (for a claim: the jobs to release), exactly once.
+// its kind's abandon (for a claim: the jobs to release), exactly once.
 func TestBatcherHandsAbandonedOutcomes(t *testing.T) {
 	running, release := make(chan struct{}), make(chan struct{})
 	var mu sync.Mutex
 	var abandoned []int
-	b := newBatcher(func(_ context.Context, ins []int) []int {
+	b := newBatcher[int, int](testFlush{run: func(_ context.Context, ins []int) []int {
 		if ins[0] == 1 {
 			close(running)
 		}
@@ -27,12 +41,11 @@ func TestBatcherHandsAbandonedOutcomes(t *testing.T) {
 			out[i] = v * 10
 		}
 		return out
-	}, 1, 8, time.Minute, prometheus.NewHistogram(prometheus.HistogramOpts{Name: "x"}))
-	b.abandoned = func(in, out int) {
+	}, abandoned: func(in, out int) {
 		mu.Lock()
 		abandoned = append(abandoned, out)
 		mu.Unlock()
-	}
+	}}, 1, 8, time.Minute, prometheus.NewHistogram(prometheus.HistogramOpts{Name: "x"}))
 
 	ctx, cancel := context.WithCancel(context.Background())
 	gone := make(chan error, 1)
@@ -60,13 +73,13 @@ func TestBatcherHandsAbandonedOutcomes(t *testing.T) {
 func TestBatcherOverflowsAStalledBatch(t *testing.T) {
 	for _, flushers := range []int{1, 2} {
 		stalled, stall := make(chan struct{}), make(chan struct{})
-		b := newBatcher(func(_ context.Context, ins []int) []int {
+		b := newBatcher[int, int](testFlush{run: func(_ context.Context, ins []int) []int {
 			if ins[0] == 1 {
 				close(stalled)
 				<-stall
 			}
 			return ins
-		}, flushers, 8, time.Minute, prometheus.NewHistogram(prometheus.HistogramOpts{Name: "x"}))
+		}}, flushers, 8, time.Minute, prometheus.NewHistogram(prometheus.HistogramOpts{Name: "x"}))
 		go b.do(context.Background(), 1) //nolint:errcheck
 		// The first call's batch is running.
 		<-stalled
@@ -94,7 +107,7 @@ func TestBatcherOverflowsAStalledBatch(t *testing.T) {
 // TestBatcherClosed: after close the flushers stop, and a call answers
 // ErrClosed instead of waiting for a batch that will never run.
 func TestBatcherClosed(t *testing.T) {
-	b := newBatcher(func(_ context.Context, ins []int) []int { return ins }, 2, 8, time.Minute,
+	b := newBatcher[int, int](testFlush{run: func(_ context.Context, ins []int) []int { return ins }}, 2, 8, time.Minute,
 		prometheus.NewHistogram(prometheus.HistogramOpts{Name: "x"}))
 	if out, err := b.do(context.Background(), 7); err != nil || out != 7 {
 		t.Fatalf("do before close = %d, %v", out, err)

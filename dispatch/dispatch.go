@@ -29,7 +29,20 @@ const batchTimeout = time.Minute
 // ErrClosed is what calls made after Close answer.
 var ErrClosed = errors.New("dispatch: closed")
 
-// Options configure a Dispatcher; zero values take the defaults of New.
+// Store is what a Dispatcher needs of the store: the batch calls it
+// coalesces calls into, one transaction each, and the look idle long polls
+// share. store.Store provides it; sqlbase.Backend implements it for both
+// backends.
+type Store interface {
+	EnqueueAndClaim(ctx context.Context, ps []store.EnqueueParams, cs []store.ClaimParams) ([]store.EnqueueOutcome,
+		[]store.ClaimOutcome)
+	ClaimMany(ctx context.Context, ps []store.ClaimParams) []store.ClaimOutcome
+	WriteMany(ctx context.Context, ws []store.Writeback) []store.WriteOutcome
+	RenewMany(ctx context.Context, rs []store.Renewal) []store.RenewOutcome
+	HasWork(ctx context.Context, provider string) (bool, error)
+}
+
+// Options configure a Dispatcher; zero values take Defaults.
 type Options struct {
 	// PollInterval is how often idle long polls look again for work they
 	// were not woken for (another replica's enqueues, delays that ran out,
@@ -44,6 +57,10 @@ type Options struct {
 	// Logger is slog.Default() when nil.
 	Logger *slog.Logger
 }
+
+// Defaults are the options a zero field of Options takes; the server's
+// options and the coordinator's flags default to them too.
+var Defaults = Options{PollInterval: 200 * time.Millisecond, Flushers: 2, MaxBatch: 128}
 
 // Metrics are the observers a Dispatcher reports to.
 type Metrics struct {
@@ -60,15 +77,15 @@ type Metrics struct {
 // long polls of one coordinator. Its methods may be called from many
 // goroutines.
 type Dispatcher struct {
-	store    store.Store
+	store    Store
 	opts     Options
 	log      *slog.Logger
 	waiters  waiters
 	idle     idleLooks
-	writes   *batcher[store.Writeback, store.WriteOutcome]
-	enqueues *batcher[store.EnqueueParams, store.EnqueueOutcome]
-	claims   *batcher[store.ClaimParams, store.ClaimOutcome]
-	renewals *batcher[store.Renewal, store.RenewOutcome]
+	writes   *batcher[store.Writeback, store.WriteOutcome, writeFlush]
+	enqueues *batcher[store.EnqueueParams, store.EnqueueOutcome, enqueueFlush]
+	claims   *batcher[store.ClaimParams, store.ClaimOutcome, claimFlush]
+	renewals *batcher[store.Renewal, store.RenewOutcome, renewFlush]
 	// releasing counts the hand-backs in flight (releaseJobs): Close waits
 	// for them before it closes the write path under them. relMu guards
 	// closing and the Adds, so that none starts once Close waits.
@@ -78,27 +95,30 @@ type Dispatcher struct {
 }
 
 // New returns a Dispatcher on st, with its flushers running until Close.
-// Defaults: PollInterval 200ms, Flushers 2, MaxBatch 128.
-func New(st store.Store, o Options) *Dispatcher {
+// Zero options take Defaults.
+func New(st Store, o Options) *Dispatcher {
 	if o.PollInterval == 0 {
-		o.PollInterval = 200 * time.Millisecond
+		o.PollInterval = Defaults.PollInterval
 	}
 	if o.Flushers == 0 {
-		o.Flushers = 2
+		o.Flushers = Defaults.Flushers
 	}
 	if o.MaxBatch == 0 {
-		o.MaxBatch = 128
+		o.MaxBatch = Defaults.MaxBatch
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
 	o.Metrics = o.Metrics.withDefaults()
 	d := &Dispatcher{store: st, opts: o, log: o.Logger}
-	d.writes = newBatcher(st.WriteMany, o.Flushers, o.MaxBatch, batchTimeout, o.Metrics.WriteBatch)
-	d.claims = newBatcher(st.ClaimMany, o.Flushers, ClaimsPerTx, batchTimeout, o.Metrics.ClaimTx)
-	d.claims.abandoned = d.release
-	d.enqueues = newBatcher(d.enqueueMany, o.Flushers, o.MaxBatch, batchTimeout, o.Metrics.EnqueueBatch)
-	d.renewals = newBatcher(st.RenewMany, o.Flushers, o.MaxBatch, batchTimeout, o.Metrics.RenewBatch)
+	d.writes = newBatcher[store.Writeback, store.WriteOutcome](writeFlush{st}, o.Flushers, o.MaxBatch, batchTimeout,
+		o.Metrics.WriteBatch)
+	d.claims = newBatcher[store.ClaimParams, store.ClaimOutcome](claimFlush{d}, o.Flushers, ClaimsPerTx, batchTimeout,
+		o.Metrics.ClaimTx)
+	d.enqueues = newBatcher[store.EnqueueParams, store.EnqueueOutcome](enqueueFlush{d}, o.Flushers, o.MaxBatch,
+		batchTimeout, o.Metrics.EnqueueBatch)
+	d.renewals = newBatcher[store.Renewal, store.RenewOutcome](renewFlush{st}, o.Flushers, o.MaxBatch, batchTimeout,
+		o.Metrics.RenewBatch)
 	return d
 }
 
@@ -191,7 +211,7 @@ func (d *Dispatcher) Close() {
 
 // enqueueMany runs a batch of enqueues and, in the same transaction, the
 // claims of idle long-polling workers that could take the new jobs
-// (store.EnqueueAndClaim): a job enqueued while a worker waits reaches it
+// (Store.EnqueueAndClaim): a job enqueued while a worker waits reaches it
 // with the enqueue's own COMMIT. Each taken claim takes what it would take
 // one call later, oldest due work first (Q1). A new job no claim took wakes
 // one more waiter.
@@ -351,7 +371,7 @@ func (d *Dispatcher) pollRound(wt *waiter, p store.ClaimParams) {
 }
 
 // idleLooks is the one look idle long polls share at each poll instant
-// (store.Store.HasWork): a read without locks or a transaction, per provider
+// (Store.HasWork): a read without locks or a transaction, per provider
 // filter, so that two thousand idle workers cost the database a few reads
 // per instant rather than a claim transaction per sixteen of them. A poll
 // round runs only for the filters the look found work for.

@@ -113,9 +113,9 @@ var Defaults = Options{
 	Lease:             30 * time.Second,
 	KeyRetention:      24 * time.Hour,
 	MaxGrantAge:       store.DefaultMaxGrantAge,
-	ClaimPollInterval: 200 * time.Millisecond,
-	WriteFlushers:     2,
-	WriteBatch:        128,
+	ClaimPollInterval: dispatch.Defaults.PollInterval,
+	WriteFlushers:     dispatch.Defaults.Flushers,
+	WriteBatch:        dispatch.Defaults.MaxBatch,
 
 	MaxReads:                    4,
 	MaxReadsPerCredential:       2,
