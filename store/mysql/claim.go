@@ -8,7 +8,7 @@ import (
 
 const (
 	// R12: one cutoff per claim, from the database's clock.
-	selectNow = `SELECT UTC_TIMESTAMP(6)`
+	now = `SELECT UTC_TIMESTAMP(6)`
 
 	// R6, R23: expired leases, oldest first, read without locking:
 	// takeovers are then locked by primary key (lockTakeovers). They are
@@ -18,7 +18,7 @@ const (
 	// that ends the range, the running job with the earliest live lease, and
 	// deadlock with that job's own write-back, which must change the entry.
 	// The arguments: the cutoff twice, the filter's, the limit.
-	selectExpiredLeases = `SELECT ` + sqlbase.HasObservations + `, ` + jobColumns + ` FROM refund_jobs FORCE INDEX (%[2]s)
+	expiredLeases = `SELECT ` + sqlbase.HasObservations + `, ` + jobColumns + ` FROM refund_jobs FORCE INDEX (%[2]s)
  WHERE state = 'running' AND next_attempt_at <= ? AND lease_until <= ?%[1]s
  ORDER BY next_attempt_at, id
  LIMIT ?`
@@ -35,7 +35,7 @@ const (
 	// INDEX keeps the walk on the claim's index, (state, next_attempt_at, id)
 	// or, with a provider filter, (state, provider, next_attempt_at, id): the
 	// optimizer might otherwise pick one that means a sort.
-	lockDueJobs = selectDueJobs + `
+	dueJobs = selectDueJobs + `
  FOR UPDATE SKIP LOCKED`
 	selectDueJobs = `SELECT ` + sqlbase.HasObservations + `, ` + jobColumns + ` FROM refund_jobs FORCE INDEX (%[2]s)
  WHERE state = 'ready' AND next_attempt_at <= ?%[1]s
@@ -44,9 +44,9 @@ const (
 
 	// The two candidate groups and the clock in one round trip: UTC_TIMESTAMP
 	// is one value for the whole statement, the cutoff of both groups (R12,
-	// Q1). Expired leases are read, not locked, as in selectExpiredLeases;
+	// Q1). Expired leases are read, not locked, as in expiredLeases;
 	// both groups walk the due index (%[2]s and %[3]s are the same).
-	lockCandidates = `(SELECT UTC_TIMESTAMP(6), 1, ` + sqlbase.HasObservations + `, ` + jobColumns + `
+	candidates = `(SELECT UTC_TIMESTAMP(6), 1, ` + sqlbase.HasObservations + `, ` + jobColumns + `
    FROM refund_jobs FORCE INDEX (%[2]s)
   WHERE state = 'running' AND next_attempt_at <= UTC_TIMESTAMP(6) AND lease_until <= UTC_TIMESTAMP(6)%[1]s
   ORDER BY next_attempt_at, id
@@ -69,8 +69,8 @@ const anyWork = `SELECT EXISTS (SELECT 1 FROM refund_jobs FORCE INDEX (%[3]s)
 
 // R19: provider budgets, shared by every coordinator on the database.
 const (
-	selectAllBudgets = `SELECT provider, tokens, rate, burst, refilled_at FROM provider_budgets`
-	lockBudgets      = `SELECT provider, tokens, rate, burst, refilled_at FROM provider_budgets
+	allBudgets = `SELECT provider, tokens, rate, burst, refilled_at FROM provider_budgets`
+	budgets    = `SELECT provider, tokens, rate, burst, refilled_at FROM provider_budgets
  WHERE provider IN (%s) ORDER BY provider FOR UPDATE`
 )
 
@@ -80,18 +80,18 @@ const (
 // bumps them and records the history. Deadlocks and lock-wait timeouts roll
 // everything back and are retried whole (R20).
 var statements = sqlbase.Statements{
-	Now:           selectNow,
+	Now:           now,
 	NowExpr:       `UTC_TIMESTAMP(6)`,
-	ExpiredLeases: selectExpiredLeases,
+	ExpiredLeases: expiredLeases,
 	LockTakeovers: lockTakeovers,
-	DueJobs:       lockDueJobs,
-	Candidates:    lockCandidates,
+	DueJobs:       dueJobs,
+	Candidates:    candidates,
 	AnyWork:       anyWork,
 	ExpireLease:   expireLease,
 	UpdateTable:   "refund_jobs FORCE INDEX (PRIMARY)",
-	LockForWrite:  lockJobsForWrite,
-	AllBudgets:    selectAllBudgets,
-	Budgets:       lockBudgets,
+	LockForWrite:  lockForWrite,
+	AllBudgets:    allBudgets,
+	Budgets:       budgets,
 	// One index for due work and expired leases (store.Job.NextAttemptAt).
 	Indexes: sqlbase.Indexes{Lease: "ix_refund_jobs_due", Due: "ix_refund_jobs_due",
 		ProviderLease: "ix_refund_jobs_provider_due", ProviderDue: "ix_refund_jobs_provider_due"},

@@ -9,7 +9,7 @@ import (
 
 // CandidatesSQL is the claim's candidate statement, for tests that hold its
 // locks open.
-var CandidatesSQL = lockCandidates
+var CandidatesSQL = candidates
 
 // OpenKeeping opens a pool on dsn whose connections keep up to keep
 // prepared statements each, with interpolateParams as Open forces it (the
@@ -35,6 +35,6 @@ func OpenMigratedTo(ctx context.Context, dsn string, upTo int) (*Store, error) {
 
 // The claim's candidate queries, for tests that count the rows they touch.
 var (
-	DueJobsSQL       = lockDueJobs
-	ExpiredLeasesSQL = selectExpiredLeases
+	DueJobsSQL       = dueJobs
+	ExpiredLeasesSQL = expiredLeases
 )

@@ -116,7 +116,7 @@ func open(ctx context.Context, dsn string, opts Options, upTo int) (*Store, erro
 		SQL:        statements,
 		Retention:  retention,
 		Begin:      "START TRANSACTION",
-		LockedRead: selectJobsLocked,
+		LockedRead: lockedRead,
 		// One moment for Get: the session's READ COMMITTED would let each
 		// statement see a later one.
 		ReadTx: &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true},

@@ -4,12 +4,12 @@ package mysql
 const (
 	// Locks the batch's rows in id order (two batches never wait on each other
 	// in a cycle) and reads the database's clock (R12).
-	lockJobsForWrite = `SELECT UTC_TIMESTAMP(6), ` + jobColumns + ` FROM refund_jobs
+	lockForWrite = `SELECT UTC_TIMESTAMP(6), ` + jobColumns + ` FROM refund_jobs
  WHERE id IN (%s) ORDER BY id FOR UPDATE`
 
 	// Waits for a transaction still holding the rows, so that a COMMIT cut off
 	// in flight has settled before we read its outcome (R20).
-	selectJobsLocked = `SELECT ` + jobColumns + ` FROM refund_jobs WHERE id IN (%s) LOCK IN SHARE MODE`
+	lockedRead = `SELECT ` + jobColumns + ` FROM refund_jobs WHERE id IN (%s) LOCK IN SHARE MODE`
 )
 
 // R8: only opens the job to takeover, a microsecond ago by the database

@@ -6,7 +6,7 @@ import (
 
 const (
 	// R12, Q1: one cutoff per claim, from the database's clock.
-	selectNow = `SELECT ` + nowMicros
+	now = `SELECT ` + nowExpr
 
 	// R6, R23: expired leases, oldest first. INDEXED BY pins the partial
 	// index of the claim (per provider with a provider filter): the planner
@@ -16,13 +16,13 @@ const (
 	// The arguments: the cutoff twice (next_attempt_at, the lease end, is
 	// tested as in MySQL, where it is what the walk's index holds:
 	// store.Job.NextAttemptAt), the filter's, the limit.
-	selectExpiredLeases = `SELECT ` + sqlbase.HasObservations + `, ` + jobColumns + ` FROM refund_jobs INDEXED BY %[2]s
+	expiredLeases = `SELECT ` + sqlbase.HasObservations + `, ` + jobColumns + ` FROM refund_jobs INDEXED BY %[2]s
  WHERE state = 'running' AND next_attempt_at <= ? AND lease_until <= ?%[1]s
  ORDER BY lease_until, id
  LIMIT ?`
 
 	// Q1, Q2, R23: ready and due, oldest first, stable by id (Q4).
-	selectDueJobs = `SELECT ` + sqlbase.HasObservations + `, ` + jobColumns + ` FROM refund_jobs INDEXED BY %[2]s
+	dueJobs = `SELECT ` + sqlbase.HasObservations + `, ` + jobColumns + ` FROM refund_jobs INDEXED BY %[2]s
  WHERE state = 'ready' AND next_attempt_at <= ?%[1]s
  ORDER BY next_attempt_at, id
  LIMIT ?`
@@ -31,14 +31,14 @@ const (
 // anyWork is one look for idle long polls (HasWork): the first entry of each
 // walk, outside any write transaction.
 const anyWork = `SELECT EXISTS (SELECT 1 FROM refund_jobs INDEXED BY %[3]s
-  WHERE state = 'ready' AND next_attempt_at <= ` + nowMicros + `%[1]s)
+  WHERE state = 'ready' AND next_attempt_at <= ` + nowExpr + `%[1]s)
  OR EXISTS (SELECT 1 FROM refund_jobs INDEXED BY %[2]s
-  WHERE state = 'running' AND lease_until <= ` + nowMicros + `%[1]s)`
+  WHERE state = 'running' AND lease_until <= ` + nowExpr + `%[1]s)`
 
 // R19: provider budgets, shared by every coordinator on the database.
 const (
-	selectAllBudgets = `SELECT provider, tokens, rate, burst, refilled_at FROM provider_budgets`
-	lockBudgets      = `SELECT provider, tokens, rate, burst, refilled_at FROM provider_budgets
+	allBudgets = `SELECT provider, tokens, rate, burst, refilled_at FROM provider_budgets`
+	budgets    = `SELECT provider, tokens, rate, burst, refilled_at FROM provider_budgets
  WHERE provider IN (%s) ORDER BY provider`
 )
 
@@ -47,16 +47,16 @@ const (
 // candidates it reads cannot be claimed by anyone else before it commits
 // (R13). A busy write lock leaves nothing behind and is retried whole (R20).
 var statements = sqlbase.Statements{
-	Now:           selectNow,
-	NowExpr:       nowMicros,
-	ExpiredLeases: selectExpiredLeases,
-	DueJobs:       selectDueJobs,
+	Now:           now,
+	NowExpr:       nowExpr,
+	ExpiredLeases: expiredLeases,
+	DueJobs:       dueJobs,
 	AnyWork:       anyWork,
 	ExpireLease:   expireLease,
 	UpdateTable:   "refund_jobs",
-	LockForWrite:  selectNowAndJobs,
-	AllBudgets:    selectAllBudgets,
-	Budgets:       lockBudgets,
+	LockForWrite:  lockForWrite,
+	AllBudgets:    allBudgets,
+	Budgets:       budgets,
 	// Partial indexes: a transition moves a job's entry from one to another,
 	// which costs what rewriting it in one index would.
 	Indexes: sqlbase.Indexes{Lease: "ix_refund_jobs_lease", Due: "ix_refund_jobs_due",

@@ -24,7 +24,7 @@ const (
 ) STRICT`
 	selectAppliedVersions = `SELECT version FROM jobfence_schema_migrations`
 	insertAppliedVersion  = `INSERT INTO jobfence_schema_migrations (version, name, applied_at)
-VALUES (?, ?, ` + nowMicros + `)`
+VALUES (?, ?, ` + nowExpr + `)`
 )
 
 // migrate applies the embedded migrations that are not yet recorded in one

@@ -25,10 +25,10 @@ func TestCandidateQueriesUseTheirIndexes_Q2(t *testing.T) {
 		query, filter, index string
 		args                 []any
 	}{
-		{selectDueJobs, "", "ix_refund_jobs_due", []any{1, 10}},
-		{selectDueJobs, " AND provider = ?", "ix_refund_jobs_provider_due", []any{1, "acme", 10}},
-		{selectExpiredLeases, "", "ix_refund_jobs_lease", []any{1, 1, 10}},
-		{selectExpiredLeases, " AND provider = ?", "ix_refund_jobs_provider_lease", []any{1, 1, "acme", 10}},
+		{dueJobs, "", "ix_refund_jobs_due", []any{1, 10}},
+		{dueJobs, " AND provider = ?", "ix_refund_jobs_provider_due", []any{1, "acme", 10}},
+		{expiredLeases, "", "ix_refund_jobs_lease", []any{1, 1, 10}},
+		{expiredLeases, " AND provider = ?", "ix_refund_jobs_provider_lease", []any{1, 1, "acme", 10}},
 	}
 	for _, c := range cases {
 		query := fmt.Sprintf(c.query, c.filter, c.index)

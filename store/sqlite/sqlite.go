@@ -48,11 +48,11 @@ type Store struct {
 
 var _ store.Store = (*Store)(nil)
 
-// nowMicros is the database's clock (R12) as INTEGER microseconds since the
+// nowExpr is the database's clock (R12) as INTEGER microseconds since the
 // Unix epoch, UTC. SQLite's 'now' has millisecond resolution and is the same
 // for every use within one statement, so the columns a statement stamps agree
 // exactly.
-const nowMicros = `(CAST(ROUND(unixepoch('now', 'subsec') * 1000) AS INTEGER) * 1000)`
+const nowExpr = `(CAST(ROUND(unixepoch('now', 'subsec') * 1000) AS INTEGER) * 1000)`
 
 // Open opens (creating if absent) the database file at path, a file name
 // rather than a URI, and its parent directory, forces the settings the fencing logic relies on, and applies
@@ -113,7 +113,7 @@ func open(ctx context.Context, path string, opts Options, upTo int, exclusive bo
 		Dialect:    dialect{},
 		SQL:        statements,
 		Retention:  retention,
-		LockedRead: selectJobsByIDs,
+		LockedRead: lockedRead,
 		// A deferred BEGIN: a read takes no write lock, and WAL gives it one
 		// moment.
 		ReadTx: &sql.TxOptions{ReadOnly: true},

@@ -161,12 +161,12 @@ func (b *Backend) observeTx(ctx context.Context, tx Tx, p store.ObservationParam
 	// R31: an archived job's receipts are filed in the archive, beside the
 	// ones it left with; it is final, so nothing moves.
 	q := observationSQL(!job.ArchivedAt.IsZero())
-	room, err := ObservationRoomOf(ctx, tx, q.room, job.ID, p.Reporter)
+	room, err := ObservationRoomOf(ctx, tx, q.countObservationRoom, job.ID, p.Reporter)
 	if err != nil {
 		return store.Observation{}, false, err
 	}
 	if why := room.Refusal(verified); why != "" {
-		obs, err := ScanObservation(tx.QueryRowContext(ctx, q.byDedupe, key))
+		obs, err := ScanObservation(tx.QueryRowContext(ctx, q.selectObservationByDedupe, key))
 		if err == nil || !errors.Is(err, sql.ErrNoRows) {
 			return obs, err == nil, err // a repeat of one on file is its duplicate
 		}
@@ -178,7 +178,7 @@ func (b *Backend) observeTx(ctx context.Context, tx Tx, p store.ObservationParam
 	if b.Duplicate(err) {
 		// The same receipt is on file. A failed statement undoes only
 		// itself; the transaction goes on, writing nothing.
-		obs, err := ScanObservation(tx.QueryRowContext(ctx, q.byDedupe, key))
+		obs, err := ScanObservation(tx.QueryRowContext(ctx, q.selectObservationByDedupe, key))
 		return obs, true, err
 	}
 	if err != nil {
@@ -190,11 +190,11 @@ func (b *Backend) observeTx(ctx context.Context, tx Tx, p store.ObservationParam
 	}
 	if !job.ArchivedAt.IsZero() {
 		if dup, err := b.moveToArchive(ctx, tx, id); err != nil || dup {
-			obs, err := ScanObservation(tx.QueryRowContext(ctx, q.byDedupe, key))
+			obs, err := ScanObservation(tx.QueryRowContext(ctx, q.selectObservationByDedupe, key))
 			return obs, err == nil && dup, err
 		}
 	}
-	obs, err := ScanObservation(tx.QueryRowContext(ctx, q.byID, id))
+	obs, err := ScanObservation(tx.QueryRowContext(ctx, q.selectObservationByID, id))
 	if err != nil || !obs.Outcome.Expedites() || !job.ArchivedAt.IsZero() {
 		return obs, false, err
 	}
@@ -206,15 +206,17 @@ func (b *Backend) observeTx(ctx context.Context, tx Tx, p store.ObservationParam
 }
 
 // observationStatements are the reads of a job's receipts, in the working
-// table or in the archive's.
-type observationStatements struct{ room, byDedupe, byID string }
+// table or in the archive's; each field is named as its statement.
+type observationStatements struct{ countObservationRoom, selectObservationByDedupe, selectObservationByID string }
 
 var observationsLive, observationsArchived = observationStatements{
-	room: countObservationRoom, byDedupe: selectObservationByDedupe, byID: selectObservationByID,
+	countObservationRoom:      countObservationRoom,
+	selectObservationByDedupe: selectObservationByDedupe,
+	selectObservationByID:     selectObservationByID,
 }, observationStatements{
-	room:     archived(countObservationRoom, "refund_observations"),
-	byDedupe: archived(selectObservationByDedupe, "refund_observations"),
-	byID:     archived(selectObservationByID, "refund_observations"),
+	countObservationRoom:      archived(countObservationRoom, "refund_observations"),
+	selectObservationByDedupe: archived(selectObservationByDedupe, "refund_observations"),
+	selectObservationByID:     archived(selectObservationByID, "refund_observations"),
 }
 
 // selectJobIDForReceipt locks a job's row for a receipt (%s: the locking

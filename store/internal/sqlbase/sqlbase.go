@@ -1,7 +1,13 @@
-// Package sqlbase is what the SQL backends share: the transaction loop and its
-// reading of COMMIT failures (R7, R20), the shapes of Enqueue, Claim and
-// WriteMany around a backend's own SQL, and small query helpers. The SQL
-// itself stays in each backend.
+// Package sqlbase is the one implementation of store.Store for SQL databases
+// (Backend), shared by store/mysql and store/sqlite: the transaction loop and
+// its reading of COMMIT failures (R7, R20), enqueues, claims, write-backs,
+// renewals, receipts, reads, budgets and the archive. The SQL that is the
+// same in both databases lives here, as named constants next to the Go that
+// runs it, and the fenced UPDATEs are built by RowUpdate; what differs (the
+// clock, the candidate queries with their index hints and row locks, the
+// locking reads, the archive's walk) each backend gives in its Statements
+// and RetentionStatements, whose fields its constants are named after, and
+// its reading of its driver in its Dialect.
 package sqlbase
 
 import (
