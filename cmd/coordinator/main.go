@@ -48,11 +48,11 @@ func main() {
 }
 
 // gcPercent is the collector's target (GOGC) unless the environment sets
-// GOGC: the coordinator's live heap is small (the calls in flight), and at
-// Go's default of 100 it spent about a sixth of its CPU on allocation and
-// collection under load; 400 gave 15 % less CPU per claim for a few MB more
-// memory (docs/BENCHMARKS.md). GOGC and GOMEMLIMIT override it as for any Go
-// program.
+// GOGC: the coordinator's live heap is small (the calls in flight), so
+// collecting less often costs little memory and saves CPU under load.
+// docs/BENCHMARKS.md, "Results of a full run", lists GOGC=400 among the
+// earlier changes measured in its previous runs (it keeps no figures of
+// them). GOGC and GOMEMLIMIT override it as for any Go program.
 const gcPercent = 400
 
 // healthInterval is how often the coordinator pings its database for its
