@@ -10,13 +10,11 @@ import (
 	"maps"
 	"net/http"
 	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
@@ -375,119 +373,6 @@ func idList(ids []int64) string {
 		s[i] = strconv.FormatInt(id, 10)
 	}
 	return strings.Join(s, ",")
-}
-
-// holder is a running holder process.
-type holder struct {
-	cmd     *exec.Cmd
-	stdin   io.WriteCloser
-	claims  chan [2]int64 // job id, attempt
-	done    chan struct{}
-	mu      sync.Mutex
-	tail    []string
-	stopped sync.Once
-}
-
-func startHolder(self string, c holderConfig) (*holder, error) {
-	cmd := exec.Command(self, c.args()...)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		return nil, err
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start the worker process: %w", err)
-	}
-	h := &holder{cmd: cmd, stdin: stdin, claims: make(chan [2]int64, 2*c.jobs), done: make(chan struct{})}
-	var pipes sync.WaitGroup
-	pipes.Go(func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			var id, attempt int64
-			if _, err := fmt.Sscanf(sc.Text(), "claimed %d %d", &id, &attempt); err == nil {
-				select {
-				case h.claims <- [2]int64{id, attempt}:
-				default:
-				}
-			}
-		}
-	})
-	pipes.Go(func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			h.mu.Lock()
-			if h.tail = append(h.tail, sc.Text()); len(h.tail) > 30 {
-				h.tail = h.tail[1:]
-			}
-			h.mu.Unlock()
-		}
-	})
-	go func() {
-		pipes.Wait()
-		cmd.Wait() //nolint:errcheck // killed on purpose
-		close(h.done)
-	}()
-	return h, nil
-}
-
-// waitClaimed waits until the holder reports a first grant of every job of
-// ids, and returns when the last came.
-func (h *holder) waitClaimed(ctx context.Context, ids []int64, timeout time.Duration) (time.Time, error) {
-	want := map[int64]bool{}
-	for _, id := range ids {
-		want[id] = true
-	}
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
-	for len(want) > 0 {
-		select {
-		case c := <-h.claims:
-			if !want[c[0]] || c[1] != 1 {
-				return time.Time{}, fmt.Errorf("the worker process was granted job %d attempt %d, want one of its jobs, attempt 1",
-					c[0], c[1])
-			}
-			delete(want, c[0])
-		case <-h.done:
-			return time.Time{}, fmt.Errorf("the worker process exited holding %d of %d jobs\n%s", len(ids)-len(want), len(ids), h.logs())
-		case <-timer.C:
-			return time.Time{}, fmt.Errorf("the worker process held %d of %d jobs after %s\n%s",
-				len(ids)-len(want), len(ids), timeout, h.logs())
-		case <-ctx.Done():
-			return time.Time{}, ctx.Err()
-		}
-	}
-	return time.Now(), nil
-}
-
-func (h *holder) exited() bool {
-	select {
-	case <-h.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// kill sends SIGKILL and waits for the process to be gone.
-func (h *holder) kill() {
-	h.stopped.Do(func() {
-		h.cmd.Process.Signal(syscall.SIGKILL) //nolint:errcheck
-		<-h.done
-		h.stdin.Close()
-	})
-}
-
-func (h *holder) logs() string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return strings.Join(h.tail, "\n")
 }
 
 // renewCost is one run of the cost measurement.
