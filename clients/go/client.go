@@ -198,9 +198,7 @@ func Dial(target string, opts ...Option) (*Client, error) {
 	}
 	dial := []grpc.DialOption{
 		grpc.WithTransportCredentials(transport),
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{
-			Time: DefaultKeepaliveTime, Timeout: DefaultKeepaliveTimeout, PermitWithoutStream: true,
-		}),
+		grpc.WithKeepaliveParams(dialKeepalive),
 	}
 	for _, p := range cfg.perRPC {
 		dial = append(dial, grpc.WithPerRPCCredentials(p))
@@ -215,6 +213,13 @@ func Dial(target string, opts ...Option) (*Client, error) {
 	c := NewClient(conn, opts...)
 	c.conn = conn
 	return c, nil
+}
+
+// dialKeepalive is the keepalive of a connection Dial makes: pings also
+// while no call is in flight, so that a dead coordinator is noticed before
+// the next call.
+var dialKeepalive = keepalive.ClientParameters{
+	Time: DefaultKeepaliveTime, Timeout: DefaultKeepaliveTimeout, PermitWithoutStream: true,
 }
 
 // NewClient returns a Client on a connection the caller made and closes. The

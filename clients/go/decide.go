@@ -323,6 +323,27 @@ func DecideAt(r Result, c ClaimedJob, p ProviderPolicy, now time.Time) Decision 
 	return Decision{Kind: DecideReschedule, NextAction: ActionReconcile, Delay: p.UnknownDelay, Reason: why + " (R14)"}
 }
 
+// resendRefused is the check a Worker makes before it calls a handler for c
+// (R14, R16, R22): a same-key resend that p trusts is checked against c's
+// window again at now, since time may have passed since the reconcile that
+// chose it; past the window or within the margin it is refused, and the
+// escalation returned is written instead of calling any handler; why says
+// what ResendAllowed found.
+func resendRefused(c ClaimedJob, p ProviderPolicy, now time.Time) (d Decision, why string, refused bool) {
+	if c.NextAction != ActionRefund || !c.SendsAgain() || !p.SameKeyResendSafe {
+		return Decision{}, "", false
+	}
+	ok, why := p.ResendAllowed(c, now)
+	if ok {
+		return Decision{}, why, false
+	}
+	return Decision{Kind: DecideEscalate, Reason: "same-key resend refused before sending: " + why + " (R14, R16)"}, why, true
+}
+
+// sends reports whether c's handler call is Refund, the one that sends;
+// anything but a refund action asks the provider first with Reconcile (R14).
+func sends(c ClaimedJob) bool { return c.NextAction == ActionRefund }
+
 func delay(d, def time.Duration) time.Duration {
 	if d <= 0 {
 		d = def

@@ -628,16 +628,13 @@ func (w *Worker) work(ctx context.Context, c ClaimedJob) {
 	log.Debug("job claimed", "next_action", c.NextAction, "takeover", c.Takeover)
 	pol := w.policy(c.Job.Provider)
 
-	if c.NextAction == ActionRefund && c.SendsAgain() && pol.SameKeyResendSafe {
-		// R14, R22: the reconcile that chose this resend checked the window,
-		// but time has passed since; check again before anything leaves.
-		if ok, why := pol.ResendAllowed(c, c.CoordinatorNow()); !ok {
-			d := Decision{Kind: DecideEscalate, Reason: "same-key resend refused before sending: " + why + " (R14, R16)"}
-			w.emit(WorkerEvent{Kind: WorkerResendRefused, Job: c, Decision: d})
-			log.Warn("same-key resend refused; escalating", "why", why)
-			w.write(ctx, log, c, d, Result{})
-			return
-		}
+	// R14, R22: the reconcile that chose a resend checked the window, but
+	// time has passed since; check again before anything leaves.
+	if d, why, refused := resendRefused(c, pol, c.CoordinatorNow()); refused {
+		w.emit(WorkerEvent{Kind: WorkerResendRefused, Job: c, Decision: d})
+		log.Warn("same-key resend refused; escalating", "why", why)
+		w.write(ctx, log, c, d, Result{})
+		return
 	}
 	res := w.call(ctx, log, c)
 	w.emit(WorkerEvent{Kind: WorkerHandled, Job: c, Result: res})
@@ -663,7 +660,7 @@ func (w *Worker) call(ctx context.Context, log *slog.Logger, c ClaimedJob) Resul
 				answer <- Unknown(fmt.Errorf("handler panicked: %v", p))
 			}
 		}()
-		if c.NextAction == ActionRefund {
+		if sends(c) {
 			answer <- w.handler.Refund(hctx, c)
 		} else {
 			// R14: anything but a first send asks the provider first.
