@@ -29,7 +29,11 @@ RUN --mount=type=cache,target=/go/pkg/mod \
     GOBIN=/out go install -ldflags='-s -w' \
     github.com/grpc-ecosystem/grpc-health-probe@${GRPC_HEALTH_PROBE_VERSION}
 
-COPY go.mod go.sum ./
+# The workspace (go.work) of three modules: the coordinator, gen/ and the Go
+# SDK (clients/go/README.md says why).
+COPY go.work go.work.sum go.mod go.sum ./
+COPY gen/go.mod gen/go.sum gen/
+COPY clients/go/go.mod clients/go/go.sum clients/go/
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
 RUN --mount=type=cache,target=/go/pkg/mod \

@@ -1,8 +1,13 @@
-# Tools are pinned in their own modules under tools/ and run with `go tool`.
+# Tools are pinned in their own modules under tools/ and run with `go tool`,
+# outside the workspace (GOWORK=off: go.work lists the coordinator, gen and the
+# Go SDK only, and the go command refuses -modfile in workspace mode).
 # The tests also need Debian packages (MariaDB's server, Chromium, jq):
 # `make test` installs those that are missing (.ci/deps).
-BUF     := go tool -modfile=tools/buf/go.mod buf
-GRPCURL := go tool -modfile=tools/grpcurl/go.mod grpcurl
+BUF     := GOWORK=off go tool -modfile=tools/buf/go.mod buf
+GRPCURL := GOWORK=off go tool -modfile=tools/grpcurl/go.mod grpcurl
+# The Go packages of the workspace's three modules: `./...` alone stops at
+# the nested modules gen/ and clients/go/ (see clients/go/README.md).
+GO_PKGS := ./... ./gen/... ./clients/go/...
 
 .PHONY: all help generate generate-node generate-python lint test run check-generated
 
@@ -19,7 +24,7 @@ generate: generate-node generate-python
 ## generate-node: regenerate the TypeScript client's clients/node/src/gen/ (needs `npm ci` in clients/node)
 generate-node:
 	@test -x clients/node/node_modules/.bin/protoc-gen-es || { echo "run npm ci in clients/node first"; exit 1; }
-	cd clients/node && go tool -modfile=$(CURDIR)/tools/buf/go.mod buf generate
+	cd clients/node && GOWORK=off go tool -modfile=$(CURDIR)/tools/buf/go.mod buf generate
 
 # The Python client's generated modules: protoc's built-in python and pyi
 # generators and grpc_python_plugin, pinned to Debian bookworm's protoc 3.21
@@ -33,19 +38,19 @@ generate-python:
 	@protoc --version 2>/dev/null | grep -q '^libprotoc 3\.21\.' && command -v grpc_python_plugin >/dev/null || \
 	  { echo "generate-python needs protoc 3.21 and grpc_python_plugin: apt-get install protobuf-compiler protobuf-compiler-grpc"; exit 1; }
 	rm -f $(addsuffix /*_pb2*.py*,$(PY_GEN)) clients/python/src/jobfence/_googleapis/google/rpc/*_pb2*.py*
-	cd clients/python && go tool -modfile=$(CURDIR)/tools/buf/go.mod buf generate && \
-	  go tool -modfile=$(CURDIR)/tools/buf/go.mod buf generate --template buf.gen.googleapis.yaml
+	cd clients/python && GOWORK=off go tool -modfile=$(CURDIR)/tools/buf/go.mod buf generate && \
+	  GOWORK=off go tool -modfile=$(CURDIR)/tools/buf/go.mod buf generate --template buf.gen.googleapis.yaml
 
 ## lint: buf lint, gofmt and go vet
 lint:
 	$(BUF) lint
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/'))" || { gofmt -l $$(git ls-files '*.go' | grep -v '^gen/'); exit 1; }
-	go vet ./...
+	go vet $(GO_PKGS)
 
-## test: every test (go test ./...), after .ci/deps installs what they need and this machine lacks: mariadb-server, chromium, jq (apt-get; sudo when not root). MariaDB at 127.0.0.1:3306 when it answers, else a private one (JOBFENCE_TEST_MYSQL_DSN to change)
+## test: every test (go test of the workspace's three modules), after .ci/deps installs what they need and this machine lacks: mariadb-server, chromium, jq (apt-get; sudo when not root). MariaDB at 127.0.0.1:3306 when it answers, else a private one (JOBFENCE_TEST_MYSQL_DSN to change)
 test:
 	bash .ci/deps
-	go test ./...
+	go test $(GO_PKGS)
 
 ## run: the coordinator on the embedded store
 run:

@@ -46,7 +46,7 @@ if [ -z "${TABLE_ONLY:-}" ]; then
 # shares the machine with a measurement.
 say "building the jobfence bench and the River harness into $OUT"
 go build -o "$OUT/jobfence-bench" ./cmd/jobfence-bench
-(cd bench/river && go build -o "$OUT/river-bench" .)
+(cd bench/river && GOWORK=off go build -o "$OUT/river-bench" .)
 
 say "jobfence: scenarios C (batch $BATCH, 16 workers, $BACKLOG jobs) and E ($RATES jobs/s for $DURATION)"
 # --results keeps this run's summary out of bench/results/.

@@ -47,7 +47,7 @@ fi
 # Built before anything runs, so that the readers are asking from their start
 # (go tool would build it in each reader's start, which on a loaded machine
 # can outlast the worker run it is meant to share with).
-go build -modfile=tools/ghz/go.mod -o "$work/ghz" github.com/bojand/ghz/cmd/ghz
+GOWORK=off go build -modfile=tools/ghz/go.mod -o "$work/ghz" github.com/bojand/ghz/cmd/ghz
 ghz=("$work/ghz")
 
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }

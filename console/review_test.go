@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	jobfence "github.com/jobfence/jobfence/clients/go"
+	"github.com/jobfence/jobfence/clients/go/jobfence"
 	"github.com/jobfence/jobfence/console"
 	"github.com/jobfence/jobfence/fakeprovider"
 	pb "github.com/jobfence/jobfence/gen/jobfence/v1"

@@ -103,6 +103,7 @@ func loadCompose(t *testing.T) compose {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "go", "run", ".")
 	cmd.Dir = "yaml2json"
+	cmd.Env = append(os.Environ(), "GOWORK=off") // its own module, not in the workspace of go.work
 	cmd.Stdin = bytes.NewReader(in)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr

@@ -3,7 +3,7 @@ package fakeprovider
 import (
 	"context"
 
-	jobfence "github.com/jobfence/jobfence/clients/go"
+	"github.com/jobfence/jobfence/clients/go/jobfence"
 )
 
 // Handlers are a worker's handlers against this provider, as tests drive

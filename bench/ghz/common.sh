@@ -37,4 +37,4 @@ fi
 
 # go tool needs the module root as its working directory.
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-ghz() { go tool -modfile=tools/ghz/go.mod ghz "$@"; }
+ghz() { GOWORK=off go tool -modfile=tools/ghz/go.mod ghz "$@"; }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -31,6 +32,11 @@ func TestMain(m *testing.M) {
 	}
 	for _, b := range builds {
 		cmd := exec.Command(b[0], b[1:]...)
+		if strings.HasPrefix(b[2], "-modfile=") {
+			// grpcurl's own module, outside the workspace: the go command
+			// refuses -modfile in workspace mode.
+			cmd.Env = append(os.Environ(), "GOWORK=off")
+		}
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if err := cmd.Run(); err != nil {
 			fmt.Fprintf(os.Stderr, "%v: %v\n", b, err)

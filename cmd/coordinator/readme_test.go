@@ -266,7 +266,8 @@ func TestReadmeConsoleQuickStart(t *testing.T) {
 }
 
 // TestReadmeTestCommandInstallsWhatIsMissing: the README's quick start runs
-// the tests with `make test`, which runs .ci/deps and then go test ./...;
+// the tests with `make test`, which runs .ci/deps and then go test of the
+// workspace's three modules (./..., ./gen/..., ./clients/go/...);
 // .ci/run's test step is that same command. .ci/deps, run on a PATH without
 // jq and Chromium and with apt-get, sudo and id standing in for the system's
 // (recording what they are asked), installs exactly what is missing — as
@@ -287,8 +288,8 @@ func TestReadmeTestCommandInstallsWhatIsMissing(t *testing.T) {
 		t.Fatalf("the quick start's test command is not make test:\n%s", block)
 	}
 	out, err := exec.Command("make", "-s", "-n", "-C", "../..", "test").CombinedOutput()
-	if err != nil || !regexp.MustCompile(`(?s)^bash \.ci/deps\ngo test \./\.\.\.\n$`).Match(out) {
-		t.Fatalf("make -n test: %v\n%s\nwant bash .ci/deps, then go test ./...", err, out)
+	if err != nil || !regexp.MustCompile(`(?s)^bash \.ci/deps\ngo test \./\.\.\. \./gen/\.\.\. \./clients/go/\.\.\.\n$`).Match(out) {
+		t.Fatalf("make -n test: %v\n%s\nwant bash .ci/deps, then go test ./... ./gen/... ./clients/go/...", err, out)
 	}
 	ci, err := os.ReadFile("../../.ci/run")
 	if err != nil {

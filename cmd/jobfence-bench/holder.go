@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	jobfence "github.com/jobfence/jobfence/clients/go"
+	"github.com/jobfence/jobfence/clients/go/jobfence"
 )
 
 // holderCommand, as the first argument, makes the bench binary the worker

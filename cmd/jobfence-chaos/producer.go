@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	jobfence "github.com/jobfence/jobfence/clients/go"
+	"github.com/jobfence/jobfence/clients/go/jobfence"
 )
 
 // refundSpec is one refund the producer enqueues.

@@ -13,7 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	jobfence "github.com/jobfence/jobfence/clients/go"
+	"github.com/jobfence/jobfence/clients/go/jobfence"
 )
 
 // Retention in the campaign (R30, R31): the coordinators archive succeeded

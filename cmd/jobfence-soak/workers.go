@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	jobfence "github.com/jobfence/jobfence/clients/go"
+	"github.com/jobfence/jobfence/clients/go/jobfence"
 )
 
 const (

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	jobfence "github.com/jobfence/jobfence/clients/go"
+	"github.com/jobfence/jobfence/clients/go/jobfence"
 	"github.com/jobfence/jobfence/fakeprovider"
 )
 

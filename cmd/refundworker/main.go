@@ -43,7 +43,7 @@ import (
 	"strings"
 	"time"
 
-	jobfence "github.com/jobfence/jobfence/clients/go"
+	"github.com/jobfence/jobfence/clients/go/jobfence"
 	"github.com/jobfence/jobfence/fakeprovider"
 	"github.com/jobfence/jobfence/internal/cli"
 )

@@ -7,7 +7,7 @@ import (
 	"net/http"
 	"slices"
 
-	jobfence "github.com/jobfence/jobfence/clients/go"
+	"github.com/jobfence/jobfence/clients/go/jobfence"
 	"github.com/jobfence/jobfence/fakeprovider"
 )
 

@@ -26,7 +26,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	jobfence "github.com/jobfence/jobfence/clients/go"
+	"github.com/jobfence/jobfence/clients/go/jobfence"
 	"github.com/jobfence/jobfence/internal/testdb"
 	"github.com/jobfence/jobfence/store"
 )

@@ -2,13 +2,14 @@
 // client of the jobfence.v1.Coordinator gRPC service and a Worker runtime
 // that keeps its rules for you.
 //
-// It is the package github.com/jobfence/jobfence/clients/go of the module
-// github.com/jobfence/jobfence, imported as
+// It is the package github.com/jobfence/jobfence/clients/go/jobfence of the
+// module github.com/jobfence/jobfence/clients/go, which requires gRPC,
+// protobuf and the API's generated code and nothing of the coordinator's:
 //
-//	import jobfence "github.com/jobfence/jobfence/clients/go"
+//	import "github.com/jobfence/jobfence/clients/go/jobfence"
 //
-// The README beside this file says how to require it from another module and
-// shows a whole worker command; Example_worker runs that worker.
+// The module's README (clients/go/README.md) says how to require it from
+// another module and shows a whole worker command.
 //
 // # The protocol in brief
 //

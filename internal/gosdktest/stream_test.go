@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	jobfence "github.com/jobfence/jobfence/clients/go"
+	"github.com/jobfence/jobfence/clients/go/jobfence"
 	"github.com/jobfence/jobfence/internal/proctest"
 	"github.com/jobfence/jobfence/server"
 )

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	jobfence "github.com/jobfence/jobfence/clients/go"
+	"github.com/jobfence/jobfence/clients/go/jobfence"
 	"github.com/jobfence/jobfence/fakeprovider"
 	"github.com/jobfence/jobfence/server"
 	"github.com/jobfence/jobfence/store/sqlite"
@@ -119,7 +119,7 @@ func Example() {
 // A write-back carrying an attempt that was taken over is rejected: branch on
 // the typed error, never on the message, and file what the provider said
 // instead of retrying (R9, R15).
-func ExampleStaleAttemptError() {
+func Example_staleAttemptError() {
 	ctx := context.Background()
 	addr, stop := exampleCoordinator()
 	defer stop()
@@ -207,44 +207,6 @@ func exampleCoordinator() (addr string, stop func()) {
 		st.Close()
 		os.RemoveAll(dir)
 	}
-}
-
-// Failed takes the refund id first, then the provider's reason: a refund the
-// provider made and then failed, and a refund it refused before making one.
-// Either way a person decides: the job goes to manual review with the reason
-// in its history.
-func ExampleFailed() {
-	claimed := jobfence.ClaimedJob{Attempt: 1, NextAction: jobfence.ActionRefund}
-	for _, r := range []jobfence.Result{
-		jobfence.Failed("re_123", "insufficient_funds"),
-		jobfence.Failed("", "402 card_declined: the card was declined"),
-	} {
-		d := jobfence.Decide(r, claimed, jobfence.ProviderPolicy{})
-		fmt.Printf("refund %q: %s, %q\n", r.ProviderRefundID, d.Kind, d.Reason)
-	}
-	// Output:
-	// refund "re_123": escalate, "provider rejected the refund: insufficient_funds"
-	// refund "": escalate, "provider rejected the refund: 402 card_declined: the card was declined"
-}
-
-// Pending is the provider's answer that it holds the refund, not finished:
-// a reconcile later, never a success (R4). Unknown is no answer at all: a
-// reconcile too, sooner, since the request may never have arrived.
-func ExamplePending() {
-	claimed := jobfence.ClaimedJob{Attempt: 1, NextAction: jobfence.ActionRefund}
-	policy := jobfence.ProviderPolicy{PendingDelay: time.Minute, UnknownDelay: 5 * time.Second}
-	for _, r := range []jobfence.Result{
-		jobfence.Pending("re_123", 0),
-		jobfence.Pending("re_123", 10*time.Minute),
-		jobfence.Unknown(errors.New("read tcp: i/o timeout")),
-	} {
-		d := jobfence.Decide(r, claimed, policy)
-		fmt.Printf("%s: %s, %s in %s\n", r.Kind, d.Kind, d.NextAction, d.Delay)
-	}
-	// Output:
-	// pending: reschedule, reconcile in 1m0s
-	// pending: reschedule, reconcile in 10m0s
-	// unknown: reschedule, reconcile in 5s
 }
 
 // A whole worker process: refundHandler asks the provider under each job's
@@ -422,7 +384,7 @@ func resultOf(r fakeprovider.Refund) jobfence.Result {
 // TestReadmeWorkerBuilds: the whole worker of README.md builds and vets as it
 // stands, as a main package in a module requiring this one.
 func TestReadmeWorkerBuilds(t *testing.T) {
-	readme, err := os.ReadFile("README.md")
+	readme, err := os.ReadFile("../../clients/go/README.md")
 	if err != nil {
 		t.Fatal(err)
 	}

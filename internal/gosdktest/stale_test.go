@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	jobfence "github.com/jobfence/jobfence/clients/go"
+	"github.com/jobfence/jobfence/clients/go/jobfence"
 )
 
 // R25: a write-back without its lease token is a stale writer for the fence,

@@ -20,7 +20,7 @@ import (
 
 // specDir is the shared executable spec of the SDKs (its README.md says
 // what each file pins and how a runner reads it).
-const specDir = "../spec"
+const specDir = "../../spec"
 
 // specLanguage names this SDK in a disputed vector's answers.
 const specLanguage = "go"

@@ -16,7 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	jobfence "github.com/jobfence/jobfence/clients/go"
+	"github.com/jobfence/jobfence/clients/go/jobfence"
 	"github.com/jobfence/jobfence/internal/proctest"
 )
 
