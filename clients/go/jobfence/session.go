@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -39,10 +38,14 @@ var errStreamUnsupported = errors.New("jobfence: the coordinator has no worker s
 // lease at most), so a worker that stops reading holds no job. A grant read
 // after the half-close (the drain) can no longer be acknowledged: it is not
 // started, and the coordinator takes it back when the stream ends.
+//
+// It is built from the client, the start message and the slot count, and
+// tells its owner what happens through sessionHooks; reopening a stream
+// that ended is the owner's (Worker.streamLoop).
 type workSession struct {
 	rpc   pb.CoordinatorClient
 	start *pb.WorkStart // without credits
-	w     *Worker
+	hooks sessionHooks
 
 	mu      sync.Mutex
 	stream  pb.Coordinator_WorkClient // nil while none is open
@@ -63,44 +66,53 @@ type callAnswer struct {
 	err   error
 }
 
-func newWorkSession(w *Worker) *workSession {
-	start := &pb.WorkStart{WorkerId: w.o.WorkerID, Provider: w.o.Provider, Acknowledges: true}
-	if w.o.Lease != 0 {
-		start.LeaseDuration = durationpb.New(w.o.Lease)
-	}
-	return &workSession{rpc: w.client.rpc, start: start, w: w, free: w.o.Concurrency, pending: map[uint64]chan callAnswer{}}
+// sessionHooks is what a workSession tells the Worker that owns it, and the
+// one thing it asks: whether the worker stops.
+type sessionHooks interface {
+	// granted starts job c, granted and acknowledged on the stream; ctx is
+	// serve's.
+	granted(ctx context.Context, c ClaimedJob)
+	// dropped: the jobs of a grant that could not be acknowledged (read
+	// after the half-close, or the send failed) were not started; the
+	// coordinator hands them back.
+	dropped(ids []int64, err error)
+	// retryAfter: due work waits on a provider's budget (R19); the
+	// coordinator offers it again after d, holding the credits.
+	retryAfter(d time.Duration)
+	// heard: a grant came, so the coordinator is reachable again.
+	heard()
+	// stopping reports whether the worker stops: a stream that opens then
+	// is half-closed at once.
+	stopping() bool
 }
 
-// run keeps a stream open until the worker stops, starting the jobs it is
-// granted with start, and returns once the coordinator has answered the
-// half-close (every call sent answered, every grant in flight received and
-// left unstarted).
-// errStreamUnsupported: the coordinator has no Work; nothing was granted.
-func (s *workSession) run(ctx context.Context, start func(ClaimedJob)) error {
-	backoff := s.w.o.ClaimBackoff
-	for {
-		opened, err := s.open(ctx)
-		if err == nil {
-			err = s.receive(opened, start)
-		}
-		switch {
-		case errors.Is(err, errStreamUnsupported):
-			return err
-		case s.w.stopping():
-			return nil
-		case opened != nil:
-			// The coordinator took the stream: it is there, and the next
-			// stream opens after the first pause, not a grown one.
-			backoff = s.w.o.ClaimBackoff
-		}
-		if err != nil {
-			s.w.stats.claimFailures.Add(1)
-			s.w.emit(WorkerEvent{Kind: WorkerClaimFailed, Err: err})
-			s.w.log.Warn("worker stream ended; opening it again", "error", err, "backoff", backoff)
-		}
-		s.w.pause(time.Duration(float64(backoff)*(0.5+rand.Float64())), nil)
-		backoff = min(2*backoff, s.w.o.MaxClaimBackoff)
+// newWorkSession returns the session of a worker that opens its streams
+// with start (credits aside) and runs slots jobs at once.
+func newWorkSession(rpc pb.CoordinatorClient, start *pb.WorkStart, slots int, hooks sessionHooks) *workSession {
+	return &workSession{rpc: rpc, start: start, hooks: hooks, free: slots, pending: map[uint64]chan callAnswer{}}
+}
+
+// workStart is the WorkStart of a worker with options o, credits aside.
+func workStart(o WorkerOptions) *pb.WorkStart {
+	start := &pb.WorkStart{WorkerId: o.WorkerID, Provider: o.Provider, Acknowledges: true}
+	if o.Lease != 0 {
+		start.LeaseDuration = durationpb.New(o.Lease)
 	}
+	return start
+}
+
+// serve opens one stream, with every free slot as credit, and reads it until
+// it ends: after the worker's half-close, once the coordinator has answered
+// it (every call sent answered, every grant in flight received and left
+// unstarted). opened: the coordinator took the stream. Errors: how the
+// stream ended; errStreamUnsupported when the coordinator has no Work
+// (nothing was granted).
+func (s *workSession) serve(ctx context.Context) (opened bool, err error) {
+	stream, err := s.open(ctx)
+	if err != nil {
+		return false, err
+	}
+	return true, s.receive(ctx, stream)
 }
 
 // open opens a stream with every free slot as credit.
@@ -118,7 +130,7 @@ func (s *workSession) open(ctx context.Context) (pb.Coordinator_WorkClient, erro
 		return nil, streamError(err)
 	}
 	s.stream, s.closing = stream, false
-	if s.w.stopping() {
+	if s.hooks.stopping() {
 		s.closing = true // stopped meanwhile: no send has this stream yet
 		_ = stream.CloseSend()
 	}
@@ -149,7 +161,7 @@ func (s *workSession) heartbeats(stream pb.Coordinator_WorkClient) {
 // receive reads stream until it ends: grants are acknowledged and started,
 // replies handed to their calls. At the end the calls still waiting are
 // answered UNAVAILABLE (safe to repeat, R21).
-func (s *workSession) receive(stream pb.Coordinator_WorkClient, start func(ClaimedJob)) error {
+func (s *workSession) receive(ctx context.Context, stream pb.Coordinator_WorkClient) error {
 	for {
 		m, err := stream.Recv()
 		if err != nil {
@@ -181,16 +193,15 @@ func (s *workSession) receive(stream pb.Coordinator_WorkClient, start func(Claim
 				// Unacknowledged, the grants are the coordinator's to hand
 				// back when the stream ends; a handler started on one would
 				// run on a grant already ended (R25). They never took a slot.
-				s.w.log.Info("grants read after the stream's half-close or failure left unstarted; the coordinator hands them back",
-					"jobs", len(jobs), "job_ids", grantedIDs(jobs), "error", err)
+				s.hooks.dropped(grantedIDs(jobs), err)
 				continue
 			}
 			s.mu.Lock()
 			s.free -= len(jobs)
 			s.mu.Unlock()
-			s.w.kickRefile()
+			s.hooks.heard()
 			for _, j := range jobs {
-				start(claimedFromProto(j, received))
+				s.hooks.granted(ctx, claimedFromProto(j, received))
 			}
 		case *pb.WorkResponse_Reply:
 			s.mu.Lock()
@@ -203,7 +214,7 @@ func (s *workSession) receive(stream pb.Coordinator_WorkClient, start func(Claim
 		case *pb.WorkResponse_RetryAfter:
 			// R19: due work waits on the provider's budget; the coordinator
 			// offers it again after the wait, holding the credits.
-			s.w.log.Debug("provider budget exhausted", "retry_after", k.RetryAfter.AsDuration())
+			s.hooks.retryAfter(k.RetryAfter.AsDuration())
 		}
 	}
 }
