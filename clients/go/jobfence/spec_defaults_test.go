@@ -87,13 +87,10 @@ func specDefaults(t *testing.T) map[string]any {
 // runDefaultVector compares one default of defaults.json with this SDK's.
 func runDefaultVector(t *testing.T, raw json.RawMessage) {
 	var v vectorHead
-	if err := strictJSON(raw, &v); err != nil {
-		t.Fatal(err)
-	}
 	var want struct {
 		Value json.RawMessage `json:"value"`
 	}
-	v.expected(t, &want)
+	readVector(t, raw, &v, &want)
 	if want.Value == nil {
 		t.Fatal("a default without a value")
 	}

@@ -11,9 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -72,32 +70,6 @@ type streamExpect struct {
 	HandlerCancelled string `json:"handler_cancelled"`
 	Run              string `json:"run"`
 	NothingMore      bool   `json:"nothing_more"`
-}
-
-// specStatus is a gRPC status as errors.json writes one.
-type specStatus struct {
-	Code            codes.Code        `json:"code"`
-	Message         string            `json:"message"`
-	Reason          string            `json:"reason"`
-	Domain          string            `json:"domain"`
-	Metadata        map[string]string `json:"metadata"`
-	FieldViolations []FieldViolation  `json:"field_violations"`
-}
-
-func (s specStatus) status(t *testing.T) *status.Status {
-	t.Helper()
-	st := status.New(s.Code, s.Message)
-	if s.Reason != "" {
-		domain := s.Domain
-		if domain == "" {
-			domain = ErrorDomain
-		}
-		var err error
-		if st, err = st.WithDetails(&errdetails.ErrorInfo{Reason: s.Reason, Domain: domain, Metadata: s.Metadata}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return st
 }
 
 // streamEvent is what a scripted stream read: a request, or its end.

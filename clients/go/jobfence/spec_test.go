@@ -157,6 +157,16 @@ func (h vectorHead) expected(t *testing.T, v any) {
 	}
 }
 
+// readVector decodes raw into v, strictly, and what it expects of this SDK
+// into want.
+func readVector(t *testing.T, raw json.RawMessage, v interface{ expected(*testing.T, any) }, want any) {
+	t.Helper()
+	if err := strictJSON(raw, v); err != nil {
+		t.Fatal(err)
+	}
+	v.expected(t, want)
+}
+
 // specNow is "now" on the coordinator's clock for decide.json.
 var specNow = time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
 
@@ -223,11 +233,8 @@ var resultKinds = map[string]ResultKind{
 // steps: resendRefused and sends before the handler call, DecideAt after it.
 func runDecideVector(t *testing.T, raw json.RawMessage) {
 	var v decideVector
-	if err := strictJSON(raw, &v); err != nil {
-		t.Fatal(err)
-	}
 	var want decideExpect
-	v.expected(t, &want)
+	readVector(t, raw, &v, &want)
 
 	c := ClaimedJob{Attempt: v.Job.Attempt, NextAction: NextAction(v.Job.NextAction), Takeover: v.Job.Takeover,
 		ClaimedAt: specNow}
@@ -308,14 +315,48 @@ func runDecideVector(t *testing.T, raw json.RawMessage) {
 
 type errorVector struct {
 	vectorHead
-	Status struct {
-		Code            codes.Code        `json:"code"`
-		Message         string            `json:"message"`
-		Reason          *string           `json:"reason"`
-		Domain          string            `json:"domain"`
-		Metadata        map[string]string `json:"metadata"`
-		FieldViolations []FieldViolation  `json:"field_violations"`
-	} `json:"status"`
+	Status specStatus `json:"status"`
+}
+
+// specStatus is a gRPC status as the spec writes one: its code by name, an
+// ErrorInfo when it has a reason, a BadRequest when it names fields.
+type specStatus struct {
+	Code            codes.Code        `json:"code"`
+	Message         string            `json:"message"`
+	Reason          string            `json:"reason"`
+	Domain          string            `json:"domain"`
+	Metadata        map[string]string `json:"metadata"`
+	FieldViolations []FieldViolation  `json:"field_violations"`
+}
+
+func (s specStatus) status(t *testing.T) *status.Status {
+	t.Helper()
+	var details []protoadapt.MessageV1
+	if s.Reason != "" {
+		domain := s.Domain
+		if domain == "" {
+			domain = ErrorDomain
+		}
+		details = append(details, &errdetails.ErrorInfo{Reason: s.Reason, Domain: domain, Metadata: s.Metadata})
+	} else if s.Domain != "" || s.Metadata != nil {
+		t.Fatal("domain and metadata belong to an ErrorInfo: give a reason")
+	}
+	if s.FieldViolations != nil {
+		br := &errdetails.BadRequest{}
+		for _, f := range s.FieldViolations {
+			br.FieldViolations = append(br.FieldViolations,
+				&errdetails.BadRequest_FieldViolation{Field: f.Field, Description: f.Description})
+		}
+		details = append(details, br)
+	}
+	st := status.New(s.Code, s.Message)
+	if len(details) > 0 {
+		var err error
+		if st, err = st.WithDetails(details...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return st
 }
 
 type errorExpect struct {
@@ -372,38 +413,9 @@ func errorKind(t *testing.T, err error) string {
 // decoded, and checks what the Client and the Worker make of it.
 func runErrorVector(t *testing.T, raw json.RawMessage) {
 	var v errorVector
-	if err := strictJSON(raw, &v); err != nil {
-		t.Fatal(err)
-	}
 	var want errorExpect
-	v.expected(t, &want)
-
-	st := status.New(v.Status.Code, v.Status.Message)
-	var details []protoadapt.MessageV1
-	if v.Status.Reason != nil {
-		domain := v.Status.Domain
-		if domain == "" {
-			domain = ErrorDomain
-		}
-		details = append(details, &errdetails.ErrorInfo{Reason: *v.Status.Reason, Domain: domain, Metadata: v.Status.Metadata})
-	} else if v.Status.Domain != "" || v.Status.Metadata != nil {
-		t.Fatal("domain and metadata belong to an ErrorInfo: give a reason")
-	}
-	if v.Status.FieldViolations != nil {
-		br := &errdetails.BadRequest{}
-		for _, f := range v.Status.FieldViolations {
-			br.FieldViolations = append(br.FieldViolations,
-				&errdetails.BadRequest_FieldViolation{Field: f.Field, Description: f.Description})
-		}
-		details = append(details, br)
-	}
-	if len(details) > 0 {
-		var err error
-		if st, err = st.WithDetails(details...); err != nil {
-			t.Fatal(err)
-		}
-	}
-	err := decodeError(st.Err())
+	readVector(t, raw, &v, &want)
+	err := decodeError(v.Status.status(t).Err())
 
 	check := func(what string, want *bool, got bool) {
 		if want != nil && got != *want {
