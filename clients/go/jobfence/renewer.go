@@ -27,11 +27,31 @@ const renewRetryDivisor = 10
 // RenewLeases call for every job whose renewal is due, at about a third of
 // its lease, with jitter so that a fleet started together does not renew in
 // step.
+//
+// It is built from the client, the lease and interval a worker asks for
+// and a small hooks interface; it tells its owner what each renewal found.
 type renewer struct {
-	w    *Worker
+	client *Client
+	lease  time.Duration // asked for; zero: the coordinator's default
+	every  time.Duration // RenewInterval; zero: a third of each lease
+	hooks  renewerHooks
+
 	mu   sync.Mutex
 	held map[int64]*heldGrant
 	wake chan struct{}
+}
+
+// renewerHooks is what a renewer tells the Worker that owns it.
+type renewerHooks interface {
+	// renewFailed: the call renewing jobs failed; each is tried again soon.
+	renewFailed(jobs []ClaimedJob, err error)
+	// renewed: c's lease was renewed; receiptFiledAt is set when a receipt
+	// of success or failure was filed for the job during this grant (R28).
+	renewed(c ClaimedJob, receiptFiledAt time.Time)
+	// tooOld: the coordinator renews c's grant no more (GRANT_TOO_OLD, R27).
+	tooOld(c ClaimedJob, expiresAt time.Time)
+	// grantLost: c's grant is gone (R27); its handler was just cancelled.
+	grantLost(c ClaimedJob, err error)
 }
 
 // heldGrant is one job the worker holds.
@@ -44,8 +64,12 @@ type heldGrant struct {
 	tooOld bool
 }
 
-func newRenewer(w *Worker) *renewer {
-	return &renewer{w: w, held: map[int64]*heldGrant{}, wake: make(chan struct{}, 1)}
+// newRenewer returns the renewer of a worker that renews through client,
+// asking for lease and renewing every (see WorkerOptions.Lease and
+// RenewInterval).
+func newRenewer(client *Client, lease, every time.Duration, hooks renewerHooks) *renewer {
+	return &renewer{client: client, lease: lease, every: every, hooks: hooks, held: map[int64]*heldGrant{},
+		wake: make(chan struct{}, 1)}
 }
 
 // leaseOf is the lease c was granted: its end less the claim's time, both
@@ -55,8 +79,8 @@ func (r *renewer) leaseOf(c ClaimedJob) time.Duration {
 	if !c.ClaimedAt.IsZero() && c.LeaseUntil.After(c.ClaimedAt) {
 		return c.LeaseUntil.Sub(c.ClaimedAt)
 	}
-	if r.w.o.Lease > 0 {
-		return r.w.o.Lease
+	if r.lease > 0 {
+		return r.lease
 	}
 	return 30 * time.Second
 }
@@ -64,7 +88,7 @@ func (r *renewer) leaseOf(c ClaimedJob) time.Duration {
 // interval is how long after a renewal (or the claim) the next one is due:
 // RenewInterval, or a third of the lease, within ±10 %.
 func (r *renewer) interval(lease time.Duration) time.Duration {
-	d := r.w.o.RenewInterval
+	d := r.every
 	if d == 0 {
 		d = lease / 3
 	}
@@ -147,22 +171,20 @@ func (r *renewer) due(now time.Time) ([]*heldGrant, time.Time) {
 // due again in an interval; a lost grant cancels its handler; a grant too
 // old is renewed no more; a failed call is tried again soon.
 func (r *renewer) renew(ctx context.Context, hs []*heldGrant) {
-	w := r.w
 	grants := make([]Grant, len(hs))
+	jobs := make([]ClaimedJob, len(hs))
 	for i, h := range hs {
-		grants[i] = GrantOf(h.c)
+		grants[i], jobs[i] = GrantOf(h.c), h.c
 	}
-	out, err := w.client.RenewLeases(ctx, grants, w.o.Lease)
+	out, err := r.client.RenewLeases(ctx, grants, r.lease)
 	now := time.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err != nil {
-		w.stats.renewFailures.Add(1)
-		w.log.Warn("lease renewal failed; trying again soon", "jobs", len(hs), "error", err)
 		for _, h := range hs {
 			h.due = now.Add(h.lease / renewRetryDivisor)
-			w.emit(WorkerEvent{Kind: WorkerRenewFailed, Job: h.c, Err: err})
 		}
+		r.hooks.renewFailed(jobs, err)
 		return
 	}
 	for i, h := range hs {
@@ -170,27 +192,50 @@ func (r *renewer) renew(ctx context.Context, hs []*heldGrant) {
 			continue // its handler returned meanwhile
 		}
 		o := out[i]
-		log := w.log.With(jobAttrs(h.c)...)
 		switch {
 		case o.Refused == nil:
-			w.stats.renewals.Add(1)
 			h.due = now.Add(r.interval(h.lease))
-			if !o.ReceiptFiledAt.IsZero() {
-				log.Debug("a receipt of success or failure was filed for the job during this grant (R28)",
-					"receipt_filed_at", o.ReceiptFiledAt)
-			}
+			r.hooks.renewed(h.c, o.ReceiptFiledAt)
 		case errors.Is(o.Refused, ErrGrantTooOld):
 			h.tooOld = true
-			log.Warn("the coordinator renews this grant no more (--max-grant-age); its lease runs out and the job "+
-				"is taken over unless the handler finishes first (R27)", "grant_expires_at", o.GrantExpiresAt)
+			r.hooks.tooOld(h.c, o.GrantExpiresAt)
 		default:
-			w.stats.grantsLost.Add(1)
 			delete(r.held, h.c.Job.ID)
 			h.lost(fmt.Errorf("%w: %w", ErrGrantLost, o.Refused))
-			w.emit(WorkerEvent{Kind: WorkerGrantLost, Job: h.c, Err: o.Refused})
-			log.Warn("grant lost; cancelling the handler before it sends anything new (R27)", "error", o.Refused)
+			r.hooks.grantLost(h.c, o.Refused)
 		}
 	}
+}
+
+// renewFailed, renewed, tooOld and grantLost make the Worker its renewer's
+// renewerHooks: they count, report and log what the renewals found.
+
+func (w *Worker) renewFailed(jobs []ClaimedJob, err error) {
+	w.stats.renewFailures.Add(1)
+	w.log.Warn("lease renewal failed; trying again soon", "jobs", len(jobs), "error", err)
+	for _, c := range jobs {
+		w.emit(WorkerEvent{Kind: WorkerRenewFailed, Job: c, Err: err})
+	}
+}
+
+func (w *Worker) renewed(c ClaimedJob, receiptFiledAt time.Time) {
+	w.stats.renewals.Add(1)
+	if !receiptFiledAt.IsZero() {
+		w.log.Debug("a receipt of success or failure was filed for the job during this grant (R28)",
+			append(jobAttrs(c), "receipt_filed_at", receiptFiledAt)...)
+	}
+}
+
+func (w *Worker) tooOld(c ClaimedJob, expiresAt time.Time) {
+	w.log.Warn("the coordinator renews this grant no more (--max-grant-age); its lease runs out and the job "+
+		"is taken over unless the handler finishes first (R27)", append(jobAttrs(c), "grant_expires_at", expiresAt)...)
+}
+
+func (w *Worker) grantLost(c ClaimedJob, err error) {
+	w.stats.grantsLost.Add(1)
+	w.emit(WorkerEvent{Kind: WorkerGrantLost, Job: c, Err: err})
+	w.log.Warn("grant lost; cancelling the handler before it sends anything new (R27)",
+		append(jobAttrs(c), "error", err)...)
 }
 
 // handlerContext is the context a handler of c runs under: pctx (the

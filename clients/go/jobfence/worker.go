@@ -109,7 +109,7 @@ func NewWorker(c *Client, h Handler, o WorkerOptions) (*Worker, error) {
 		w.client = &Client{rpc: streamRPC{CoordinatorClient: c.rpc, s: w.session}, cfg: c.cfg, jitter: c.jitter}
 	}
 	if !o.NoLeaseRenewal {
-		w.renewer = newRenewer(w)
+		w.renewer = newRenewer(w.client, o.Lease, o.RenewInterval, w)
 	}
 	if o.ReceiptSpool == ReceiptSpoolOff {
 		return w, nil
