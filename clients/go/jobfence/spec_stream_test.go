@@ -289,6 +289,29 @@ func runStreamTranscript(t *testing.T, raw json.RawMessage) {
 		w.Shutdown(sctx) //nolint:errcheck // the transcript has failed already if this matters
 	}()
 
+	// nextHandled waits for the handler event want matches; events of
+	// other jobs seen meanwhile wait for their own expectations, since jobs
+	// granted together run in any order.
+	var early []handlerEvent
+	nextHandled := func(match func(handlerEvent) bool, timeout <-chan time.Time) (handlerEvent, bool) {
+		for i, h := range early {
+			if match(h) {
+				early = append(early[:i], early[i+1:]...)
+				return h, true
+			}
+		}
+		for {
+			select {
+			case h := <-handled:
+				if match(h) {
+					return h, true
+				}
+				early = append(early, h)
+			case <-timeout:
+				return handlerEvent{}, false
+			}
+		}
+	}
 	var cur *scriptedStream
 	calls := map[string]uint64{}
 	for i, step := range tr.Steps {
@@ -364,22 +387,17 @@ func runStreamTranscript(t *testing.T, raw json.RawMessage) {
 					fail("no unary call within %s; want %s", within, e.Unary.Method)
 				}
 			case e.Handler != nil:
-				select {
-				case h := <-handled:
-					if h.cancelled || h.jobID != e.Handler.JobID || h.call != e.Handler.Call {
-						fail("handler %+v; want %+v", h, *e.Handler)
-					}
-				case <-timeout.C:
-					fail("no handler call within %s; want %+v", within, *e.Handler)
+				h, ok := nextHandled(func(h handlerEvent) bool { return !h.cancelled && h.jobID == e.Handler.JobID }, timeout.C)
+				switch {
+				case !ok:
+					fail("no handler call within %s; want %+v (seen %+v)", within, *e.Handler, early)
+				case h.call != e.Handler.Call:
+					fail("handler %+v; want %+v", h, *e.Handler)
 				}
 			case e.HandlerCancelled != "":
-				select {
-				case h := <-handled:
-					if !h.cancelled || h.jobID != e.HandlerCancelled {
-						fail("handler %+v; want job %s's cancelled", h, e.HandlerCancelled)
-					}
-				case <-timeout.C:
-					fail("job %s's handler not cancelled within %s", e.HandlerCancelled, within)
+				if _, ok := nextHandled(func(h handlerEvent) bool { return h.cancelled && h.jobID == e.HandlerCancelled },
+					timeout.C); !ok {
+					fail("job %s's handler not cancelled within %s (seen %+v)", e.HandlerCancelled, within, early)
 				}
 			case e.Run == "returned":
 				select {
@@ -391,6 +409,9 @@ func runStreamTranscript(t *testing.T, raw json.RawMessage) {
 					fail("Run did not return within %s", within)
 				}
 			case e.NothingMore:
+				if len(early) > 0 {
+					fail("handler %+v; want nothing more", early)
+				}
 				select {
 				case h := <-handled:
 					fail("handler %+v; want nothing more", h)
