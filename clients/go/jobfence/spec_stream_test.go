@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -34,6 +35,11 @@ type streamTranscript struct {
 		Renew       bool   `json:"renew"`
 		LeaseMs     int64  `json:"lease_ms"`
 	} `json:"worker"`
+	// Coordinator.Work "unimplemented": a coordinator without the worker
+	// stream; the worker claims with Claim calls, which the steps answer.
+	Coordinator struct {
+		Work string `json:"work"`
+	} `json:"coordinator"`
 	Jobs     map[string]json.RawMessage `json:"jobs"`
 	Handlers map[string]struct {
 		Result specResult `json:"result"`
@@ -49,6 +55,11 @@ type streamTranscript struct {
 			Response json.RawMessage `json:"response"`
 			Error    *specStatus     `json:"error"`
 			End      *specStatus     `json:"end"`
+			// UnaryReply answers the oldest Claim the steps expected and
+			// have not answered yet.
+			UnaryReply *struct {
+				Response json.RawMessage `json:"response"`
+			} `json:"unary_reply"`
 		} `json:"send"`
 		Do    string `json:"do"`
 		JobID string `json:"job_id"`
@@ -86,17 +97,34 @@ type scriptedStream struct {
 type unaryCall struct {
 	method string
 	req    proto.Message
+	claim  chan *pb.ClaimResponse // Claim only: the steps' answer
 }
 
 // scriptedCoordinator serves Work as the transcript says and answers the
 // unary write-backs, renewals and receipts with success.
 type scriptedCoordinator struct {
 	pb.UnimplementedCoordinatorServer
+	noWork  bool
 	streams chan *scriptedStream
 	unary   chan unaryCall
 }
 
+// Claim waits for the steps' answer.
+func (c *scriptedCoordinator) Claim(ctx context.Context, r *pb.ClaimRequest) (*pb.ClaimResponse, error) {
+	u := unaryCall{"Claim", r, make(chan *pb.ClaimResponse, 1)}
+	c.unary <- u
+	select {
+	case resp := <-u.claim:
+		return resp, nil
+	case <-ctx.Done():
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+}
+
 func (c *scriptedCoordinator) Work(srv pb.Coordinator_WorkServer) error {
+	if c.noWork {
+		return status.Error(codes.Unimplemented, "unknown method Work for service jobfence.v1.Coordinator")
+	}
 	s := &scriptedStream{in: make(chan streamEvent, 1000), out: make(chan any, 100)}
 	c.streams <- s
 	go func() {
@@ -127,27 +155,27 @@ func (c *scriptedCoordinator) Work(srv pb.Coordinator_WorkServer) error {
 }
 
 func (c *scriptedCoordinator) Complete(_ context.Context, r *pb.CompleteRequest) (*pb.CompleteResponse, error) {
-	c.unary <- unaryCall{"Complete", r}
+	c.unary <- unaryCall{"Complete", r, nil}
 	return &pb.CompleteResponse{}, nil
 }
 
 func (c *scriptedCoordinator) Reschedule(_ context.Context, r *pb.RescheduleRequest) (*pb.RescheduleResponse, error) {
-	c.unary <- unaryCall{"Reschedule", r}
+	c.unary <- unaryCall{"Reschedule", r, nil}
 	return &pb.RescheduleResponse{}, nil
 }
 
 func (c *scriptedCoordinator) Escalate(_ context.Context, r *pb.EscalateRequest) (*pb.EscalateResponse, error) {
-	c.unary <- unaryCall{"Escalate", r}
+	c.unary <- unaryCall{"Escalate", r, nil}
 	return &pb.EscalateResponse{}, nil
 }
 
 func (c *scriptedCoordinator) RenewLeases(_ context.Context, r *pb.RenewLeasesRequest) (*pb.RenewLeasesResponse, error) {
-	c.unary <- unaryCall{"RenewLeases", r}
+	c.unary <- unaryCall{"RenewLeases", r, nil}
 	return &pb.RenewLeasesResponse{}, nil
 }
 
 func (c *scriptedCoordinator) ReportObservation(_ context.Context, r *pb.ReportObservationRequest) (*pb.ReportObservationResponse, error) {
-	c.unary <- unaryCall{"ReportObservation", r}
+	c.unary <- unaryCall{"ReportObservation", r, nil}
 	return &pb.ReportObservationResponse{}, nil
 }
 
@@ -213,6 +241,13 @@ func runStreamTranscript(t *testing.T, raw json.RawMessage) {
 	}
 
 	coord := &scriptedCoordinator{streams: make(chan *scriptedStream, 10), unary: make(chan unaryCall, 100)}
+	switch tr.Coordinator.Work {
+	case "":
+	case "unimplemented":
+		coord.noWork = true
+	default:
+		t.Fatalf("coordinator.work %q", tr.Coordinator.Work)
+	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -314,6 +349,7 @@ func runStreamTranscript(t *testing.T, raw json.RawMessage) {
 	}
 	var cur *scriptedStream
 	calls := map[string]uint64{}
+	var claims []unaryCall // expected, not answered yet
 	for i, step := range tr.Steps {
 		within := 5 * time.Second
 		if step.WithinMs > 0 {
@@ -383,6 +419,9 @@ func runStreamTranscript(t *testing.T, raw json.RawMessage) {
 					if got := asJSON(t, u.req); u.method != e.Unary.Method || !subset(e.Unary.Request, got) {
 						fail("unary %s %v; want %s %v", u.method, got, e.Unary.Method, e.Unary.Request)
 					}
+					if u.claim != nil {
+						claims = append(claims, u)
+					}
 				case <-timeout.C:
 					fail("no unary call within %s; want %s", within, e.Unary.Method)
 				}
@@ -435,6 +474,16 @@ func runStreamTranscript(t *testing.T, raw json.RawMessage) {
 			default:
 				fail("an expect of nothing this runner knows: %+v", *e)
 			}
+		case step.Send != nil && step.Send.UnaryReply != nil:
+			if len(claims) == 0 {
+				fail("a unary reply, and no Claim waits for one")
+			}
+			resp := &pb.ClaimResponse{}
+			if err := protojson.Unmarshal(step.Send.UnaryReply.Response, resp); err != nil {
+				fail("unary_reply: %v", err)
+			}
+			claims[0].claim <- resp
+			claims = claims[1:]
 		case step.Send != nil:
 			if cur == nil {
 				fail("no worker stream to send on")
