@@ -122,11 +122,14 @@ type index struct {
 
 type typeRef struct{ pkg, name string }
 
-// indexModule parses every Go file of the module at root (tests included,
-// generated code included), leaving out nested modules.
+// indexModule parses every Go file of the module at root and of the
+// workspace's other modules (go.work: the generated code and the Go SDK),
+// tests and generated code included, leaving out the nested modules the
+// workspace does not use (tools, the River harness).
 func indexModule(t *testing.T, root string) *index {
 	idx := &index{top: map[string]map[string]bool{}, members: map[string]map[string]map[string]bool{},
 		embedded: map[string]map[string][]typeRef{}, anyName: map[string]bool{}}
+	used := workspaceModules(t, root)
 	fset := token.NewFileSet()
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -137,8 +140,8 @@ func indexModule(t *testing.T, root string) *index {
 			if path != root && (strings.HasPrefix(name, ".") || name == "node_modules" || name == "testdata") {
 				return filepath.SkipDir
 			}
-			if _, err := os.Stat(filepath.Join(path, "go.mod")); path != root && err == nil {
-				return filepath.SkipDir // another module
+			if _, err := os.Stat(filepath.Join(path, "go.mod")); path != root && err == nil && !used[path] {
+				return filepath.SkipDir // another module, not the workspace's
 			}
 			return nil
 		}
@@ -277,4 +280,20 @@ func (x *index) resolves(ref string) bool {
 	default:
 		return x.top[parts[0]][parts[1]] && x.hasMember(parts[0], parts[1], parts[2], 0)
 	}
+}
+
+// workspaceModules is the set of directories go.work at root uses.
+func workspaceModules(t *testing.T, root string) map[string]bool {
+	b, err := os.ReadFile(filepath.Join(root, "go.work"))
+	if err != nil {
+		t.Fatalf("read go.work: %v", err)
+	}
+	used := map[string]bool{}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(strings.TrimPrefix(strings.TrimSpace(line), "use"))
+		if len(f) == 1 && strings.HasPrefix(f[0], "./") {
+			used[filepath.Join(root, f[0])] = true
+		}
+	}
+	return used
 }
