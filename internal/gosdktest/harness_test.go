@@ -215,10 +215,14 @@ func (c *coordinator) cutStreamAfter(method string, n int) {
 }
 
 // dropAfterCommit makes the next n calls of method ("Complete", "Claim"…)
-// commit and then lose their reply.
+// commit and then lose their reply; n = 0 ends the drops still to come.
 func (c *coordinator) dropAfterCommit(method string, n int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if n == 0 {
+		delete(c.drop, "/jobfence.v1.Coordinator/"+method)
+		return
+	}
 	c.drop["/jobfence.v1.Coordinator/"+method] += n
 }
 
