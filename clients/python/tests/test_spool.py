@@ -50,7 +50,7 @@ from jobfence.spool import (
     parse_spool,
     spool_file_name,
 )
-from jobfence.worker import refile_later
+from jobfence.receipts import refile_later
 
 # The Go SDK writes GO_LINE for its test receipt (clients/go/spool_test.go
 # checks json.Marshal against it) and reads NODE_LINE, which the Node SDK

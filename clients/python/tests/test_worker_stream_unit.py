@@ -29,7 +29,7 @@ from jobfence import (
     WorkerEvent,
     WorkerEventKind,
 )
-from jobfence.stream import STREAM_HEARTBEAT_INTERVAL, _Requests
+from jobfence.session import STREAM_HEARTBEAT_INTERVAL, _Requests
 from jobfence.v1 import coordinator_pb2 as pb
 
 from fakecoord import Cut, Fail, FakeCoordinator, FakeStream, claimed

@@ -7,13 +7,21 @@
 - :func:`decide_at` / :func:`decide`: the decision table of R14 and R16, the
   resend window judged on the coordinator's clock (R22).
 - :class:`Worker`: takes only free slots (R18), pushed to it on the worker
-  stream (:mod:`jobfence.stream`; claimed with Claim calls with
+  stream (:mod:`jobfence.session`; claimed with Claim calls with
   ``no_stream`` or from a coordinator without it), dispatches by next action,
   writes back under the claim's grant (attempt and lease token, R9, R25),
   files what the fence refuses as an observation (R15), renews leases while
   handlers run (R27), spools the receipts the coordinator cannot take and
   files them later (R28, :mod:`jobfence.spool`) and drains on stop() or
   SIGTERM.
+
+One module per part: ``client`` (the RPC client and its options),
+``session`` (the worker stream), ``worker`` (the Worker's lifecycle: start,
+stop, slots), ``job`` (the run of one job: handler call, decision,
+write-back), ``renewer`` (R27), ``receipts`` (observations filed and
+spooled, R15, R28), ``spool`` (the spool file), ``options``, ``events``
+(events, counters, logs), ``decide``, ``errors`` and ``types``. No module
+imports ``worker`` but this one.
 """
 
 from .client import DEFAULT_CALL_TIMEOUT, KEEPALIVE_OPTIONS, MAX_RENEW_BATCH, Client, RetryPolicy, TokenSource
@@ -40,8 +48,10 @@ from .errors import (
     DatabaseFullError,
     DatabaseUnavailableError,
     DeadlineExceededError,
+    DrainTimeoutError,
     FencedError,
     FieldViolation,
+    GrantLostError,
     GrantTooOldError,
     InvalidArgumentError,
     JobNotInReviewError,
@@ -50,6 +60,7 @@ from .errors import (
     ObservationLimitError,
     OperationKeyConflictError,
     PermissionDeniedError,
+    ProviderDeadlineError,
     Reason,
     StaleAttemptError,
     TooManyCallsError,
@@ -83,18 +94,10 @@ from .types import (
     Renewal,
     WriteResult,
 )
-from .worker import (
-    DrainTimeoutError,
-    GrantLostError,
-    Handler,
-    HandlerContext,
-    ProviderDeadlineError,
-    Worker,
-    WorkerEvent,
-    WorkerEventKind,
-    WorkerOptions,
-    WorkerStats,
-)
+from .events import WorkerEvent, WorkerEventKind, WorkerStats
+from .job import Handler, HandlerContext
+from .options import WorkerOptions
+from .worker import Worker
 
 __version__ = "0.1.0"
 

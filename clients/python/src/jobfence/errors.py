@@ -28,6 +28,9 @@ decodes through the same code.
         ├── DatabaseFullError            DATABASE_FULL
         └── DatabaseAccessDeniedError    DATABASE_ACCESS_DENIED
     BudgetExhaustedError             Claim: due jobs wait on the provider's budget (R19)
+
+The Worker's own errors: GrantLostError and ProviderDeadlineError (why a
+handler's context was cancelled), DrainTimeoutError (run() cut jobs off).
 """
 
 from __future__ import annotations
@@ -49,8 +52,10 @@ __all__ = [
     "DatabaseFullError",
     "DatabaseUnavailableError",
     "DeadlineExceededError",
+    "DrainTimeoutError",
     "FencedError",
     "FieldViolation",
+    "GrantLostError",
     "GrantTooOldError",
     "InvalidArgumentError",
     "JobNotInReviewError",
@@ -59,6 +64,7 @@ __all__ = [
     "ObservationLimitError",
     "OperationKeyConflictError",
     "PermissionDeniedError",
+    "ProviderDeadlineError",
     "TooManyCallsError",
     "Reason",
     "StaleAttemptError",
@@ -300,6 +306,45 @@ class BudgetExhaustedError(Exception):
     def __init__(self, retry_after: float) -> None:
         super().__init__(f"jobfence: provider budget exhausted; retry after {retry_after:.3f}s")
         self.retry_after = retry_after
+
+
+class GrantLostError(Exception):
+    """Why a handler's context was cancelled when a renewal found the job's
+    grant gone (R27): taken over (STALE_ATTEMPT), already written back
+    (JOB_NOT_RUNNING) or the job not found. Send nothing new to the provider;
+    an answer already received is still worth returning: the write-back is
+    refused by the fence and the answer filed as an observation (R15).
+    ``refusal`` is the coordinator's refusal, decoded by reason (R24). It
+    never carries the lease token (R25)."""
+
+    def __init__(self, job_id: int, attempt: int, refusal: CoordinatorError) -> None:
+        where = ""
+        if isinstance(refusal, FencedError) and refusal.current_attempt > 0:
+            where = f"; the job is at attempt {refusal.current_attempt}, {refusal.current_state.value or 'state unknown'}"
+        super().__init__(
+            f"jobfence: grant lost: job {job_id} attempt {attempt} may write no more "
+            f"({refusal.reason or 'refused'}{where}); send nothing new to the provider (R27)"
+        )
+        self.job_id = job_id
+        self.attempt = attempt
+        self.refusal = refusal
+
+    @property
+    def current_attempt(self) -> int:
+        return self.refusal.current_attempt if isinstance(self.refusal, FencedError) else 0
+
+    @property
+    def current_state(self) -> JobState:
+        return self.refusal.current_state if isinstance(self.refusal, FencedError) else JobState.UNSPECIFIED
+
+
+class ProviderDeadlineError(Exception):
+    """Why a handler's context was cancelled when its provider-call deadline passed."""
+
+
+class DrainTimeoutError(Exception):
+    """Raised by Worker.run when jobs were still in flight at the end of the
+    drain. Their leases expire and a takeover reconciles them (R6, R14)."""
 
 
 _BY_REASON: dict[str, type[CoordinatorError]] = {

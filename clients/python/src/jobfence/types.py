@@ -467,3 +467,9 @@ def event_of(e: pb.JobEvent) -> Event:
         reason=str(e.reason),
         created_at=time_of(e, "created_at"),
     )
+
+
+def clip(s: str, n: int) -> str:
+    """s cut to n characters at most: what a request field the coordinator
+    bounds (a reason, a receipt's source and detail) takes."""
+    return s if len(s) <= n else s[:n]

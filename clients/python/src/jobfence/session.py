@@ -1,4 +1,5 @@
-"""The worker stream (Coordinator.Work): one bidirectional stream per Worker.
+"""The worker stream (Coordinator.Work): one bidirectional stream per Worker,
+held by a WorkSession.
 
 The coordinator pushes grants on it as the worker's slots free up: the stream
 opens with every free slot as credits, a grant uses one per job (R18), a
@@ -27,31 +28,34 @@ half its lease), so a worker that stops reading holds no job. A grant read
 after the half-close (the drain) can no longer be acknowledged: it is not
 started, and the coordinator takes it back when the stream ends.
 
+A WorkSession is built from the Client, the WorkStart its streams open with,
+the worker's slot count and a SessionHooks, through which it hands over the
+jobs it is granted; it knows nothing else of the Worker, which opens stream
+after stream with serve() and half-closes the last one with close_send().
+
 Threads: grpcio sends a stream's requests from an iterator fed by a queue
 (its own thread takes from it: put never blocks), and the Worker's run()
-thread reads the responses and starts the jobs granted. The heartbeats come
-from that iterator too: after STREAM_HEARTBEAT_INTERVAL waiting on an empty
-queue it hands grpcio a heartbeat, on grpcio's thread, which no handler can
-block; one that cannot be sent fails the stream as any failed send does.
+thread reads the responses (serve()) and starts the jobs granted. The
+heartbeats come from that iterator too: after STREAM_HEARTBEAT_INTERVAL
+waiting on an empty queue it hands grpcio a heartbeat, on grpcio's thread,
+which no handler can block; one that cannot be sent fails the stream as any
+failed send does.
 """
 
 from __future__ import annotations
 
-import random
+import logging
 import threading
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import Any, Callable, Optional, Protocol
 
 import grpc
 
-from .client import _duration
+from .client import Client
 from .errors import CoordinatorError, DeadlineExceededError, UnavailableError, decode_error, decode_rpc_status
 from .types import ClaimedJob, claimed_of
 from .v1 import coordinator_pb2 as pb
-
-if TYPE_CHECKING:
-    from .worker import Worker
 
 # The calls that may go on the stream: the stub's method and the WorkCall's
 # (and WorkReply's) field of each.
@@ -76,6 +80,24 @@ MAX_ACK_GRANTS = 100
 
 def _heartbeat() -> pb.WorkRequest:
     return pb.WorkRequest(credit=pb.WorkCredit(credits=0))
+
+
+class SessionHooks(Protocol):
+    """What a WorkSession reports to its owner."""
+
+    @property
+    def log(self) -> logging.Logger:
+        """Where the session logs."""
+        ...
+
+    def granted(self, jobs: list[ClaimedJob]) -> None:
+        """Starts the jobs of one grant, acknowledged: each took a slot."""
+        ...
+
+    def retry_after(self, seconds: float) -> None:
+        """R19: due work waits on the provider's budget; the coordinator
+        offers it again after seconds, holding the credits."""
+        ...
 
 
 class StreamUnsupported(Exception):
@@ -169,63 +191,47 @@ class WorkSession:
     """A Worker's stream to the coordinator. It keeps the count of free slots
     the coordinator may fill (credits): a new stream opens with all of them, a
     grant uses one per job, a finished job (freed) gives one back; a grant it
-    cannot acknowledge (read after the half-close) uses none."""
+    cannot acknowledge (read after the half-close) uses none.
 
-    def __init__(self, w: Worker, stub: Any, metadata: Callable[[], list[tuple[str, str]]]) -> None:
-        self._w = w
-        self._stub = stub  # the generated stub: Work itself is never wrapped
-        self._metadata = metadata
+    ``start`` is what each stream opens with (worker, provider, lease); the
+    session sets its credits and that it acknowledges its grants. ``slots``
+    is the worker's concurrency, all free at first."""
+
+    def __init__(self, client: Client, start: pb.WorkStart, slots: int, hooks: SessionHooks) -> None:
+        self._stub = client.stub  # the generated stub: Work itself is never wrapped
+        self._metadata = client._metadata
+        self._start = start
+        self._hooks = hooks
         self._lock = threading.Lock()
         self._stream: Optional[_Stream] = None  # None while none is open
-        self._free = w.options.concurrency  # slots running no job
+        self._free = slots  # slots running no job
         self._closing = False  # the worker stops: no more streams, calls go unary
         self._next_id = 0
 
-    def run(self, start: Callable[[ClaimedJob], None]) -> bool:
-        """Keeps a stream open until the worker stops, starting the jobs it
-        is granted with start. True once the last stream ended after
-        close_send (every call sent answered, every grant in flight received
-        and left unstarted); False when the coordinator has no Work: nothing was
-        granted, and the worker claims with Claim calls for good."""
-        w = self._w
-        o = w.options
-        backoff = o.claim_backoff
-        while True:
-            err: Optional[BaseException] = None
-            delivered = False
-            try:
-                st = self._open()
-                if st is None:
-                    return True
-                delivered = self._receive(st, start)
-            except StreamUnsupported:
-                return False
-            except Exception as e:  # noqa: BLE001 - the stream failed: open another
-                err = e
-            if w._is_stopping():
-                return True
-            if delivered or err is None:
-                # The stream worked (or the coordinator ended it cleanly): the
-                # next one should too.
-                backoff = o.claim_backoff
-            if err is not None:
-                w._count("claim_failures")
-                w._emit_claim_failed(err)
-                w._log.warning("worker stream ended; opening it again", extra={"error": str(err), "backoff": backoff})
-            w._pause(backoff * (0.5 + random.random()))
-            backoff = min(2 * backoff, o.max_claim_backoff)
+    def serve(self) -> Optional[bool]:
+        """Opens one stream with every free slot as credits and reads it
+        until it ends: each grant is acknowledged, then its jobs go to
+        hooks.granted; each retry_after to hooks.retry_after. Whether anything
+        came on it; None when nothing was opened (after close_send). Raises
+        how it ended, decoded (StreamUnsupported when the coordinator has no
+        Work: claim with Claim calls for good); nothing after a clean end,
+        such as the end that follows close_send (every call sent answered,
+        every grant in flight received and left unstarted)."""
+        st = self._open()
+        if st is None:
+            return None
+        return self._receive(st)
 
     def _open(self) -> Optional[_Stream]:
         """Opens a stream with every free slot as credits; None once the worker stops."""
-        o = self._w.options
         md = self._metadata()  # asked per stream, as per call
         with self._lock:
             if self._closing:
                 return None
-            start = pb.WorkStart(worker_id=o.worker_id, provider=o.provider, credits=max(self._free, 0),
-                                 acknowledges=True)
-            if o.lease:
-                start.lease_duration.CopyFrom(_duration(o.lease))
+            start = pb.WorkStart()
+            start.CopyFrom(self._start)
+            start.credits = max(self._free, 0)
+            start.acknowledges = True
             requests = _Requests()
             requests.put(pb.WorkRequest(start=start))
             try:
@@ -235,16 +241,16 @@ class WorkSession:
                 raise
             st = _Stream(requests, call)
             self._stream = st
-        self._w._log.debug("worker stream opened", extra={"credits": start.credits})
+        self._hooks.log.debug("worker stream opened", extra={"credits": start.credits})
         return st
 
-    def _receive(self, st: _Stream, start: Callable[[ClaimedJob], None]) -> bool:
-        """Reads st until it ends: grants are acknowledged and started,
-        replies handed to their calls; at the end the calls still waiting are answered UNAVAILABLE
-        (safe to repeat, R21). Whether anything came; raises how it ended
-        (StreamUnsupported when the coordinator has no Work), nothing after a
-        clean end."""
-        w = self._w
+    def _receive(self, st: _Stream) -> bool:
+        """Reads st until it ends: grants are acknowledged and handed to
+        hooks.granted, replies to their calls; at the end the calls still
+        waiting are answered UNAVAILABLE (safe to repeat, R21). Whether
+        anything came; raises how it ended (StreamUnsupported when the
+        coordinator has no Work), nothing after a clean end."""
+        hooks = self._hooks
         delivered = False
         end: Optional[grpc.RpcError] = None
         try:
@@ -268,12 +274,11 @@ class WorkSession:
                         # The coordinator hands these back when the stream
                         # ends; a handler started on one would run on a grant
                         # already ended (R25). They never took a slot.
-                        w._log.info("grants read after the stream's half-close left unstarted; the coordinator "
-                                    "hands them back", extra={"jobs": len(jobs), "job_ids": [j.job.id for j in jobs]})
+                        hooks.log.info("grants read after the stream's half-close left unstarted; the coordinator "
+                                       "hands them back",
+                                       extra={"jobs": len(jobs), "job_ids": [j.job.id for j in jobs]})
                         continue
-                    w._kick_refile()
-                    for j in jobs:
-                        start(claimed_of(j, received))
+                    hooks.granted([claimed_of(j, received) for j in jobs])
                 elif kind == "reply":
                     with self._lock:
                         p = st.pending.pop(int(m.reply.call_id), None)
@@ -281,12 +286,8 @@ class WorkSession:
                             p.reply = m.reply
                             p.done.set()
                 elif kind == "retry_after":
-                    # R19: due work waits on the provider's budget; the
-                    # coordinator offers it again after the wait, holding the
-                    # credits.
                     ra = m.retry_after
-                    w._log.debug("provider budget exhausted",
-                                 extra={"retry_after": int(ra.seconds) + int(ra.nanos) / 1e9})
+                    hooks.retry_after(int(ra.seconds) + int(ra.nanos) / 1e9)
         except grpc.RpcError as e:
             end = e
         finally:
@@ -333,12 +334,12 @@ class WorkSession:
                 return  # the next stream opens with it
             st.requests.put(pb.WorkRequest(credit=pb.WorkCredit(credits=1)))
 
-    def close_send(self) -> None:
+    def close_send(self, drain_timeout: float) -> None:
         """Half-closes the stream when the worker stops: no more grants;
         those in flight still arrive and are not started (they can no longer
         be acknowledged: the coordinator hands them back), every call sent is
         answered, then the coordinator ends the stream. Calls from now on go as unary calls. A
-        stream still open drain_timeout later is cancelled (its calls are
+        stream still open drain_timeout seconds later is cancelled (its calls are
         answered UNAVAILABLE and repeated as unary calls)."""
         with self._lock:
             self._closing = True
@@ -347,16 +348,16 @@ class WorkSession:
                 return
             st.half_closed = True
             st.requests.close()
-            st.timer = threading.Timer(self._w.options.drain_timeout, self._give_up, args=(st,))
+            st.timer = threading.Timer(drain_timeout, self._give_up, args=(st, drain_timeout))
             st.timer.daemon = True
             st.timer.start()
 
-    def _give_up(self, st: _Stream) -> None:
+    def _give_up(self, st: _Stream, drain_timeout: float) -> None:
         with self._lock:
             if self._stream is not st:
                 return
-        self._w._log.warning("worker stream still open after the half-close; cancelling it",
-                             extra={"drain_timeout": self._w.options.drain_timeout})
+        self._hooks.log.warning("worker stream still open after the half-close; cancelling it",
+                                extra={"drain_timeout": drain_timeout})
         st.call.cancel()
 
     def call(self, c: pb.WorkCall, timeout: Optional[float]) -> pb.WorkReply:
