@@ -682,7 +682,7 @@ const pyJob = `"worker_id": "chaos-py-w3", "job_id": 9, "operation_key": "k9", "
 // The Python worker's lines are typed by the messages its SDK shares with
 // the Go one, but for a takeover, which it logs as the Node.js worker does.
 // Each line is one the example emits (examples/refund_worker.py, the SDK's
-// worker.py and client.py), with the fields it logs.
+// job.py, receipts.py, worker.py and client.py), with the fields it logs.
 func TestParseWorkerLinesOfThePythonWorker(t *testing.T) {
 	seen := time.Now()
 	recs := pyRecs(t, seen,

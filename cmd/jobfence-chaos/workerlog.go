@@ -13,18 +13,19 @@ import (
 // the Go one (cmd/refundworker: the Go SDK's slog JSON), the Node.js example
 // worker (clients/node examples/refund-worker: JSON lines) and the Python
 // example worker (clients/python/examples/refund_worker.py: the logging
-// module's records as JSON lines, the Python SDK's worker.py and client.py
-// writing most of them). All name the job on every line of it by job_id,
-// operation_key and attempt (the Node worker writes its int64s as strings)
-// and, since R25, the grant by its fingerprint. The Python SDK words its
-// lines as the Go SDK does, but for a takeover, which it logs as the Node.js
-// worker does ("job taken over"); the Node.js worker differs in the
-// messages of an accepted write-back, a takeover, a failed write-back and
-// one repeated, a late answer, a lost grant, a failed renewal and a failed
-// filing. All three log the end of a worker stream alike. Which
-// worker wrote a log is known from its process (workerLog.Kind), not from
-// its lines; the checks read the Node.js worker's rejections and filings as
-// of unknown outcome (docs/CHAOS.md, notes on 5).
+// module's records as JSON lines, the Python SDK's worker.py, job.py,
+// receipts.py and client.py writing most of them). All name the job on
+// every line of it by job_id, operation_key and attempt (the Node worker
+// writes its int64s as strings) and, since R25, the grant by its
+// fingerprint. The Python SDK words its lines as the Go SDK does, but for
+// a takeover, which it logs as the Node.js worker does ("job taken over");
+// the Node.js worker differs in the messages of an accepted write-back, a
+// takeover, a failed write-back and one repeated, a late answer, a lost
+// grant, a failed renewal and a failed filing. All three log the end of a
+// worker stream alike. Which worker wrote a log is known from its process
+// (workerLog.Kind), not from its lines; the checks read the Node.js
+// worker's rejections and filings as of unknown outcome (docs/CHAOS.md,
+// notes on 5).
 
 // jobRef is the job and attempt a worker's line is about.
 type jobRef struct {
@@ -309,10 +310,10 @@ func (r receipt) filed() bool { return r.Filed == receiptFiled || r.Filed == rec
 // Node.js worker's, a choice kept so that an older Node worker's log still
 // checks. The Python worker is judged as strictly as refundworker (R15):
 // its SDK logs the decision a rejected or failed write-back carried
-// (worker.py's _write: decision complete means the provider said
+// (job.py's JobRunner._write: decision complete means the provider said
 // refunded) and the outcome and refund id of every observation it files or
-// fails to file (_observe), so a success it saw and did not get on file is
-// a failure, not an answer of unknown outcome.
+// fails to file (receipts.py's Receipts.file), so a success it saw and
+// did not get on file is a failure, not an answer of unknown outcome.
 func (k workerKind) weakReceipts() bool { return k == nodeWorker }
 
 // receiptsOf reads a worker's receipts from its log, and counts its
