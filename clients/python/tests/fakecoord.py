@@ -8,7 +8,9 @@ The worker stream (Work) is served only with ``FakeCoordinator(stream=True)``;
 without it Work is UNIMPLEMENTED, as from a coordinator that predates it, and
 a Worker falls back to Claim calls. On a stream the calls answer from the
 same scripts as the unary calls, their errors as the WorkReply's serialized
-status; the test grants jobs and ends streams by hand (FakeStream)."""
+status; the test grants jobs and ends streams by hand (FakeStream). With
+``answer_stream_calls=False`` the calls on a stream are only recorded, and
+the test answers each itself (FakeStream.send), as a transcript does."""
 
 from __future__ import annotations
 
@@ -127,6 +129,10 @@ class FakeStream:
         m.retry_after.FromNanoseconds(int(seconds * 1e9))
         self._out.put(m)
 
+    def send(self, m: pb.WorkResponse) -> None:
+        """Sends m on the stream."""
+        self._out.put(m)
+
     def end(self, code: Optional[grpc.StatusCode] = None, message: str = "scripted end") -> None:
         """Ends the stream: cleanly, or with code."""
         self._out.put(_OK if code is None else Cut(code, message))
@@ -144,11 +150,13 @@ class FakeStream:
 
 
 class FakeCoordinator:
-    def __init__(self, stream: bool = False) -> None:
+    def __init__(self, stream: bool = False, answer_stream_calls: bool = True) -> None:
         self.script: dict[str, deque[Any]] = defaultdict(deque)
         self.calls: dict[str, list[tuple[Any, dict[str, str]]]] = defaultdict(list)
         self.via: dict[str, list[str]] = defaultdict(list)  # "unary" or "stream", by call
+        self.unary: list[tuple[str, Any]] = []  # every unary call, method and request, in order
         self.serve_stream = stream
+        self.answer_stream_calls = answer_stream_calls
         self.streams: list[FakeStream] = []
         #: What a stream does when the worker half-closes it: by default it ends cleanly.
         self.on_half_close: Any = lambda st: st.end()
@@ -183,6 +191,8 @@ class FakeCoordinator:
         with self.lock:
             self.calls[method].append((request, md))
             self.via[method].append(via)
+            if via == "unary":
+                self.unary.append((method, request))
             nxt = self.script[method].popleft() if self.script[method] else None
         if isinstance(nxt, Sleep):
             time.sleep(nxt.seconds)
@@ -215,7 +225,7 @@ class FakeCoordinator:
                     st._got(r)
                     with self._streams_cv:
                         self._streams_cv.notify_all()
-                    if r.WhichOneof("kind") != "call":
+                    if r.WhichOneof("kind") != "call" or not self.answer_stream_calls:
                         continue
                     kind = str(r.call.WhichOneof("call"))
                     method = "".join(w.capitalize() for w in kind.split("_"))

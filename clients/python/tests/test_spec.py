@@ -59,7 +59,6 @@ from jobfence import (
     ProviderPolicy,
     ReceiptSpoolLockedError,
     Result,
-    ResultKind,
     RetryPolicy,
     SpooledReceipt,
     StaleAttemptError,
@@ -82,16 +81,12 @@ from jobfence.spool import ReceiptSpool, decode_receipt, encode_receipt, parse_s
 from jobfence.v1 import coordinator_pb2 as pb
 
 from fakecoord import Fail, FakeCoordinator
-
-SPEC = Path(__file__).resolve().parents[2] / "spec"
+from spec_stream import play
+from speclib import SDK, SPEC, fail_of, known, result_of
 
 #: The spec files this runner was written for, by ``spec``: their version.
-#: The stream transcripts are run by spec_stream.py.
+#: The stream transcripts are played by spec_stream.py.
 KNOWN = {"decide": 1, "errors": 1, "spool": 1, "defaults": 1, "stream": 1}
-#: This SDK's name in a dispute's ``answers``.
-SDK = "python"
-#: Fields for people, which no runner reads.
-FOR_PEOPLE = {"note", "rules", "about"}
 
 
 class Vector:
@@ -122,12 +117,6 @@ class Vector:
         elif "expect" not in self.raw:
             pytest.fail("the vector has neither expect nor a dispute's answers")
         return want
-
-
-def known(obj: dict[str, Any], allowed: set[str], where: str) -> None:
-    unknown = sorted(set(obj) - allowed - FOR_PEOPLE)
-    if unknown:
-        pytest.fail(f"{where} has fields this runner does not know: {unknown} (the spec moved, the runner did not)")
 
 
 def spec_files() -> list[Path]:
@@ -258,13 +247,6 @@ def _policy(p: dict[str, Any]) -> ProviderPolicy:
     return ProviderPolicy(**{names[k]: (v if k == "same_key_resend_safe" else v / 1000) for k, v in p.items()})
 
 
-def _result(r: dict[str, Any]) -> Result:
-    known(r, {"kind", "provider_refund_id", "retry_after_ms", "reason", "error"}, "result")
-    kind = ResultKind(r.get("kind", "unknown"))
-    return Result(kind=kind, provider_refund_id=r.get("provider_refund_id", ""), retry_after=_ms(r, "retry_after_ms"),
-                  reason=r.get("reason", ""), error=OSError(r["error"]) if "error" in r else None)
-
-
 def run_decide(v: Vector, request: pytest.FixtureRequest) -> None:
     v.fields({"step", "job", "policy", "result"})
     step = v.raw["step"]
@@ -275,7 +257,7 @@ def run_decide(v: Vector, request: pytest.FixtureRequest) -> None:
     known(want, {"call", "decision", "provider_refund_id", "next_action", "delay_ms", "reason", "reason_includes"},
           "expect")
     c = _claimed(v.raw["job"])
-    rec = _Recorder(_result(v.raw.get("result", {})))
+    rec = _Recorder(result_of(v.raw.get("result", {})))
     log = logging.getLogger("jobfence.test.spec")
     report = Reporter(log, None)
     opts = WorkerOptions(worker_id="spec", policy=_policy(v.raw["policy"]), lease_renewal=False,
@@ -351,13 +333,6 @@ def errors_coord() -> Iterator[FakeCoordinator]:
     f.stop()
 
 
-def _fail(st: dict[str, Any]) -> Fail:
-    known(st, {"code", "message", "reason", "domain", "metadata", "field_violations"}, "status")
-    return Fail(grpc.StatusCode[st["code"]], st.get("reason", ""), st["message"], dict(st.get("metadata", {})),
-                [(fv["field"], fv["description"]) for fv in st.get("field_violations", [])],
-                st.get("domain", "jobfence"))
-
-
 def _receipt(job_id: int) -> SpooledReceipt:
     return SpooledReceipt(job_id=job_id, operation_key=f"op-{job_id}", attempt=1, lease_token=LeaseToken("t"),
                           source="worker:spec", outcome=Outcome.SUCCEEDED, provider_refund_id=f"re_{job_id}")
@@ -391,7 +366,7 @@ def run_errors(v: Vector, request: pytest.FixtureRequest) -> None:
     want = v.expect()
     known(want, {"kind", "reason", "fenced", "unavailable", "retry_write", "refile_later", "refile_stops",
                  "taken_over", "job_id", "attempt", "current_attempt", "current_state", "violations"}, "expect")
-    f = _fail(v.raw["status"])
+    f = fail_of(v.raw["status"])
     # Decoded as a unary call's error is (R24): from a real server's trailer.
     once = Client(fake.address, retry=RetryPolicy(attempts=1), call_timeout=5)
     twice = Client(fake.address, retry=RetryPolicy(attempts=2, backoff=0.001), call_timeout=5)
@@ -706,9 +681,7 @@ def run_defaults(v: Vector, request: pytest.FixtureRequest) -> None:
 
 
 def run_stream(v: Vector, request: pytest.FixtureRequest) -> None:
-    from spec_stream import play
-
-    play(v.raw, SDK, known)
+    play(v.raw)
 
 
 RUNNERS: dict[str, Callable[[Vector, pytest.FixtureRequest], None]] = {
