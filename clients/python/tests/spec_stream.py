@@ -21,6 +21,7 @@ from jobfence.v1 import coordinator_pb2 as pb
 
 from fakecoord import FakeCoordinator, FakeStream, status_details
 from speclib import fail_of, known, result_of
+from workerrun import Running
 
 #: How long a step waits by default.
 DEFAULT_WITHIN = 5.0
@@ -116,20 +117,14 @@ class _Player:
             kw["lease"] = w["lease_ms"] / 1000
         self.worker = Worker(self.client, self.handler, worker_id=w["worker_id"], concurrency=w.get("concurrency", 1),
                              lease_renewal=w.get("renew", True), receipt_spool="off", **kw)
-        self.error: Optional[BaseException] = None
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        try:
-            self.worker.run()
-        except BaseException as e:  # noqa: BLE001
-            self.error = e
+        self.running: Optional[Running] = None
 
     def close(self) -> None:
         self.worker.stop()
         if self.stream is not None:
             self.stream.end()
-        self.thread.join(10)
+        if self.running is not None:
+            self.running.t.join(10)
         self.client.close()
         self.fake.stop()
 
@@ -162,7 +157,7 @@ class _Player:
     # -- steps ---------------------------------------------------------------
 
     def play(self, steps: list[dict[str, Any]]) -> None:
-        self.thread.start()
+        self.running = Running(self.worker)
         for i, step in enumerate(steps):
             try:
                 if "expect" in step:
@@ -234,9 +229,10 @@ class _Player:
             assert isinstance(ev[2], GrantLostError), f"cancelled by {ev[2]!r}, not a lost grant (R27)"
         elif kind == "run":
             assert value == "returned", f"run {value!r}"
-            self.thread.join(within)
-            assert not self.thread.is_alive(), f"run() did not return within {within:g}s"
-            assert self.error is None, f"run() raised {self.error!r}"
+            assert self.running is not None
+            self.running.t.join(within)
+            assert not self.running.t.is_alive(), f"run() did not return within {within:g}s"
+            assert self.running.error is None, f"run() raised {self.running.error!r}"
         elif kind == "nothing_more":
             assert value is True
             time.sleep(0.1)  # what the worker sends last comes a moment after it acts
