@@ -10,7 +10,9 @@ a Worker falls back to Claim calls. On a stream the calls answer from the
 same scripts as the unary calls, their errors as the WorkReply's serialized
 status; the test grants jobs and ends streams by hand (FakeStream). With
 ``answer_stream_calls=False`` the calls on a stream are only recorded, and
-the test answers each itself (FakeStream.send), as a transcript does."""
+the test answers each itself (FakeStream.send), as a transcript does; the
+unary calls of the methods in ``held`` wait for the test's answer
+(FakeCoordinator.reply)."""
 
 from __future__ import annotations
 
@@ -157,6 +159,9 @@ class FakeCoordinator:
         self.unary: list[tuple[str, Any]] = []  # every unary call, method and request, in order
         self.serve_stream = stream
         self.answer_stream_calls = answer_stream_calls
+        #: Methods whose unary calls wait for reply(), oldest first.
+        self.held: set[str] = set()
+        self._waiting: dict[str, deque[queue.SimpleQueue[Any]]] = defaultdict(deque)
         self.streams: list[FakeStream] = []
         #: What a stream does when the worker half-closes it: by default it ends cleanly.
         self.on_half_close: Any = lambda st: st.end()
@@ -184,16 +189,34 @@ class FakeCoordinator:
                 raise TimeoutError(f"no worker stream {i} within {timeout}s ({len(self.streams)} opened)")
             return self.streams[i]
 
+    def reply(self, method: str, answer: Any) -> None:
+        """Answers the oldest unary call of a held method still waiting."""
+        with self.lock:
+            assert self._waiting[method], f"no {method} call waits for an answer"
+            q = self._waiting[method].popleft()
+        q.put(answer)
+
     def stop(self) -> None:
+        with self.lock:
+            waiting = [q for qs in self._waiting.values() for q in qs]
+            self._waiting.clear()
+        for q in waiting:
+            q.put(Fail(grpc.StatusCode.UNAVAILABLE, message="the scripted coordinator stopped"))
         self.server.stop(0)
 
     def _next(self, method: str, request: Any, md: dict[str, str], via: str) -> Any:
         with self.lock:
             self.calls[method].append((request, md))
             self.via[method].append(via)
+            held: Optional[queue.SimpleQueue[Any]] = None
             if via == "unary":
                 self.unary.append((method, request))
-            nxt = self.script[method].popleft() if self.script[method] else None
+                if method in self.held:
+                    held = queue.SimpleQueue()
+                    self._waiting[method].append(held)
+            nxt = self.script[method].popleft() if self.script[method] and held is None else None
+        if held is not None:
+            nxt = held.get()
         if isinstance(nxt, Sleep):
             time.sleep(nxt.seconds)
             nxt = nxt.then

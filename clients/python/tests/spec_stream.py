@@ -7,7 +7,6 @@ the worker sends, every unary call, every handler call."""
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
 from typing import Any, Optional
@@ -65,7 +64,8 @@ class _Handler:
     cancellation seen goes to ``events``."""
 
     def __init__(self, handlers: dict[str, Any]) -> None:
-        self.events: queue.Queue[tuple[str, str, Any]] = queue.Queue()
+        self.cv = threading.Condition()
+        self.events: list[tuple[str, str, Any]] = []
         self.plans: dict[str, tuple[Result, str]] = {}
         self.released: dict[str, threading.Event] = {}
         for job_id, h in handlers.items():
@@ -77,7 +77,7 @@ class _Handler:
 
     def _run(self, call: str, job: ClaimedJob, ctx: HandlerContext) -> Result:
         job_id = str(job.job.id)
-        self.events.put(("call", job_id, call))
+        self._event(("call", job_id, call))
         if job_id not in self.plans:
             raise AssertionError(f"no handler for job {job_id}")
         result, until = self.plans[job_id]
@@ -86,8 +86,27 @@ class _Handler:
         elif until == "cancelled":
             while not ctx.wait(0.05):
                 pass
-            self.events.put(("cancelled", job_id, ctx.cause))
+            self._event(("cancelled", job_id, ctx.cause))
         return result
+
+    def _event(self, ev: tuple[str, str, Any]) -> None:
+        with self.cv:
+            self.events.append(ev)
+            self.cv.notify_all()
+
+    def take(self, kind: str, job_id: str, within: float) -> tuple[str, str, Any]:
+        """The first unread event of this kind for this job, waiting up to
+        within seconds: jobs granted together start in any order."""
+        end = time.monotonic() + within
+        with self.cv:
+            while True:
+                for i, ev in enumerate(self.events):
+                    if ev[:2] == (kind, job_id):
+                        return self.events.pop(i)
+                left = end - time.monotonic()
+                if left <= 0:
+                    pytest.fail(f"no {kind} of job {job_id}'s handler within {within:g}s; unread: {self.events}")
+                self.cv.wait(left)
 
     def refund(self, job: ClaimedJob, ctx: HandlerContext) -> Result:
         return self._run("refund", job, ctx)
@@ -98,10 +117,16 @@ class _Handler:
 
 class _Player:
     def __init__(self, t: dict[str, Any]) -> None:
-        known(t, {"spec", "version", "name", "worker", "jobs", "handlers", "steps"}, "the transcript")
+        known(t, {"spec", "version", "name", "worker", "coordinator", "jobs", "handlers", "steps"}, "the transcript")
+        coord = t.get("coordinator", {})
+        known(coord, {"work"}, "coordinator")
+        assert coord.get("work", "") in ("", "unimplemented"), f"coordinator work {coord['work']!r}"
         self.jobs = {k: json_format.ParseDict(v, pb.ClaimedJob()) for k, v in t.get("jobs", {}).items()}
         self.handler = _Handler(t.get("handlers", {}))
-        self.fake = FakeCoordinator(stream=True, answer_stream_calls=False)
+        # Work UNIMPLEMENTED, as from a coordinator that predates the stream;
+        # every Claim waits for a step's unary_reply.
+        self.fake = FakeCoordinator(stream=coord.get("work") != "unimplemented", answer_stream_calls=False)
+        self.fake.held = {"Claim"}
         # The transcript ends each stream itself.
         self.fake.on_half_close = lambda st: None
         self.stream: Optional[FakeStream] = None
@@ -221,11 +246,10 @@ class _Player:
             assert why is None, f"unary {method} {got}: {why}"
         elif kind == "handler":
             known(value, {"job_id", "call"}, "handler")
-            ev = self._event(within, "handler call")
-            assert ev[:2] == ("call", str(value["job_id"])) and ev[2] == value["call"], f"handler event {ev}, want {value}"
+            ev = self.handler.take("call", str(value["job_id"]), within)
+            assert ev[2] == value["call"], f"job {value['job_id']}'s {ev[2]} handler called, want {value['call']}"
         elif kind == "handler_cancelled":
-            ev = self._event(within, "handler cancelled")
-            assert ev[:2] == ("cancelled", str(value)), f"handler event {ev}, want job {value} cancelled"
+            ev = self.handler.take("cancelled", str(value), within)
             assert isinstance(ev[2], GrantLostError), f"cancelled by {ev[2]!r}, not a lost grant (R27)"
         elif kind == "run":
             assert value == "returned", f"run {value!r}"
@@ -241,17 +265,16 @@ class _Player:
             with self.fake.lock:
                 calls = self.fake.unary[self.unary:]
             assert not calls, f"unread unary calls: {calls}"
-            assert self.handler.events.empty(), f"unread handler events: {self.handler.events.get()}"
+            with self.handler.cv:
+                assert not self.handler.events, f"unread handler events: {self.handler.events}"
             assert len(self.fake.streams) == self.streams, f"{len(self.fake.streams) - self.streams} more streams opened"
 
-    def _event(self, within: float, what: str) -> tuple[str, str, Any]:
-        try:
-            return self.handler.events.get(timeout=within)
-        except queue.Empty:
-            pytest.fail(f"no {what} within {within:g}s")
-
     def _send(self, send: dict[str, Any]) -> None:
-        known(send, {"grant", "reply_to", "response", "error", "end"}, "send")
+        known(send, {"grant", "reply_to", "response", "error", "end", "unary_reply"}, "send")
+        if "unary_reply" in send:
+            known(send["unary_reply"], {"response"}, "unary_reply")
+            self.fake.reply("Claim", json_format.ParseDict(send["unary_reply"].get("response", {}), pb.ClaimResponse()))
+            return
         st = self.stream
         assert st is not None, "nothing to send on: no stream yet"
         if "grant" in send:
