@@ -3,31 +3,7 @@
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 
 import { NextAction } from "./gen/jobfence/v1/coordinator_pb.js";
-import type { ClaimedJobView } from "./grant.js";
-
-/**
- * ProviderResult is what a refund or reconcile handler learned from the
- * payment provider, asked with the job's operation_key (R1, R14).
- *
- * - `succeeded`: the provider says the refund was made.
- * - `pending`: accepted but not finished; never a success (R4).
- * - `not_found`: the provider has no record, which does not prove nothing
- *   happened (R14).
- * - `failed`: the provider rejected the refund for good.
- * - `not_sent`: the request provably never reached the provider (refused
- *   before sending, rate limited at the door); the same action may run again.
- * - `escalate`: the handler wants a person to look.
- *
- * A handler that throws, or outlives the provider-call deadline, leaves the
- * outcome unknown: the job is rescheduled for RECONCILE (R14).
- */
-export type ProviderResult =
-  | { kind: "succeeded"; providerRefundId: string; providerEventId?: string; detail?: string }
-  | { kind: "pending"; retryAfterMs?: number; detail?: string }
-  | { kind: "not_found"; detail?: string }
-  | { kind: "failed"; reason: string }
-  | { kind: "not_sent"; reason: string; retryAfterMs?: number }
-  | { kind: "escalate"; reason: string };
+import type { ClaimedJobView, ProviderResult } from "./types.js";
 
 /** WriteDecision is the fenced write-back to make under the claimed attempt. */
 export type WriteDecision =

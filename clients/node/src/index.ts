@@ -25,7 +25,9 @@ export type {
   TLSOptions,
 } from "./client.js";
 export { Worker } from "./worker.js";
-export type { Handlers, JobIds, WorkerEvent, WorkerJob, WorkerOptions } from "./worker.js";
+export type { JobIds, WorkerEvent } from "./events.js";
+export type { WorkerOptions } from "./options.js";
+export type { ClaimedJobView, Handlers, ProviderResult, WorkerJob } from "./types.js";
 export {
   MaxReceiptSpoolBytes,
   MaxSpooledReceipts,
@@ -34,11 +36,10 @@ export {
   ReceiptSpoolOff,
   defaultReceiptSpool,
 } from "./spool.js";
-export { grantFingerprint } from "./grant.js";
-export type { ClaimedJobView } from "./grant.js";
+export { grantFingerprint } from "./types.js";
 export { MaxDelayMs, coordinatorNow, decideReconcile, resendAllowed, sendsAgain } from "./decide.js";
 export { bigintReplacer, jsonSafe, toJson, toJsonString } from "./json.js";
-export type { DecisionPolicy, ProviderResult, WriteDecision } from "./decide.js";
+export type { DecisionPolicy, WriteDecision } from "./decide.js";
 export {
   ClaimOutcomeUnknownError,
   CoordinatorError,

@@ -23,7 +23,7 @@ import {
   type WorkRequest,
   type WorkResponse,
 } from "../src/index.js";
-import { STREAM_HEARTBEAT_MS, WorkSession } from "../src/stream.js";
+import { STREAM_HEARTBEAT_MS, WorkSession } from "../src/session.js";
 import { eventually } from "./harness.js";
 
 type ResponseInit = MessageInitShape<typeof WorkResponseSchema>;
@@ -215,9 +215,11 @@ describe("worker stream heartbeats", () => {
   });
 
   it("a stream that sends something at least every second sends no heartbeat", { timeout: 20_000 }, async () => {
-    const session = new WorkSession(client(), { workerId: "busy", provider: "", leaseMs: undefined }, 0);
+    const session = new WorkSession(client(), { workerId: "busy", provider: "", leaseMs: undefined }, 0, {
+      granted: () => assert.fail("no grants"), retryAfter: () => undefined, dropped: () => undefined,
+    });
     const n = streams.length;
-    const served = session.serve(() => assert.fail("no grants"), () => undefined);
+    const served = session.serve();
     try {
       await eventually(() => assert.ok(streams[n] !== undefined && streams[n].requests.length > 0, "the stream"));
       const st = streams[n]!;

@@ -27,7 +27,7 @@ import {
   type WorkerEvent,
   type WorkerOptions,
 } from "../src/index.js";
-import { WorkSession } from "../src/stream.js";
+import { WorkSession } from "../src/session.js";
 import { eventually, refund, startCoordinators, testSpool, type Coordinator } from "./harness.js";
 import { WorkTap } from "./work-tap.js";
 
@@ -348,8 +348,10 @@ describe("WorkSession calls", () => {
   it("TestStreamRepliesDecodeAsUnaryErrors_R24: a call answered on the stream rejects exactly as the unary call, by reason", { timeout: 60_000 }, async () => {
     const { client, tap, unary } = watched(coord);
     const plain = coord.client();
-    const session = new WorkSession(client, { workerId: "errors", provider: "p-nothing-here", leaseMs: undefined }, 0);
-    const served = session.serve(() => assert.fail("no credits, no grants"), () => undefined);
+    const session = new WorkSession(client, { workerId: "errors", provider: "p-nothing-here", leaseMs: undefined }, 0, {
+      granted: () => assert.fail("no credits, no grants"), retryAfter: () => undefined, dropped: () => undefined,
+    });
+    const served = session.serve();
     try {
       const req = refund();
       const job = (await admin.enqueueRefund(req)).job!;
@@ -425,8 +427,10 @@ describe("WorkSession calls", () => {
     const grant = { jobId: job.id, attempt: a.attempt, leaseToken: a.leaseToken };
 
     tap.cutAfter("renewLeases", 1);
-    const session = new WorkSession(client, { workerId: "cut-calls", provider: "p-nothing-here", leaseMs: undefined }, 0);
-    const served = session.serve(() => assert.fail("no grants"), () => undefined);
+    const session = new WorkSession(client, { workerId: "cut-calls", provider: "p-nothing-here", leaseMs: undefined }, 0, {
+      granted: () => assert.fail("no grants"), retryAfter: () => undefined, dropped: () => undefined,
+    });
+    const served = session.serve();
     const cut = await session.renewLeases([grant]).then(() => undefined, (e: unknown) => e);
     assert.ok(cut instanceof CoordinatorError && cut.code === Code.Unavailable, `cut call: ${String(cut)}`);
     const end = await served;
@@ -434,7 +438,7 @@ describe("WorkSession calls", () => {
     assert.equal(tap.calls("renewLeases").length, 1);
 
     // The coordinator frozen on a second stream: no answer within the deadline.
-    const again = session.serve(() => assert.fail("no grants"), () => undefined);
+    const again = session.serve();
     try {
       const [renewed] = await session.renewLeases([grant]);
       assert.equal(renewed?.kind, "renewed", "a new stream answers");

@@ -78,6 +78,26 @@ export interface WorkStartInit {
 }
 
 /**
+ * SessionHooks are how a WorkSession reports what its stream delivers; it
+ * knows nothing else of its owner.
+ */
+export interface SessionHooks {
+  /** granted: the jobs of one grant, acknowledged; each holds a slot until `freed`. */
+  granted(jobs: ClaimedJob[]): void;
+  /**
+   * retryAfter: R19, the providers' budgets are spent; the coordinator holds
+   * the credits and offers grants again after `ms`.
+   */
+  retryAfter(ms: number): void;
+  /**
+   * dropped: a grant read after closeSend, which can no longer be
+   * acknowledged: nothing may start it, the coordinator hands it back when
+   * the stream ends.
+   */
+  dropped(jobs: ClaimedJob[]): void;
+}
+
+/**
  * StreamEnd is how one stream ended: `error` undefined when the coordinator
  * ended it cleanly (after the worker's half-close, or while it stops);
  * `received` when it carried at least one message, so it had been open.
@@ -95,10 +115,11 @@ interface OpenStream {
 }
 
 /** MAX_ACK_GRANTS bounds the grants one WorkAck names. */
-const MAX_ACK_GRANTS = 100;
+export const MAX_ACK_GRANTS = 100;
 
 /**
- * WorkSession is a Worker's stream to the coordinator. It keeps the count of
+ * WorkSession is a Worker's stream to the coordinator, built from the
+ * client, the WorkStart, the slot count and its hooks. It keeps the count of
  * free slots the coordinator may fill (the credits): a stream opens with
  * all of them, a grant uses one per job, a job that ends gives one back
  * (`freed`); a grant it cannot acknowledge (read after the half-close) uses
@@ -119,6 +140,7 @@ export class WorkSession implements WorkerCalls {
     private readonly client: CoordinatorClient,
     private readonly start: WorkStartInit,
     slots: number,
+    private readonly hooks: SessionHooks,
   ) {
     this.free = slots;
   }
@@ -126,34 +148,17 @@ export class WorkSession implements WorkerCalls {
   /**
    * serve opens one stream with every free slot as credits and reads it
    * until it ends, acknowledging each grant and then handing its jobs to
-   * `granted`, and each retry_after (R19: the provider's budget is spent;
-   * the coordinator holds the credits and offers grants again after it) to
-   * `retryAfter`. A grant read after closeSend is not acknowledged and goes
-   * to `dropped` instead: the coordinator hands it back, nothing may start
-   * it. At the end, every call still waiting is answered UNAVAILABLE. After
-   * closeSend it opens nothing and returns at once.
+   * `hooks.granted`, and each retry_after to `hooks.retryAfter`. A grant
+   * read after closeSend is not acknowledged and goes to `hooks.dropped`
+   * instead. At the end, every call still waiting is answered UNAVAILABLE.
+   * After closeSend it opens nothing and returns at once.
    */
-  async serve(
-    granted: (jobs: ClaimedJob[]) => void,
-    retryAfter: (ms: number) => void,
-    dropped: (jobs: ClaimedJob[]) => void = () => undefined,
-  ): Promise<StreamEnd> {
+  async serve(): Promise<StreamEnd> {
     if (this.closing) {
       return { error: undefined, received: false };
     }
     const s: OpenStream = { out: new Outbox<WorkRequest>({ ms: STREAM_HEARTBEAT_MS, message: heartbeat }), pending: new Map() };
-    s.out.push(create(WorkRequestSchema, {
-      kind: {
-        case: "start",
-        value: {
-          workerId: this.start.workerId,
-          provider: this.start.provider,
-          leaseDuration: this.start.leaseMs === undefined ? undefined : durationFromMs(this.start.leaseMs),
-          credits: Math.max(this.free, 0),
-          acknowledges: true,
-        },
-      },
-    }));
+    s.out.push(startRequest(this.start, this.free));
     this.open = s;
     // Resets the HTTP/2 stream when reading ends other than by the
     // coordinator's own end.
@@ -173,11 +178,11 @@ export class WorkSession implements WorkerCalls {
             // sent and before a job takes a slot: the coordinator hands back
             // what is not acknowledged within 5 s.
             if (this.closing || !this.acknowledge(s, jobs)) {
-              dropped(jobs);
+              this.hooks.dropped(jobs);
               break;
             }
             this.free -= jobs.length;
-            granted(jobs);
+            this.hooks.granted(jobs);
             break;
           }
           case "reply": {
@@ -187,7 +192,7 @@ export class WorkSession implements WorkerCalls {
             break;
           }
           case "retryAfter":
-            retryAfter(Number(m.kind.value.seconds) * 1000 + m.kind.value.nanos / 1e6);
+            this.hooks.retryAfter(Number(m.kind.value.seconds) * 1000 + m.kind.value.nanos / 1e6);
             break;
         }
       }
@@ -342,6 +347,25 @@ export class WorkSession implements WorkerCalls {
       }
     });
   }
+}
+
+/**
+ * startRequest is the message a stream opens with: every free slot as
+ * credits, and the promise to acknowledge each grant as it is read.
+ */
+export function startRequest(start: WorkStartInit, free: number): WorkRequest {
+  return create(WorkRequestSchema, {
+    kind: {
+      case: "start",
+      value: {
+        workerId: start.workerId,
+        provider: start.provider,
+        leaseDuration: start.leaseMs === undefined ? undefined : durationFromMs(start.leaseMs),
+        credits: Math.max(free, 0),
+        acknowledges: true,
+      },
+    },
+  });
 }
 
 // heartbeat is the message an idle stream sends: no new slot, still here.
