@@ -17,7 +17,14 @@ import { after } from "node:test";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 
-import { CoordinatorClient, type CoordinatorClientOptions, type EnqueueRefundInit } from "../src/index.js";
+import {
+  CoordinatorClient,
+  FencedWriteError,
+  InvalidArgumentError,
+  type CoordinatorClientOptions,
+  type CoordinatorError,
+  type EnqueueRefundInit,
+} from "../src/index.js";
 
 const run = promisify(execFile);
 
@@ -366,5 +373,22 @@ export async function startBlackholeProxy(target: string): Promise<BlackholeProx
       }
       await new Promise<void>((resolve) => server.close(() => resolve()));
     },
+  };
+}
+
+/**
+ * describeError is what a client can tell of an error: class, code, reason,
+ * message, metadata, field violations and where a fenced job stands — equal
+ * for two errors decoded alike (R24).
+ */
+export function describeError(e: CoordinatorError) {
+  return {
+    class: e.constructor.name,
+    code: e.code,
+    reason: e.reason,
+    message: e.message,
+    metadata: e.metadata,
+    fields: e instanceof InvalidArgumentError ? e.fieldViolations : [],
+    current: e instanceof FencedWriteError ? [e.jobId, e.attempt, e.currentAttempt, e.currentState] : [],
   };
 }

@@ -46,6 +46,7 @@ import { Receipts } from "../src/receipts.js";
 import { Renewer } from "../src/renewer.js";
 import type { WorkerCalls } from "../src/session.js";
 import { ReceiptSpool } from "../src/spool.js";
+import { describeError } from "./harness.js";
 import { expectOf, type Fields } from "./spec-read.js";
 
 /** The gRPC codes by their canonical names. */
@@ -76,7 +77,7 @@ export async function runErrors(v: Fields): Promise<void> {
   const asUnary = unaryError(status);
   const err = toCoordinatorError(asUnary);
   const onStream = workReplyError(toBinary(StatusSchema, status));
-  assert.deepEqual(describe(onStream), describe(err), "a stream reply decodes as the unary error (R24)");
+  assert.deepEqual(describeError(onStream), describeError(err), "a stream reply decodes as the unary error (R24)");
   if (expect === undefined) {
     return;
   }
@@ -223,17 +224,6 @@ function kindOf(err: CoordinatorError): string {
       return "permission_denied";
   }
   return "other";
-}
-
-function describe(e: CoordinatorError) {
-  return {
-    class: e.constructor.name,
-    code: e.code,
-    reason: e.reason,
-    message: e.message,
-    metadata: e.metadata,
-    fields: e instanceof InvalidArgumentError ? e.fieldViolations : [],
-  };
 }
 
 const claimed = create(ClaimedJobSchema, {

@@ -11,7 +11,6 @@ import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 
 import {
   CoordinatorError,
-  FencedWriteError,
   InvalidArgumentError,
   JobNotRunningError,
   JobState,
@@ -28,7 +27,7 @@ import {
   type WorkerOptions,
 } from "../src/index.js";
 import { WorkSession } from "../src/session.js";
-import { eventually, refund, startCoordinators, testSpool, type Coordinator } from "./harness.js";
+import { describeError, eventually, refund, startCoordinators, testSpool, type Coordinator } from "./harness.js";
 import { WorkTap } from "./work-tap.js";
 
 // Top-level await: a missing MySQL fails the whole file loudly, never skips it.
@@ -464,17 +463,5 @@ async function sameError(onStream: Promise<unknown>, asUnary: Promise<unknown>):
   assert.ok(u instanceof CoordinatorError, `the unary call rejected with a CoordinatorError, got ${String(u)}`);
   assert.deepEqual(describeError(s), describeError(u));
   return s;
-}
-
-function describeError(e: CoordinatorError) {
-  return {
-    class: e.constructor.name,
-    code: e.code,
-    reason: e.reason,
-    message: e.message,
-    metadata: e.metadata,
-    fields: e instanceof InvalidArgumentError ? e.fieldViolations : [],
-    current: e instanceof FencedWriteError ? [e.jobId, e.attempt, e.currentAttempt, e.currentState] : [],
-  };
 }
 
