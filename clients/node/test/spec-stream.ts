@@ -5,23 +5,25 @@
 
 import assert from "node:assert/strict";
 
-import { fromJson, toBinary, toJson, type JsonValue } from "@bufbuild/protobuf";
+import { create, fromJson, toBinary, toJson, type JsonValue } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 
 import { StatusSchema } from "../src/gen/google/rpc/status_pb.js";
 import {
+  ClaimResponseSchema,
   ClaimedJobSchema,
   CoordinatorClient,
   WorkRequestSchema,
   WorkResponseSchema,
   Worker,
+  type ClaimResponse,
   type ClaimedJob,
   type Handlers,
   type ProviderResult,
   type WorkRequest,
   type WorkerJob,
 } from "../src/index.js";
-import { Closed, ScriptedCoordinator, type ScriptedStream } from "./spec-coordinator.js";
+import { Closed, ScriptedCoordinator, type ScriptedStream, type UnaryCall } from "./spec-coordinator.js";
 import { resultOf } from "./spec-decide.js";
 import { codes, statusOf } from "./spec-errors.js";
 import { Fields } from "./spec-read.js";
@@ -45,11 +47,16 @@ class Inbox<T> {
     this.wake?.();
   }
 
-  async next(timeoutMs: number, what: string): Promise<T> {
+  /** next takes the first unread event that matches, waiting up to timeoutMs for one. */
+  async next(timeoutMs: number, what: string, match: (v: T) => boolean = () => true): Promise<T> {
     const deadline = performance.now() + timeoutMs;
-    while (this.unread.length === 0) {
+    for (;;) {
+      const i = this.unread.findIndex(match);
+      if (i >= 0) {
+        return this.unread.splice(i, 1)[0]!;
+      }
       const left = deadline - performance.now();
-      assert.ok(left > 0, `${what}: nothing within ${timeoutMs} ms`);
+      assert.ok(left > 0, `${what}: nothing within ${timeoutMs} ms; unread: ${JSON.stringify(this.unread)}`);
       await new Promise<void>((resolve) => {
         const timer = setTimeout(resolve, left);
         this.wake = () => {
@@ -59,7 +66,6 @@ class Inbox<T> {
         };
       });
     }
-    return this.unread.shift()!;
   }
 }
 
@@ -70,6 +76,10 @@ export async function runStream(v: Fields): Promise<void> {
   const renew = worker.bool("renew");
   const leaseMs = worker.int("lease_ms");
   worker.done();
+  const coordSpec = v.fields("coordinator");
+  const work = coordSpec?.str("work");
+  coordSpec?.done();
+  assert.ok(work === undefined || work === "unimplemented", `${v.where}.coordinator.work: ${work}`);
   const jobsSpec = v.fields("jobs")!;
   const jobs = new Map<string, ClaimedJob>();
   for (const id of jobsSpec.keys()) {
@@ -91,8 +101,11 @@ export async function runStream(v: Fields): Promise<void> {
   v.done();
 
   const coord = await ScriptedCoordinator.start();
-  // Every unary call is an empty success.
-  coord.unary = () => ({});
+  coord.withoutStream = work === "unimplemented";
+  // A Claim waits for the step that answers it (unary_reply); every other
+  // unary call is an empty success.
+  const claims: Array<{ call: UnaryCall; answer: (r: ClaimResponse) => void }> = [];
+  coord.unary = (call) => call.method !== "Claim" ? {} : new Promise<ClaimResponse>((answer) => claims.push({ call, answer }));
   const client = new CoordinatorClient({ address: coord.address });
   const handlerCalls = new Inbox<HandlerCall>();
   const cancelled = new Inbox<string>();
@@ -157,6 +170,9 @@ export async function runStream(v: Fields): Promise<void> {
     for (const release of releases.values()) {
       release();
     }
+    for (const c of claims) {
+      c.answer(create(ClaimResponseSchema));
+    }
     stream?.end();
     await Promise.race([stopped ?? w.stop(), new Promise((r) => setTimeout(r, 5_000))]);
     client.close();
@@ -213,7 +229,9 @@ export async function runStream(v: Fields): Promise<void> {
     if (handler !== undefined) {
       const want = { jobId: handler.str("job_id")!, call: handler.str("call")! };
       handler.done();
-      assert.deepEqual(await handlerCalls.next(within, what), want, `${what}: the handler call`);
+      // By job: jobs granted together start in any order.
+      const got = await handlerCalls.next(within, what, (c) => c.jobId === want.jobId);
+      assert.deepEqual(got, want, `${what}: the handler call`);
     }
     if (handlerCancelled !== undefined) {
       assert.equal(await cancelled.next(within, what), handlerCancelled, `${what}: the handler cancelled`);
@@ -262,7 +280,18 @@ export async function runStream(v: Fields): Promise<void> {
     const response = s.raw("response") as Record<string, unknown> | undefined;
     const error = s.fields("error");
     const end = s.fields("end");
+    const unaryReply = s.fields("unary_reply");
     s.done();
+    if (unaryReply !== undefined) {
+      const r = unaryReply.raw("response");
+      unaryReply.done();
+      // The oldest Claim a step expected and nothing answered yet.
+      const expected = new Set(coord.unaryCalls.slice(0, unaryRead));
+      const i = claims.findIndex((c) => expected.has(c.call));
+      assert.ok(i >= 0, `${what}: no Claim expected and waiting for its answer`);
+      claims.splice(i, 1)[0]!.answer(fromJson(ClaimResponseSchema, (r ?? {}) as JsonValue));
+      return;
+    }
     assert.ok(stream !== undefined, `${what}: no stream is open`);
     if (grant !== undefined) {
       stream.send({
