@@ -9,7 +9,7 @@ GRPCURL := GOWORK=off go tool -modfile=tools/grpcurl/go.mod grpcurl
 # the nested modules gen/ and clients/go/ (see clients/go/README.md).
 GO_PKGS := ./... ./gen/... ./clients/go/...
 
-.PHONY: all help generate generate-node generate-python lint test run check-generated
+.PHONY: all help generate generate-node generate-python lint test test-fast run check-generated
 
 all: generate lint test
 
@@ -51,6 +51,10 @@ lint:
 test:
 	bash .ci/deps
 	go test $(GO_PKGS)
+
+## test-fast: go test -short ./...: every test but those that run the commands as processes, drive Chromium, start MariaDB servers of their own or run the soak (docs/TESTING.md, the inner loop); CI and make test run them all
+test-fast:
+	go test -short ./...
 
 ## run: the coordinator on the embedded store
 run:

@@ -214,6 +214,7 @@ func TestComposeFileHangsTogether(t *testing.T) {
 // with -h appended: flag parsing stops there with status 0 when every flag
 // before it exists and has a well-formed value.
 func TestComposeCommandsAreAccepted(t *testing.T) {
+	proctest.SkipShort(t, "each command of the compose file")
 	c := loadCompose(t)
 	for name, s := range c.Services {
 		if s.Build == nil {

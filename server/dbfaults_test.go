@@ -36,6 +36,9 @@ type privateServer struct {
 
 func startPrivate(t *testing.T) *privateServer {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: starts a MariaDB server of its own")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	one, err := mariadbpair.StartSingle(ctx, mariadbpair.Options{Logf: t.Logf})

@@ -30,6 +30,9 @@ func TestMain(m *testing.M) {
 		{"go", "build", "-o", bin.coordinator, "."},
 		{"go", "build", "-modfile=../../tools/grpcurl/go.mod", "-o", bin.grpcurl, "github.com/fullstorydev/grpcurl/cmd/grpcurl"},
 	}
+	if proctest.Short() {
+		builds = nil // -short: no test runs them
+	}
 	for _, b := range builds {
 		cmd := exec.Command(b[0], b[1:]...)
 		if strings.HasPrefix(b[2], "-modfile=") {
@@ -93,6 +96,7 @@ func (p *process) grpcurl(t *testing.T, args ...string) (string, error) {
 // runBinary runs the coordinator to completion with extra environment.
 func runBinary(t *testing.T, env []string, args ...string) (string, error) {
 	t.Helper()
+	proctest.SkipShort(t, "coordinator")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin.coordinator, args...)

@@ -65,6 +65,9 @@ func (s *syncBuffer) String() string {
 // --coordinator-bin, and returns its stdout, stderr and error.
 func soakRun(t *testing.T, args ...string) (string, string, error) {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: runs the soak, with coordinator processes")
+	}
 	// testdb checks that the server the tests use answers (MySQL is
 	// mandatory); the soak makes a database of its own on it.
 	dsn := testdb.MySQL(t)

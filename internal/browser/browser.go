@@ -10,7 +10,9 @@
 // page's URL; Run is the escape hatch for any chromedp action and returns
 // the error instead.
 //
-// Chromium is mandatory: Start fails, never skips, when none is installed.
+// Chromium is mandatory: Start fails, never skips, when none is installed;
+// it skips only under go test -short, which leaves the browser tests to the
+// full run (make test, CI).
 // It takes $JOBFENCE_CHROMIUM when set, else chromium or chromium-browser on
 // PATH, else /usr/bin/chromium (Debian's chromium package, which .ci/run
 // installs).
@@ -74,9 +76,13 @@ type Browser struct {
 
 // Start launches a headless Chromium for t and registers its shutdown with
 // t.Cleanup. It fails t (never skips) when no Chromium executable is found
-// or the browser does not start within 30 s.
+// or the browser does not start within 30 s. Under go test -short it skips
+// t without looking for one.
 func Start(t testing.TB) *Browser {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: drives a headless Chromium")
+	}
 	path, err := findChromium()
 	if err != nil {
 		t.Fatal(err)

@@ -41,6 +41,9 @@ func TestSemiSyncFailoverKeepsEveryCommit(t *testing.T) {
 // promote the replica, and check the promoted replica has exactly want rows
 // and takes writes from an ordinary user.
 func failover(t *testing.T, o Options, want int) {
+	if testing.Short() {
+		t.Skip("-short: starts a MariaDB primary and replica")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	o.Logf = t.Logf

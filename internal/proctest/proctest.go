@@ -2,12 +2,17 @@
 // them as real processes: a coordinator on a free loopback port whose address
 // is read from its JSON log line msg="coordinator serving", field "listen",
 // and any other command whose logs and output a test inspects.
+//
+// Under go test -short (make test-fast) it builds nothing and Start skips
+// every test that would run a command: those tests are left to the full run
+// (make test, CI).
 package proctest
 
 import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -20,11 +25,25 @@ import (
 	"time"
 )
 
+// Short reports whether the tests run under go test -short, which leaves
+// out the tests that run the project's commands as processes. A TestMain may
+// call it before m.Run (it parses the test flags then) to build nothing.
+func Short() bool {
+	if !flag.Parsed() {
+		flag.Parse()
+	}
+	return testing.Short()
+}
+
 // Build compiles the main package pkg (an import path, or a directory
 // relative to the caller's working directory) into dir/name and returns the
-// binary's path. Errors: the go build failure with its output.
+// binary's path. Under -short (Short) it only returns the path: no test will
+// run the binary. Errors: the go build failure with its output.
 func Build(dir, name, pkg string) (string, error) {
 	out := filepath.Join(dir, name)
+	if Short() {
+		return out, nil
+	}
 	cmd := exec.Command("go", "build", "-o", out, pkg)
 	var buf bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &buf, &buf
@@ -65,9 +84,10 @@ type Options struct {
 // Start runs bin and, when o.Ready is set, waits for its ready record. The
 // process is killed (after a SIGCONT, in case a test froze it) when t ends.
 // It fails t when the command cannot start, exits before it is ready or is
-// not ready in time.
+// not ready in time. Under go test -short it skips t instead (SkipShort).
 func Start(t testing.TB, bin string, o Options) *Process {
 	t.Helper()
+	SkipShort(t, filepath.Base(bin))
 	cmd := exec.Command(bin, o.Args...)
 	cmd.Env = append(os.Environ(), o.Env...)
 	p := &Process{Cmd: cmd, changed: make(chan struct{}), done: make(chan struct{})}
@@ -115,6 +135,15 @@ func Start(t testing.TB, bin string, o Options) *Process {
 		p.Addr, _ = rec["listen"].(string)
 	}
 	return p
+}
+
+// SkipShort skips t under go test -short: it runs the command what as a
+// process. Start calls it; so does a test that runs a command another way.
+func SkipShort(t testing.TB, what string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skipf("-short: runs %s as a process", what)
+	}
 }
 
 // StartCoordinator runs the coordinator binary with args plus a free

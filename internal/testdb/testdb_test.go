@@ -12,6 +12,9 @@ import (
 // MariaDB of their own process: it starts from the installed package and
 // takes the schema's databases as the shared one does.
 func TestPrivateServerServes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: starts a MariaDB server of its own")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	one, dir, err := startPrivate(ctx)
