@@ -31,35 +31,11 @@ const runners: Record<string, Runner> = {
   stream: { version: 1, run: runStream, whole: true, timeoutMs: 60_000 },
 };
 
-/**
- * Vectors this SDK does not meet, where the spec records no dispute with
- * this SDK's answer yet, by "file: vector name", each saying what this SDK
- * does instead. They run and are reported as TODO — their failure shows
- * without failing the suite — until the spec records this SDK's answer (or
- * the SDK changes); then the entry goes. An entry naming no vector fails.
- */
-const unrecorded: Record<string, string> = {
-  "defaults.json: worker.observe_retry_for_ms":
-    "no time bound here: a receipt is tried writeRetries + 1 times, then spooled, or reported when the spool is off (null)",
-  "defaults.json: client.retry_attempts":
-    "the Worker tries a write-back or receipt writeRetries (6) + 1 = 7 times in all; the client itself never retries",
-  "defaults.json: spool.lock_wait_ms": "a held spool lock is refused at once, never waited for (null)",
-  "stream/grant_lost.json: a renewal on the stream that finds the grant gone cancels the handler; its answer is written back, refused, and filed as a receipt":
-    "a pending ProviderResult carries no refund id here, so the receipt's provider_refund_id is \"\" (the rest of the transcript holds)",
-};
-
 const files = specFiles();
 
 describe(`the shared spec (${files.length} files)`, () => {
   it("has files to run", () => {
     assert.ok(files.length > 0, `no spec files under ${specDir}`);
-  });
-  it("lists only disagreements of vectors it has", () => {
-    const known = new Set(files.flatMap(({ rel, doc }) => {
-      const whole = runners[doc.str("spec") ?? ""]?.whole === true;
-      return (whole ? [doc] : (doc.list("vectors") ?? [])).map((v) => `${rel}: ${v.str("name") ?? ""}`);
-    }));
-    assert.deepEqual(Object.keys(unrecorded).filter((k) => !known.has(k)), [], "entries of unrecorded naming no vector");
   });
   for (const { rel, doc } of files) {
     const kind = doc.str("spec") ?? "";
@@ -81,7 +57,7 @@ describe(`the shared spec (${files.length} files)`, () => {
       const names = new Set<string>();
       for (const v of vectors) {
         const name = v.str("name") ?? "";
-        it(name, { timeout: runner.timeoutMs ?? 10_000, todo: unrecorded[`${rel}: ${name}`] }, async () => {
+        it(name, { timeout: runner.timeoutMs ?? 10_000 }, async () => {
           assert.ok(name !== "" && !names.has(name), `${rel}: a vector needs a name of its own, got ${JSON.stringify(name)}`);
           names.add(name);
           await runner.run(v);
