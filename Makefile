@@ -52,9 +52,9 @@ test:
 	bash .ci/deps
 	go test $(GO_PKGS)
 
-## test-fast: go test -short ./...: every test but those that run the commands as processes, drive Chromium, start MariaDB servers of their own or run the soak (docs/TESTING.md, the inner loop); CI and make test run them all
+## test-fast: go test -short of the same packages: every test but those that run the commands as processes, drive Chromium, start MariaDB servers of their own or run the soak (docs/TESTING.md, the inner loop); CI and make test run them all
 test-fast:
-	go test -short ./...
+	go test -short $(GO_PKGS)
 
 ## run: the coordinator on the embedded store
 run:
