@@ -1,7 +1,7 @@
 // The receipt spool (R28): an append-only file of the receipts a Worker could
 // not file, one JSON line each, so that a receipt outlives the process. The
-// lines and the lock are the Go SDK's (clients/go/spool.go): either SDK reads
-// the other's spool.
+// lines and the lock are the Go SDK's (clients/go/jobfence/spool.go;
+// clients/spec/spool.json pins them): either SDK reads the other's spool.
 
 import { createHash } from "node:crypto";
 import {

@@ -52,7 +52,7 @@ from jobfence.spool import (
 )
 from jobfence.receipts import refile_later
 
-# The Go SDK writes GO_LINE for its test receipt (clients/go/spool_test.go
+# The Go SDK writes GO_LINE for its test receipt (clients/go/jobfence/spool_test.go
 # checks json.Marshal against it) and reads NODE_LINE, which the Node SDK
 # writes (clients/node/test/spool.test.ts holds the same two).
 GO_LINE = (
