@@ -3,8 +3,9 @@ could not file, one JSON line each, so that a receipt outlives the process.
 
 The lines and the lock are those of the Go SDK (clients/go/jobfence/spool.go;
 clients/spec/spool.json pins them) and the TypeScript SDK
-(clients/node/src/spool.ts): each SDK reads and files the others' spools. A line is a JSON object with ``"v": 1``, int64s as JSON
-strings (exact in JavaScript too), and the grant's lease token in clear
+(clients/node/src/spool.ts): each SDK reads and files the others' spools.
+A line is a JSON object with ``"v": 1``, int64s as JSON strings (exact in
+JavaScript too), and the grant's lease token in clear
 (R25): the file is 0600 in a 0700 folder and no log line carries the token::
 
     {"v":1,"job_id":"101","operation_key":"op-1","attempt":"1","lease_token":"…",
