@@ -179,6 +179,29 @@ func TestHangBeforeThenActs(t *testing.T) {
 	}
 }
 
+// TestLatencyHoldsEveryCreation: Config.Latency holds each creation before
+// it acts (a call is in flight that long), and a client that goes away
+// meanwhile has nothing done, as after a hang_before.
+func TestLatencyHoldsEveryCreation(t *testing.T) {
+	e := newEnv(t, fakeprovider.Config{Latency: 300 * time.Millisecond})
+	start := time.Now()
+	if r, err := e.c.CreateRefund(testCtx(t), "op-1", refundParams("op-1")); err != nil || r.ID == "" {
+		t.Fatalf("create: %+v, %v", r, err)
+	}
+	if took := time.Since(start); took < 300*time.Millisecond {
+		t.Fatalf("the creation answered after %s, before its latency of 300ms", took)
+	}
+	ctx, cancel := context.WithTimeout(testCtx(t), 50*time.Millisecond)
+	defer cancel()
+	if _, err := e.c.CreateRefund(ctx, "op-2", refundParams("op-2")); !errors.Is(err, fakeprovider.ErrNoReply) {
+		t.Fatalf("err = %v, want ErrNoReply", err)
+	}
+	closeWithin(t, e.srv, 10*time.Second)
+	if o := e.p.Oracle(); len(o.Refunds) != 1 {
+		t.Fatalf("refunds = %+v, want op-1's alone: op-2's client went away during the latency", o.Refunds)
+	}
+}
+
 func TestHangAfterCancelledRefundStands_T3(t *testing.T) {
 	e := newEnv(t, fakeprovider.Config{})
 	ctx, cancel := context.WithTimeout(fakeprovider.WithFault(testCtx(t), "hang_after=30"), 200*time.Millisecond)

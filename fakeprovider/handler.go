@@ -69,6 +69,15 @@ func (p *Provider) handleCreate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, serr)
 		return
 	}
+	if p.latency > 0 {
+		t := time.NewTimer(p.latency)
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			t.Stop()
+			return // the client went away: nothing done, as after a hang_before
+		}
+	}
 	f, failed := p.admit(true, key, hdr)
 	if failed {
 		p.log.Info("fault: error burst", "idempotency_key", key)

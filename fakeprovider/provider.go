@@ -28,6 +28,11 @@ type Config struct {
 	Clock Clock
 	// Faults are the global faults at start.
 	Faults Faults
+	// Latency holds every refund creation this long, in wall-clock time,
+	// before it acts, as a real provider's round trip does: a worker's call
+	// is then in flight long enough for a test to catch it there. A client
+	// that goes away meanwhile has nothing done. 0: none.
+	Latency time.Duration
 	// Logger receives one record per refund created and per fault injected;
 	// nil discards them.
 	Logger *slog.Logger
@@ -69,6 +74,7 @@ func (c Config) Validate() error {
 // webhook URL it runs a sender, which Close stops.
 type Provider struct {
 	retention time.Duration
+	latency   time.Duration
 	clock     Clock
 	log       *slog.Logger
 	mux       *http.ServeMux
@@ -145,6 +151,7 @@ func New(cfg Config) *Provider {
 		clock:     cfg.Clock,
 		log:       cfg.Logger,
 		faults:    cfg.Faults,
+		latency:   cfg.Latency,
 	}
 	if p.retention <= 0 {
 		p.retention = DefaultKeyRetention

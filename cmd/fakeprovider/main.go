@@ -43,6 +43,7 @@ type config struct {
 	listen          string
 	keyRetention    time.Duration
 	faults          fakeprovider.Faults
+	latency         time.Duration
 	shutdownTimeout time.Duration
 	log             cli.Log
 
@@ -75,6 +76,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 			c.faults = f
 			return err
 		})
+	fs.DurationVar(&c.latency, "latency", 0,
+		"hold every refund creation this long before acting, like a real provider's round trip (0: answer at once)")
 	fs.StringVar(&c.webhookURL, "webhook-url", "",
 		"send Stripe-signed webhooks (refund.created, refund.updated, refund.failed, charge.refunded) to this "+
 			"endpoint, e.g. http://127.0.0.1:8443/webhooks/acme; needs --webhook-secret-file; off when empty")
@@ -100,6 +103,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	if c.keyRetention <= 0 {
 		return c, fmt.Errorf("--key-retention must be positive, got %s", c.keyRetention)
+	}
+	if c.latency < 0 {
+		return c, fmt.Errorf("--latency must not be negative, got %s (e.g. --latency=50ms)", c.latency)
 	}
 	if c.shutdownTimeout < 0 {
 		return c, fmt.Errorf("--shutdown-timeout must not be negative, got %s", c.shutdownTimeout)
@@ -180,7 +186,7 @@ func secretOf(path, url string) (provider, secret string, err error) {
 
 // providerConfig is the provider's configuration (without its logger).
 func (c config) providerConfig() fakeprovider.Config {
-	return fakeprovider.Config{KeyRetention: c.keyRetention, Faults: c.faults, WebhookURL: c.webhookURL,
+	return fakeprovider.Config{KeyRetention: c.keyRetention, Faults: c.faults, Latency: c.latency, WebhookURL: c.webhookURL,
 		WebhookSecret: c.webhookSecret, WebhookMaxAttempts: c.webhookMaxAttempts}
 }
 
@@ -222,7 +228,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	log.Info("fakeprovider serving", "listen", lis.Addr().String(), "key_retention", c.keyRetention,
-		"faults", c.faults.String(), "webhook_url", c.webhookURL, "webhook_secret_of", c.webhookProvider)
+		"faults", c.faults.String(), "latency", c.latency.String(), "webhook_url", c.webhookURL, "webhook_secret_of", c.webhookProvider)
 
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(lis) }()

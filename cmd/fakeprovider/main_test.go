@@ -45,6 +45,7 @@ func TestFlagsRejectBadValues(t *testing.T) {
 	for _, args := range [][]string{
 		{"--faults", "explode"},
 		{"--key-retention", "0s"},
+		{"--latency", "-1s"},
 		{"--log-format", "xml"},
 		{"extra"},
 	} {

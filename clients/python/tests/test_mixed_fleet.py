@@ -102,8 +102,14 @@ def test_mixed_fleet_go_node_python_600_refunds_each_succeeded_once(tmp_path: Pa
 
 def _run_fleet(coord: Any, procs: list[Proc], spool_dir: Path) -> None:
     client: Client = coord.client()
+    # Every refund takes 200 ms at the provider, as a real one's round trip
+    # does: a worker frozen while it holds jobs then holds some mid-call,
+    # acknowledged, which only a takeover ends. With answers at once, a freeze
+    # caught jobs already written back or grants not yet acknowledged (handed
+    # back), and on a quiet machine the fleet finished before any freeze cost
+    # a job.
     provider = Proc("fakeprovider", [go_binary("fakeprovider", "JOBFENCE_FAKEPROVIDER_BIN"), "--listen", "127.0.0.1:0",
-                                     "--log-format", "json", "--shutdown-timeout", "1s"])
+                                     "--log-format", "json", "--shutdown-timeout", "1s", "--latency", "200ms"])
     procs.append(provider)
     rec = provider.wait_for(lambda r: r.get("msg") == "fakeprovider serving", '"fakeprovider serving"')
     url = f"http://{rec['listen']}"
