@@ -1,7 +1,6 @@
 package console_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -19,7 +18,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -29,6 +27,7 @@ import (
 
 	"github.com/jobfence/jobfence/console"
 	pb "github.com/jobfence/jobfence/gen/jobfence/v1"
+	"github.com/jobfence/jobfence/internal/proctest"
 	"github.com/jobfence/jobfence/internal/testdb"
 	"github.com/jobfence/jobfence/server"
 	"github.com/jobfence/jobfence/store"
@@ -50,24 +49,6 @@ func tokenLine(name, roles, token string) string {
 	return fmt.Sprintf("%s %s sha256:%s\n", name, roles, hex.EncodeToString(sum[:]))
 }
 
-// syncBuffer collects logs written from several goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // env is a real coordinator on a real store and gRPC socket, and the console
 // on a real HTTP socket calling it.
 type env struct {
@@ -75,7 +56,7 @@ type env struct {
 	store store.Store // the coordinator's
 	addr  string      // the coordinator's gRPC address
 	web   *httptest.Server
-	logs  *syncBuffer // the coordinator's and the console's
+	logs  *proctest.Buffer // the coordinator's and the console's
 }
 
 // lapsed is a provider that keeps an idempotency key for a millisecond:
@@ -97,7 +78,7 @@ func start(t *testing.T, b testdb.Backend, with ...func(*console.Options)) *env 
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &proctest.Buffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	st := b.Open(t)
 	srv := server.New(st, server.Options{Auth: authn, Logger: log, ClaimPollInterval: time.Minute,

@@ -1,7 +1,6 @@
 package webhook_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -9,34 +8,16 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/jobfence/jobfence/internal/proctest"
 	"github.com/jobfence/jobfence/internal/testdb"
 	"github.com/jobfence/jobfence/store"
 	"github.com/jobfence/jobfence/webhook"
 )
-
-// lockedBuffer collects the handler's log lines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // endpoint is the webhook handler over a real store and a real HTTP socket.
 type endpoint struct {
@@ -44,12 +25,12 @@ type endpoint struct {
 	url     string
 	reg     *prometheus.Registry
 	metrics *webhook.Metrics
-	logs    *lockedBuffer
+	logs    *proctest.Buffer
 }
 
 func startEndpoint(t *testing.T, b testdb.Backend) *endpoint {
 	t.Helper()
-	e := &endpoint{st: b.Open(t), reg: prometheus.NewRegistry(), logs: &lockedBuffer{}}
+	e := &endpoint{st: b.Open(t), reg: prometheus.NewRegistry(), logs: &proctest.Buffer{}}
 	e.metrics = webhook.NewMetrics(e.reg)
 	providers := map[string]*webhook.Provider{
 		"acme": {Scheme: webhook.Stripe{Tolerance: 5 * time.Minute}, Secrets: [][]byte{[]byte(secretOld), []byte(secretNew)}},

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"regexp"
@@ -43,24 +42,6 @@ func coordinatorBin(t *testing.T) string {
 	return coordBin.path
 }
 
-// syncBuffer is a bytes.Buffer safe for the soak's concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // soakRun runs the command in this process with args after --mysql-dsn and
 // --coordinator-bin, and returns its stdout, stderr and error.
 func soakRun(t *testing.T, args ...string) (string, string, error) {
@@ -71,7 +52,7 @@ func soakRun(t *testing.T, args ...string) (string, string, error) {
 	// testdb checks that the server the tests use answers (MySQL is
 	// mandatory); the soak makes a database of its own on it.
 	dsn := testdb.MySQL(t)
-	var stdout, stderr syncBuffer
+	var stdout, stderr proctest.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	err := run(ctx, append([]string{"--mysql-dsn", dsn, "--coordinator-bin", coordinatorBin(t)}, args...), &stdout, &stderr)

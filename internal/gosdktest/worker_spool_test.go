@@ -1,7 +1,6 @@
 package jobfence_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -46,24 +45,6 @@ func (e *events) of(kind jobfence.WorkerEventKind) []jobfence.WorkerEvent {
 		}
 	}
 	return out
-}
-
-// lockedBuffer is a log sink shared by a worker's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // goStale runs worker A (o) on a fresh job until its provider call is under
@@ -140,7 +121,7 @@ func requireOneVerifiedReceipt(t *testing.T, c *coordinator, jobID int64, source
 func TestWorkerRefilesItsSpoolBeforeClaiming_R28(t *testing.T) {
 	c := startCoordinator(t)
 	spool := filepath.Join(t.TempDir(), "spool", "A.receipts.jsonl")
-	var logs lockedBuffer
+	var logs proctest.Buffer
 	log := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	var first events
 	job, a, r, release := goStale(t, c, jobfence.WorkerOptions{WorkerID: "A", ReceiptSpool: spool, Logger: log, OnEvent: first.add})
