@@ -84,6 +84,17 @@ const (
 	// as it allows; a google.rpc.RetryInfo says when to try again. Nothing
 	// was done.
 	ErrorReason_ERROR_REASON_TOO_MANY_CALLS ErrorReason = 16
+	// FAILED_PRECONDITION: CancelRefund of a job that cannot be cancelled:
+	// it succeeded, was cancelled for another reason, or was archived.
+	// Metadata "current_attempt", "current_state".
+	ErrorReason_ERROR_REASON_JOB_NOT_CANCELLABLE ErrorReason = 17
+	// FAILED_PRECONDITION: a reschedule asked for next action REFUND on a job
+	// whose cancel was requested (R32): only a reconcile may follow. Nothing
+	// was written; reschedule to RECONCILE, or complete or escalate.
+	ErrorReason_ERROR_REASON_CANCEL_REQUESTED ErrorReason = 18
+	// FAILED_PRECONDITION: AcknowledgeAttention of a job that is not on the
+	// attention list (R34).
+	ErrorReason_ERROR_REASON_NOT_ON_ATTENTION_LIST ErrorReason = 19
 )
 
 // Enum value maps for ErrorReason.
@@ -106,6 +117,9 @@ var (
 		14: "ERROR_REASON_PERMISSION_DENIED",
 		15: "ERROR_REASON_GRANT_TOO_OLD",
 		16: "ERROR_REASON_TOO_MANY_CALLS",
+		17: "ERROR_REASON_JOB_NOT_CANCELLABLE",
+		18: "ERROR_REASON_CANCEL_REQUESTED",
+		19: "ERROR_REASON_NOT_ON_ATTENTION_LIST",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":            0,
@@ -125,6 +139,9 @@ var (
 		"ERROR_REASON_PERMISSION_DENIED":      14,
 		"ERROR_REASON_GRANT_TOO_OLD":          15,
 		"ERROR_REASON_TOO_MANY_CALLS":         16,
+		"ERROR_REASON_JOB_NOT_CANCELLABLE":    17,
+		"ERROR_REASON_CANCEL_REQUESTED":       18,
+		"ERROR_REASON_NOT_ON_ATTENTION_LIST":  19,
 	}
 )
 
@@ -168,6 +185,9 @@ const (
 	JobState_JOB_STATE_SUCCEEDED JobState = 3
 	// Automatic handling stopped; a person must decide (R14, R16).
 	JobState_JOB_STATE_MANUAL_REVIEW JobState = 4
+	// Stopped before anything could reach the provider, or by a person's
+	// decision on a maybe-sent refund (R32). Final.
+	JobState_JOB_STATE_CANCELLED JobState = 5
 )
 
 // Enum value maps for JobState.
@@ -178,6 +198,7 @@ var (
 		2: "JOB_STATE_RUNNING",
 		3: "JOB_STATE_SUCCEEDED",
 		4: "JOB_STATE_MANUAL_REVIEW",
+		5: "JOB_STATE_CANCELLED",
 	}
 	JobState_value = map[string]int32{
 		"JOB_STATE_UNSPECIFIED":   0,
@@ -185,6 +206,7 @@ var (
 		"JOB_STATE_RUNNING":       2,
 		"JOB_STATE_SUCCEEDED":     3,
 		"JOB_STATE_MANUAL_REVIEW": 4,
+		"JOB_STATE_CANCELLED":     5,
 	}
 )
 
@@ -276,6 +298,9 @@ const (
 	ReviewResolution_REVIEW_RESOLUTION_REFUNDED ReviewResolution = 1
 	// Back to READY with next action RECONCILE, due now.
 	ReviewResolution_REVIEW_RESOLUTION_RECONCILE ReviewResolution = 2
+	// No refund happened at the provider and none will: the job is
+	// CANCELLED (R32). Only a person decides this of a maybe-sent refund.
+	ReviewResolution_REVIEW_RESOLUTION_CANCELLED ReviewResolution = 3
 )
 
 // Enum value maps for ReviewResolution.
@@ -284,11 +309,13 @@ var (
 		0: "REVIEW_RESOLUTION_UNSPECIFIED",
 		1: "REVIEW_RESOLUTION_REFUNDED",
 		2: "REVIEW_RESOLUTION_RECONCILE",
+		3: "REVIEW_RESOLUTION_CANCELLED",
 	}
 	ReviewResolution_value = map[string]int32{
 		"REVIEW_RESOLUTION_UNSPECIFIED": 0,
 		"REVIEW_RESOLUTION_REFUNDED":    1,
 		"REVIEW_RESOLUTION_RECONCILE":   2,
+		"REVIEW_RESOLUTION_CANCELLED":   3,
 	}
 )
 
@@ -384,11 +411,12 @@ type Role int32
 
 const (
 	Role_ROLE_UNSPECIFIED Role = 0
-	// EnqueueRefund.
+	// EnqueueRefund, and CancelRefund of the jobs it enqueued.
 	Role_ROLE_PRODUCER Role = 1
 	// Claim, Complete, Reschedule, Escalate, ReportObservation.
 	Role_ROLE_WORKER Role = 2
-	// GetJob, ListJobs, GetOverview and ResolveReview.
+	// GetJob, ListJobs, GetOverview, ResolveReview, CancelRefund,
+	// PauseProvider, ResumeProvider and AcknowledgeAttention.
 	Role_ROLE_OPERATOR Role = 3
 	// GetJob, ListJobs and GetOverview: sees, never acts (R29).
 	Role_ROLE_READER Role = 4
@@ -479,7 +507,19 @@ type Job struct {
 	// job past its retention; unset for a job in them. An archived job stays
 	// readable with its history and receipts, its key stays known for ever
 	// (R30), and ListJobs lists the working tables only.
-	ArchivedAt    *timestamppb.Timestamp `protobuf:"bytes,19,opt,name=archived_at,json=archivedAt,proto3" json:"archived_at,omitempty"`
+	ArchivedAt *timestamppb.Timestamp `protobuf:"bytes,19,opt,name=archived_at,json=archivedAt,proto3" json:"archived_at,omitempty"`
+	// When a cancel was requested of this job that may have been sent (R32);
+	// unset when none was, and for a job cancelled at once (state CANCELLED).
+	// No grant of it carries REFUND from then on.
+	CancelRequestedAt *timestamppb.Timestamp `protobuf:"bytes,20,opt,name=cancel_requested_at,json=cancelRequestedAt,proto3" json:"cancel_requested_at,omitempty"`
+	// Since when the job has been on the attention list (R34), and why
+	// ("cancel_too_late: ...", "receipt_after_success: ..."); unset when it
+	// is not.
+	AttentionSince  *timestamppb.Timestamp `protobuf:"bytes,21,opt,name=attention_since,json=attentionSince,proto3" json:"attention_since,omitempty"`
+	AttentionReason string                 `protobuf:"bytes,22,opt,name=attention_reason,json=attentionReason,proto3" json:"attention_reason,omitempty"`
+	// The W3C trace context of the enqueue (R35), when the producer's call
+	// carried one: "00-<trace id>-<span id>-<flags>". Empty otherwise.
+	Traceparent   string `protobuf:"bytes,23,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -647,6 +687,34 @@ func (x *Job) GetArchivedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Job) GetCancelRequestedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CancelRequestedAt
+	}
+	return nil
+}
+
+func (x *Job) GetAttentionSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.AttentionSince
+	}
+	return nil
+}
+
+func (x *Job) GetAttentionReason() string {
+	if x != nil {
+		return x.AttentionReason
+	}
+	return ""
+}
+
+func (x *Job) GetTraceparent() string {
+	if x != nil {
+		return x.Traceparent
+	}
+	return ""
+}
+
 // ClaimedJob is one job granted to the caller.
 type ClaimedJob struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -679,8 +747,18 @@ type ClaimedJob struct {
 	LeaseToken string `protobuf:"bytes,9,opt,name=lease_token,json=leaseToken,proto3" json:"lease_token,omitempty"`
 	// How many receipts are on file for the job.
 	ObservationCount int64 `protobuf:"varint,10,opt,name=observation_count,json=observationCount,proto3" json:"observation_count,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// A cancel was requested (R32): next_action is RECONCILE, and whatever
+	// the provider answers, never send the refund. The provider has it →
+	// Complete (the cancel came too late); pending → Reschedule to
+	// RECONCILE; no record or failed → Escalate: only a person cancels a
+	// maybe-sent refund.
+	CancelRequested bool `protobuf:"varint,11,opt,name=cancel_requested,json=cancelRequested,proto3" json:"cancel_requested,omitempty"`
+	// The enqueue's W3C trace context (R35): start the attempt's span with a
+	// link to it. Empty when the enqueue carried none.
+	Traceparent   string `protobuf:"bytes,12,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	Tracestate    string `protobuf:"bytes,13,opt,name=tracestate,proto3" json:"tracestate,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ClaimedJob) Reset() {
@@ -783,6 +861,27 @@ func (x *ClaimedJob) GetObservationCount() int64 {
 	return 0
 }
 
+func (x *ClaimedJob) GetCancelRequested() bool {
+	if x != nil {
+		return x.CancelRequested
+	}
+	return false
+}
+
+func (x *ClaimedJob) GetTraceparent() string {
+	if x != nil {
+		return x.Traceparent
+	}
+	return ""
+}
+
+func (x *ClaimedJob) GetTracestate() string {
+	if x != nil {
+		return x.Tracestate
+	}
+	return ""
+}
+
 // JobEvent is one entry of a job's append-only transition history (R3).
 type JobEvent struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -790,10 +889,14 @@ type JobEvent struct {
 	JobId int64                  `protobuf:"varint,2,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
 	// The attempt the transition was made under.
 	Attempt int64 `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	// One of: enqueued, claimed, taken_over, completed, rescheduled, escalated,
-	// resolved (an operator closed a review; worker_id is the operator), and
-	// expedited (a receipt of success or failure made a waiting job due now,
-	// to reconcile; worker_id is the receipt's source, R28).
+	// One of: enqueued (worker_id is the producer's credential, empty on an
+	// open coordinator), claimed, taken_over, completed, rescheduled,
+	// escalated, resolved (an operator closed a review; worker_id is the
+	// operator), expedited (a receipt of success or failure made a waiting
+	// job due now, to reconcile; worker_id is the receipt's source, R28),
+	// cancelled and cancel_requested (R32; worker_id is who asked, reason
+	// why), attention (the job joined the attention list, R34) and
+	// acknowledged (a person took it off, with a note).
 	Kind             string     `protobuf:"bytes,4,opt,name=kind,proto3" json:"kind,omitempty"`
 	WorkerId         string     `protobuf:"bytes,5,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
 	FromState        JobState   `protobuf:"varint,6,opt,name=from_state,json=fromState,proto3,enum=jobfence.v1.JobState" json:"from_state,omitempty"`
@@ -2610,6 +2713,9 @@ type ListJobsRequest struct {
 	// filters on the walk like reason_prefix.
 	CreatedAfter  *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=created_after,json=createdAfter,proto3" json:"created_after,omitempty"`
 	CreatedBefore *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=created_before,json=createdBefore,proto3" json:"created_before,omitempty"`
+	// Only the jobs on the attention list (R34), longest listed first; not
+	// combined with the other filters.
+	Attention     bool `protobuf:"varint,11,opt,name=attention,proto3" json:"attention,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2714,6 +2820,13 @@ func (x *ListJobsRequest) GetCreatedBefore() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *ListJobsRequest) GetAttention() bool {
+	if x != nil {
+		return x.Attention
+	}
+	return false
+}
+
 type ListJobsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// With order_id or payment_id: newest first. With provider_refund_id: newest
@@ -2785,7 +2898,7 @@ type ResolveReviewRequest struct {
 	// The attempt the operator looked at (job.attempt in GetJob).
 	Attempt    int64            `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	Resolution ReviewResolution `protobuf:"varint,3,opt,name=resolution,proto3,enum=jobfence.v1.ReviewResolution" json:"resolution,omitempty"`
-	// Required for REFUNDED, empty for RECONCILE.
+	// Required for REFUNDED, empty for RECONCILE and CANCELLED.
 	ProviderRefundId string `protobuf:"bytes,4,opt,name=provider_refund_id,json=providerRefundId,proto3" json:"provider_refund_id,omitempty"`
 	// Why; required, up to 1024 characters. Kept in the history.
 	Note          string `protobuf:"bytes,5,opt,name=note,proto3" json:"note,omitempty"`
@@ -3086,8 +3199,16 @@ type GetOverviewResponse struct {
 	// log: how many, and the newest, newest first.
 	UnmatchedEvents int64             `protobuf:"varint,13,opt,name=unmatched_events,json=unmatchedEvents,proto3" json:"unmatched_events,omitempty"`
 	RecentUnmatched []*UnmatchedEvent `protobuf:"bytes,14,rep,name=recent_unmatched,json=recentUnmatched,proto3" json:"recent_unmatched,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Providers paused now (R33), by name.
+	PausedProviders []*ProviderPause `protobuf:"bytes,15,rep,name=paused_providers,json=pausedProviders,proto3" json:"paused_providers,omitempty"`
+	// Jobs on the attention list (R34), and those listed longest, longest
+	// first.
+	AttentionJobs int64  `protobuf:"varint,16,opt,name=attention_jobs,json=attentionJobs,proto3" json:"attention_jobs,omitempty"`
+	Attention     []*Job `protobuf:"bytes,17,rep,name=attention,proto3" json:"attention,omitempty"`
+	// Pauses and resumes, newest first (at most limit).
+	RecentPauseEvents []*ProviderPauseEvent `protobuf:"bytes,18,rep,name=recent_pause_events,json=recentPauseEvents,proto3" json:"recent_pause_events,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *GetOverviewResponse) Reset() {
@@ -3218,6 +3339,638 @@ func (x *GetOverviewResponse) GetRecentUnmatched() []*UnmatchedEvent {
 	return nil
 }
 
+func (x *GetOverviewResponse) GetPausedProviders() []*ProviderPause {
+	if x != nil {
+		return x.PausedProviders
+	}
+	return nil
+}
+
+func (x *GetOverviewResponse) GetAttentionJobs() int64 {
+	if x != nil {
+		return x.AttentionJobs
+	}
+	return 0
+}
+
+func (x *GetOverviewResponse) GetAttention() []*Job {
+	if x != nil {
+		return x.Attention
+	}
+	return nil
+}
+
+func (x *GetOverviewResponse) GetRecentPauseEvents() []*ProviderPauseEvent {
+	if x != nil {
+		return x.RecentPauseEvents
+	}
+	return nil
+}
+
+// ProviderPause is a provider whose jobs are not granted (R33).
+type ProviderPause struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Provider string                 `protobuf:"bytes,1,opt,name=provider,proto3" json:"provider,omitempty"`
+	// Who paused it (the credential's name) and why.
+	PausedBy string `protobuf:"bytes,2,opt,name=paused_by,json=pausedBy,proto3" json:"paused_by,omitempty"`
+	Reason   string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The database's time of the pause.
+	PausedAt      *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=paused_at,json=pausedAt,proto3" json:"paused_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProviderPause) Reset() {
+	*x = ProviderPause{}
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProviderPause) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProviderPause) ProtoMessage() {}
+
+func (x *ProviderPause) ProtoReflect() protoreflect.Message {
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProviderPause.ProtoReflect.Descriptor instead.
+func (*ProviderPause) Descriptor() ([]byte, []int) {
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *ProviderPause) GetProvider() string {
+	if x != nil {
+		return x.Provider
+	}
+	return ""
+}
+
+func (x *ProviderPause) GetPausedBy() string {
+	if x != nil {
+		return x.PausedBy
+	}
+	return ""
+}
+
+func (x *ProviderPause) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ProviderPause) GetPausedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.PausedAt
+	}
+	return nil
+}
+
+// ProviderPauseEvent is one pause or resume, kept for good.
+type ProviderPauseEvent struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Id       int64                  `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Provider string                 `protobuf:"bytes,2,opt,name=provider,proto3" json:"provider,omitempty"`
+	// "paused" or "resumed".
+	Action        string                 `protobuf:"bytes,3,opt,name=action,proto3" json:"action,omitempty"`
+	Actor         string                 `protobuf:"bytes,4,opt,name=actor,proto3" json:"actor,omitempty"`
+	Reason        string                 `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProviderPauseEvent) Reset() {
+	*x = ProviderPauseEvent{}
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProviderPauseEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProviderPauseEvent) ProtoMessage() {}
+
+func (x *ProviderPauseEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProviderPauseEvent.ProtoReflect.Descriptor instead.
+func (*ProviderPauseEvent) Descriptor() ([]byte, []int) {
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *ProviderPauseEvent) GetId() int64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *ProviderPauseEvent) GetProvider() string {
+	if x != nil {
+		return x.Provider
+	}
+	return ""
+}
+
+func (x *ProviderPauseEvent) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *ProviderPauseEvent) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+func (x *ProviderPauseEvent) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ProviderPauseEvent) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+type CancelRefundRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	JobId int64                  `protobuf:"varint,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	// The attempt the caller saw (job.attempt); a job that moved on since
+	// answers STALE_ATTEMPT.
+	Attempt int64 `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// Why; required, up to 1024 characters. Kept in the history.
+	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelRefundRequest) Reset() {
+	*x = CancelRefundRequest{}
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelRefundRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelRefundRequest) ProtoMessage() {}
+
+func (x *CancelRefundRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelRefundRequest.ProtoReflect.Descriptor instead.
+func (*CancelRefundRequest) Descriptor() ([]byte, []int) {
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *CancelRefundRequest) GetJobId() int64 {
+	if x != nil {
+		return x.JobId
+	}
+	return 0
+}
+
+func (x *CancelRefundRequest) GetAttempt() int64 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *CancelRefundRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type CancelRefundResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Job   *Job                   `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	// True: the job is CANCELLED now (never sent). False: a cancel request
+	// stands and the provider decides (R32); see job.cancel_requested_at.
+	Cancelled bool `protobuf:"varint,2,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
+	// True when this same cancel had already been applied (R21).
+	Replayed      bool `protobuf:"varint,3,opt,name=replayed,proto3" json:"replayed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelRefundResponse) Reset() {
+	*x = CancelRefundResponse{}
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelRefundResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelRefundResponse) ProtoMessage() {}
+
+func (x *CancelRefundResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelRefundResponse.ProtoReflect.Descriptor instead.
+func (*CancelRefundResponse) Descriptor() ([]byte, []int) {
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *CancelRefundResponse) GetJob() *Job {
+	if x != nil {
+		return x.Job
+	}
+	return nil
+}
+
+func (x *CancelRefundResponse) GetCancelled() bool {
+	if x != nil {
+		return x.Cancelled
+	}
+	return false
+}
+
+func (x *CancelRefundResponse) GetReplayed() bool {
+	if x != nil {
+		return x.Replayed
+	}
+	return false
+}
+
+type PauseProviderRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// 1..64 characters of [a-z0-9_-].
+	Provider string `protobuf:"bytes,1,opt,name=provider,proto3" json:"provider,omitempty"`
+	// Why; required, up to 1024 characters.
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PauseProviderRequest) Reset() {
+	*x = PauseProviderRequest{}
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PauseProviderRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PauseProviderRequest) ProtoMessage() {}
+
+func (x *PauseProviderRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PauseProviderRequest.ProtoReflect.Descriptor instead.
+func (*PauseProviderRequest) Descriptor() ([]byte, []int) {
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *PauseProviderRequest) GetProvider() string {
+	if x != nil {
+		return x.Provider
+	}
+	return ""
+}
+
+func (x *PauseProviderRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type PauseProviderResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Pause *ProviderPause         `protobuf:"bytes,1,opt,name=pause,proto3" json:"pause,omitempty"`
+	// False when the provider was already paused (the first pause stands).
+	Changed       bool `protobuf:"varint,2,opt,name=changed,proto3" json:"changed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PauseProviderResponse) Reset() {
+	*x = PauseProviderResponse{}
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PauseProviderResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PauseProviderResponse) ProtoMessage() {}
+
+func (x *PauseProviderResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PauseProviderResponse.ProtoReflect.Descriptor instead.
+func (*PauseProviderResponse) Descriptor() ([]byte, []int) {
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *PauseProviderResponse) GetPause() *ProviderPause {
+	if x != nil {
+		return x.Pause
+	}
+	return nil
+}
+
+func (x *PauseProviderResponse) GetChanged() bool {
+	if x != nil {
+		return x.Changed
+	}
+	return false
+}
+
+type ResumeProviderRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// 1..64 characters of [a-z0-9_-].
+	Provider string `protobuf:"bytes,1,opt,name=provider,proto3" json:"provider,omitempty"`
+	// Why; required, up to 1024 characters.
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeProviderRequest) Reset() {
+	*x = ResumeProviderRequest{}
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeProviderRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeProviderRequest) ProtoMessage() {}
+
+func (x *ResumeProviderRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeProviderRequest.ProtoReflect.Descriptor instead.
+func (*ResumeProviderRequest) Descriptor() ([]byte, []int) {
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *ResumeProviderRequest) GetProvider() string {
+	if x != nil {
+		return x.Provider
+	}
+	return ""
+}
+
+func (x *ResumeProviderRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type ResumeProviderResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// False when the provider was not paused.
+	Changed       bool `protobuf:"varint,1,opt,name=changed,proto3" json:"changed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeProviderResponse) Reset() {
+	*x = ResumeProviderResponse{}
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeProviderResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeProviderResponse) ProtoMessage() {}
+
+func (x *ResumeProviderResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeProviderResponse.ProtoReflect.Descriptor instead.
+func (*ResumeProviderResponse) Descriptor() ([]byte, []int) {
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *ResumeProviderResponse) GetChanged() bool {
+	if x != nil {
+		return x.Changed
+	}
+	return false
+}
+
+type AcknowledgeAttentionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	JobId int64                  `protobuf:"varint,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	// The job's attention_since the person saw.
+	AttentionSince *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=attention_since,json=attentionSince,proto3" json:"attention_since,omitempty"`
+	// What the person found or did; required, up to 1024 characters.
+	Note          string `protobuf:"bytes,3,opt,name=note,proto3" json:"note,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcknowledgeAttentionRequest) Reset() {
+	*x = AcknowledgeAttentionRequest{}
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcknowledgeAttentionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcknowledgeAttentionRequest) ProtoMessage() {}
+
+func (x *AcknowledgeAttentionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcknowledgeAttentionRequest.ProtoReflect.Descriptor instead.
+func (*AcknowledgeAttentionRequest) Descriptor() ([]byte, []int) {
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *AcknowledgeAttentionRequest) GetJobId() int64 {
+	if x != nil {
+		return x.JobId
+	}
+	return 0
+}
+
+func (x *AcknowledgeAttentionRequest) GetAttentionSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.AttentionSince
+	}
+	return nil
+}
+
+func (x *AcknowledgeAttentionRequest) GetNote() string {
+	if x != nil {
+		return x.Note
+	}
+	return ""
+}
+
+type AcknowledgeAttentionResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Job   *Job                   `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	// True when this job had already been acknowledged with this note.
+	Replayed      bool `protobuf:"varint,2,opt,name=replayed,proto3" json:"replayed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcknowledgeAttentionResponse) Reset() {
+	*x = AcknowledgeAttentionResponse{}
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcknowledgeAttentionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcknowledgeAttentionResponse) ProtoMessage() {}
+
+func (x *AcknowledgeAttentionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcknowledgeAttentionResponse.ProtoReflect.Descriptor instead.
+func (*AcknowledgeAttentionResponse) Descriptor() ([]byte, []int) {
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *AcknowledgeAttentionResponse) GetJob() *Job {
+	if x != nil {
+		return x.Job
+	}
+	return nil
+}
+
+func (x *AcknowledgeAttentionResponse) GetReplayed() bool {
+	if x != nil {
+		return x.Replayed
+	}
+	return false
+}
+
 // UnmatchedEvent is a verified provider event that matched no job: kept,
 // never dropped (R28), for a person to look at.
 type UnmatchedEvent struct {
@@ -3239,7 +3992,7 @@ type UnmatchedEvent struct {
 
 func (x *UnmatchedEvent) Reset() {
 	*x = UnmatchedEvent{}
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[31]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3251,7 +4004,7 @@ func (x *UnmatchedEvent) String() string {
 func (*UnmatchedEvent) ProtoMessage() {}
 
 func (x *UnmatchedEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[31]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3264,7 +4017,7 @@ func (x *UnmatchedEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnmatchedEvent.ProtoReflect.Descriptor instead.
 func (*UnmatchedEvent) Descriptor() ([]byte, []int) {
-	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{31}
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *UnmatchedEvent) GetId() int64 {
@@ -3348,7 +4101,7 @@ type StaleRejection struct {
 
 func (x *StaleRejection) Reset() {
 	*x = StaleRejection{}
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[32]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3360,7 +4113,7 @@ func (x *StaleRejection) String() string {
 func (*StaleRejection) ProtoMessage() {}
 
 func (x *StaleRejection) ProtoReflect() protoreflect.Message {
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[32]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3373,7 +4126,7 @@ func (x *StaleRejection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StaleRejection.ProtoReflect.Descriptor instead.
 func (*StaleRejection) Descriptor() ([]byte, []int) {
-	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{32}
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *StaleRejection) GetAt() *timestamppb.Timestamp {
@@ -3433,7 +4186,7 @@ type ProviderBudget struct {
 
 func (x *ProviderBudget) Reset() {
 	*x = ProviderBudget{}
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[33]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3445,7 +4198,7 @@ func (x *ProviderBudget) String() string {
 func (*ProviderBudget) ProtoMessage() {}
 
 func (x *ProviderBudget) ProtoReflect() protoreflect.Message {
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[33]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3458,7 +4211,7 @@ func (x *ProviderBudget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProviderBudget.ProtoReflect.Descriptor instead.
 func (*ProviderBudget) Descriptor() ([]byte, []int) {
-	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{33}
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ProviderBudget) GetProvider() string {
@@ -3505,7 +4258,7 @@ type WorkRequest struct {
 
 func (x *WorkRequest) Reset() {
 	*x = WorkRequest{}
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[34]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3517,7 +4270,7 @@ func (x *WorkRequest) String() string {
 func (*WorkRequest) ProtoMessage() {}
 
 func (x *WorkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[34]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3530,7 +4283,7 @@ func (x *WorkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkRequest.ProtoReflect.Descriptor instead.
 func (*WorkRequest) Descriptor() ([]byte, []int) {
-	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{34}
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *WorkRequest) GetKind() isWorkRequest_Kind {
@@ -3635,7 +4388,7 @@ type WorkStart struct {
 
 func (x *WorkStart) Reset() {
 	*x = WorkStart{}
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[35]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3647,7 +4400,7 @@ func (x *WorkStart) String() string {
 func (*WorkStart) ProtoMessage() {}
 
 func (x *WorkStart) ProtoReflect() protoreflect.Message {
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[35]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3660,7 +4413,7 @@ func (x *WorkStart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkStart.ProtoReflect.Descriptor instead.
 func (*WorkStart) Descriptor() ([]byte, []int) {
-	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{35}
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *WorkStart) GetWorkerId() string {
@@ -3711,7 +4464,7 @@ type WorkAck struct {
 
 func (x *WorkAck) Reset() {
 	*x = WorkAck{}
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[36]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3723,7 +4476,7 @@ func (x *WorkAck) String() string {
 func (*WorkAck) ProtoMessage() {}
 
 func (x *WorkAck) ProtoReflect() protoreflect.Message {
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[36]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3736,7 +4489,7 @@ func (x *WorkAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkAck.ProtoReflect.Descriptor instead.
 func (*WorkAck) Descriptor() ([]byte, []int) {
-	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{36}
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *WorkAck) GetGrants() []*GrantRef {
@@ -3761,7 +4514,7 @@ type WorkCredit struct {
 
 func (x *WorkCredit) Reset() {
 	*x = WorkCredit{}
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[37]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3773,7 +4526,7 @@ func (x *WorkCredit) String() string {
 func (*WorkCredit) ProtoMessage() {}
 
 func (x *WorkCredit) ProtoReflect() protoreflect.Message {
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[37]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3786,7 +4539,7 @@ func (x *WorkCredit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkCredit.ProtoReflect.Descriptor instead.
 func (*WorkCredit) Descriptor() ([]byte, []int) {
-	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{37}
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *WorkCredit) GetCredits() int32 {
@@ -3816,7 +4569,7 @@ type WorkCall struct {
 
 func (x *WorkCall) Reset() {
 	*x = WorkCall{}
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[38]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3828,7 +4581,7 @@ func (x *WorkCall) String() string {
 func (*WorkCall) ProtoMessage() {}
 
 func (x *WorkCall) ProtoReflect() protoreflect.Message {
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[38]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3841,7 +4594,7 @@ func (x *WorkCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkCall.ProtoReflect.Descriptor instead.
 func (*WorkCall) Descriptor() ([]byte, []int) {
-	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{38}
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *WorkCall) GetCallId() uint64 {
@@ -3952,7 +4705,7 @@ type WorkResponse struct {
 
 func (x *WorkResponse) Reset() {
 	*x = WorkResponse{}
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[39]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3964,7 +4717,7 @@ func (x *WorkResponse) String() string {
 func (*WorkResponse) ProtoMessage() {}
 
 func (x *WorkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[39]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3977,7 +4730,7 @@ func (x *WorkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkResponse.ProtoReflect.Descriptor instead.
 func (*WorkResponse) Descriptor() ([]byte, []int) {
-	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{39}
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *WorkResponse) GetKind() isWorkResponse_Kind {
@@ -4051,7 +4804,7 @@ type WorkGrant struct {
 
 func (x *WorkGrant) Reset() {
 	*x = WorkGrant{}
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[40]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4063,7 +4816,7 @@ func (x *WorkGrant) String() string {
 func (*WorkGrant) ProtoMessage() {}
 
 func (x *WorkGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[40]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4076,7 +4829,7 @@ func (x *WorkGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkGrant.ProtoReflect.Descriptor instead.
 func (*WorkGrant) Descriptor() ([]byte, []int) {
-	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{40}
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *WorkGrant) GetJobs() []*ClaimedJob {
@@ -4111,7 +4864,7 @@ type WorkReply struct {
 
 func (x *WorkReply) Reset() {
 	*x = WorkReply{}
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[41]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4123,7 +4876,7 @@ func (x *WorkReply) String() string {
 func (*WorkReply) ProtoMessage() {}
 
 func (x *WorkReply) ProtoReflect() protoreflect.Message {
-	mi := &file_jobfence_v1_coordinator_proto_msgTypes[41]
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4136,7 +4889,7 @@ func (x *WorkReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkReply.ProtoReflect.Descriptor instead.
 func (*WorkReply) Descriptor() ([]byte, []int) {
-	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{41}
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *WorkReply) GetCallId() uint64 {
@@ -4243,7 +4996,7 @@ var File_jobfence_v1_coordinator_proto protoreflect.FileDescriptor
 
 const file_jobfence_v1_coordinator_proto_rawDesc = "" +
 	"\n" +
-	"\x1djobfence/v1/coordinator.proto\x12\vjobfence.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb0\x06\n" +
+	"\x1djobfence/v1/coordinator.proto\x12\vjobfence.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8e\b\n" +
 	"\x03Job\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12#\n" +
 	"\roperation_key\x18\x02 \x01(\tR\foperationKey\x12\x19\n" +
@@ -4271,7 +5024,11 @@ const file_jobfence_v1_coordinator_proto_rawDesc = "" +
 	"\n" +
 	"updated_at\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12;\n" +
 	"\varchived_at\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"archivedAt\"\xe9\x03\n" +
+	"archivedAt\x12J\n" +
+	"\x13cancel_requested_at\x18\x14 \x01(\v2\x1a.google.protobuf.TimestampR\x11cancelRequestedAt\x12C\n" +
+	"\x0fattention_since\x18\x15 \x01(\v2\x1a.google.protobuf.TimestampR\x0eattentionSince\x12)\n" +
+	"\x10attention_reason\x18\x16 \x01(\tR\x0fattentionReason\x12 \n" +
+	"\vtraceparent\x18\x17 \x01(\tR\vtraceparent\"\xd6\x04\n" +
 	"\n" +
 	"ClaimedJob\x12\"\n" +
 	"\x03job\x18\x01 \x01(\v2\x10.jobfence.v1.JobR\x03job\x12\x18\n" +
@@ -4288,7 +5045,12 @@ const file_jobfence_v1_coordinator_proto_rawDesc = "" +
 	"\vlease_token\x18\t \x01(\tR\n" +
 	"leaseToken\x12+\n" +
 	"\x11observation_count\x18\n" +
-	" \x01(\x03R\x10observationCount\"\x9f\x03\n" +
+	" \x01(\x03R\x10observationCount\x12)\n" +
+	"\x10cancel_requested\x18\v \x01(\bR\x0fcancelRequested\x12 \n" +
+	"\vtraceparent\x18\f \x01(\tR\vtraceparent\x12\x1e\n" +
+	"\n" +
+	"tracestate\x18\r \x01(\tR\n" +
+	"tracestate\"\x9f\x03\n" +
 	"\bJobEvent\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\x03R\x05jobId\x12\x18\n" +
@@ -4440,7 +5202,7 @@ const file_jobfence_v1_coordinator_proto_rawDesc = "" +
 	"\bcurrency\x18\x03 \x01(\tR\bcurrency\x12\x18\n" +
 	"\aattempt\x18\x04 \x01(\x03R\aattempt\x12;\n" +
 	"\vrecorded_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"recordedAt\"\xa7\x03\n" +
+	"recordedAt\"\xc5\x03\n" +
 	"\x0fListJobsRequest\x12+\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x15.jobfence.v1.JobStateR\x05state\x12\x1a\n" +
 	"\bprovider\x18\x02 \x01(\tR\bprovider\x12\x19\n" +
@@ -4454,7 +5216,8 @@ const file_jobfence_v1_coordinator_proto_rawDesc = "" +
 	"\rreason_prefix\x18\b \x01(\tR\freasonPrefix\x12?\n" +
 	"\rcreated_after\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\fcreatedAfter\x12A\n" +
 	"\x0ecreated_before\x18\n" +
-	" \x01(\v2\x1a.google.protobuf.TimestampR\rcreatedBefore\"\x8b\x02\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\rcreatedBefore\x12\x1c\n" +
+	"\tattention\x18\v \x01(\bR\tattention\"\x8b\x02\n" +
 	"\x10ListJobsResponse\x12$\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x10.jobfence.v1.JobR\x04jobs\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12c\n" +
@@ -4479,7 +5242,7 @@ const file_jobfence_v1_coordinator_proto_rawDesc = "" +
 	"\x05roles\x18\x02 \x03(\x0e2\x11.jobfence.v1.RoleR\x05roles\x12$\n" +
 	"\rauthenticated\x18\x03 \x01(\bR\rauthenticated\"*\n" +
 	"\x12GetOverviewRequest\x12\x14\n" +
-	"\x05limit\x18\x01 \x01(\x05R\x05limit\"\xc8\x06\n" +
+	"\x05limit\x18\x01 \x01(\x05R\x05limit\"\xb7\b\n" +
 	"\x13GetOverviewResponse\x12,\n" +
 	"\x03now\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x03now\x12\x1d\n" +
 	"\n" +
@@ -4496,7 +5259,50 @@ const file_jobfence_v1_coordinator_proto_rawDesc = "" +
 	"\x16coordinator_started_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\x14coordinatorStartedAt\x125\n" +
 	"\abudgets\x18\f \x03(\v2\x1b.jobfence.v1.ProviderBudgetR\abudgets\x12)\n" +
 	"\x10unmatched_events\x18\r \x01(\x03R\x0funmatchedEvents\x12F\n" +
-	"\x10recent_unmatched\x18\x0e \x03(\v2\x1b.jobfence.v1.UnmatchedEventR\x0frecentUnmatched\"\xea\x02\n" +
+	"\x10recent_unmatched\x18\x0e \x03(\v2\x1b.jobfence.v1.UnmatchedEventR\x0frecentUnmatched\x12E\n" +
+	"\x10paused_providers\x18\x0f \x03(\v2\x1a.jobfence.v1.ProviderPauseR\x0fpausedProviders\x12%\n" +
+	"\x0eattention_jobs\x18\x10 \x01(\x03R\rattentionJobs\x12.\n" +
+	"\tattention\x18\x11 \x03(\v2\x10.jobfence.v1.JobR\tattention\x12O\n" +
+	"\x13recent_pause_events\x18\x12 \x03(\v2\x1f.jobfence.v1.ProviderPauseEventR\x11recentPauseEvents\"\x99\x01\n" +
+	"\rProviderPause\x12\x1a\n" +
+	"\bprovider\x18\x01 \x01(\tR\bprovider\x12\x1b\n" +
+	"\tpaused_by\x18\x02 \x01(\tR\bpausedBy\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x127\n" +
+	"\tpaused_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\bpausedAt\"\xc1\x01\n" +
+	"\x12ProviderPauseEvent\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x1a\n" +
+	"\bprovider\x18\x02 \x01(\tR\bprovider\x12\x16\n" +
+	"\x06action\x18\x03 \x01(\tR\x06action\x12\x14\n" +
+	"\x05actor\x18\x04 \x01(\tR\x05actor\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\x129\n" +
+	"\n" +
+	"created_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"^\n" +
+	"\x13CancelRefundRequest\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\x03R\x05jobId\x12\x18\n" +
+	"\aattempt\x18\x02 \x01(\x03R\aattempt\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"t\n" +
+	"\x14CancelRefundResponse\x12\"\n" +
+	"\x03job\x18\x01 \x01(\v2\x10.jobfence.v1.JobR\x03job\x12\x1c\n" +
+	"\tcancelled\x18\x02 \x01(\bR\tcancelled\x12\x1a\n" +
+	"\breplayed\x18\x03 \x01(\bR\breplayed\"J\n" +
+	"\x14PauseProviderRequest\x12\x1a\n" +
+	"\bprovider\x18\x01 \x01(\tR\bprovider\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"c\n" +
+	"\x15PauseProviderResponse\x120\n" +
+	"\x05pause\x18\x01 \x01(\v2\x1a.jobfence.v1.ProviderPauseR\x05pause\x12\x18\n" +
+	"\achanged\x18\x02 \x01(\bR\achanged\"K\n" +
+	"\x15ResumeProviderRequest\x12\x1a\n" +
+	"\bprovider\x18\x01 \x01(\tR\bprovider\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"2\n" +
+	"\x16ResumeProviderResponse\x12\x18\n" +
+	"\achanged\x18\x01 \x01(\bR\achanged\"\x8d\x01\n" +
+	"\x1bAcknowledgeAttentionRequest\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\x03R\x05jobId\x12C\n" +
+	"\x0fattention_since\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x0eattentionSince\x12\x12\n" +
+	"\x04note\x18\x03 \x01(\tR\x04note\"^\n" +
+	"\x1cAcknowledgeAttentionResponse\x12\"\n" +
+	"\x03job\x18\x01 \x01(\v2\x10.jobfence.v1.JobR\x03job\x12\x1a\n" +
+	"\breplayed\x18\x02 \x01(\bR\breplayed\"\xea\x02\n" +
 	"\x0eUnmatchedEvent\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x1a\n" +
 	"\bprovider\x18\x02 \x01(\tR\bprovider\x12*\n" +
@@ -4566,7 +5372,7 @@ const file_jobfence_v1_coordinator_proto_rawDesc = "" +
 	"\bescalate\x18\x05 \x01(\v2\x1d.jobfence.v1.EscalateResponseH\x00R\bescalate\x12E\n" +
 	"\frenew_leases\x18\x06 \x01(\v2 .jobfence.v1.RenewLeasesResponseH\x00R\vrenewLeases\x12W\n" +
 	"\x12report_observation\x18\a \x01(\v2&.jobfence.v1.ReportObservationResponseH\x00R\x11reportObservationB\b\n" +
-	"\x06result*\xe4\x04\n" +
+	"\x06result*\xd5\x05\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aERROR_REASON_STALE_ATTEMPT\x10\x01\x12 \n" +
@@ -4585,22 +5391,27 @@ const file_jobfence_v1_coordinator_proto_rawDesc = "" +
 	"\x1cERROR_REASON_UNAUTHENTICATED\x10\r\x12\"\n" +
 	"\x1eERROR_REASON_PERMISSION_DENIED\x10\x0e\x12\x1e\n" +
 	"\x1aERROR_REASON_GRANT_TOO_OLD\x10\x0f\x12\x1f\n" +
-	"\x1bERROR_REASON_TOO_MANY_CALLS\x10\x10*\x87\x01\n" +
+	"\x1bERROR_REASON_TOO_MANY_CALLS\x10\x10\x12$\n" +
+	" ERROR_REASON_JOB_NOT_CANCELLABLE\x10\x11\x12!\n" +
+	"\x1dERROR_REASON_CANCEL_REQUESTED\x10\x12\x12&\n" +
+	"\"ERROR_REASON_NOT_ON_ATTENTION_LIST\x10\x13*\xa0\x01\n" +
 	"\bJobState\x12\x19\n" +
 	"\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fJOB_STATE_READY\x10\x01\x12\x15\n" +
 	"\x11JOB_STATE_RUNNING\x10\x02\x12\x17\n" +
 	"\x13JOB_STATE_SUCCEEDED\x10\x03\x12\x1b\n" +
-	"\x17JOB_STATE_MANUAL_REVIEW\x10\x04*\\\n" +
+	"\x17JOB_STATE_MANUAL_REVIEW\x10\x04\x12\x17\n" +
+	"\x13JOB_STATE_CANCELLED\x10\x05*\\\n" +
 	"\n" +
 	"NextAction\x12\x1b\n" +
 	"\x17NEXT_ACTION_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12NEXT_ACTION_REFUND\x10\x01\x12\x19\n" +
-	"\x15NEXT_ACTION_RECONCILE\x10\x02*v\n" +
+	"\x15NEXT_ACTION_RECONCILE\x10\x02*\x97\x01\n" +
 	"\x10ReviewResolution\x12!\n" +
 	"\x1dREVIEW_RESOLUTION_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aREVIEW_RESOLUTION_REFUNDED\x10\x01\x12\x1f\n" +
-	"\x1bREVIEW_RESOLUTION_RECONCILE\x10\x02*\xc0\x01\n" +
+	"\x1bREVIEW_RESOLUTION_RECONCILE\x10\x02\x12\x1f\n" +
+	"\x1bREVIEW_RESOLUTION_CANCELLED\x10\x03*\xc0\x01\n" +
 	"\x12ObservationOutcome\x12#\n" +
 	"\x1fOBSERVATION_OUTCOME_UNSPECIFIED\x10\x00\x12!\n" +
 	"\x1dOBSERVATION_OUTCOME_SUCCEEDED\x10\x01\x12\x1f\n" +
@@ -4612,7 +5423,8 @@ const file_jobfence_v1_coordinator_proto_rawDesc = "" +
 	"\rROLE_PRODUCER\x10\x01\x12\x0f\n" +
 	"\vROLE_WORKER\x10\x02\x12\x11\n" +
 	"\rROLE_OPERATOR\x10\x03\x12\x0f\n" +
-	"\vROLE_READER\x10\x042\xf6\a\n" +
+	"\vROLE_READER\x10\x042\xeb\n" +
+	"\n" +
 	"\vCoordinator\x12V\n" +
 	"\rEnqueueRefund\x12!.jobfence.v1.EnqueueRefundRequest\x1a\".jobfence.v1.EnqueueRefundResponse\x12>\n" +
 	"\x05Claim\x12\x19.jobfence.v1.ClaimRequest\x1a\x1a.jobfence.v1.ClaimResponse\x12G\n" +
@@ -4627,7 +5439,11 @@ const file_jobfence_v1_coordinator_proto_rawDesc = "" +
 	"\bListJobs\x12\x1c.jobfence.v1.ListJobsRequest\x1a\x1d.jobfence.v1.ListJobsResponse\x12V\n" +
 	"\rResolveReview\x12!.jobfence.v1.ResolveReviewRequest\x1a\".jobfence.v1.ResolveReviewResponse\x12A\n" +
 	"\x06WhoAmI\x12\x1a.jobfence.v1.WhoAmIRequest\x1a\x1b.jobfence.v1.WhoAmIResponse\x12P\n" +
-	"\vGetOverview\x12\x1f.jobfence.v1.GetOverviewRequest\x1a .jobfence.v1.GetOverviewResponseB\xa9\x01\n" +
+	"\vGetOverview\x12\x1f.jobfence.v1.GetOverviewRequest\x1a .jobfence.v1.GetOverviewResponse\x12S\n" +
+	"\fCancelRefund\x12 .jobfence.v1.CancelRefundRequest\x1a!.jobfence.v1.CancelRefundResponse\x12V\n" +
+	"\rPauseProvider\x12!.jobfence.v1.PauseProviderRequest\x1a\".jobfence.v1.PauseProviderResponse\x12Y\n" +
+	"\x0eResumeProvider\x12\".jobfence.v1.ResumeProviderRequest\x1a#.jobfence.v1.ResumeProviderResponse\x12k\n" +
+	"\x14AcknowledgeAttention\x12(.jobfence.v1.AcknowledgeAttentionRequest\x1a).jobfence.v1.AcknowledgeAttentionResponseB\xa9\x01\n" +
 	"\x0fcom.jobfence.v1B\x10CoordinatorProtoP\x01Z7github.com/jobfence/jobfence/gen/jobfence/v1;jobfencev1\xa2\x02\x03JXX\xaa\x02\vJobfence.V1\xca\x02\vJobfence\\V1\xe2\x02\x17Jobfence\\V1\\GPBMetadata\xea\x02\fJobfence::V1b\x06proto3"
 
 var (
@@ -4643,182 +5459,211 @@ func file_jobfence_v1_coordinator_proto_rawDescGZIP() []byte {
 }
 
 var file_jobfence_v1_coordinator_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_jobfence_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
+var file_jobfence_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
 var file_jobfence_v1_coordinator_proto_goTypes = []any{
-	(ErrorReason)(0),                  // 0: jobfence.v1.ErrorReason
-	(JobState)(0),                     // 1: jobfence.v1.JobState
-	(NextAction)(0),                   // 2: jobfence.v1.NextAction
-	(ReviewResolution)(0),             // 3: jobfence.v1.ReviewResolution
-	(ObservationOutcome)(0),           // 4: jobfence.v1.ObservationOutcome
-	(Role)(0),                         // 5: jobfence.v1.Role
-	(*Job)(nil),                       // 6: jobfence.v1.Job
-	(*ClaimedJob)(nil),                // 7: jobfence.v1.ClaimedJob
-	(*JobEvent)(nil),                  // 8: jobfence.v1.JobEvent
-	(*Observation)(nil),               // 9: jobfence.v1.Observation
-	(*EnqueueRefundRequest)(nil),      // 10: jobfence.v1.EnqueueRefundRequest
-	(*EnqueueRefundResponse)(nil),     // 11: jobfence.v1.EnqueueRefundResponse
-	(*ClaimRequest)(nil),              // 12: jobfence.v1.ClaimRequest
-	(*ClaimResponse)(nil),             // 13: jobfence.v1.ClaimResponse
-	(*CompleteRequest)(nil),           // 14: jobfence.v1.CompleteRequest
-	(*CompleteResponse)(nil),          // 15: jobfence.v1.CompleteResponse
-	(*RescheduleRequest)(nil),         // 16: jobfence.v1.RescheduleRequest
-	(*RescheduleResponse)(nil),        // 17: jobfence.v1.RescheduleResponse
-	(*EscalateRequest)(nil),           // 18: jobfence.v1.EscalateRequest
-	(*EscalateResponse)(nil),          // 19: jobfence.v1.EscalateResponse
-	(*RenewLeasesRequest)(nil),        // 20: jobfence.v1.RenewLeasesRequest
-	(*GrantRef)(nil),                  // 21: jobfence.v1.GrantRef
-	(*RenewLeasesResponse)(nil),       // 22: jobfence.v1.RenewLeasesResponse
-	(*LeaseRenewal)(nil),              // 23: jobfence.v1.LeaseRenewal
-	(*ReportObservationRequest)(nil),  // 24: jobfence.v1.ReportObservationRequest
-	(*ReportObservationResponse)(nil), // 25: jobfence.v1.ReportObservationResponse
-	(*GetJobRequest)(nil),             // 26: jobfence.v1.GetJobRequest
-	(*GetJobResponse)(nil),            // 27: jobfence.v1.GetJobResponse
-	(*LedgerEntry)(nil),               // 28: jobfence.v1.LedgerEntry
-	(*ListJobsRequest)(nil),           // 29: jobfence.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),          // 30: jobfence.v1.ListJobsResponse
-	(*ResolveReviewRequest)(nil),      // 31: jobfence.v1.ResolveReviewRequest
-	(*ResolveReviewResponse)(nil),     // 32: jobfence.v1.ResolveReviewResponse
-	(*WhoAmIRequest)(nil),             // 33: jobfence.v1.WhoAmIRequest
-	(*WhoAmIResponse)(nil),            // 34: jobfence.v1.WhoAmIResponse
-	(*GetOverviewRequest)(nil),        // 35: jobfence.v1.GetOverviewRequest
-	(*GetOverviewResponse)(nil),       // 36: jobfence.v1.GetOverviewResponse
-	(*UnmatchedEvent)(nil),            // 37: jobfence.v1.UnmatchedEvent
-	(*StaleRejection)(nil),            // 38: jobfence.v1.StaleRejection
-	(*ProviderBudget)(nil),            // 39: jobfence.v1.ProviderBudget
-	(*WorkRequest)(nil),               // 40: jobfence.v1.WorkRequest
-	(*WorkStart)(nil),                 // 41: jobfence.v1.WorkStart
-	(*WorkAck)(nil),                   // 42: jobfence.v1.WorkAck
-	(*WorkCredit)(nil),                // 43: jobfence.v1.WorkCredit
-	(*WorkCall)(nil),                  // 44: jobfence.v1.WorkCall
-	(*WorkResponse)(nil),              // 45: jobfence.v1.WorkResponse
-	(*WorkGrant)(nil),                 // 46: jobfence.v1.WorkGrant
-	(*WorkReply)(nil),                 // 47: jobfence.v1.WorkReply
-	nil,                               // 48: jobfence.v1.LeaseRenewal.MetadataEntry
-	nil,                               // 49: jobfence.v1.ListJobsResponse.ObservationCountsEntry
-	(*timestamppb.Timestamp)(nil),     // 50: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),       // 51: google.protobuf.Duration
+	(ErrorReason)(0),                     // 0: jobfence.v1.ErrorReason
+	(JobState)(0),                        // 1: jobfence.v1.JobState
+	(NextAction)(0),                      // 2: jobfence.v1.NextAction
+	(ReviewResolution)(0),                // 3: jobfence.v1.ReviewResolution
+	(ObservationOutcome)(0),              // 4: jobfence.v1.ObservationOutcome
+	(Role)(0),                            // 5: jobfence.v1.Role
+	(*Job)(nil),                          // 6: jobfence.v1.Job
+	(*ClaimedJob)(nil),                   // 7: jobfence.v1.ClaimedJob
+	(*JobEvent)(nil),                     // 8: jobfence.v1.JobEvent
+	(*Observation)(nil),                  // 9: jobfence.v1.Observation
+	(*EnqueueRefundRequest)(nil),         // 10: jobfence.v1.EnqueueRefundRequest
+	(*EnqueueRefundResponse)(nil),        // 11: jobfence.v1.EnqueueRefundResponse
+	(*ClaimRequest)(nil),                 // 12: jobfence.v1.ClaimRequest
+	(*ClaimResponse)(nil),                // 13: jobfence.v1.ClaimResponse
+	(*CompleteRequest)(nil),              // 14: jobfence.v1.CompleteRequest
+	(*CompleteResponse)(nil),             // 15: jobfence.v1.CompleteResponse
+	(*RescheduleRequest)(nil),            // 16: jobfence.v1.RescheduleRequest
+	(*RescheduleResponse)(nil),           // 17: jobfence.v1.RescheduleResponse
+	(*EscalateRequest)(nil),              // 18: jobfence.v1.EscalateRequest
+	(*EscalateResponse)(nil),             // 19: jobfence.v1.EscalateResponse
+	(*RenewLeasesRequest)(nil),           // 20: jobfence.v1.RenewLeasesRequest
+	(*GrantRef)(nil),                     // 21: jobfence.v1.GrantRef
+	(*RenewLeasesResponse)(nil),          // 22: jobfence.v1.RenewLeasesResponse
+	(*LeaseRenewal)(nil),                 // 23: jobfence.v1.LeaseRenewal
+	(*ReportObservationRequest)(nil),     // 24: jobfence.v1.ReportObservationRequest
+	(*ReportObservationResponse)(nil),    // 25: jobfence.v1.ReportObservationResponse
+	(*GetJobRequest)(nil),                // 26: jobfence.v1.GetJobRequest
+	(*GetJobResponse)(nil),               // 27: jobfence.v1.GetJobResponse
+	(*LedgerEntry)(nil),                  // 28: jobfence.v1.LedgerEntry
+	(*ListJobsRequest)(nil),              // 29: jobfence.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),             // 30: jobfence.v1.ListJobsResponse
+	(*ResolveReviewRequest)(nil),         // 31: jobfence.v1.ResolveReviewRequest
+	(*ResolveReviewResponse)(nil),        // 32: jobfence.v1.ResolveReviewResponse
+	(*WhoAmIRequest)(nil),                // 33: jobfence.v1.WhoAmIRequest
+	(*WhoAmIResponse)(nil),               // 34: jobfence.v1.WhoAmIResponse
+	(*GetOverviewRequest)(nil),           // 35: jobfence.v1.GetOverviewRequest
+	(*GetOverviewResponse)(nil),          // 36: jobfence.v1.GetOverviewResponse
+	(*ProviderPause)(nil),                // 37: jobfence.v1.ProviderPause
+	(*ProviderPauseEvent)(nil),           // 38: jobfence.v1.ProviderPauseEvent
+	(*CancelRefundRequest)(nil),          // 39: jobfence.v1.CancelRefundRequest
+	(*CancelRefundResponse)(nil),         // 40: jobfence.v1.CancelRefundResponse
+	(*PauseProviderRequest)(nil),         // 41: jobfence.v1.PauseProviderRequest
+	(*PauseProviderResponse)(nil),        // 42: jobfence.v1.PauseProviderResponse
+	(*ResumeProviderRequest)(nil),        // 43: jobfence.v1.ResumeProviderRequest
+	(*ResumeProviderResponse)(nil),       // 44: jobfence.v1.ResumeProviderResponse
+	(*AcknowledgeAttentionRequest)(nil),  // 45: jobfence.v1.AcknowledgeAttentionRequest
+	(*AcknowledgeAttentionResponse)(nil), // 46: jobfence.v1.AcknowledgeAttentionResponse
+	(*UnmatchedEvent)(nil),               // 47: jobfence.v1.UnmatchedEvent
+	(*StaleRejection)(nil),               // 48: jobfence.v1.StaleRejection
+	(*ProviderBudget)(nil),               // 49: jobfence.v1.ProviderBudget
+	(*WorkRequest)(nil),                  // 50: jobfence.v1.WorkRequest
+	(*WorkStart)(nil),                    // 51: jobfence.v1.WorkStart
+	(*WorkAck)(nil),                      // 52: jobfence.v1.WorkAck
+	(*WorkCredit)(nil),                   // 53: jobfence.v1.WorkCredit
+	(*WorkCall)(nil),                     // 54: jobfence.v1.WorkCall
+	(*WorkResponse)(nil),                 // 55: jobfence.v1.WorkResponse
+	(*WorkGrant)(nil),                    // 56: jobfence.v1.WorkGrant
+	(*WorkReply)(nil),                    // 57: jobfence.v1.WorkReply
+	nil,                                  // 58: jobfence.v1.LeaseRenewal.MetadataEntry
+	nil,                                  // 59: jobfence.v1.ListJobsResponse.ObservationCountsEntry
+	(*timestamppb.Timestamp)(nil),        // 60: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),          // 61: google.protobuf.Duration
 }
 var file_jobfence_v1_coordinator_proto_depIdxs = []int32{
 	1,   // 0: jobfence.v1.Job.state:type_name -> jobfence.v1.JobState
 	2,   // 1: jobfence.v1.Job.next_action:type_name -> jobfence.v1.NextAction
-	50,  // 2: jobfence.v1.Job.next_attempt_at:type_name -> google.protobuf.Timestamp
-	50,  // 3: jobfence.v1.Job.lease_until:type_name -> google.protobuf.Timestamp
-	50,  // 4: jobfence.v1.Job.first_sent_at:type_name -> google.protobuf.Timestamp
-	50,  // 5: jobfence.v1.Job.created_at:type_name -> google.protobuf.Timestamp
-	50,  // 6: jobfence.v1.Job.updated_at:type_name -> google.protobuf.Timestamp
-	50,  // 7: jobfence.v1.Job.archived_at:type_name -> google.protobuf.Timestamp
-	6,   // 8: jobfence.v1.ClaimedJob.job:type_name -> jobfence.v1.Job
-	50,  // 9: jobfence.v1.ClaimedJob.lease_until:type_name -> google.protobuf.Timestamp
-	2,   // 10: jobfence.v1.ClaimedJob.next_action:type_name -> jobfence.v1.NextAction
-	9,   // 11: jobfence.v1.ClaimedJob.observations:type_name -> jobfence.v1.Observation
-	50,  // 12: jobfence.v1.ClaimedJob.resend_deadline:type_name -> google.protobuf.Timestamp
-	50,  // 13: jobfence.v1.ClaimedJob.claimed_at:type_name -> google.protobuf.Timestamp
-	1,   // 14: jobfence.v1.JobEvent.from_state:type_name -> jobfence.v1.JobState
-	1,   // 15: jobfence.v1.JobEvent.to_state:type_name -> jobfence.v1.JobState
-	2,   // 16: jobfence.v1.JobEvent.next_action:type_name -> jobfence.v1.NextAction
-	50,  // 17: jobfence.v1.JobEvent.created_at:type_name -> google.protobuf.Timestamp
-	4,   // 18: jobfence.v1.Observation.outcome:type_name -> jobfence.v1.ObservationOutcome
-	50,  // 19: jobfence.v1.Observation.created_at:type_name -> google.protobuf.Timestamp
-	50,  // 20: jobfence.v1.EnqueueRefundRequest.not_before:type_name -> google.protobuf.Timestamp
-	6,   // 21: jobfence.v1.EnqueueRefundResponse.job:type_name -> jobfence.v1.Job
-	51,  // 22: jobfence.v1.ClaimRequest.lease_duration:type_name -> google.protobuf.Duration
-	51,  // 23: jobfence.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
-	7,   // 24: jobfence.v1.ClaimResponse.jobs:type_name -> jobfence.v1.ClaimedJob
-	51,  // 25: jobfence.v1.ClaimResponse.retry_after:type_name -> google.protobuf.Duration
-	6,   // 26: jobfence.v1.CompleteResponse.job:type_name -> jobfence.v1.Job
-	2,   // 27: jobfence.v1.RescheduleRequest.next_action:type_name -> jobfence.v1.NextAction
-	51,  // 28: jobfence.v1.RescheduleRequest.delay:type_name -> google.protobuf.Duration
-	50,  // 29: jobfence.v1.RescheduleRequest.next_attempt_at:type_name -> google.protobuf.Timestamp
-	6,   // 30: jobfence.v1.RescheduleResponse.job:type_name -> jobfence.v1.Job
-	6,   // 31: jobfence.v1.EscalateResponse.job:type_name -> jobfence.v1.Job
-	21,  // 32: jobfence.v1.RenewLeasesRequest.grants:type_name -> jobfence.v1.GrantRef
-	51,  // 33: jobfence.v1.RenewLeasesRequest.lease_duration:type_name -> google.protobuf.Duration
-	23,  // 34: jobfence.v1.RenewLeasesResponse.renewals:type_name -> jobfence.v1.LeaseRenewal
-	50,  // 35: jobfence.v1.LeaseRenewal.lease_until:type_name -> google.protobuf.Timestamp
-	0,   // 36: jobfence.v1.LeaseRenewal.refused:type_name -> jobfence.v1.ErrorReason
-	48,  // 37: jobfence.v1.LeaseRenewal.metadata:type_name -> jobfence.v1.LeaseRenewal.MetadataEntry
-	50,  // 38: jobfence.v1.LeaseRenewal.grant_expires_at:type_name -> google.protobuf.Timestamp
-	50,  // 39: jobfence.v1.LeaseRenewal.receipt_filed_at:type_name -> google.protobuf.Timestamp
-	4,   // 40: jobfence.v1.ReportObservationRequest.outcome:type_name -> jobfence.v1.ObservationOutcome
-	9,   // 41: jobfence.v1.ReportObservationResponse.observation:type_name -> jobfence.v1.Observation
-	37,  // 42: jobfence.v1.ReportObservationResponse.kept_aside:type_name -> jobfence.v1.UnmatchedEvent
-	6,   // 43: jobfence.v1.GetJobResponse.job:type_name -> jobfence.v1.Job
-	8,   // 44: jobfence.v1.GetJobResponse.events:type_name -> jobfence.v1.JobEvent
-	9,   // 45: jobfence.v1.GetJobResponse.observations:type_name -> jobfence.v1.Observation
-	50,  // 46: jobfence.v1.GetJobResponse.resend_deadline:type_name -> google.protobuf.Timestamp
-	28,  // 47: jobfence.v1.GetJobResponse.ledger:type_name -> jobfence.v1.LedgerEntry
-	50,  // 48: jobfence.v1.GetJobResponse.now:type_name -> google.protobuf.Timestamp
-	50,  // 49: jobfence.v1.LedgerEntry.recorded_at:type_name -> google.protobuf.Timestamp
-	1,   // 50: jobfence.v1.ListJobsRequest.state:type_name -> jobfence.v1.JobState
-	50,  // 51: jobfence.v1.ListJobsRequest.created_after:type_name -> google.protobuf.Timestamp
-	50,  // 52: jobfence.v1.ListJobsRequest.created_before:type_name -> google.protobuf.Timestamp
-	6,   // 53: jobfence.v1.ListJobsResponse.jobs:type_name -> jobfence.v1.Job
-	49,  // 54: jobfence.v1.ListJobsResponse.observation_counts:type_name -> jobfence.v1.ListJobsResponse.ObservationCountsEntry
-	3,   // 55: jobfence.v1.ResolveReviewRequest.resolution:type_name -> jobfence.v1.ReviewResolution
-	6,   // 56: jobfence.v1.ResolveReviewResponse.job:type_name -> jobfence.v1.Job
-	5,   // 57: jobfence.v1.WhoAmIResponse.roles:type_name -> jobfence.v1.Role
-	50,  // 58: jobfence.v1.GetOverviewResponse.now:type_name -> google.protobuf.Timestamp
-	50,  // 59: jobfence.v1.GetOverviewResponse.oldest_unfinished_created_at:type_name -> google.protobuf.Timestamp
-	6,   // 60: jobfence.v1.GetOverviewResponse.oldest_reviews:type_name -> jobfence.v1.Job
-	8,   // 61: jobfence.v1.GetOverviewResponse.recent_takeovers:type_name -> jobfence.v1.JobEvent
-	38,  // 62: jobfence.v1.GetOverviewResponse.recent_stale_rejections:type_name -> jobfence.v1.StaleRejection
-	50,  // 63: jobfence.v1.GetOverviewResponse.coordinator_started_at:type_name -> google.protobuf.Timestamp
-	39,  // 64: jobfence.v1.GetOverviewResponse.budgets:type_name -> jobfence.v1.ProviderBudget
-	37,  // 65: jobfence.v1.GetOverviewResponse.recent_unmatched:type_name -> jobfence.v1.UnmatchedEvent
-	4,   // 66: jobfence.v1.UnmatchedEvent.outcome:type_name -> jobfence.v1.ObservationOutcome
-	50,  // 67: jobfence.v1.UnmatchedEvent.received_at:type_name -> google.protobuf.Timestamp
-	50,  // 68: jobfence.v1.StaleRejection.at:type_name -> google.protobuf.Timestamp
-	41,  // 69: jobfence.v1.WorkRequest.start:type_name -> jobfence.v1.WorkStart
-	43,  // 70: jobfence.v1.WorkRequest.credit:type_name -> jobfence.v1.WorkCredit
-	44,  // 71: jobfence.v1.WorkRequest.call:type_name -> jobfence.v1.WorkCall
-	42,  // 72: jobfence.v1.WorkRequest.ack:type_name -> jobfence.v1.WorkAck
-	51,  // 73: jobfence.v1.WorkStart.lease_duration:type_name -> google.protobuf.Duration
-	21,  // 74: jobfence.v1.WorkAck.grants:type_name -> jobfence.v1.GrantRef
-	14,  // 75: jobfence.v1.WorkCall.complete:type_name -> jobfence.v1.CompleteRequest
-	16,  // 76: jobfence.v1.WorkCall.reschedule:type_name -> jobfence.v1.RescheduleRequest
-	18,  // 77: jobfence.v1.WorkCall.escalate:type_name -> jobfence.v1.EscalateRequest
-	20,  // 78: jobfence.v1.WorkCall.renew_leases:type_name -> jobfence.v1.RenewLeasesRequest
-	24,  // 79: jobfence.v1.WorkCall.report_observation:type_name -> jobfence.v1.ReportObservationRequest
-	46,  // 80: jobfence.v1.WorkResponse.grant:type_name -> jobfence.v1.WorkGrant
-	47,  // 81: jobfence.v1.WorkResponse.reply:type_name -> jobfence.v1.WorkReply
-	51,  // 82: jobfence.v1.WorkResponse.retry_after:type_name -> google.protobuf.Duration
-	7,   // 83: jobfence.v1.WorkGrant.jobs:type_name -> jobfence.v1.ClaimedJob
-	15,  // 84: jobfence.v1.WorkReply.complete:type_name -> jobfence.v1.CompleteResponse
-	17,  // 85: jobfence.v1.WorkReply.reschedule:type_name -> jobfence.v1.RescheduleResponse
-	19,  // 86: jobfence.v1.WorkReply.escalate:type_name -> jobfence.v1.EscalateResponse
-	22,  // 87: jobfence.v1.WorkReply.renew_leases:type_name -> jobfence.v1.RenewLeasesResponse
-	25,  // 88: jobfence.v1.WorkReply.report_observation:type_name -> jobfence.v1.ReportObservationResponse
-	10,  // 89: jobfence.v1.Coordinator.EnqueueRefund:input_type -> jobfence.v1.EnqueueRefundRequest
-	12,  // 90: jobfence.v1.Coordinator.Claim:input_type -> jobfence.v1.ClaimRequest
-	14,  // 91: jobfence.v1.Coordinator.Complete:input_type -> jobfence.v1.CompleteRequest
-	16,  // 92: jobfence.v1.Coordinator.Reschedule:input_type -> jobfence.v1.RescheduleRequest
-	18,  // 93: jobfence.v1.Coordinator.Escalate:input_type -> jobfence.v1.EscalateRequest
-	20,  // 94: jobfence.v1.Coordinator.RenewLeases:input_type -> jobfence.v1.RenewLeasesRequest
-	40,  // 95: jobfence.v1.Coordinator.Work:input_type -> jobfence.v1.WorkRequest
-	24,  // 96: jobfence.v1.Coordinator.ReportObservation:input_type -> jobfence.v1.ReportObservationRequest
-	26,  // 97: jobfence.v1.Coordinator.GetJob:input_type -> jobfence.v1.GetJobRequest
-	29,  // 98: jobfence.v1.Coordinator.ListJobs:input_type -> jobfence.v1.ListJobsRequest
-	31,  // 99: jobfence.v1.Coordinator.ResolveReview:input_type -> jobfence.v1.ResolveReviewRequest
-	33,  // 100: jobfence.v1.Coordinator.WhoAmI:input_type -> jobfence.v1.WhoAmIRequest
-	35,  // 101: jobfence.v1.Coordinator.GetOverview:input_type -> jobfence.v1.GetOverviewRequest
-	11,  // 102: jobfence.v1.Coordinator.EnqueueRefund:output_type -> jobfence.v1.EnqueueRefundResponse
-	13,  // 103: jobfence.v1.Coordinator.Claim:output_type -> jobfence.v1.ClaimResponse
-	15,  // 104: jobfence.v1.Coordinator.Complete:output_type -> jobfence.v1.CompleteResponse
-	17,  // 105: jobfence.v1.Coordinator.Reschedule:output_type -> jobfence.v1.RescheduleResponse
-	19,  // 106: jobfence.v1.Coordinator.Escalate:output_type -> jobfence.v1.EscalateResponse
-	22,  // 107: jobfence.v1.Coordinator.RenewLeases:output_type -> jobfence.v1.RenewLeasesResponse
-	45,  // 108: jobfence.v1.Coordinator.Work:output_type -> jobfence.v1.WorkResponse
-	25,  // 109: jobfence.v1.Coordinator.ReportObservation:output_type -> jobfence.v1.ReportObservationResponse
-	27,  // 110: jobfence.v1.Coordinator.GetJob:output_type -> jobfence.v1.GetJobResponse
-	30,  // 111: jobfence.v1.Coordinator.ListJobs:output_type -> jobfence.v1.ListJobsResponse
-	32,  // 112: jobfence.v1.Coordinator.ResolveReview:output_type -> jobfence.v1.ResolveReviewResponse
-	34,  // 113: jobfence.v1.Coordinator.WhoAmI:output_type -> jobfence.v1.WhoAmIResponse
-	36,  // 114: jobfence.v1.Coordinator.GetOverview:output_type -> jobfence.v1.GetOverviewResponse
-	102, // [102:115] is the sub-list for method output_type
-	89,  // [89:102] is the sub-list for method input_type
-	89,  // [89:89] is the sub-list for extension type_name
-	89,  // [89:89] is the sub-list for extension extendee
-	0,   // [0:89] is the sub-list for field type_name
+	60,  // 2: jobfence.v1.Job.next_attempt_at:type_name -> google.protobuf.Timestamp
+	60,  // 3: jobfence.v1.Job.lease_until:type_name -> google.protobuf.Timestamp
+	60,  // 4: jobfence.v1.Job.first_sent_at:type_name -> google.protobuf.Timestamp
+	60,  // 5: jobfence.v1.Job.created_at:type_name -> google.protobuf.Timestamp
+	60,  // 6: jobfence.v1.Job.updated_at:type_name -> google.protobuf.Timestamp
+	60,  // 7: jobfence.v1.Job.archived_at:type_name -> google.protobuf.Timestamp
+	60,  // 8: jobfence.v1.Job.cancel_requested_at:type_name -> google.protobuf.Timestamp
+	60,  // 9: jobfence.v1.Job.attention_since:type_name -> google.protobuf.Timestamp
+	6,   // 10: jobfence.v1.ClaimedJob.job:type_name -> jobfence.v1.Job
+	60,  // 11: jobfence.v1.ClaimedJob.lease_until:type_name -> google.protobuf.Timestamp
+	2,   // 12: jobfence.v1.ClaimedJob.next_action:type_name -> jobfence.v1.NextAction
+	9,   // 13: jobfence.v1.ClaimedJob.observations:type_name -> jobfence.v1.Observation
+	60,  // 14: jobfence.v1.ClaimedJob.resend_deadline:type_name -> google.protobuf.Timestamp
+	60,  // 15: jobfence.v1.ClaimedJob.claimed_at:type_name -> google.protobuf.Timestamp
+	1,   // 16: jobfence.v1.JobEvent.from_state:type_name -> jobfence.v1.JobState
+	1,   // 17: jobfence.v1.JobEvent.to_state:type_name -> jobfence.v1.JobState
+	2,   // 18: jobfence.v1.JobEvent.next_action:type_name -> jobfence.v1.NextAction
+	60,  // 19: jobfence.v1.JobEvent.created_at:type_name -> google.protobuf.Timestamp
+	4,   // 20: jobfence.v1.Observation.outcome:type_name -> jobfence.v1.ObservationOutcome
+	60,  // 21: jobfence.v1.Observation.created_at:type_name -> google.protobuf.Timestamp
+	60,  // 22: jobfence.v1.EnqueueRefundRequest.not_before:type_name -> google.protobuf.Timestamp
+	6,   // 23: jobfence.v1.EnqueueRefundResponse.job:type_name -> jobfence.v1.Job
+	61,  // 24: jobfence.v1.ClaimRequest.lease_duration:type_name -> google.protobuf.Duration
+	61,  // 25: jobfence.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
+	7,   // 26: jobfence.v1.ClaimResponse.jobs:type_name -> jobfence.v1.ClaimedJob
+	61,  // 27: jobfence.v1.ClaimResponse.retry_after:type_name -> google.protobuf.Duration
+	6,   // 28: jobfence.v1.CompleteResponse.job:type_name -> jobfence.v1.Job
+	2,   // 29: jobfence.v1.RescheduleRequest.next_action:type_name -> jobfence.v1.NextAction
+	61,  // 30: jobfence.v1.RescheduleRequest.delay:type_name -> google.protobuf.Duration
+	60,  // 31: jobfence.v1.RescheduleRequest.next_attempt_at:type_name -> google.protobuf.Timestamp
+	6,   // 32: jobfence.v1.RescheduleResponse.job:type_name -> jobfence.v1.Job
+	6,   // 33: jobfence.v1.EscalateResponse.job:type_name -> jobfence.v1.Job
+	21,  // 34: jobfence.v1.RenewLeasesRequest.grants:type_name -> jobfence.v1.GrantRef
+	61,  // 35: jobfence.v1.RenewLeasesRequest.lease_duration:type_name -> google.protobuf.Duration
+	23,  // 36: jobfence.v1.RenewLeasesResponse.renewals:type_name -> jobfence.v1.LeaseRenewal
+	60,  // 37: jobfence.v1.LeaseRenewal.lease_until:type_name -> google.protobuf.Timestamp
+	0,   // 38: jobfence.v1.LeaseRenewal.refused:type_name -> jobfence.v1.ErrorReason
+	58,  // 39: jobfence.v1.LeaseRenewal.metadata:type_name -> jobfence.v1.LeaseRenewal.MetadataEntry
+	60,  // 40: jobfence.v1.LeaseRenewal.grant_expires_at:type_name -> google.protobuf.Timestamp
+	60,  // 41: jobfence.v1.LeaseRenewal.receipt_filed_at:type_name -> google.protobuf.Timestamp
+	4,   // 42: jobfence.v1.ReportObservationRequest.outcome:type_name -> jobfence.v1.ObservationOutcome
+	9,   // 43: jobfence.v1.ReportObservationResponse.observation:type_name -> jobfence.v1.Observation
+	47,  // 44: jobfence.v1.ReportObservationResponse.kept_aside:type_name -> jobfence.v1.UnmatchedEvent
+	6,   // 45: jobfence.v1.GetJobResponse.job:type_name -> jobfence.v1.Job
+	8,   // 46: jobfence.v1.GetJobResponse.events:type_name -> jobfence.v1.JobEvent
+	9,   // 47: jobfence.v1.GetJobResponse.observations:type_name -> jobfence.v1.Observation
+	60,  // 48: jobfence.v1.GetJobResponse.resend_deadline:type_name -> google.protobuf.Timestamp
+	28,  // 49: jobfence.v1.GetJobResponse.ledger:type_name -> jobfence.v1.LedgerEntry
+	60,  // 50: jobfence.v1.GetJobResponse.now:type_name -> google.protobuf.Timestamp
+	60,  // 51: jobfence.v1.LedgerEntry.recorded_at:type_name -> google.protobuf.Timestamp
+	1,   // 52: jobfence.v1.ListJobsRequest.state:type_name -> jobfence.v1.JobState
+	60,  // 53: jobfence.v1.ListJobsRequest.created_after:type_name -> google.protobuf.Timestamp
+	60,  // 54: jobfence.v1.ListJobsRequest.created_before:type_name -> google.protobuf.Timestamp
+	6,   // 55: jobfence.v1.ListJobsResponse.jobs:type_name -> jobfence.v1.Job
+	59,  // 56: jobfence.v1.ListJobsResponse.observation_counts:type_name -> jobfence.v1.ListJobsResponse.ObservationCountsEntry
+	3,   // 57: jobfence.v1.ResolveReviewRequest.resolution:type_name -> jobfence.v1.ReviewResolution
+	6,   // 58: jobfence.v1.ResolveReviewResponse.job:type_name -> jobfence.v1.Job
+	5,   // 59: jobfence.v1.WhoAmIResponse.roles:type_name -> jobfence.v1.Role
+	60,  // 60: jobfence.v1.GetOverviewResponse.now:type_name -> google.protobuf.Timestamp
+	60,  // 61: jobfence.v1.GetOverviewResponse.oldest_unfinished_created_at:type_name -> google.protobuf.Timestamp
+	6,   // 62: jobfence.v1.GetOverviewResponse.oldest_reviews:type_name -> jobfence.v1.Job
+	8,   // 63: jobfence.v1.GetOverviewResponse.recent_takeovers:type_name -> jobfence.v1.JobEvent
+	48,  // 64: jobfence.v1.GetOverviewResponse.recent_stale_rejections:type_name -> jobfence.v1.StaleRejection
+	60,  // 65: jobfence.v1.GetOverviewResponse.coordinator_started_at:type_name -> google.protobuf.Timestamp
+	49,  // 66: jobfence.v1.GetOverviewResponse.budgets:type_name -> jobfence.v1.ProviderBudget
+	47,  // 67: jobfence.v1.GetOverviewResponse.recent_unmatched:type_name -> jobfence.v1.UnmatchedEvent
+	37,  // 68: jobfence.v1.GetOverviewResponse.paused_providers:type_name -> jobfence.v1.ProviderPause
+	6,   // 69: jobfence.v1.GetOverviewResponse.attention:type_name -> jobfence.v1.Job
+	38,  // 70: jobfence.v1.GetOverviewResponse.recent_pause_events:type_name -> jobfence.v1.ProviderPauseEvent
+	60,  // 71: jobfence.v1.ProviderPause.paused_at:type_name -> google.protobuf.Timestamp
+	60,  // 72: jobfence.v1.ProviderPauseEvent.created_at:type_name -> google.protobuf.Timestamp
+	6,   // 73: jobfence.v1.CancelRefundResponse.job:type_name -> jobfence.v1.Job
+	37,  // 74: jobfence.v1.PauseProviderResponse.pause:type_name -> jobfence.v1.ProviderPause
+	60,  // 75: jobfence.v1.AcknowledgeAttentionRequest.attention_since:type_name -> google.protobuf.Timestamp
+	6,   // 76: jobfence.v1.AcknowledgeAttentionResponse.job:type_name -> jobfence.v1.Job
+	4,   // 77: jobfence.v1.UnmatchedEvent.outcome:type_name -> jobfence.v1.ObservationOutcome
+	60,  // 78: jobfence.v1.UnmatchedEvent.received_at:type_name -> google.protobuf.Timestamp
+	60,  // 79: jobfence.v1.StaleRejection.at:type_name -> google.protobuf.Timestamp
+	51,  // 80: jobfence.v1.WorkRequest.start:type_name -> jobfence.v1.WorkStart
+	53,  // 81: jobfence.v1.WorkRequest.credit:type_name -> jobfence.v1.WorkCredit
+	54,  // 82: jobfence.v1.WorkRequest.call:type_name -> jobfence.v1.WorkCall
+	52,  // 83: jobfence.v1.WorkRequest.ack:type_name -> jobfence.v1.WorkAck
+	61,  // 84: jobfence.v1.WorkStart.lease_duration:type_name -> google.protobuf.Duration
+	21,  // 85: jobfence.v1.WorkAck.grants:type_name -> jobfence.v1.GrantRef
+	14,  // 86: jobfence.v1.WorkCall.complete:type_name -> jobfence.v1.CompleteRequest
+	16,  // 87: jobfence.v1.WorkCall.reschedule:type_name -> jobfence.v1.RescheduleRequest
+	18,  // 88: jobfence.v1.WorkCall.escalate:type_name -> jobfence.v1.EscalateRequest
+	20,  // 89: jobfence.v1.WorkCall.renew_leases:type_name -> jobfence.v1.RenewLeasesRequest
+	24,  // 90: jobfence.v1.WorkCall.report_observation:type_name -> jobfence.v1.ReportObservationRequest
+	56,  // 91: jobfence.v1.WorkResponse.grant:type_name -> jobfence.v1.WorkGrant
+	57,  // 92: jobfence.v1.WorkResponse.reply:type_name -> jobfence.v1.WorkReply
+	61,  // 93: jobfence.v1.WorkResponse.retry_after:type_name -> google.protobuf.Duration
+	7,   // 94: jobfence.v1.WorkGrant.jobs:type_name -> jobfence.v1.ClaimedJob
+	15,  // 95: jobfence.v1.WorkReply.complete:type_name -> jobfence.v1.CompleteResponse
+	17,  // 96: jobfence.v1.WorkReply.reschedule:type_name -> jobfence.v1.RescheduleResponse
+	19,  // 97: jobfence.v1.WorkReply.escalate:type_name -> jobfence.v1.EscalateResponse
+	22,  // 98: jobfence.v1.WorkReply.renew_leases:type_name -> jobfence.v1.RenewLeasesResponse
+	25,  // 99: jobfence.v1.WorkReply.report_observation:type_name -> jobfence.v1.ReportObservationResponse
+	10,  // 100: jobfence.v1.Coordinator.EnqueueRefund:input_type -> jobfence.v1.EnqueueRefundRequest
+	12,  // 101: jobfence.v1.Coordinator.Claim:input_type -> jobfence.v1.ClaimRequest
+	14,  // 102: jobfence.v1.Coordinator.Complete:input_type -> jobfence.v1.CompleteRequest
+	16,  // 103: jobfence.v1.Coordinator.Reschedule:input_type -> jobfence.v1.RescheduleRequest
+	18,  // 104: jobfence.v1.Coordinator.Escalate:input_type -> jobfence.v1.EscalateRequest
+	20,  // 105: jobfence.v1.Coordinator.RenewLeases:input_type -> jobfence.v1.RenewLeasesRequest
+	50,  // 106: jobfence.v1.Coordinator.Work:input_type -> jobfence.v1.WorkRequest
+	24,  // 107: jobfence.v1.Coordinator.ReportObservation:input_type -> jobfence.v1.ReportObservationRequest
+	26,  // 108: jobfence.v1.Coordinator.GetJob:input_type -> jobfence.v1.GetJobRequest
+	29,  // 109: jobfence.v1.Coordinator.ListJobs:input_type -> jobfence.v1.ListJobsRequest
+	31,  // 110: jobfence.v1.Coordinator.ResolveReview:input_type -> jobfence.v1.ResolveReviewRequest
+	33,  // 111: jobfence.v1.Coordinator.WhoAmI:input_type -> jobfence.v1.WhoAmIRequest
+	35,  // 112: jobfence.v1.Coordinator.GetOverview:input_type -> jobfence.v1.GetOverviewRequest
+	39,  // 113: jobfence.v1.Coordinator.CancelRefund:input_type -> jobfence.v1.CancelRefundRequest
+	41,  // 114: jobfence.v1.Coordinator.PauseProvider:input_type -> jobfence.v1.PauseProviderRequest
+	43,  // 115: jobfence.v1.Coordinator.ResumeProvider:input_type -> jobfence.v1.ResumeProviderRequest
+	45,  // 116: jobfence.v1.Coordinator.AcknowledgeAttention:input_type -> jobfence.v1.AcknowledgeAttentionRequest
+	11,  // 117: jobfence.v1.Coordinator.EnqueueRefund:output_type -> jobfence.v1.EnqueueRefundResponse
+	13,  // 118: jobfence.v1.Coordinator.Claim:output_type -> jobfence.v1.ClaimResponse
+	15,  // 119: jobfence.v1.Coordinator.Complete:output_type -> jobfence.v1.CompleteResponse
+	17,  // 120: jobfence.v1.Coordinator.Reschedule:output_type -> jobfence.v1.RescheduleResponse
+	19,  // 121: jobfence.v1.Coordinator.Escalate:output_type -> jobfence.v1.EscalateResponse
+	22,  // 122: jobfence.v1.Coordinator.RenewLeases:output_type -> jobfence.v1.RenewLeasesResponse
+	55,  // 123: jobfence.v1.Coordinator.Work:output_type -> jobfence.v1.WorkResponse
+	25,  // 124: jobfence.v1.Coordinator.ReportObservation:output_type -> jobfence.v1.ReportObservationResponse
+	27,  // 125: jobfence.v1.Coordinator.GetJob:output_type -> jobfence.v1.GetJobResponse
+	30,  // 126: jobfence.v1.Coordinator.ListJobs:output_type -> jobfence.v1.ListJobsResponse
+	32,  // 127: jobfence.v1.Coordinator.ResolveReview:output_type -> jobfence.v1.ResolveReviewResponse
+	34,  // 128: jobfence.v1.Coordinator.WhoAmI:output_type -> jobfence.v1.WhoAmIResponse
+	36,  // 129: jobfence.v1.Coordinator.GetOverview:output_type -> jobfence.v1.GetOverviewResponse
+	40,  // 130: jobfence.v1.Coordinator.CancelRefund:output_type -> jobfence.v1.CancelRefundResponse
+	42,  // 131: jobfence.v1.Coordinator.PauseProvider:output_type -> jobfence.v1.PauseProviderResponse
+	44,  // 132: jobfence.v1.Coordinator.ResumeProvider:output_type -> jobfence.v1.ResumeProviderResponse
+	46,  // 133: jobfence.v1.Coordinator.AcknowledgeAttention:output_type -> jobfence.v1.AcknowledgeAttentionResponse
+	117, // [117:134] is the sub-list for method output_type
+	100, // [100:117] is the sub-list for method input_type
+	100, // [100:100] is the sub-list for extension type_name
+	100, // [100:100] is the sub-list for extension extendee
+	0,   // [0:100] is the sub-list for field type_name
 }
 
 func init() { file_jobfence_v1_coordinator_proto_init() }
@@ -4838,25 +5683,25 @@ func file_jobfence_v1_coordinator_proto_init() {
 		(*GetJobRequest_JobId)(nil),
 		(*GetJobRequest_OperationKey)(nil),
 	}
-	file_jobfence_v1_coordinator_proto_msgTypes[34].OneofWrappers = []any{
+	file_jobfence_v1_coordinator_proto_msgTypes[44].OneofWrappers = []any{
 		(*WorkRequest_Start)(nil),
 		(*WorkRequest_Credit)(nil),
 		(*WorkRequest_Call)(nil),
 		(*WorkRequest_Ack)(nil),
 	}
-	file_jobfence_v1_coordinator_proto_msgTypes[38].OneofWrappers = []any{
+	file_jobfence_v1_coordinator_proto_msgTypes[48].OneofWrappers = []any{
 		(*WorkCall_Complete)(nil),
 		(*WorkCall_Reschedule)(nil),
 		(*WorkCall_Escalate)(nil),
 		(*WorkCall_RenewLeases)(nil),
 		(*WorkCall_ReportObservation)(nil),
 	}
-	file_jobfence_v1_coordinator_proto_msgTypes[39].OneofWrappers = []any{
+	file_jobfence_v1_coordinator_proto_msgTypes[49].OneofWrappers = []any{
 		(*WorkResponse_Grant)(nil),
 		(*WorkResponse_Reply)(nil),
 		(*WorkResponse_RetryAfter)(nil),
 	}
-	file_jobfence_v1_coordinator_proto_msgTypes[41].OneofWrappers = []any{
+	file_jobfence_v1_coordinator_proto_msgTypes[51].OneofWrappers = []any{
 		(*WorkReply_Complete)(nil),
 		(*WorkReply_Reschedule)(nil),
 		(*WorkReply_Escalate)(nil),
@@ -4869,7 +5714,7 @@ func file_jobfence_v1_coordinator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_jobfence_v1_coordinator_proto_rawDesc), len(file_jobfence_v1_coordinator_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   44,
+			NumMessages:   54,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,19 +19,23 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Coordinator_EnqueueRefund_FullMethodName     = "/jobfence.v1.Coordinator/EnqueueRefund"
-	Coordinator_Claim_FullMethodName             = "/jobfence.v1.Coordinator/Claim"
-	Coordinator_Complete_FullMethodName          = "/jobfence.v1.Coordinator/Complete"
-	Coordinator_Reschedule_FullMethodName        = "/jobfence.v1.Coordinator/Reschedule"
-	Coordinator_Escalate_FullMethodName          = "/jobfence.v1.Coordinator/Escalate"
-	Coordinator_RenewLeases_FullMethodName       = "/jobfence.v1.Coordinator/RenewLeases"
-	Coordinator_Work_FullMethodName              = "/jobfence.v1.Coordinator/Work"
-	Coordinator_ReportObservation_FullMethodName = "/jobfence.v1.Coordinator/ReportObservation"
-	Coordinator_GetJob_FullMethodName            = "/jobfence.v1.Coordinator/GetJob"
-	Coordinator_ListJobs_FullMethodName          = "/jobfence.v1.Coordinator/ListJobs"
-	Coordinator_ResolveReview_FullMethodName     = "/jobfence.v1.Coordinator/ResolveReview"
-	Coordinator_WhoAmI_FullMethodName            = "/jobfence.v1.Coordinator/WhoAmI"
-	Coordinator_GetOverview_FullMethodName       = "/jobfence.v1.Coordinator/GetOverview"
+	Coordinator_EnqueueRefund_FullMethodName        = "/jobfence.v1.Coordinator/EnqueueRefund"
+	Coordinator_Claim_FullMethodName                = "/jobfence.v1.Coordinator/Claim"
+	Coordinator_Complete_FullMethodName             = "/jobfence.v1.Coordinator/Complete"
+	Coordinator_Reschedule_FullMethodName           = "/jobfence.v1.Coordinator/Reschedule"
+	Coordinator_Escalate_FullMethodName             = "/jobfence.v1.Coordinator/Escalate"
+	Coordinator_RenewLeases_FullMethodName          = "/jobfence.v1.Coordinator/RenewLeases"
+	Coordinator_Work_FullMethodName                 = "/jobfence.v1.Coordinator/Work"
+	Coordinator_ReportObservation_FullMethodName    = "/jobfence.v1.Coordinator/ReportObservation"
+	Coordinator_GetJob_FullMethodName               = "/jobfence.v1.Coordinator/GetJob"
+	Coordinator_ListJobs_FullMethodName             = "/jobfence.v1.Coordinator/ListJobs"
+	Coordinator_ResolveReview_FullMethodName        = "/jobfence.v1.Coordinator/ResolveReview"
+	Coordinator_WhoAmI_FullMethodName               = "/jobfence.v1.Coordinator/WhoAmI"
+	Coordinator_GetOverview_FullMethodName          = "/jobfence.v1.Coordinator/GetOverview"
+	Coordinator_CancelRefund_FullMethodName         = "/jobfence.v1.Coordinator/CancelRefund"
+	Coordinator_PauseProvider_FullMethodName        = "/jobfence.v1.Coordinator/PauseProvider"
+	Coordinator_ResumeProvider_FullMethodName       = "/jobfence.v1.Coordinator/ResumeProvider"
+	Coordinator_AcknowledgeAttention_FullMethodName = "/jobfence.v1.Coordinator/AcknowledgeAttention"
 )
 
 // CoordinatorClient is the client API for Coordinator service.
@@ -127,6 +131,40 @@ type CoordinatorClient interface {
 	// provider's budget. Every part is read from an index or a bounded window,
 	// never by walking the history (Q3).
 	GetOverview(ctx context.Context, in *GetOverviewRequest, opts ...grpc.CallOption) (*GetOverviewResponse, error)
+	// CancelRefund stops a refund (R32), fenced by the attempt the caller saw
+	// (job.attempt in GetJob) and idempotent for its repeat. A refund never
+	// sent (no first_sent_at, not running) becomes CANCELLED at once. One that
+	// may have been sent gets a cancel request instead: a running job is taken
+	// over at once (attempt + 1, due now, next action RECONCILE), so its
+	// holder's next renewal or write-back is STALE_ATTEMPT; a ready one is
+	// made due now to reconcile; one in review waits for its person. From then
+	// on no grant carries REFUND and no reschedule may ask for it
+	// (CANCEL_REQUESTED): the reconcile decides, and the provider has the last
+	// word. The provider has the refund → the job succeeds and joins the
+	// attention list (the cancel came too late); no record → a person decides,
+	// and only a person resolves a maybe-sent refund as CANCELLED. Roles:
+	// operator, or the producer that enqueued the job. Recorded in the history
+	// with the caller's name and reason. Errors: STALE_ATTEMPT (someone acted
+	// first), JOB_NOT_CANCELLABLE (succeeded, cancelled for another reason,
+	// archived), NOT_FOUND, INVALID_ARGUMENT.
+	CancelRefund(ctx context.Context, in *CancelRefundRequest, opts ...grpc.CallOption) (*CancelRefundResponse, error)
+	// PauseProvider stops new grants of a provider's jobs, reconciles
+	// included, on every coordinator of the database within one poll interval
+	// (R33). Grants already made renew and write back as usual. Pausing a
+	// paused provider keeps the first pause and answers changed=false; a
+	// provider with no jobs may be paused (it is logged). Operator only;
+	// recorded with the caller's name and reason.
+	PauseProvider(ctx context.Context, in *PauseProviderRequest, opts ...grpc.CallOption) (*PauseProviderResponse, error)
+	// ResumeProvider lets a paused provider's jobs be granted again. Resuming
+	// a provider that is not paused answers changed=false. Operator only.
+	ResumeProvider(ctx context.Context, in *ResumeProviderRequest, opts ...grpc.CallOption) (*ResumeProviderResponse, error)
+	// AcknowledgeAttention takes a job off the attention list (R34) with a
+	// person's note, kept in the history. Fenced by the attention_since the
+	// person saw: a newer reason to look (another receipt) keeps the job on
+	// the list (STALE_ATTEMPT). Repeating the same acknowledgement answers
+	// replayed. Operator only. Errors: NOT_ON_ATTENTION_LIST, NOT_FOUND,
+	// INVALID_ARGUMENT.
+	AcknowledgeAttention(ctx context.Context, in *AcknowledgeAttentionRequest, opts ...grpc.CallOption) (*AcknowledgeAttentionResponse, error)
 }
 
 type coordinatorClient struct {
@@ -270,6 +308,46 @@ func (c *coordinatorClient) GetOverview(ctx context.Context, in *GetOverviewRequ
 	return out, nil
 }
 
+func (c *coordinatorClient) CancelRefund(ctx context.Context, in *CancelRefundRequest, opts ...grpc.CallOption) (*CancelRefundResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CancelRefundResponse)
+	err := c.cc.Invoke(ctx, Coordinator_CancelRefund_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *coordinatorClient) PauseProvider(ctx context.Context, in *PauseProviderRequest, opts ...grpc.CallOption) (*PauseProviderResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PauseProviderResponse)
+	err := c.cc.Invoke(ctx, Coordinator_PauseProvider_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *coordinatorClient) ResumeProvider(ctx context.Context, in *ResumeProviderRequest, opts ...grpc.CallOption) (*ResumeProviderResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResumeProviderResponse)
+	err := c.cc.Invoke(ctx, Coordinator_ResumeProvider_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *coordinatorClient) AcknowledgeAttention(ctx context.Context, in *AcknowledgeAttentionRequest, opts ...grpc.CallOption) (*AcknowledgeAttentionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AcknowledgeAttentionResponse)
+	err := c.cc.Invoke(ctx, Coordinator_AcknowledgeAttention_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // CoordinatorServer is the server API for Coordinator service.
 // All implementations must embed UnimplementedCoordinatorServer
 // for forward compatibility.
@@ -363,6 +441,40 @@ type CoordinatorServer interface {
 	// provider's budget. Every part is read from an index or a bounded window,
 	// never by walking the history (Q3).
 	GetOverview(context.Context, *GetOverviewRequest) (*GetOverviewResponse, error)
+	// CancelRefund stops a refund (R32), fenced by the attempt the caller saw
+	// (job.attempt in GetJob) and idempotent for its repeat. A refund never
+	// sent (no first_sent_at, not running) becomes CANCELLED at once. One that
+	// may have been sent gets a cancel request instead: a running job is taken
+	// over at once (attempt + 1, due now, next action RECONCILE), so its
+	// holder's next renewal or write-back is STALE_ATTEMPT; a ready one is
+	// made due now to reconcile; one in review waits for its person. From then
+	// on no grant carries REFUND and no reschedule may ask for it
+	// (CANCEL_REQUESTED): the reconcile decides, and the provider has the last
+	// word. The provider has the refund → the job succeeds and joins the
+	// attention list (the cancel came too late); no record → a person decides,
+	// and only a person resolves a maybe-sent refund as CANCELLED. Roles:
+	// operator, or the producer that enqueued the job. Recorded in the history
+	// with the caller's name and reason. Errors: STALE_ATTEMPT (someone acted
+	// first), JOB_NOT_CANCELLABLE (succeeded, cancelled for another reason,
+	// archived), NOT_FOUND, INVALID_ARGUMENT.
+	CancelRefund(context.Context, *CancelRefundRequest) (*CancelRefundResponse, error)
+	// PauseProvider stops new grants of a provider's jobs, reconciles
+	// included, on every coordinator of the database within one poll interval
+	// (R33). Grants already made renew and write back as usual. Pausing a
+	// paused provider keeps the first pause and answers changed=false; a
+	// provider with no jobs may be paused (it is logged). Operator only;
+	// recorded with the caller's name and reason.
+	PauseProvider(context.Context, *PauseProviderRequest) (*PauseProviderResponse, error)
+	// ResumeProvider lets a paused provider's jobs be granted again. Resuming
+	// a provider that is not paused answers changed=false. Operator only.
+	ResumeProvider(context.Context, *ResumeProviderRequest) (*ResumeProviderResponse, error)
+	// AcknowledgeAttention takes a job off the attention list (R34) with a
+	// person's note, kept in the history. Fenced by the attention_since the
+	// person saw: a newer reason to look (another receipt) keeps the job on
+	// the list (STALE_ATTEMPT). Repeating the same acknowledgement answers
+	// replayed. Operator only. Errors: NOT_ON_ATTENTION_LIST, NOT_FOUND,
+	// INVALID_ARGUMENT.
+	AcknowledgeAttention(context.Context, *AcknowledgeAttentionRequest) (*AcknowledgeAttentionResponse, error)
 	mustEmbedUnimplementedCoordinatorServer()
 }
 
@@ -411,6 +523,18 @@ func (UnimplementedCoordinatorServer) WhoAmI(context.Context, *WhoAmIRequest) (*
 }
 func (UnimplementedCoordinatorServer) GetOverview(context.Context, *GetOverviewRequest) (*GetOverviewResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetOverview not implemented")
+}
+func (UnimplementedCoordinatorServer) CancelRefund(context.Context, *CancelRefundRequest) (*CancelRefundResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CancelRefund not implemented")
+}
+func (UnimplementedCoordinatorServer) PauseProvider(context.Context, *PauseProviderRequest) (*PauseProviderResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PauseProvider not implemented")
+}
+func (UnimplementedCoordinatorServer) ResumeProvider(context.Context, *ResumeProviderRequest) (*ResumeProviderResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ResumeProvider not implemented")
+}
+func (UnimplementedCoordinatorServer) AcknowledgeAttention(context.Context, *AcknowledgeAttentionRequest) (*AcknowledgeAttentionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AcknowledgeAttention not implemented")
 }
 func (UnimplementedCoordinatorServer) mustEmbedUnimplementedCoordinatorServer() {}
 func (UnimplementedCoordinatorServer) testEmbeddedByValue()                     {}
@@ -656,6 +780,78 @@ func _Coordinator_GetOverview_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Coordinator_CancelRefund_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CancelRefundRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).CancelRefund(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_CancelRefund_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).CancelRefund(ctx, req.(*CancelRefundRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Coordinator_PauseProvider_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PauseProviderRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).PauseProvider(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_PauseProvider_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).PauseProvider(ctx, req.(*PauseProviderRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Coordinator_ResumeProvider_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResumeProviderRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).ResumeProvider(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_ResumeProvider_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).ResumeProvider(ctx, req.(*ResumeProviderRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Coordinator_AcknowledgeAttention_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AcknowledgeAttentionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).AcknowledgeAttention(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_AcknowledgeAttention_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).AcknowledgeAttention(ctx, req.(*AcknowledgeAttentionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Coordinator_ServiceDesc is the grpc.ServiceDesc for Coordinator service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -710,6 +906,22 @@ var Coordinator_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetOverview",
 			Handler:    _Coordinator_GetOverview_Handler,
+		},
+		{
+			MethodName: "CancelRefund",
+			Handler:    _Coordinator_CancelRefund_Handler,
+		},
+		{
+			MethodName: "PauseProvider",
+			Handler:    _Coordinator_PauseProvider_Handler,
+		},
+		{
+			MethodName: "ResumeProvider",
+			Handler:    _Coordinator_ResumeProvider_Handler,
+		},
+		{
+			MethodName: "AcknowledgeAttention",
+			Handler:    _Coordinator_AcknowledgeAttention_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

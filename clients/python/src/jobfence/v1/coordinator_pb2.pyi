@@ -7,15 +7,18 @@ from google.protobuf import message as _message
 from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Mapping, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+ERROR_REASON_CANCEL_REQUESTED: ErrorReason
 ERROR_REASON_CLAIM_OUTCOME_UNKNOWN: ErrorReason
 ERROR_REASON_DATABASE_ACCESS_DENIED: ErrorReason
 ERROR_REASON_DATABASE_FULL: ErrorReason
 ERROR_REASON_DATABASE_UNAVAILABLE: ErrorReason
 ERROR_REASON_GRANT_TOO_OLD: ErrorReason
 ERROR_REASON_INVALID_ARGUMENT: ErrorReason
+ERROR_REASON_JOB_NOT_CANCELLABLE: ErrorReason
 ERROR_REASON_JOB_NOT_IN_REVIEW: ErrorReason
 ERROR_REASON_JOB_NOT_RUNNING: ErrorReason
 ERROR_REASON_NOT_FOUND: ErrorReason
+ERROR_REASON_NOT_ON_ATTENTION_LIST: ErrorReason
 ERROR_REASON_OBSERVATION_LIMIT: ErrorReason
 ERROR_REASON_OPERATION_KEY_CONFLICT: ErrorReason
 ERROR_REASON_PERMISSION_DENIED: ErrorReason
@@ -24,6 +27,7 @@ ERROR_REASON_TOO_MANY_CALLS: ErrorReason
 ERROR_REASON_UNAUTHENTICATED: ErrorReason
 ERROR_REASON_UNSPECIFIED: ErrorReason
 ERROR_REASON_WRITE_OUTCOME_UNKNOWN: ErrorReason
+JOB_STATE_CANCELLED: JobState
 JOB_STATE_MANUAL_REVIEW: JobState
 JOB_STATE_READY: JobState
 JOB_STATE_RUNNING: JobState
@@ -37,6 +41,7 @@ OBSERVATION_OUTCOME_NOT_FOUND: ObservationOutcome
 OBSERVATION_OUTCOME_PENDING: ObservationOutcome
 OBSERVATION_OUTCOME_SUCCEEDED: ObservationOutcome
 OBSERVATION_OUTCOME_UNSPECIFIED: ObservationOutcome
+REVIEW_RESOLUTION_CANCELLED: ReviewResolution
 REVIEW_RESOLUTION_RECONCILE: ReviewResolution
 REVIEW_RESOLUTION_REFUNDED: ReviewResolution
 REVIEW_RESOLUTION_UNSPECIFIED: ReviewResolution
@@ -45,6 +50,44 @@ ROLE_PRODUCER: Role
 ROLE_READER: Role
 ROLE_UNSPECIFIED: Role
 ROLE_WORKER: Role
+
+class AcknowledgeAttentionRequest(_message.Message):
+    __slots__ = ["attention_since", "job_id", "note"]
+    ATTENTION_SINCE_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
+    attention_since: _timestamp_pb2.Timestamp
+    job_id: int
+    note: str
+    def __init__(self, job_id: _Optional[int] = ..., attention_since: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., note: _Optional[str] = ...) -> None: ...
+
+class AcknowledgeAttentionResponse(_message.Message):
+    __slots__ = ["job", "replayed"]
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    REPLAYED_FIELD_NUMBER: _ClassVar[int]
+    job: Job
+    replayed: bool
+    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., replayed: bool = ...) -> None: ...
+
+class CancelRefundRequest(_message.Message):
+    __slots__ = ["attempt", "job_id", "reason"]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    attempt: int
+    job_id: int
+    reason: str
+    def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class CancelRefundResponse(_message.Message):
+    __slots__ = ["cancelled", "job", "replayed"]
+    CANCELLED_FIELD_NUMBER: _ClassVar[int]
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    REPLAYED_FIELD_NUMBER: _ClassVar[int]
+    cancelled: bool
+    job: Job
+    replayed: bool
+    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., cancelled: bool = ..., replayed: bool = ...) -> None: ...
 
 class ClaimRequest(_message.Message):
     __slots__ = ["lease_duration", "max_jobs", "provider", "wait", "worker_id"]
@@ -69,8 +112,9 @@ class ClaimResponse(_message.Message):
     def __init__(self, jobs: _Optional[_Iterable[_Union[ClaimedJob, _Mapping]]] = ..., retry_after: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class ClaimedJob(_message.Message):
-    __slots__ = ["attempt", "claimed_at", "job", "lease_token", "lease_until", "next_action", "observation_count", "observations", "resend_deadline", "takeover"]
+    __slots__ = ["attempt", "cancel_requested", "claimed_at", "job", "lease_token", "lease_until", "next_action", "observation_count", "observations", "resend_deadline", "takeover", "traceparent", "tracestate"]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_REQUESTED_FIELD_NUMBER: _ClassVar[int]
     CLAIMED_AT_FIELD_NUMBER: _ClassVar[int]
     JOB_FIELD_NUMBER: _ClassVar[int]
     LEASE_TOKEN_FIELD_NUMBER: _ClassVar[int]
@@ -80,7 +124,10 @@ class ClaimedJob(_message.Message):
     OBSERVATION_COUNT_FIELD_NUMBER: _ClassVar[int]
     RESEND_DEADLINE_FIELD_NUMBER: _ClassVar[int]
     TAKEOVER_FIELD_NUMBER: _ClassVar[int]
+    TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
+    TRACESTATE_FIELD_NUMBER: _ClassVar[int]
     attempt: int
+    cancel_requested: bool
     claimed_at: _timestamp_pb2.Timestamp
     job: Job
     lease_token: str
@@ -90,7 +137,9 @@ class ClaimedJob(_message.Message):
     observations: _containers.RepeatedCompositeFieldContainer[Observation]
     resend_deadline: _timestamp_pb2.Timestamp
     takeover: bool
-    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., attempt: _Optional[int] = ..., lease_until: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., next_action: _Optional[_Union[NextAction, str]] = ..., takeover: bool = ..., observations: _Optional[_Iterable[_Union[Observation, _Mapping]]] = ..., resend_deadline: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., claimed_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., lease_token: _Optional[str] = ..., observation_count: _Optional[int] = ...) -> None: ...
+    traceparent: str
+    tracestate: str
+    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., attempt: _Optional[int] = ..., lease_until: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., next_action: _Optional[_Union[NextAction, str]] = ..., takeover: bool = ..., observations: _Optional[_Iterable[_Union[Observation, _Mapping]]] = ..., resend_deadline: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., claimed_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., lease_token: _Optional[str] = ..., observation_count: _Optional[int] = ..., cancel_requested: bool = ..., traceparent: _Optional[str] = ..., tracestate: _Optional[str] = ...) -> None: ...
 
 class CompleteRequest(_message.Message):
     __slots__ = ["attempt", "job_id", "lease_token", "provider_refund_id"]
@@ -197,14 +246,18 @@ class GetOverviewRequest(_message.Message):
     def __init__(self, limit: _Optional[int] = ...) -> None: ...
 
 class GetOverviewResponse(_message.Message):
-    __slots__ = ["budgets", "coordinator_started_at", "manual_review_jobs", "now", "oldest_reviews", "oldest_unfinished_created_at", "ready_jobs", "recent_stale_rejections", "recent_takeovers", "recent_unmatched", "running_jobs", "stale_rejections_since_start", "takeovers_window", "unmatched_events"]
+    __slots__ = ["attention", "attention_jobs", "budgets", "coordinator_started_at", "manual_review_jobs", "now", "oldest_reviews", "oldest_unfinished_created_at", "paused_providers", "ready_jobs", "recent_pause_events", "recent_stale_rejections", "recent_takeovers", "recent_unmatched", "running_jobs", "stale_rejections_since_start", "takeovers_window", "unmatched_events"]
+    ATTENTION_FIELD_NUMBER: _ClassVar[int]
+    ATTENTION_JOBS_FIELD_NUMBER: _ClassVar[int]
     BUDGETS_FIELD_NUMBER: _ClassVar[int]
     COORDINATOR_STARTED_AT_FIELD_NUMBER: _ClassVar[int]
     MANUAL_REVIEW_JOBS_FIELD_NUMBER: _ClassVar[int]
     NOW_FIELD_NUMBER: _ClassVar[int]
     OLDEST_REVIEWS_FIELD_NUMBER: _ClassVar[int]
     OLDEST_UNFINISHED_CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    PAUSED_PROVIDERS_FIELD_NUMBER: _ClassVar[int]
     READY_JOBS_FIELD_NUMBER: _ClassVar[int]
+    RECENT_PAUSE_EVENTS_FIELD_NUMBER: _ClassVar[int]
     RECENT_STALE_REJECTIONS_FIELD_NUMBER: _ClassVar[int]
     RECENT_TAKEOVERS_FIELD_NUMBER: _ClassVar[int]
     RECENT_UNMATCHED_FIELD_NUMBER: _ClassVar[int]
@@ -212,13 +265,17 @@ class GetOverviewResponse(_message.Message):
     STALE_REJECTIONS_SINCE_START_FIELD_NUMBER: _ClassVar[int]
     TAKEOVERS_WINDOW_FIELD_NUMBER: _ClassVar[int]
     UNMATCHED_EVENTS_FIELD_NUMBER: _ClassVar[int]
+    attention: _containers.RepeatedCompositeFieldContainer[Job]
+    attention_jobs: int
     budgets: _containers.RepeatedCompositeFieldContainer[ProviderBudget]
     coordinator_started_at: _timestamp_pb2.Timestamp
     manual_review_jobs: int
     now: _timestamp_pb2.Timestamp
     oldest_reviews: _containers.RepeatedCompositeFieldContainer[Job]
     oldest_unfinished_created_at: _timestamp_pb2.Timestamp
+    paused_providers: _containers.RepeatedCompositeFieldContainer[ProviderPause]
     ready_jobs: int
+    recent_pause_events: _containers.RepeatedCompositeFieldContainer[ProviderPauseEvent]
     recent_stale_rejections: _containers.RepeatedCompositeFieldContainer[StaleRejection]
     recent_takeovers: _containers.RepeatedCompositeFieldContainer[JobEvent]
     recent_unmatched: _containers.RepeatedCompositeFieldContainer[UnmatchedEvent]
@@ -226,7 +283,7 @@ class GetOverviewResponse(_message.Message):
     stale_rejections_since_start: int
     takeovers_window: int
     unmatched_events: int
-    def __init__(self, now: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., ready_jobs: _Optional[int] = ..., running_jobs: _Optional[int] = ..., manual_review_jobs: _Optional[int] = ..., oldest_unfinished_created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., oldest_reviews: _Optional[_Iterable[_Union[Job, _Mapping]]] = ..., recent_takeovers: _Optional[_Iterable[_Union[JobEvent, _Mapping]]] = ..., takeovers_window: _Optional[int] = ..., recent_stale_rejections: _Optional[_Iterable[_Union[StaleRejection, _Mapping]]] = ..., stale_rejections_since_start: _Optional[int] = ..., coordinator_started_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., budgets: _Optional[_Iterable[_Union[ProviderBudget, _Mapping]]] = ..., unmatched_events: _Optional[int] = ..., recent_unmatched: _Optional[_Iterable[_Union[UnmatchedEvent, _Mapping]]] = ...) -> None: ...
+    def __init__(self, now: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., ready_jobs: _Optional[int] = ..., running_jobs: _Optional[int] = ..., manual_review_jobs: _Optional[int] = ..., oldest_unfinished_created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., oldest_reviews: _Optional[_Iterable[_Union[Job, _Mapping]]] = ..., recent_takeovers: _Optional[_Iterable[_Union[JobEvent, _Mapping]]] = ..., takeovers_window: _Optional[int] = ..., recent_stale_rejections: _Optional[_Iterable[_Union[StaleRejection, _Mapping]]] = ..., stale_rejections_since_start: _Optional[int] = ..., coordinator_started_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., budgets: _Optional[_Iterable[_Union[ProviderBudget, _Mapping]]] = ..., unmatched_events: _Optional[int] = ..., recent_unmatched: _Optional[_Iterable[_Union[UnmatchedEvent, _Mapping]]] = ..., paused_providers: _Optional[_Iterable[_Union[ProviderPause, _Mapping]]] = ..., attention_jobs: _Optional[int] = ..., attention: _Optional[_Iterable[_Union[Job, _Mapping]]] = ..., recent_pause_events: _Optional[_Iterable[_Union[ProviderPauseEvent, _Mapping]]] = ...) -> None: ...
 
 class GrantRef(_message.Message):
     __slots__ = ["attempt", "job_id", "lease_token"]
@@ -239,10 +296,13 @@ class GrantRef(_message.Message):
     def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ..., lease_token: _Optional[str] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ["amount_minor", "archived_at", "attempt", "created_at", "currency", "first_sent_at", "id", "last_reason", "lease_until", "next_action", "next_attempt_at", "operation_key", "order_id", "payment_id", "provider", "provider_refund_id", "state", "updated_at", "worker_id"]
+    __slots__ = ["amount_minor", "archived_at", "attempt", "attention_reason", "attention_since", "cancel_requested_at", "created_at", "currency", "first_sent_at", "id", "last_reason", "lease_until", "next_action", "next_attempt_at", "operation_key", "order_id", "payment_id", "provider", "provider_refund_id", "state", "traceparent", "updated_at", "worker_id"]
     AMOUNT_MINOR_FIELD_NUMBER: _ClassVar[int]
     ARCHIVED_AT_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    ATTENTION_REASON_FIELD_NUMBER: _ClassVar[int]
+    ATTENTION_SINCE_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_REQUESTED_AT_FIELD_NUMBER: _ClassVar[int]
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
     CURRENCY_FIELD_NUMBER: _ClassVar[int]
     FIRST_SENT_AT_FIELD_NUMBER: _ClassVar[int]
@@ -257,11 +317,15 @@ class Job(_message.Message):
     PROVIDER_FIELD_NUMBER: _ClassVar[int]
     PROVIDER_REFUND_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
+    TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
     UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     amount_minor: int
     archived_at: _timestamp_pb2.Timestamp
     attempt: int
+    attention_reason: str
+    attention_since: _timestamp_pb2.Timestamp
+    cancel_requested_at: _timestamp_pb2.Timestamp
     created_at: _timestamp_pb2.Timestamp
     currency: str
     first_sent_at: _timestamp_pb2.Timestamp
@@ -276,9 +340,10 @@ class Job(_message.Message):
     provider: str
     provider_refund_id: str
     state: JobState
+    traceparent: str
     updated_at: _timestamp_pb2.Timestamp
     worker_id: str
-    def __init__(self, id: _Optional[int] = ..., operation_key: _Optional[str] = ..., order_id: _Optional[str] = ..., payment_id: _Optional[str] = ..., amount_minor: _Optional[int] = ..., currency: _Optional[str] = ..., provider: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., attempt: _Optional[int] = ..., next_action: _Optional[_Union[NextAction, str]] = ..., next_attempt_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., lease_until: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., provider_refund_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., last_reason: _Optional[str] = ..., first_sent_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., archived_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    def __init__(self, id: _Optional[int] = ..., operation_key: _Optional[str] = ..., order_id: _Optional[str] = ..., payment_id: _Optional[str] = ..., amount_minor: _Optional[int] = ..., currency: _Optional[str] = ..., provider: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., attempt: _Optional[int] = ..., next_action: _Optional[_Union[NextAction, str]] = ..., next_attempt_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., lease_until: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., provider_refund_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., last_reason: _Optional[str] = ..., first_sent_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., archived_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., cancel_requested_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., attention_since: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., attention_reason: _Optional[str] = ..., traceparent: _Optional[str] = ...) -> None: ...
 
 class JobEvent(_message.Message):
     __slots__ = ["attempt", "created_at", "from_state", "id", "job_id", "kind", "next_action", "provider_refund_id", "reason", "to_state", "worker_id"]
@@ -348,7 +413,8 @@ class LedgerEntry(_message.Message):
     def __init__(self, provider_refund_id: _Optional[str] = ..., amount_minor: _Optional[int] = ..., currency: _Optional[str] = ..., attempt: _Optional[int] = ..., recorded_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class ListJobsRequest(_message.Message):
-    __slots__ = ["created_after", "created_before", "order_id", "page_size", "page_token", "payment_id", "provider", "provider_refund_id", "reason_prefix", "state"]
+    __slots__ = ["attention", "created_after", "created_before", "order_id", "page_size", "page_token", "payment_id", "provider", "provider_refund_id", "reason_prefix", "state"]
+    ATTENTION_FIELD_NUMBER: _ClassVar[int]
     CREATED_AFTER_FIELD_NUMBER: _ClassVar[int]
     CREATED_BEFORE_FIELD_NUMBER: _ClassVar[int]
     ORDER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -359,6 +425,7 @@ class ListJobsRequest(_message.Message):
     PROVIDER_REFUND_ID_FIELD_NUMBER: _ClassVar[int]
     REASON_PREFIX_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
+    attention: bool
     created_after: _timestamp_pb2.Timestamp
     created_before: _timestamp_pb2.Timestamp
     order_id: str
@@ -369,7 +436,7 @@ class ListJobsRequest(_message.Message):
     provider_refund_id: str
     reason_prefix: str
     state: JobState
-    def __init__(self, state: _Optional[_Union[JobState, str]] = ..., provider: _Optional[str] = ..., order_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., payment_id: _Optional[str] = ..., provider_refund_id: _Optional[str] = ..., reason_prefix: _Optional[str] = ..., created_after: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., created_before: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    def __init__(self, state: _Optional[_Union[JobState, str]] = ..., provider: _Optional[str] = ..., order_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., payment_id: _Optional[str] = ..., provider_refund_id: _Optional[str] = ..., reason_prefix: _Optional[str] = ..., created_after: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., created_before: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., attention: bool = ...) -> None: ...
 
 class ListJobsResponse(_message.Message):
     __slots__ = ["jobs", "next_page_token", "observation_counts"]
@@ -418,6 +485,22 @@ class Observation(_message.Message):
     source: str
     def __init__(self, id: _Optional[int] = ..., job_id: _Optional[int] = ..., operation_key: _Optional[str] = ..., reported_attempt: _Optional[int] = ..., job_attempt: _Optional[int] = ..., source: _Optional[str] = ..., outcome: _Optional[_Union[ObservationOutcome, str]] = ..., provider_refund_id: _Optional[str] = ..., provider_event_id: _Optional[str] = ..., detail: _Optional[str] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., attempt_verified: bool = ..., reporter: _Optional[str] = ...) -> None: ...
 
+class PauseProviderRequest(_message.Message):
+    __slots__ = ["provider", "reason"]
+    PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    provider: str
+    reason: str
+    def __init__(self, provider: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class PauseProviderResponse(_message.Message):
+    __slots__ = ["changed", "pause"]
+    CHANGED_FIELD_NUMBER: _ClassVar[int]
+    PAUSE_FIELD_NUMBER: _ClassVar[int]
+    changed: bool
+    pause: ProviderPause
+    def __init__(self, pause: _Optional[_Union[ProviderPause, _Mapping]] = ..., changed: bool = ...) -> None: ...
+
 class ProviderBudget(_message.Message):
     __slots__ = ["available", "burst", "provider", "rate_per_second"]
     AVAILABLE_FIELD_NUMBER: _ClassVar[int]
@@ -429,6 +512,34 @@ class ProviderBudget(_message.Message):
     provider: str
     rate_per_second: float
     def __init__(self, provider: _Optional[str] = ..., rate_per_second: _Optional[float] = ..., burst: _Optional[float] = ..., available: _Optional[float] = ...) -> None: ...
+
+class ProviderPause(_message.Message):
+    __slots__ = ["paused_at", "paused_by", "provider", "reason"]
+    PAUSED_AT_FIELD_NUMBER: _ClassVar[int]
+    PAUSED_BY_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    paused_at: _timestamp_pb2.Timestamp
+    paused_by: str
+    provider: str
+    reason: str
+    def __init__(self, provider: _Optional[str] = ..., paused_by: _Optional[str] = ..., reason: _Optional[str] = ..., paused_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class ProviderPauseEvent(_message.Message):
+    __slots__ = ["action", "actor", "created_at", "id", "provider", "reason"]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    ACTOR_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    action: str
+    actor: str
+    created_at: _timestamp_pb2.Timestamp
+    id: int
+    provider: str
+    reason: str
+    def __init__(self, id: _Optional[int] = ..., provider: _Optional[str] = ..., action: _Optional[str] = ..., actor: _Optional[str] = ..., reason: _Optional[str] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class RenewLeasesRequest(_message.Message):
     __slots__ = ["grants", "lease_duration"]
@@ -527,6 +638,20 @@ class ResolveReviewResponse(_message.Message):
     job: Job
     replayed: bool
     def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., replayed: bool = ...) -> None: ...
+
+class ResumeProviderRequest(_message.Message):
+    __slots__ = ["provider", "reason"]
+    PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    provider: str
+    reason: str
+    def __init__(self, provider: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class ResumeProviderResponse(_message.Message):
+    __slots__ = ["changed"]
+    CHANGED_FIELD_NUMBER: _ClassVar[int]
+    changed: bool
+    def __init__(self, changed: bool = ...) -> None: ...
 
 class StaleRejection(_message.Message):
     __slots__ = ["at", "attempt", "caller", "current_attempt", "job_id", "rpc"]

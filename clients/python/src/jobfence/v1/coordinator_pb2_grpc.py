@@ -88,6 +88,26 @@ class CoordinatorStub(object):
                 request_serializer=jobfence_dot_v1_dot_coordinator__pb2.GetOverviewRequest.SerializeToString,
                 response_deserializer=jobfence_dot_v1_dot_coordinator__pb2.GetOverviewResponse.FromString,
                 )
+        self.CancelRefund = channel.unary_unary(
+                '/jobfence.v1.Coordinator/CancelRefund',
+                request_serializer=jobfence_dot_v1_dot_coordinator__pb2.CancelRefundRequest.SerializeToString,
+                response_deserializer=jobfence_dot_v1_dot_coordinator__pb2.CancelRefundResponse.FromString,
+                )
+        self.PauseProvider = channel.unary_unary(
+                '/jobfence.v1.Coordinator/PauseProvider',
+                request_serializer=jobfence_dot_v1_dot_coordinator__pb2.PauseProviderRequest.SerializeToString,
+                response_deserializer=jobfence_dot_v1_dot_coordinator__pb2.PauseProviderResponse.FromString,
+                )
+        self.ResumeProvider = channel.unary_unary(
+                '/jobfence.v1.Coordinator/ResumeProvider',
+                request_serializer=jobfence_dot_v1_dot_coordinator__pb2.ResumeProviderRequest.SerializeToString,
+                response_deserializer=jobfence_dot_v1_dot_coordinator__pb2.ResumeProviderResponse.FromString,
+                )
+        self.AcknowledgeAttention = channel.unary_unary(
+                '/jobfence.v1.Coordinator/AcknowledgeAttention',
+                request_serializer=jobfence_dot_v1_dot_coordinator__pb2.AcknowledgeAttentionRequest.SerializeToString,
+                response_deserializer=jobfence_dot_v1_dot_coordinator__pb2.AcknowledgeAttentionResponse.FromString,
+                )
 
 
 class CoordinatorServicer(object):
@@ -246,6 +266,60 @@ class CoordinatorServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CancelRefund(self, request, context):
+        """CancelRefund stops a refund (R32), fenced by the attempt the caller saw
+        (job.attempt in GetJob) and idempotent for its repeat. A refund never
+        sent (no first_sent_at, not running) becomes CANCELLED at once. One that
+        may have been sent gets a cancel request instead: a running job is taken
+        over at once (attempt + 1, due now, next action RECONCILE), so its
+        holder's next renewal or write-back is STALE_ATTEMPT; a ready one is
+        made due now to reconcile; one in review waits for its person. From then
+        on no grant carries REFUND and no reschedule may ask for it
+        (CANCEL_REQUESTED): the reconcile decides, and the provider has the last
+        word. The provider has the refund → the job succeeds and joins the
+        attention list (the cancel came too late); no record → a person decides,
+        and only a person resolves a maybe-sent refund as CANCELLED. Roles:
+        operator, or the producer that enqueued the job. Recorded in the history
+        with the caller's name and reason. Errors: STALE_ATTEMPT (someone acted
+        first), JOB_NOT_CANCELLABLE (succeeded, cancelled for another reason,
+        archived), NOT_FOUND, INVALID_ARGUMENT.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PauseProvider(self, request, context):
+        """PauseProvider stops new grants of a provider's jobs, reconciles
+        included, on every coordinator of the database within one poll interval
+        (R33). Grants already made renew and write back as usual. Pausing a
+        paused provider keeps the first pause and answers changed=false; a
+        provider with no jobs may be paused (it is logged). Operator only;
+        recorded with the caller's name and reason.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResumeProvider(self, request, context):
+        """ResumeProvider lets a paused provider's jobs be granted again. Resuming
+        a provider that is not paused answers changed=false. Operator only.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AcknowledgeAttention(self, request, context):
+        """AcknowledgeAttention takes a job off the attention list (R34) with a
+        person's note, kept in the history. Fenced by the attention_since the
+        person saw: a newer reason to look (another receipt) keeps the job on
+        the list (STALE_ATTEMPT). Repeating the same acknowledgement answers
+        replayed. Operator only. Errors: NOT_ON_ATTENTION_LIST, NOT_FOUND,
+        INVALID_ARGUMENT.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CoordinatorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -313,6 +387,26 @@ def add_CoordinatorServicer_to_server(servicer, server):
                     servicer.GetOverview,
                     request_deserializer=jobfence_dot_v1_dot_coordinator__pb2.GetOverviewRequest.FromString,
                     response_serializer=jobfence_dot_v1_dot_coordinator__pb2.GetOverviewResponse.SerializeToString,
+            ),
+            'CancelRefund': grpc.unary_unary_rpc_method_handler(
+                    servicer.CancelRefund,
+                    request_deserializer=jobfence_dot_v1_dot_coordinator__pb2.CancelRefundRequest.FromString,
+                    response_serializer=jobfence_dot_v1_dot_coordinator__pb2.CancelRefundResponse.SerializeToString,
+            ),
+            'PauseProvider': grpc.unary_unary_rpc_method_handler(
+                    servicer.PauseProvider,
+                    request_deserializer=jobfence_dot_v1_dot_coordinator__pb2.PauseProviderRequest.FromString,
+                    response_serializer=jobfence_dot_v1_dot_coordinator__pb2.PauseProviderResponse.SerializeToString,
+            ),
+            'ResumeProvider': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResumeProvider,
+                    request_deserializer=jobfence_dot_v1_dot_coordinator__pb2.ResumeProviderRequest.FromString,
+                    response_serializer=jobfence_dot_v1_dot_coordinator__pb2.ResumeProviderResponse.SerializeToString,
+            ),
+            'AcknowledgeAttention': grpc.unary_unary_rpc_method_handler(
+                    servicer.AcknowledgeAttention,
+                    request_deserializer=jobfence_dot_v1_dot_coordinator__pb2.AcknowledgeAttentionRequest.FromString,
+                    response_serializer=jobfence_dot_v1_dot_coordinator__pb2.AcknowledgeAttentionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -551,5 +645,73 @@ class Coordinator(object):
         return grpc.experimental.unary_unary(request, target, '/jobfence.v1.Coordinator/GetOverview',
             jobfence_dot_v1_dot_coordinator__pb2.GetOverviewRequest.SerializeToString,
             jobfence_dot_v1_dot_coordinator__pb2.GetOverviewResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def CancelRefund(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/jobfence.v1.Coordinator/CancelRefund',
+            jobfence_dot_v1_dot_coordinator__pb2.CancelRefundRequest.SerializeToString,
+            jobfence_dot_v1_dot_coordinator__pb2.CancelRefundResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def PauseProvider(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/jobfence.v1.Coordinator/PauseProvider',
+            jobfence_dot_v1_dot_coordinator__pb2.PauseProviderRequest.SerializeToString,
+            jobfence_dot_v1_dot_coordinator__pb2.PauseProviderResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ResumeProvider(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/jobfence.v1.Coordinator/ResumeProvider',
+            jobfence_dot_v1_dot_coordinator__pb2.ResumeProviderRequest.SerializeToString,
+            jobfence_dot_v1_dot_coordinator__pb2.ResumeProviderResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def AcknowledgeAttention(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/jobfence.v1.Coordinator/AcknowledgeAttention',
+            jobfence_dot_v1_dot_coordinator__pb2.AcknowledgeAttentionRequest.SerializeToString,
+            jobfence_dot_v1_dot_coordinator__pb2.AcknowledgeAttentionResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
