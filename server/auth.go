@@ -29,28 +29,32 @@ type Role string
 
 // The roles of a credential.
 const (
-	RoleProducer Role = "producer" // EnqueueRefund
+	RoleProducer Role = "producer" // EnqueueRefund, CancelRefund of its own enqueues
 	RoleWorker   Role = "worker"   // Claim, Complete, Reschedule, Escalate, RenewLeases, ReportObservation, Work
-	RoleOperator Role = "operator" // GetJob, ListJobs, GetOverview, ResolveReview
+	RoleOperator Role = "operator" // GetJob, ListJobs, GetOverview, ResolveReview, CancelRefund, pauses, attention
 	RoleReader   Role = "reader"   // GetJob, ListJobs, GetOverview: sees, never acts (R29)
 )
 
 // methodRoles lists, per RPC, the roles any one of which allows it. Every
 // role may ask WhoAmI.
 var methodRoles = map[string][]Role{
-	pb.Coordinator_EnqueueRefund_FullMethodName:     {RoleProducer},
-	pb.Coordinator_Claim_FullMethodName:             {RoleWorker},
-	pb.Coordinator_Complete_FullMethodName:          {RoleWorker},
-	pb.Coordinator_Reschedule_FullMethodName:        {RoleWorker},
-	pb.Coordinator_Escalate_FullMethodName:          {RoleWorker},
-	pb.Coordinator_RenewLeases_FullMethodName:       {RoleWorker},
-	pb.Coordinator_Work_FullMethodName:              {RoleWorker},
-	pb.Coordinator_ReportObservation_FullMethodName: {RoleWorker},
-	pb.Coordinator_GetJob_FullMethodName:            {RoleReader, RoleOperator},
-	pb.Coordinator_ListJobs_FullMethodName:          {RoleReader, RoleOperator},
-	pb.Coordinator_ResolveReview_FullMethodName:     {RoleOperator},
-	pb.Coordinator_GetOverview_FullMethodName:       {RoleReader, RoleOperator},
-	pb.Coordinator_WhoAmI_FullMethodName:            {RoleProducer, RoleWorker, RoleOperator, RoleReader},
+	pb.Coordinator_EnqueueRefund_FullMethodName:        {RoleProducer},
+	pb.Coordinator_Claim_FullMethodName:                {RoleWorker},
+	pb.Coordinator_Complete_FullMethodName:             {RoleWorker},
+	pb.Coordinator_Reschedule_FullMethodName:           {RoleWorker},
+	pb.Coordinator_Escalate_FullMethodName:             {RoleWorker},
+	pb.Coordinator_RenewLeases_FullMethodName:          {RoleWorker},
+	pb.Coordinator_Work_FullMethodName:                 {RoleWorker},
+	pb.Coordinator_ReportObservation_FullMethodName:    {RoleWorker},
+	pb.Coordinator_GetJob_FullMethodName:               {RoleReader, RoleOperator},
+	pb.Coordinator_ListJobs_FullMethodName:             {RoleReader, RoleOperator},
+	pb.Coordinator_ResolveReview_FullMethodName:        {RoleOperator},
+	pb.Coordinator_GetOverview_FullMethodName:          {RoleReader, RoleOperator},
+	pb.Coordinator_CancelRefund_FullMethodName:         {RoleOperator, RoleProducer},
+	pb.Coordinator_PauseProvider_FullMethodName:        {RoleOperator},
+	pb.Coordinator_ResumeProvider_FullMethodName:       {RoleOperator},
+	pb.Coordinator_AcknowledgeAttention_FullMethodName: {RoleOperator},
+	pb.Coordinator_WhoAmI_FullMethodName:               {RoleProducer, RoleWorker, RoleOperator, RoleReader},
 }
 
 // Identity is who made a call, from its credential.

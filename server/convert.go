@@ -14,25 +14,29 @@ import (
 
 func jobToProto(j store.Job) *pb.Job {
 	return &pb.Job{
-		Id:               j.ID,
-		OperationKey:     j.OperationKey,
-		OrderId:          j.OrderID,
-		PaymentId:        j.PaymentID,
-		AmountMinor:      j.AmountMinor,
-		Currency:         j.Currency,
-		Provider:         j.Provider,
-		State:            stateToProto(j.State),
-		Attempt:          j.Attempt,
-		NextAction:       actionToProto(j.NextAction),
-		NextAttemptAt:    timeToProto(j.NextAttemptAt),
-		LeaseUntil:       timeToProto(j.LeaseUntil),
-		ProviderRefundId: j.ProviderRefundID,
-		WorkerId:         j.WorkerID,
-		LastReason:       j.LastReason,
-		FirstSentAt:      timeToProto(j.FirstSentAt),
-		CreatedAt:        timeToProto(j.CreatedAt),
-		UpdatedAt:        timeToProto(j.UpdatedAt),
-		ArchivedAt:       timeToProto(j.ArchivedAt),
+		Id:                j.ID,
+		OperationKey:      j.OperationKey,
+		OrderId:           j.OrderID,
+		PaymentId:         j.PaymentID,
+		AmountMinor:       j.AmountMinor,
+		Currency:          j.Currency,
+		Provider:          j.Provider,
+		State:             stateToProto(j.State),
+		Attempt:           j.Attempt,
+		NextAction:        actionToProto(j.NextAction),
+		NextAttemptAt:     timeToProto(j.NextAttemptAt),
+		LeaseUntil:        timeToProto(j.LeaseUntil),
+		ProviderRefundId:  j.ProviderRefundID,
+		WorkerId:          j.WorkerID,
+		LastReason:        j.LastReason,
+		FirstSentAt:       timeToProto(j.FirstSentAt),
+		CreatedAt:         timeToProto(j.CreatedAt),
+		UpdatedAt:         timeToProto(j.UpdatedAt),
+		ArchivedAt:        timeToProto(j.ArchivedAt),
+		CancelRequestedAt: timeToProto(j.CancelRequestedAt),
+		AttentionSince:    timeToProto(j.AttentionSince),
+		AttentionReason:   j.AttentionReason,
+		Traceparent:       j.TraceParent,
 	}
 }
 
@@ -52,6 +56,9 @@ func claimedToProto(c store.ClaimedJob, resendDeadline time.Time) *pb.ClaimedJob
 		ClaimedAt:        timeToProto(c.Job.UpdatedAt),
 		LeaseToken:       string(c.LeaseToken),
 		ObservationCount: c.ObservationCount,
+		CancelRequested:  c.Job.CancelRequested(),
+		Traceparent:      c.Job.TraceParent,
+		Tracestate:       c.Job.TraceState,
 	}
 }
 
@@ -158,6 +165,7 @@ var states = map[store.State]pb.JobState{
 	store.StateRunning:      pb.JobState_JOB_STATE_RUNNING,
 	store.StateSucceeded:    pb.JobState_JOB_STATE_SUCCEEDED,
 	store.StateManualReview: pb.JobState_JOB_STATE_MANUAL_REVIEW,
+	store.StateCancelled:    pb.JobState_JOB_STATE_CANCELLED,
 }
 
 func stateToProto(s store.State) pb.JobState { return states[s] }
@@ -300,7 +308,7 @@ func durationFromProto(field string, d *durationpb.Duration) (time.Duration, err
 func listFromProto(r *pb.ListJobsRequest) (store.ListParams, error) {
 	p := store.ListParams{Provider: r.GetProvider(), OrderID: r.GetOrderId(), PaymentID: r.GetPaymentId(),
 		ProviderRefundID: r.GetProviderRefundId(), ReasonPrefix: r.GetReasonPrefix(), Limit: int(r.GetPageSize()),
-		PageToken: r.GetPageToken()}
+		PageToken: r.GetPageToken(), Attention: r.GetAttention()}
 	if p.Limit == 0 {
 		p.Limit = 50
 	}
@@ -334,6 +342,15 @@ func overviewLimitFromProto(r *pb.GetOverviewRequest) (int, error) {
 	return limit, store.ValidateOverviewLimit(limit)
 }
 
+func pauseToProto(p store.Pause) *pb.ProviderPause {
+	return &pb.ProviderPause{Provider: p.Provider, PausedBy: p.PausedBy, Reason: p.Reason, PausedAt: timeToProto(p.PausedAt)}
+}
+
+func pauseEventToProto(e store.PauseEvent) *pb.ProviderPauseEvent {
+	return &pb.ProviderPauseEvent{Id: e.ID, Provider: e.Provider, Action: e.Action, Actor: e.Actor, Reason: e.Reason,
+		CreatedAt: timeToProto(e.CreatedAt)}
+}
+
 func resolveFromProto(r *pb.ResolveReviewRequest, actor string) store.Writeback {
 	w := store.Writeback{Kind: store.EventResolved, JobID: r.GetJobId(), Attempt: r.GetAttempt(),
 		ProviderRefundID: r.GetProviderRefundId(), Reason: r.GetNote(), Actor: actor}
@@ -342,6 +359,8 @@ func resolveFromProto(r *pb.ResolveReviewRequest, actor string) store.Writeback 
 		w.Resolution = store.ResolutionRefunded
 	case pb.ReviewResolution_REVIEW_RESOLUTION_RECONCILE:
 		w.Resolution = store.ResolutionReconcile
+	case pb.ReviewResolution_REVIEW_RESOLUTION_CANCELLED:
+		w.Resolution = store.ResolutionCancelled
 	}
 	return w
 }

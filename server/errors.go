@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -42,6 +43,9 @@ var (
 	ReasonUnauthenticated     = reason(pb.ErrorReason_ERROR_REASON_UNAUTHENTICATED)
 	ReasonPermissionDenied    = reason(pb.ErrorReason_ERROR_REASON_PERMISSION_DENIED)
 	ReasonGrantTooOld         = reason(pb.ErrorReason_ERROR_REASON_GRANT_TOO_OLD)
+	ReasonJobNotCancellable   = reason(pb.ErrorReason_ERROR_REASON_JOB_NOT_CANCELLABLE)
+	ReasonCancelRequested     = reason(pb.ErrorReason_ERROR_REASON_CANCEL_REQUESTED)
+	ReasonNotOnAttentionList  = reason(pb.ErrorReason_ERROR_REASON_NOT_ON_ATTENTION_LIST)
 )
 
 // toStatus turns a store error into the gRPC status the client sees (this is
@@ -93,6 +97,9 @@ func statusOf(err error, job jobAttrs) (*status.Status, logLine) {
 				"look at its receipts")
 	case errors.Is(err, store.ErrNotFound):
 		return withDetails(codes.NotFound, "job not found", info(ReasonNotFound, nil)), logLine{}
+	case errors.Is(err, store.ErrNotEnqueuedByCaller):
+		return withDetails(codes.PermissionDenied, "a producer may cancel only the refunds it enqueued; "+
+			"an operator may cancel any", info(ReasonPermissionDenied, nil)), logLine{}
 	case errors.Is(err, store.ErrKeyConflict):
 		meta := map[string]string{"operation_key": job.key}
 		if job.id != 0 { // named only to callers who may read it (EnqueueRefund)
@@ -145,6 +152,19 @@ func fenceStatus(err error, fe *store.FenceError) (*status.Status, logLine) {
 	case errors.Is(err, store.ErrNotInReview):
 		r = ReasonJobNotInReview
 		msg = fmt.Sprintf("job %d is not in manual review under attempt %d (state %s)", job, fe.Attempt, state)
+	case errors.Is(err, store.ErrCancelRequested):
+		r = ReasonCancelRequested
+		msg = fmt.Sprintf("job %d: a cancel was requested (R32), so the refund may not be sent again: reschedule "+
+			"to RECONCILE, or complete or escalate; nothing was written", job)
+	case errors.Is(err, store.ErrNotCancellable):
+		r = ReasonJobNotCancellable
+		msg = fmt.Sprintf("job %d cannot be cancelled (state %s%s); nothing was written", job, state, notCancellableWhy(fe.Current))
+	case errors.Is(err, store.ErrNotOnAttentionList):
+		r = ReasonNotOnAttentionList
+		msg = fmt.Sprintf("job %d is not on the attention list; nothing was written", job)
+	case errors.Is(err, store.ErrAttentionMoved):
+		msg = fmt.Sprintf("job %d has a newer reason to look since you did (attention since %s: %s); look again; "+
+			"nothing was written", job, fe.Current.AttentionSince.Format(time.RFC3339Nano), fe.Current.AttentionReason)
 	case fe.Attempt < fe.Current.Attempt:
 		msg = fmt.Sprintf("job %d was taken over: attempt %d is no longer its grant (current attempt %d, state %s); "+
 			"nothing was written. Do not write again: file what the provider said with ReportObservation",
@@ -187,6 +207,19 @@ func fenceStatus(err error, fe *store.FenceError) (*status.Status, logLine) {
 	return withDetails(codes.FailedPrecondition, msg, details...), logLine{level: slog.LevelInfo, msg: "fenced write rejected",
 		attrs: []slog.Attr{slog.String("reason", r), slog.Int64("current_attempt", fe.Current.Attempt),
 			slog.String("current_state", string(fe.Current.State))}}
+}
+
+// notCancellableWhy says why a job cannot be cancelled, beyond its state.
+func notCancellableWhy(j store.Job) string {
+	switch {
+	case !j.ArchivedAt.IsZero():
+		return ", archived"
+	case j.CancelRequested():
+		return ", a cancel was already requested at " + j.CancelRequestedAt.Format(time.RFC3339Nano)
+	case j.State == store.StateCancelled:
+		return ", cancelled by another request"
+	}
+	return ""
 }
 
 // tokenViolation names the lease_token field of a refused write-back whose

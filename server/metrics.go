@@ -38,6 +38,11 @@ type Metrics struct {
 	// unacknowledged: of those, the grants sent that the worker did not
 	// acknowledge in time or before its stream ended.
 	unacknowledged prometheus.Counter
+	// cancels: CancelRefund calls that changed a job, by outcome
+	// (cancelled at once, or a cancel requested); cancelsTooLate: the
+	// cancel-requested jobs the provider had refunded (R32).
+	cancels        *prometheus.CounterVec
+	cancelsTooLate prometheus.Counter
 	grpc           *grpcprom.ServerMetrics
 }
 
@@ -118,6 +123,14 @@ func NewMetrics(reg prometheus.Registerer, st store.Store) *Metrics {
 			Name: "jobfence_grants_unacknowledged_total",
 			Help: "Grants sent on a worker stream that the worker did not acknowledge within 5 s (or half the lease) or before the stream ended, handed back (counted in jobfence_grants_handed_back_total too).",
 		}),
+		cancels: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "jobfence_cancels_total",
+			Help: "Refunds cancelled (R32), by outcome: cancelled (never sent, cancelled at once) or requested (it may have been sent: the provider decides).",
+		}, []string{"outcome"}),
+		cancelsTooLate: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "jobfence_cancels_too_late_total",
+			Help: "Cancel-requested refunds the provider had made: completed all the same, and put on the attention list (R32, R34).",
+		}),
 		grpc: grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram(
 			grpcprom.WithHistogramBuckets([]float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 5, 30, 60}))),
 	}
@@ -127,10 +140,13 @@ func NewMetrics(reg prometheus.Registerer, st store.Store) *Metrics {
 	for _, r := range []string{"renewed", "stale_attempt", "not_running", "grant_too_old", "not_found", "unavailable"} {
 		m.renewals.WithLabelValues(r)
 	}
+	for _, o := range []string{"cancelled", "requested"} {
+		m.cancels.WithLabelValues(o)
+	}
 	for _, rpc := range []string{"Complete", "Reschedule", "Escalate", "RenewLeases"} {
 		m.stale.WithLabelValues(rpc)
 	}
-	reg.MustRegister(m.takeovers, m.stale, m.granted, m.jobsPerClaim, m.writeBatch, m.enqueueBatch, m.claimTxBatch, m.handoffs, m.idleLooks, m.earlyRejects, m.renewals, m.renewBatch, m.receiptToCompletion, m.workStreams, m.handedBack, m.unacknowledged, m.refused, m.grpc,
+	reg.MustRegister(m.takeovers, m.stale, m.granted, m.jobsPerClaim, m.writeBatch, m.enqueueBatch, m.claimTxBatch, m.handoffs, m.idleLooks, m.earlyRejects, m.renewals, m.renewBatch, m.receiptToCompletion, m.workStreams, m.handedBack, m.unacknowledged, m.refused, m.cancels, m.cancelsTooLate, m.grpc,
 		newStatsCollector(st))
 	return m
 }
@@ -151,10 +167,12 @@ func rpcOf(kind store.EventKind) string {
 
 // statsCollector reads the queue from the database at each scrape.
 type statsCollector struct {
-	st      store.Store
-	jobs    *prometheus.Desc
-	oldest  *prometheus.Desc
-	retries *prometheus.Desc
+	st        store.Store
+	jobs      *prometheus.Desc
+	oldest    *prometheus.Desc
+	retries   *prometheus.Desc
+	attention *prometheus.Desc
+	paused    *prometheus.Desc
 }
 
 func newStatsCollector(st store.Store) *statsCollector {
@@ -167,6 +185,11 @@ func newStatsCollector(st store.Store) *statsCollector {
 		retries: prometheus.NewDesc("jobfence_db_transaction_retries_total",
 			"Transactions the database rolled back as a whole (deadlock, lock-wait timeout, busy file) and that ran again.",
 			nil, nil),
+		attention: prometheus.NewDesc("jobfence_attention_jobs",
+			"Jobs on the attention list (R34): a receipt of failure or of another refund id after success, or a cancel that came too late; until a person acknowledges each.",
+			nil, nil),
+		paused: prometheus.NewDesc("jobfence_provider_paused",
+			"1 for each provider paused now (R33): its jobs are granted to nobody.", []string{"provider"}, nil),
 	}
 }
 
@@ -174,6 +197,8 @@ func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.jobs
 	ch <- c.oldest
 	ch <- c.retries
+	ch <- c.attention
+	ch <- c.paused
 }
 
 func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
@@ -195,4 +220,17 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, age)
 	ch <- prometheus.MustNewConstMetric(c.retries, prometheus.CounterValue, float64(st.TxRetries))
+	if _, n, err := c.st.Attention(ctx, 1); err != nil {
+		ch <- prometheus.NewInvalidMetric(c.attention, err)
+	} else {
+		ch <- prometheus.MustNewConstMetric(c.attention, prometheus.GaugeValue, float64(n))
+	}
+	pauses, err := c.st.RefreshPauses(ctx)
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(c.paused, err)
+		return
+	}
+	for _, p := range pauses {
+		ch <- prometheus.MustNewConstMetric(c.paused, prometheus.GaugeValue, 1, p.Provider)
+	}
 }

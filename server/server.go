@@ -105,6 +105,9 @@ type Server struct {
 	overview       overviewCache
 	// refused logs the calls refused in bulk in aggregate.
 	refused refusedCalls
+	// stopPauses ends watchPauses; pausesDone is closed when it has.
+	stopPauses context.CancelFunc
+	pausesDone chan struct{}
 }
 
 // Defaults are the options a zero field of Options takes, and the defaults
@@ -164,7 +167,7 @@ func New(st store.Store, opts Options) *Server {
 		opts.Metrics = NewMetrics(prometheus.NewRegistry(), st)
 	}
 	m := opts.Metrics
-	return &Server{store: st, opts: opts, log: opts.Logger, metrics: m, stale: &staleLog{started: time.Now()},
+	s := &Server{store: st, opts: opts, log: opts.Logger, metrics: m, stale: &staleLog{started: time.Now()},
 		draining: make(chan struct{}),
 		reads: newCallLimit("expensive reads (ListJobs filtered by reason or time, GetOverview)", opts.MaxReadsPerCredential, opts.MaxReads,
 			time.Second).withRates(opts.ReadsPerSecondPerCredential, opts.ReadsPerSecond),
@@ -173,7 +176,15 @@ func New(st store.Store, opts Options) *Server {
 			Flushers: opts.WriteFlushers, MaxBatch: opts.WriteBatch, Logger: opts.Logger,
 			Metrics: dispatch.Metrics{ClaimTx: m.claimTxBatch, WriteBatch: m.writeBatch, EnqueueBatch: m.enqueueBatch,
 				RenewBatch: m.renewBatch,
-				Handoffs:   m.handoffs, IdleLooks: m.idleLooks}})}
+				Handoffs:   m.handoffs, IdleLooks: m.idleLooks}}),
+		pausesDone: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.stopPauses = cancel
+	go func() {
+		defer close(s.pausesDone)
+		s.watchPauses(ctx)
+	}()
+	return s
 }
 
 // Drain makes waiting and future long-poll Claims return at once, and worker
@@ -187,7 +198,11 @@ func (s *Server) Drain() {
 
 // Close stops the dispatcher's flushers; call it once the gRPC server has
 // stopped.
-func (s *Server) Close() { s.dispatch.Close() }
+func (s *Server) Close() {
+	s.stopPauses()
+	<-s.pausesDone
+	s.dispatch.Close()
+}
 
 // Register adds the Coordinator service to r.
 func (s *Server) Register(r grpc.ServiceRegistrar) { pb.RegisterCoordinatorServer(r, s) }
@@ -197,6 +212,9 @@ func (s *Server) EnqueueRefund(ctx context.Context, req *pb.EnqueueRefundRequest
 	p, err := enqueueFromProto(req)
 	if err != nil {
 		return nil, s.toStatus(ctx, err, jobAttrs{key: req.GetOperationKey()})
+	}
+	if id, ok := IdentityFrom(ctx); ok {
+		p.Producer = id.Name // R32: a producer may cancel what it enqueued
 	}
 	out, err := s.dispatch.Enqueue(ctx, p)
 	if err == nil {
@@ -329,6 +347,7 @@ func (s *Server) write(ctx context.Context, w store.Writeback) (store.WriteResul
 	if err != nil {
 		return res, s.toStatus(ctx, err, jobAttrs{id: w.JobID, attempt: w.Attempt})
 	}
+	s.tooLate(ctx, w, res)
 	if w.Kind == store.EventCompleted && !res.Replayed && !res.Job.EvidenceAt.IsZero() {
 		s.metrics.receiptToCompletion.Observe(res.Job.UpdatedAt.Sub(res.Job.EvidenceAt).Seconds())
 	}
@@ -371,6 +390,11 @@ func (s *Server) ReportObservation(ctx context.Context, req *pb.ReportObservatio
 				slog.String("reporter", obs.Reporter), slog.String("outcome", string(obs.Outcome)),
 				slog.Int64("unmatched_event_id", obs.KeptAside.ID))
 		}
+	case !dup && obs.Attention:
+		s.log.LogAttrs(ctx, slog.LevelWarn, "a succeeded refund needs a person: on the attention list (R34)",
+			slog.String("operation_key", obs.OperationKey), slog.Int64("job_id", obs.JobID),
+			slog.String("source", obs.Source), slog.String("outcome", string(obs.Outcome)),
+			slog.String("provider_refund_id", obs.ProviderRefundID))
 	case !dup:
 		s.log.LogAttrs(ctx, slog.LevelInfo, "observation filed",
 			slog.String("operation_key", obs.OperationKey), slog.Int64("job_id", obs.JobID),
@@ -508,6 +532,18 @@ func (s *Server) overviewOf(ctx context.Context, limit int) (*pb.GetOverviewResp
 	if err != nil {
 		return nil, s.toStatus(ctx, err, jobAttrs{})
 	}
+	pauses, err := s.store.RefreshPauses(ctx)
+	if err != nil {
+		return nil, s.toStatus(ctx, err, jobAttrs{})
+	}
+	pauseEvents, err := s.store.PauseEvents(ctx, limit)
+	if err != nil {
+		return nil, s.toStatus(ctx, err, jobAttrs{})
+	}
+	attention, attentionTotal, err := s.store.Attention(ctx, limit)
+	if err != nil {
+		return nil, s.toStatus(ctx, err, jobAttrs{})
+	}
 	stale, staleTotal := s.stale.recent(limit)
 	resp := &pb.GetOverviewResponse{
 		Now:                       timeToProto(stats.Now),
@@ -519,6 +555,16 @@ func (s *Server) overviewOf(ctx context.Context, limit int) (*pb.GetOverviewResp
 		StaleRejectionsSinceStart: staleTotal,
 		CoordinatorStartedAt:      timeToProto(s.stale.started),
 		UnmatchedEvents:           unmatchedTotal,
+		AttentionJobs:             attentionTotal,
+	}
+	for _, p := range pauses {
+		resp.PausedProviders = append(resp.PausedProviders, pauseToProto(p))
+	}
+	for _, e := range pauseEvents {
+		resp.RecentPauseEvents = append(resp.RecentPauseEvents, pauseEventToProto(e))
+	}
+	for _, j := range attention {
+		resp.Attention = append(resp.Attention, jobToProto(j))
 	}
 	for _, j := range reviews.Jobs {
 		resp.OldestReviews = append(resp.OldestReviews, jobToProto(j))

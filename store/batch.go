@@ -33,6 +33,11 @@ func (w Writeback) Apply(job Job, now time.Time) Job {
 	case EventCompleted:
 		job.ProviderRefundID = w.ProviderRefundID
 		job.NextAttemptAt = now // no longer its lease end (Job.NextAttemptAt)
+		if job.CancelRequested() {
+			// R32, R34: the provider had the refund; the cancel came too late.
+			job.AttentionSince = now
+			job.AttentionReason = CancelTooLate
+		}
 	case EventRescheduled:
 		job.NextAction = w.NextAction
 		job.NextAttemptAt = w.NextAttemptAt(now)
@@ -47,9 +52,12 @@ func (w Writeback) Apply(job Job, now time.Time) Job {
 		job.LastReason = w.Reason
 	case EventResolved:
 		job.LastReason = w.Reason
-		if w.Resolution == ResolutionRefunded {
+		switch w.Resolution {
+		case ResolutionRefunded:
 			job.ProviderRefundID = w.ProviderRefundID
-		} else {
+		case ResolutionCancelled:
+			job.NextAttemptAt = now // final from now: the archive's walk (R31)
+		default:
 			job.NextAction = ActionReconcile
 			job.NextAttemptAt = now
 		}
@@ -136,10 +144,14 @@ func PlanBatch(ws []Writeback, idx []int, current map[int64]Job, now time.Time) 
 		if w.Fenced(cur) {
 			p.Events = append(p.Events, w.Event(cur, now))
 			expedited := w.ExpeditedBy(cur)
+			listed := cur.AttentionSince
 			cur = w.Apply(cur, now)
 			if expedited {
 				p.expedited[i] = true
 				p.Events = append(p.Events, ReceiptExpediteEvent(cur))
+			}
+			if !cur.AttentionSince.Equal(listed) {
+				p.Events = append(p.Events, AttentionEvent(cur, cur.AttentionReason))
 			}
 			rows[w.JobID] = cur
 			p.Apply = append(p.Apply, i)

@@ -55,6 +55,24 @@ var (
 	// changed. An operator must grant it; repeating later is safe. Errors
 	// matching it match ErrUnavailable too.
 	ErrDatabaseAccessDenied = errors.New("database access denied")
+	// ErrCancelRequested: a reschedule asked for ActionRefund on a job whose
+	// cancel was requested (R32); nothing was written. Returned as a
+	// *FenceError.
+	ErrCancelRequested = errors.New("a cancel was requested: the refund may not be sent")
+	// ErrNotCancellable: the job succeeded, was cancelled for another
+	// reason or by another, already has a cancel request, or was archived
+	// (R32). Returned as a *FenceError.
+	ErrNotCancellable = errors.New("job cannot be cancelled")
+	// ErrNotOnAttentionList: an acknowledgement of a job that is not on
+	// the attention list (R34). Returned as a *FenceError.
+	ErrNotOnAttentionList = errors.New("job is not on the attention list")
+	// ErrAttentionMoved: an acknowledgement of the attention list named
+	// another attention_since than the job's: a newer reason to look came
+	// since the person looked (R34). It matches ErrStaleAttempt.
+	ErrAttentionMoved = fmt.Errorf("%w: a newer reason to look arrived", ErrStaleAttempt)
+	// ErrNotEnqueuedByCaller: a producer asked to cancel a job another
+	// credential enqueued (R32); nothing was written.
+	ErrNotEnqueuedByCaller = errors.New("job was not enqueued by this credential")
 )
 
 // FenceError is returned when a write-back matched no row because the job is no
@@ -62,7 +80,9 @@ var (
 // ErrNotRunning with errors.Is, and carries the job as it is now (R10: re-read
 // after the rollback).
 type FenceError struct {
-	Err     error // ErrStaleAttempt, ErrNotRunning or ErrNotInReview
+	// ErrStaleAttempt, ErrNotRunning, ErrNotInReview, ErrCancelRequested,
+	// ErrNotCancellable or ErrNotOnAttentionList.
+	Err     error
 	Attempt int64 // the caller's attempt
 	// NoToken is true when the caller sent no lease token at all (R25).
 	NoToken bool

@@ -28,11 +28,16 @@ const (
 	ByRefundID ListOrder = "refund"
 	ByState    ListOrder = "state"
 	ByID       ListOrder = "id"
+	// ByAttention: the attention list (R34), longest listed first, on
+	// (attention_since, id).
+	ByAttention ListOrder = "attention"
 )
 
 // Order is the order p's listing walks.
 func (p ListParams) Order() ListOrder {
 	switch {
+	case p.Attention:
+		return ByAttention
 	case p.OrderID != "":
 		return ByOrder
 	case p.PaymentID != "":
@@ -48,12 +53,14 @@ func (p ListParams) Order() ListOrder {
 
 // Cursor is where a page ends: the last job's sort key.
 type Cursor struct {
-	At time.Time // created_at (ByOrder, ByPayment) or next_attempt_at (ByState)
+	At time.Time // created_at (ByOrder, ByPayment), next_attempt_at (ByState) or attention_since (ByAttention)
 	ID int64
 }
 
 // timed reports whether the order's cursor holds a time beside the id.
-func (o ListOrder) timed() bool { return o == ByOrder || o == ByPayment || o == ByState }
+func (o ListOrder) timed() bool {
+	return o == ByOrder || o == ByPayment || o == ByState || o == ByAttention
+}
 
 // Filtered reports whether the listing filters the rows its walk reads
 // (a reason prefix, a creation range): such a page may read every row of
@@ -67,7 +74,7 @@ func (p ListParams) Filtered() bool {
 func (p ListParams) Validate() error {
 	var v violations
 	switch p.State {
-	case "", StateReady, StateRunning, StateSucceeded, StateManualReview:
+	case "", StateReady, StateRunning, StateSucceeded, StateManualReview, StateCancelled:
 	default:
 		v.add("state", "unknown state %q", p.State)
 	}
@@ -115,6 +122,9 @@ func (p ListParams) Validate() error {
 		}
 		v.add(field, "needs state ready, running or manual_review, or one of order_id, payment_id, "+
 			"provider_refund_id: without them it would walk the whole history")
+	}
+	if p.Attention && (p.State != "" || p.Provider != "" || lookup != "" || p.Filtered()) {
+		v.add("attention", "lists the attention list alone: no other filter goes with it")
 	}
 	if p.Limit < 1 || p.Limit > MaxPageSize {
 		v.add("page_size", "must be between 1 and %d, got %d", MaxPageSize, p.Limit)
@@ -182,6 +192,8 @@ func (p ListParams) NextToken(last Job) string {
 		at = last.CreatedAt.UnixMicro()
 	case ByState:
 		at = last.NextAttemptAt.UnixMicro()
+	case ByAttention:
+		at = last.AttentionSince.UnixMicro()
 	}
 	raw := strings.Join([]string{p.fingerprint(), string(p.Order()), strconv.FormatInt(at, 10),
 		strconv.FormatInt(last.ID, 10)}, "|")
@@ -194,6 +206,9 @@ func (p ListParams) NextToken(last Job) string {
 // Text filters hold no control characters (Validate), so NUL separates them.
 func (p ListParams) fingerprint() string {
 	s := string(p.State) + "\x00" + p.Provider + "\x00" + p.OrderID
+	if p.Attention {
+		return s + "\x00attention"
+	}
 	from, to := p.CreatedRange()
 	if p.PaymentID != "" || p.ProviderRefundID != "" || p.ReasonPrefix != "" || !from.IsZero() || !to.IsZero() {
 		s += "\x00" + p.PaymentID + "\x00" + p.ProviderRefundID + "\x00" + p.ReasonPrefix +

@@ -18,6 +18,9 @@ const (
 	StateRunning      State = "running"
 	StateSucceeded    State = "succeeded"
 	StateManualReview State = "manual_review"
+	// StateCancelled: stopped before anything could reach the provider, or
+	// by a person's decision on a maybe-sent refund (R32). Final.
+	StateCancelled State = "cancelled"
 )
 
 // NextAction tells the holder of a job what to do first.
@@ -58,6 +61,19 @@ const (
 	// now, to reconcile (R28). The job stays ready under its attempt; no
 	// grant is made or carried.
 	EventExpedited EventKind = "expedited"
+	// EventCancelled: the job was cancelled at once, never sent (R32);
+	// WorkerID is who asked, Reason why.
+	EventCancelled EventKind = "cancelled"
+	// EventCancelRequested: a cancel was requested of a job that may have
+	// been sent (R32). A running job was taken over by it: the entry is
+	// made under the new attempt, from running to ready.
+	EventCancelRequested EventKind = "cancel_requested"
+	// EventAttention: the job joined the attention list (R34); Reason says
+	// why.
+	EventAttention EventKind = "attention"
+	// EventAcknowledged: a person took the job off the attention list;
+	// Reason is their note.
+	EventAcknowledged EventKind = "acknowledged"
 )
 
 // Resolution is an operator's decision on a job in manual_review.
@@ -69,6 +85,9 @@ const (
 	ResolutionRefunded Resolution = "refunded"
 	// ResolutionReconcile: back to ready, to reconcile again now.
 	ResolutionReconcile Resolution = "reconcile"
+	// ResolutionCancelled: no refund happened and none will: the job is
+	// cancelled (R32). Only a person decides this of a maybe-sent refund.
+	ResolutionCancelled Resolution = "cancelled"
 )
 
 // Job is one row of refund_jobs. Times come from the database's UTC clock (R12);
@@ -117,7 +136,22 @@ type Job struct {
 	// (R31), by the database's clock; zero for a job in them. An archived
 	// job is final, and stays readable.
 	ArchivedAt time.Time
+	// CancelRequestedAt is when a cancel was requested of the job while it
+	// may have been sent (R32); zero when none was. No grant of it carries
+	// ActionRefund from then on.
+	CancelRequestedAt time.Time
+	// AttentionSince is when the newest reason to look at the job arrived
+	// while it is on the attention list (R34), AttentionReason what it is;
+	// zero once a person acknowledged it.
+	AttentionSince  time.Time
+	AttentionReason string
+	// TraceParent and TraceState are the enqueue's W3C trace context (R35),
+	// handed to every grant; empty when the enqueue carried none.
+	TraceParent, TraceState string
 }
+
+// CancelRequested reports whether a cancel was requested of the job (R32).
+func (j Job) CancelRequested() bool { return !j.CancelRequestedAt.IsZero() }
 
 // ClaimedJob is a job granted by Claim. Job.Attempt and LeaseToken are what
 // every write-back of the grant carries (R9, R25).
@@ -175,6 +209,10 @@ type Observation struct {
 	// (R28). It is not stored: false on a duplicate, and in every read of
 	// the log.
 	Expedited bool
+	// Attention is set in Observe's answer when filing this receipt put a
+	// succeeded job on the attention list (R34): a receipt of failure, or
+	// of another refund id. Not stored.
+	Attention bool
 	// KeptAside is set in Observe's answer when the job's log had no room
 	// for this receipt (ObservationRoom): it was kept in the unmatched log
 	// instead, as that entry (ID 0 here), where a person sees it, and moved
@@ -236,6 +274,11 @@ type EnqueueParams struct {
 	Currency     string
 	Provider     string
 	NotBefore    time.Time // zero: due now by the database clock
+	// Producer is the enqueuing credential's name, kept in the enqueued
+	// history entry: a producer may cancel the jobs it enqueued (R32).
+	Producer string
+	// TraceParent and TraceState are the enqueue's W3C trace context (R35).
+	TraceParent, TraceState string
 }
 
 // ClaimParams asks for up to MaxJobs jobs.
@@ -453,12 +496,67 @@ type Store interface {
 	// budget is configured. Errors: ErrUnavailable.
 	Budgets(ctx context.Context) ([]BudgetLevel, error)
 
+	// Cancel stops a refund (R32) as store.CancelParams.Cancel decides it,
+	// in one transaction with its history entry. Errors: *ValidationError,
+	// ErrNotFound, ErrNotEnqueuedByCaller, *FenceError (ErrStaleAttempt,
+	// ErrNotCancellable), ErrWriteOutcomeUnknown, ErrUnavailable.
+	Cancel(ctx context.Context, p CancelParams) (CancelResult, error)
+
+	// Acknowledge takes a job off the attention list (R34) as
+	// store.AcknowledgeParams.Acknowledge decides it; replayed when the same
+	// acknowledgement was made. Errors: *ValidationError, ErrNotFound,
+	// *FenceError (ErrStaleAttempt, ErrNotOnAttentionList),
+	// ErrWriteOutcomeUnknown, ErrUnavailable.
+	Acknowledge(ctx context.Context, p AcknowledgeParams) (job Job, replayed bool, err error)
+
+	// Attention returns the head of the attention list (R34), longest
+	// listed first, at most limit, and its length. Errors:
+	// *ValidationError, ErrUnavailable.
+	Attention(ctx context.Context, limit int) ([]Job, int64, error)
+
+	// PauseProvider pauses a provider (R33): no claim of any coordinator
+	// grants its jobs once that coordinator's RefreshPauses has seen it
+	// (this store's claims at once); changed is false when it was paused
+	// already (the first pause stands). ResumeProvider undoes it; changed
+	// is false when it was not paused. Each change is kept in the pause
+	// history. Errors: *ValidationError, ErrUnavailable.
+	PauseProvider(ctx context.Context, p PauseParams) (pause Pause, changed bool, err error)
+	ResumeProvider(ctx context.Context, p PauseParams) (changed bool, err error)
+
+	// RefreshPauses reads the providers paused now, which become this
+	// store's claims' filter (R33). Errors: ErrUnavailable.
+	RefreshPauses(ctx context.Context) ([]Pause, error)
+
+	// PauseEvents returns the newest pauses and resumes, newest first, at
+	// most limit. Errors: *ValidationError, ErrUnavailable.
+	PauseEvents(ctx context.Context, limit int) ([]PauseEvent, error)
+
 	// Ping checks that the database answers, for health checks. Errors:
 	// ErrUnavailable.
 	Ping(ctx context.Context) error
 
 	// Close releases the backend's connections.
 	Close() error
+}
+
+// The bounds of a stored trace context (R35): a W3C traceparent of version
+// 00 is 55 characters; a tracestate of up to 32 entries fits 512.
+const (
+	MaxTraceParentLen = 55
+	MaxTraceStateLen  = 512
+)
+
+// TraceContext is the trace context p stores: the enqueue's, or none when
+// the traceparent does not fit (a trace context never fails an enqueue),
+// and no tracestate without a traceparent or when it does not fit.
+func (p EnqueueParams) TraceContext() (parent, state string) {
+	if p.TraceParent == "" || len(p.TraceParent) > MaxTraceParentLen {
+		return "", ""
+	}
+	if len(p.TraceState) > MaxTraceStateLen {
+		return p.TraceParent, ""
+	}
+	return p.TraceParent, p.TraceState
 }
 
 // SameRefund reports whether an existing job is the refund p describes: the
@@ -479,6 +577,9 @@ func (p ClaimParams) Grant(job Job, now time.Time) (ClaimedJob, Event) {
 	job.Grant = token.Hash()
 	from := job.State
 	takeover := from == StateRunning
+	if job.CancelRequested() {
+		job.NextAction = ActionReconcile // R32: never refund once a cancel was requested
+	}
 	if !takeover && job.NextAction == ActionRefund && job.FirstSentAt.IsZero() {
 		job.FirstSentAt = now // R22: the key may reach the provider from now on
 	}
@@ -521,6 +622,9 @@ type ListParams struct {
 	// by the rows that walk passes, never by the history.
 	ReasonPrefix                string
 	CreatedAfter, CreatedBefore time.Time
+	// Attention lists the jobs on the attention list (R34), longest
+	// listed first; no other filter goes with it.
+	Attention bool
 	// Limit is the page size, 1..MaxPageSize.
 	Limit int
 	// PageToken continues from a previous page (keyset pagination, never

@@ -91,12 +91,12 @@ func (w Writeback) Validate() error {
 		switch w.Resolution {
 		case ResolutionRefunded:
 			v.text("provider_refund_id", w.ProviderRefundID, 1, MaxRefIDLen)
-		case ResolutionReconcile:
+		case ResolutionReconcile, ResolutionCancelled:
 			if w.ProviderRefundID != "" {
-				v.add("provider_refund_id", "must be empty when sending the job back to reconcile")
+				v.add("provider_refund_id", "must be empty when sending the job back to reconcile or cancelling it")
 			}
 		default:
-			v.add("resolution", "must be REFUNDED or RECONCILE, got %s", echo(string(w.Resolution)))
+			v.add("resolution", "must be REFUNDED, RECONCILE or CANCELLED, got %s", echo(string(w.Resolution)))
 		}
 		v.text("note", w.Reason, 1, MaxReasonLen)
 		v.text("actor", w.Actor, 1, MaxKeyLen)

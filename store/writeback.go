@@ -16,6 +16,8 @@ func (w Writeback) ToState() State {
 	switch {
 	case w.Kind == EventCompleted, w.Kind == EventResolved && w.Resolution == ResolutionRefunded:
 		return StateSucceeded
+	case w.Kind == EventResolved && w.Resolution == ResolutionCancelled:
+		return StateCancelled
 	case w.Kind == EventRescheduled, w.Kind == EventResolved:
 		return StateReady
 	default:
@@ -24,9 +26,17 @@ func (w Writeback) ToState() State {
 }
 
 // Fenced reports whether job is still where w may write: in w.FromState()
-// under w's attempt, and, for a holder's write, under w's grant (R9, R25).
+// under w's attempt, and, for a holder's write, under w's grant (R9, R25);
+// and never a reschedule to send the refund of a job whose cancel was
+// requested (R32, ErrCancelRequested).
 func (w Writeback) Fenced(job Job) bool {
-	return job.State == w.FromState() && job.Attempt == w.Attempt && w.ofGrant(job)
+	return job.State == w.FromState() && job.Attempt == w.Attempt && w.ofGrant(job) && !w.refusedByCancel(job)
+}
+
+// refusedByCancel reports whether w asks to send the refund of a job whose
+// cancel was requested (R32).
+func (w Writeback) refusedByCancel(job Job) bool {
+	return w.Kind == EventRescheduled && w.NextAction == ActionRefund && job.CancelRequested()
 }
 
 // ofGrant reports whether w carries the token of job's current grant (R25).
@@ -58,6 +68,8 @@ func (w Writeback) AppliedTo(job Job) bool {
 		return job.ProviderRefundID == w.ProviderRefundID
 	case w.Kind == EventRescheduled:
 		return job.NextAction == w.NextAction
+	case w.Kind == EventResolved && w.Resolution == ResolutionCancelled:
+		return job.LastReason == w.Reason
 	case w.Kind == EventResolved:
 		return job.NextAction == ActionReconcile && job.LastReason == w.Reason
 	default:
@@ -79,6 +91,8 @@ func Settle(w Writeback, current Job) (WriteResult, error) {
 		return WriteResult{Job: current, Replayed: true}, nil
 	case current.Attempt != w.Attempt, !w.ofGrant(current):
 		return WriteResult{}, &FenceError{Err: ErrStaleAttempt, Attempt: w.Attempt, NoToken: w.LeaseToken == "", Current: current}
+	case current.State == w.FromState() && w.refusedByCancel(current):
+		return WriteResult{}, &FenceError{Err: ErrCancelRequested, Attempt: w.Attempt, Current: current}
 	case current.State != w.FromState() && w.Kind == EventResolved:
 		return WriteResult{}, &FenceError{Err: ErrNotInReview, Attempt: w.Attempt, Current: current}
 	case current.State != w.FromState():

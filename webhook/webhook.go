@@ -371,6 +371,11 @@ func (h *Handler) observe(ctx context.Context, provider string, p store.Observat
 			h.log.Info("webhook event filed", "provider", provider, "event_id", p.ProviderEventID, "job_id", obs.JobID,
 				"operation_key", obs.OperationKey, "outcome", string(p.Outcome), "expedited", obs.Expedited,
 				"kept_aside", obs.KeptAside != nil)
+			if obs.Attention {
+				h.log.Warn("a succeeded refund needs a person: on the attention list (R34)", "provider", provider,
+					"event_id", p.ProviderEventID, "job_id", obs.JobID, "operation_key", obs.OperationKey,
+					"outcome", string(p.Outcome), "provider_refund_id", p.ProviderRefundID)
+			}
 		}
 		return "", nil
 	case errors.Is(err, store.ErrNotFound):

@@ -214,7 +214,9 @@ func testReceiptLeavesOtherStatesAlone_R28(t *testing.T, s store.Store) {
 	all := []store.Outcome{store.OutcomeSucceeded, store.OutcomeFailed, store.OutcomePending, store.OutcomeNotFound}
 	untouched(running.Job.ID, all...)
 	untouched(review.Job.ID, all...)
-	untouched(done.ID, all...)
+	// R34: a receipt of failure after success puts the job on the attention
+	// list, and changes nothing else (testReceiptAfterSuccessRaisesAttention_R34).
+	untouched(done.ID, store.OutcomeSucceeded, store.OutcomePending, store.OutcomeNotFound)
 	untouched(waiting.ID, store.OutcomePending, store.OutcomeNotFound)
 	// The holder of the running job closes it through the fenced path.
 	write(t, s, complete(of(running), "re_running"))

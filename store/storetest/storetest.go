@@ -110,6 +110,12 @@ func Run(t *testing.T, open Opener) {
 		{"StatsLeaveHistoryOut_M1", testStats},
 		{"ConcurrentClaimersFenced_R2_R5_R9", testConcurrentClaimers},
 		{"ClaimsAndWritebacksDoNotContend_R13_R20", testClaimsAndWritebacksDoNotContend},
+		{"CancelNeverSentIsFinal_R32", testCancelNeverSentIsFinal_R32},
+		{"CancelRunningFencesHolder_R32_R34", testCancelRunningFencesHolder_R32},
+		{"CancelMaybeSentWaitsForAPerson_R32", testCancelMaybeSentWaitsForAPerson_R32},
+		{"CancelRacesClaim_R32", testCancelRacesClaim_R32},
+		{"PauseStopsGrants_R33", testPauseStopsGrants_R33},
+		{"ReceiptAfterSuccessRaisesAttention_R34", testReceiptAfterSuccessRaisesAttention_R34},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -179,10 +179,19 @@ type filter struct {
 
 func (b *Backend) providerFilter(provider string) filter {
 	ix := b.SQL.Indexes
-	if provider == "" {
-		return filter{lease: ix.Lease, due: ix.Due}
+	f := filter{lease: ix.Lease, due: ix.Due}
+	if provider != "" {
+		f = filter{where: " AND provider = ?", args: []any{provider}, lease: ix.ProviderLease, due: ix.ProviderDue}
 	}
-	return filter{where: " AND provider = ?", args: []any{provider}, lease: ix.ProviderLease, due: ix.ProviderDue}
+	// R33: a paused provider's jobs are granted to nobody, takeovers
+	// included. The walk passes over its due jobs: a long pause of a
+	// provider with a large backlog costs claims without a provider filter
+	// a filter of that backlog's index entries (docs/DEPLOY.md).
+	if where, args := b.pausedFilter(); where != "" {
+		f.where += where
+		f.args = append(f.args, args...)
+	}
+	return f
 }
 
 // lockSeparately locks up to limit candidates with the two candidate

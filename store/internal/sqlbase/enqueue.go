@@ -15,9 +15,9 @@ const (
 	// %[1]s: the rows; %[2]s in each row: the database's now (R12).
 	insertJobs = `INSERT INTO refund_jobs
   (operation_key, order_id, payment_id, amount_minor, currency, provider,
-   state, attempt, next_action, next_attempt_at, created_at, updated_at)
+   state, attempt, next_action, next_attempt_at, created_at, updated_at, traceparent, tracestate)
 VALUES %s`
-	insertJobRow = `(?, ?, ?, ?, ?, ?, 'ready', 0, 'refund', COALESCE(?, %[1]s), %[1]s, %[1]s)`
+	insertJobRow = `(?, ?, ?, ?, ?, ?, 'ready', 0, 'refund', COALESCE(?, %[1]s), %[1]s, %[1]s, ?, ?)`
 )
 
 // Enqueue implements store.Store.
@@ -140,7 +140,7 @@ func (b *Backend) enqueueTx(ctx context.Context, tx Tx, ps []store.EnqueueParams
 			existing[j.OperationKey] = j
 			out[i] = store.EnqueueOutcome{Job: j, Created: true}
 			events = append(events, store.Event{JobID: j.ID, Attempt: 0, Kind: store.EventEnqueued, ToState: j.State,
-				NextAction: j.NextAction, CreatedAt: j.CreatedAt})
+				NextAction: j.NextAction, CreatedAt: j.CreatedAt, WorkerID: ps[i].Producer})
 			return false
 		})
 		if err := InsertHistory(ctx, tx, events, b.At); err != nil {
@@ -188,7 +188,7 @@ func (b *Backend) insertJobs(ctx context.Context, tx Tx, ps []store.EnqueueParam
 		return nil
 	}
 	rows := make([]string, len(idx))
-	args := make([]any, 0, len(idx)*7)
+	args := make([]any, 0, len(idx)*9)
 	for n, i := range idx {
 		p := ps[i]
 		rows[n] = fmt.Sprintf(insertJobRow, b.SQL.NowExpr)
@@ -196,7 +196,9 @@ func (b *Backend) insertJobs(ctx context.Context, tx Tx, ps []store.EnqueueParam
 		if !p.NotBefore.IsZero() {
 			notBefore = b.At(p.NotBefore.UTC())
 		}
-		args = append(args, p.OperationKey, p.OrderID, p.PaymentID, p.AmountMinor, p.Currency, p.Provider, notBefore)
+		parent, state := p.TraceContext()
+		args = append(args, p.OperationKey, p.OrderID, p.PaymentID, p.AmountMinor, p.Currency, p.Provider, notBefore,
+			parent, state)
 	}
 	_, err := tx.ExecContext(ctx, fmt.Sprintf(insertJobs, strings.Join(rows, ", ")), args...)
 	return err

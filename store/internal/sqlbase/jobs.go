@@ -195,7 +195,10 @@ func (b *Backend) observeTx(ctx context.Context, tx Tx, p store.ObservationParam
 		}
 	}
 	obs, err := ScanObservation(tx.QueryRowContext(ctx, q.selectObservationByID, id))
-	if err != nil || !obs.Outcome.Expedites() || !job.ArchivedAt.IsZero() {
+	if err != nil || !job.ArchivedAt.IsZero() {
+		return obs, false, err
+	}
+	if obs.Attention, err = b.raiseAttention(ctx, tx, obs); err != nil || !obs.Outcome.Expedites() {
 		return obs, false, err
 	}
 	if _, err := tx.ExecContext(ctx, markEvidence, b.At(obs.CreatedAt), obs.JobID); err != nil {

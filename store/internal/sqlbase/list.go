@@ -89,6 +89,12 @@ func ListQuery(p store.ListParams, at func(time.Time) any) (string, []any) {
 	case store.ByPayment: // all refunds of a payment, newest first, on (payment_id, created_at, id)
 		c.add("payment_id = ?", p.PaymentID)
 		order = byCreated()
+	case store.ByAttention: // R34: longest listed first, on (attention_since, id)
+		c.add("attention_since IS NOT NULL")
+		order = "attention_since, id"
+		if more {
+			c.add("(attention_since > ? OR (attention_since = ? AND id > ?))", at(cursor.At), at(cursor.At), cursor.ID)
+		}
 	case store.ByState: // oldest due first, on the (state, next_attempt_at, id) index
 		order = "next_attempt_at, id"
 		if from, _ := p.CreatedRange(); p.State == store.StateManualReview && !from.IsZero() {

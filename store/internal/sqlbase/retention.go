@@ -45,7 +45,10 @@ const (
  WHERE name = ? AND holder = ? AND generation = ? AND lease_until > %[1]s%[2]s`
 
 	// %[1]s: the ids; %[2]s: a locking read's suffix.
-	lockArchivable = `SELECT id, operation_key, state FROM refund_jobs WHERE id IN (%[1]s) AND state = 'succeeded'
+	// R31, R34: a job on the attention list stays until a person
+	// acknowledged it.
+	lockArchivable = `SELECT id, operation_key, state FROM refund_jobs
+ WHERE id IN (%[1]s) AND state = 'succeeded' AND attention_since IS NULL
  ORDER BY id%[2]s`
 	// %[1]s: INSERT IGNORE; %[2]s: the ids.
 	keepKeysOf = `%[1]s INTO refund_operation_keys

@@ -10,7 +10,8 @@ import (
 const (
 	JobColumns = `id, operation_key, order_id, payment_id, amount_minor, currency, provider,
   state, attempt, next_action, next_attempt_at, lease_until, provider_refund_id,
-  worker_id, last_reason, first_sent_at, created_at, updated_at, lease_token_hash, evidence_at`
+  worker_id, last_reason, first_sent_at, created_at, updated_at, lease_token_hash, evidence_at,
+  cancel_requested_at, attention_since, attention_reason, traceparent, tracestate`
 	EventColumns = `id, job_id, attempt, kind, worker_id, from_state, to_state, next_action,
   provider_refund_id, reason, created_at, lease_token_hash`
 	ObservationColumns = `id, job_id, operation_key, reported_attempt, job_attempt, source, outcome,
@@ -26,7 +27,8 @@ func ScanJob(row Scanner) (store.Job, error) {
 	var refundID sql.NullString
 	err := row.Scan(&j.ID, &j.OperationKey, &j.OrderID, &j.PaymentID, &j.AmountMinor, &j.Currency, &j.Provider,
 		&j.State, &j.Attempt, &j.NextAction, Time{&j.NextAttemptAt}, Time{&j.LeaseUntil}, &refundID,
-		&j.WorkerID, &j.LastReason, Time{&j.FirstSentAt}, Time{&j.CreatedAt}, Time{&j.UpdatedAt}, &j.Grant, Time{&j.EvidenceAt})
+		&j.WorkerID, &j.LastReason, Time{&j.FirstSentAt}, Time{&j.CreatedAt}, Time{&j.UpdatedAt}, &j.Grant, Time{&j.EvidenceAt},
+		Time{&j.CancelRequestedAt}, Time{&j.AttentionSince}, &j.AttentionReason, &j.TraceParent, &j.TraceState)
 	j.ProviderRefundID = refundID.String
 	return j, err
 }

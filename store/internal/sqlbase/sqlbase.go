@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -66,6 +67,10 @@ type Backend struct {
 
 	budgeted atomic.Bool   // any provider budget configured (R19)
 	retries  atomic.Uint64 // transactions run again after a rollback (Stats.TxRetries)
+	// paused are the providers whose jobs claims leave out (R33), sorted;
+	// pausedMu serialises their updates.
+	paused   atomic.Pointer[[]string]
+	pausedMu sync.Mutex
 }
 
 // CommitUnknownError wraps a COMMIT whose outcome is unknown: the connection

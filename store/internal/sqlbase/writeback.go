@@ -213,11 +213,33 @@ func writeKinds(at func(time.Time) any) []writeKind {
 			[]string{"provider_refund_id", "last_reason"}, func(w store.Writeback, _ store.Job) []any {
 				return []any{w.ProviderRefundID, w.Reason}
 			}, false},
+		// next_attempt_at: when it was cancelled, the archive's walk (R31).
+		{resolvedAs(store.ResolutionCancelled), "state = 'cancelled', next_attempt_at = ?, updated_at = ?",
+			store.StateManualReview, []string{"last_reason"}, func(w store.Writeback, _ store.Job) []any {
+				return []any{w.Reason}
+			}, false},
 		{resolvedAs(store.ResolutionReconcile), "state = 'ready', next_action = 'reconcile', updated_at = ?",
 			store.StateManualReview, []string{"next_attempt_at", "last_reason"}, func(w store.Writeback, after store.Job) []any {
 				return []any{at(after.NextAttemptAt), w.Reason}
 			}, false},
 	}
+}
+
+// listTooLate puts on the attention list the jobs of the plan's
+// completions whose cancel was requested (R32, R34): the provider had the
+// refund. A statement of its own, run only when there are any, so that the
+// completions of every other job pay nothing for it.
+func (b *Backend) listTooLate(ctx context.Context, tx Tx, ws []store.Writeback, plan store.BatchPlan) error {
+	for _, i := range plan.Applied(ofKind(store.EventCompleted)) {
+		after := plan.After[i]
+		if !after.CancelRequested() {
+			continue
+		}
+		if _, err := tx.ExecContext(ctx, setAttention, b.At(after.AttentionSince), after.AttentionReason, ws[i].JobID); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // writeTx runs the writes ws[i], i in idx, in tx: it locks their rows and
@@ -253,6 +275,9 @@ func (b *Backend) writeTx(ctx context.Context, tx Tx, ws []store.Writeback, idx 
 		if err := u.ExecAll(ctx, tx, "write-back"); err != nil {
 			return plan, err
 		}
+	}
+	if err := b.listTooLate(ctx, tx, ws, plan); err != nil {
+		return plan, err
 	}
 	if refunded := store.JobIDs(ws, plan.Applied(store.Writeback.Ledgered)); len(refunded) > 0 {
 		if _, err := tx.ExecContext(ctx, fmt.Sprintf(insertLedger, Placeholders(len(refunded))), Int64Args(refunded)...); err != nil {
