@@ -34,6 +34,9 @@ type Options struct {
 	// RetainSucceeded is how long a succeeded job stays in the working
 	// tables after its completion (at least store.MinRetention).
 	RetainSucceeded time.Duration
+	// RetainCancelled is how long a cancelled job stays after it was
+	// cancelled (R32); 0 keeps cancelled jobs in the working tables.
+	RetainCancelled time.Duration
 	// Batch is the most jobs one transaction moves; Pause the wait between
 	// two batches of one run; Interval the wait between runs.
 	Batch    int
@@ -60,6 +63,7 @@ type Options struct {
 // coordinator's flags.
 var Defaults = Options{
 	RetainSucceeded: 7 * 24 * time.Hour,
+	RetainCancelled: 7 * 24 * time.Hour,
 	Batch:           500,
 	Pause:           100 * time.Millisecond,
 	Interval:        time.Minute,
@@ -151,6 +155,9 @@ func New(st Store, opts Options) (*Archiver, error) {
 	switch {
 	case opts.RetainSucceeded < store.MinRetention:
 		return nil, fmt.Errorf("retain succeeded: must be at least %s, got %s", store.MinRetention, opts.RetainSucceeded)
+	case opts.RetainCancelled != 0 && opts.RetainCancelled < store.MinRetention:
+		return nil, fmt.Errorf("retain cancelled: must be 0 (never) or at least %s, got %s", store.MinRetention,
+			opts.RetainCancelled)
 	case opts.Batch < 1 || opts.Batch > store.MaxArchiveBatch:
 		return nil, fmt.Errorf("archive batch: must be 1..%d, got %d", store.MaxArchiveBatch, opts.Batch)
 	case opts.Pause < 0 || opts.Interval < 0 || opts.LeaseTTL < 3*time.Second:
@@ -226,7 +233,7 @@ func (a *Archiver) Once(ctx context.Context) (Totals, error) {
 			}
 		}
 		res, err := a.st.Archive(ctx, store.ArchiveParams{Lease: a.lease, RetainSucceeded: a.opts.RetainSucceeded,
-			Limit: a.batch})
+			RetainCancelled: a.opts.RetainCancelled, Limit: a.batch})
 		switch {
 		case errors.Is(err, store.ErrLeaseLost):
 			a.lease = store.Lease{}

@@ -46,6 +46,11 @@ const (
 type ArchiveParams struct {
 	Lease           Lease
 	RetainSucceeded time.Duration
+	// RetainCancelled is how long a cancelled job stays after it was
+	// cancelled (R32); zero leaves cancelled jobs in the working tables.
+	// The batch takes succeeded jobs first, then cancelled ones, Limit in
+	// all.
+	RetainCancelled time.Duration
 	Limit           int
 }
 
@@ -54,6 +59,9 @@ func (p ArchiveParams) Validate() error {
 	var v violations
 	if p.RetainSucceeded < MinRetention {
 		v.add("retain_succeeded", "must be at least %s, got %s", MinRetention, p.RetainSucceeded)
+	}
+	if p.RetainCancelled != 0 && p.RetainCancelled < MinRetention {
+		v.add("retain_cancelled", "must be 0 (never) or at least %s, got %s", MinRetention, p.RetainCancelled)
 	}
 	if p.Limit < 1 || p.Limit > MaxArchiveBatch {
 		v.add("limit", "must be 1..%d, got %d", MaxArchiveBatch, p.Limit)

@@ -26,6 +26,9 @@ func checkRetention(c config) error {
 	case c.retainSucceeded < 0 || (c.retainSucceeded > 0 && c.retainSucceeded < store.MinRetention):
 		return fmt.Errorf("--retain-succeeded must be at least %s, or 0 to never archive, got %s (e.g. "+
 			"--retain-succeeded=168h)", store.MinRetention, c.retainSucceeded)
+	case c.retainCancelled < 0 || (c.retainCancelled > 0 && c.retainCancelled < store.MinRetention):
+		return fmt.Errorf("--retain-cancelled must be at least %s, or 0 to never archive cancelled jobs, got %s (e.g. "+
+			"--retain-cancelled=168h)", store.MinRetention, c.retainCancelled)
 	case c.archiveBatch < 1 || c.archiveBatch > store.MaxArchiveBatch:
 		return fmt.Errorf("--archive-batch must be between 1 and %d, got %d (e.g. --archive-batch=500)",
 			store.MaxArchiveBatch, c.archiveBatch)
@@ -83,13 +86,15 @@ func newArchiver(c config, st store.Store, reg prometheus.Registerer, log *slog.
 	if !ok {
 		return nil, fmt.Errorf("the store %T keeps no archive", st)
 	}
-	a, err := archiver.New(as, archiver.Options{RetainSucceeded: c.retainSucceeded, Batch: c.archiveBatch,
+	a, err := archiver.New(as, archiver.Options{RetainSucceeded: c.retainSucceeded, RetainCancelled: c.retainCancelled,
+		Batch: c.archiveBatch,
 		Pause: c.archivePause, Interval: c.archiveInterval, MaxPurgeBacklog: c.archiveMaxPurge,
 		Holder: holder, Metrics: archiver.NewMetrics(reg), Logger: log})
 	if err != nil {
 		return nil, err
 	}
-	log.Info("archive on", "retain_succeeded", c.retainSucceeded, "interval", c.archiveInterval)
+	log.Info("archive on", "retain_succeeded", c.retainSucceeded, "retain_cancelled", c.retainCancelled,
+		"interval", c.archiveInterval)
 	return a, nil
 }
 

@@ -112,6 +112,7 @@ type config struct {
 	migrateContract bool
 	// The archive (R31) and the shares of careless clients.
 	retainSucceeded   time.Duration
+	retainCancelled   time.Duration
 	archiveBatch      int
 	archivePause      time.Duration
 	archiveInterval   time.Duration
@@ -200,6 +201,9 @@ func parseFlags(args []string, stderr *os.File) (config, error) {
 	fs.DurationVar(&c.retainSucceeded, "retain-succeeded", archiver.Defaults.RetainSucceeded,
 		"how long a succeeded job stays in the working tables after its completion before the archive takes it, "+
 			"with its history and receipts (R31); at least 1s; 0: never archive (the tables then grow without bound)")
+	fs.DurationVar(&c.retainCancelled, "retain-cancelled", archiver.Defaults.RetainCancelled,
+		"how long a cancelled job stays in the working tables after it was cancelled before the archive takes it "+
+			"(R31, R32); at least 1s; 0: cancelled jobs stay. Archived only while the archive runs (--retain-succeeded > 0)")
 	fs.IntVar(&c.archiveBatch, "archive-batch", archiver.Defaults.Batch,
 		"most jobs one archive transaction moves (1..1000)")
 	fs.DurationVar(&c.archivePause, "archive-pause", archiver.Defaults.Pause,

@@ -17,6 +17,8 @@ var retention = sqlbase.RetentionStatements{
 	InsertIgnore: "INSERT IGNORE",
 	ArchiveCandidates: `SELECT id FROM refund_jobs FORCE INDEX (ix_refund_jobs_due)
  WHERE state = 'succeeded' AND next_attempt_at <= ? AND attention_since IS NULL ORDER BY next_attempt_at, id LIMIT ?`,
+	CancelledCandidates: `SELECT id FROM refund_jobs FORCE INDEX (ix_refund_jobs_due)
+ WHERE state = 'cancelled' AND next_attempt_at <= ? AND attention_since IS NULL ORDER BY next_attempt_at, id LIMIT ?`,
 	OldestSucceeded: `SELECT MIN(next_attempt_at) FROM refund_jobs FORCE INDEX (ix_refund_jobs_due)
  WHERE state = 'succeeded' AND attention_since IS NULL`,
 	PurgeBacklog: `SELECT count FROM information_schema.INNODB_METRICS WHERE name = 'trx_rseg_history_len'`,

@@ -427,10 +427,43 @@ func testReceiptAfterSuccessRaisesAttention_R34(t *testing.T, s store.Store) {
 	wantViolation(t, err, "attention")
 
 	// Never archived while listed.
-	if _, ok := s.(Retainer); ok {
-		archiveAll(t, s, "archiver-a", 10)
-		if d := get(t, s, job.ID); !d.Job.ArchivedAt.IsZero() {
-			t.Fatalf("a job on the attention list was archived: %+v", d.Job)
-		}
+	aged(t, s, done)
+	archiveAll(t, s, "archiver-a", 10)
+	if d := get(t, s, job.ID); !d.Job.ArchivedAt.IsZero() {
+		t.Fatalf("a job on the attention list was archived: %+v", d.Job)
 	}
+}
+
+// testCancelledJobsArchived_R31_R32: a cancelled job leaves the working
+// tables RetainCancelled after it was cancelled, never with a zero
+// RetainCancelled; it stays readable, and its key answers with it (R30).
+func testCancelledJobsArchived_R31_R32(t *testing.T, s store.Store) {
+	r := retainer(t, s)
+	p := refund(t)
+	job := enqueue(t, s, p)
+	cancelled := cancel(t, s, cancelOf(job.ID, 0, "order reinstated")).Job
+	aged(t, s, cancelled)
+	l, err := r.TakeLease(ctxFor(t), store.ArchiverLease, "archiver-c", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := r.Archive(ctxFor(t), store.ArchiveParams{Lease: l, RetainSucceeded: time.Second, Limit: 10})
+	if err != nil || res.Jobs != 0 {
+		t.Fatalf("Archive without RetainCancelled moved %d jobs, %v; want none", res.Jobs, err)
+	}
+	res, err = r.Archive(ctxFor(t), store.ArchiveParams{Lease: l, RetainSucceeded: time.Second,
+		RetainCancelled: time.Second, Limit: 10})
+	if err != nil || res.Jobs != 1 {
+		t.Fatalf("Archive with RetainCancelled moved %d jobs, %v; want the cancelled one", res.Jobs, err)
+	}
+	d := get(t, s, job.ID)
+	if d.Job.ArchivedAt.IsZero() || d.Job.State != store.StateCancelled || d.Events[len(d.Events)-1].Kind != store.EventCancelled {
+		t.Fatalf("the archived cancelled job reads %+v %v", d.Job, kinds(d.Events))
+	}
+	again, created, err := s.Enqueue(ctxFor(t), p)
+	if err != nil || created || again.ID != job.ID || again.State != store.StateCancelled {
+		t.Fatalf("enqueue of an archived cancelled key = %+v created %v, %v", again, created, err)
+	}
+	_, err = s.Cancel(ctxFor(t), cancelOf(job.ID, 0, "again"))
+	wantFence(t, err, store.ErrNotCancellable, 0, store.StateCancelled)
 }

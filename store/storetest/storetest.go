@@ -116,6 +116,7 @@ func Run(t *testing.T, open Opener) {
 		{"CancelRacesClaim_R32", testCancelRacesClaim_R32},
 		{"PauseStopsGrants_R33", testPauseStopsGrants_R33},
 		{"ReceiptAfterSuccessRaisesAttention_R34", testReceiptAfterSuccessRaisesAttention_R34},
+		{"CancelledJobsArchived_R31_R32", testCancelledJobsArchived_R31_R32},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -20,8 +20,10 @@ type RetentionStatements struct {
 	InsertIgnore string
 	// ArchiveCandidates reads the ids of succeeded jobs completed at or
 	// before its cutoff, oldest first, with a limit, walking an index of
-	// state and completion time.
-	ArchiveCandidates string
+	// state and completion time; CancelledCandidates the same of
+	// cancelled jobs (their next_attempt_at is when they were cancelled).
+	// Neither takes a job on the attention list (R34).
+	ArchiveCandidates, CancelledCandidates string
 	// OldestSucceeded reads the completion time of the oldest succeeded job
 	// (NULL when none), on the same index.
 	OldestSucceeded string
@@ -48,7 +50,7 @@ const (
 	// R31, R34: a job on the attention list stays until a person
 	// acknowledged it.
 	lockArchivable = `SELECT id, operation_key, state FROM refund_jobs
- WHERE id IN (%[1]s) AND state = 'succeeded' AND attention_since IS NULL
+ WHERE id IN (%[1]s) AND state IN ('succeeded', 'cancelled') AND attention_since IS NULL
  ORDER BY id%[2]s`
 	// %[1]s: INSERT IGNORE; %[2]s: the ids.
 	keepKeysOf = `%[1]s INTO refund_operation_keys
@@ -208,12 +210,20 @@ func (b *Backend) archiveTx(ctx context.Context, tx Tx, p store.ArchiveParams) (
 		return store.ArchiveResult{}, err
 	}
 	cutoff := now.Add(-p.RetainSucceeded)
-	ids, err := QueryAll(ctx, tx, func(r Scanner) (int64, error) {
+	scanID := func(r Scanner) (int64, error) {
 		var id int64
 		return id, r.Scan(&id)
-	}, b.Retention.ArchiveCandidates, b.At(cutoff), p.Limit)
+	}
+	ids, err := QueryAll(ctx, tx, scanID, b.Retention.ArchiveCandidates, b.At(cutoff), p.Limit)
 	if err != nil {
 		return store.ArchiveResult{}, err
+	}
+	if rest := p.Limit - len(ids); rest > 0 && p.RetainCancelled > 0 {
+		cancelled, err := QueryAll(ctx, tx, scanID, b.Retention.CancelledCandidates, b.At(now.Add(-p.RetainCancelled)), rest)
+		if err != nil {
+			return store.ArchiveResult{}, err
+		}
+		ids = append(ids, cancelled...)
 	}
 	var res store.ArchiveResult
 	res.More = len(ids) == p.Limit
@@ -233,7 +243,7 @@ func (b *Backend) archiveTx(ctx context.Context, tx Tx, p store.ArchiveParams) (
 	return res, nil
 }
 
-// moveJobs locks the jobs ids that are still succeeded, by primary key in
+// moveJobs locks the jobs ids that are still final, by primary key in
 // ascending order, keeps their keys (R30) marked archived, and moves them,
 // their history and their receipts to the archive at now.
 func (b *Backend) moveJobs(ctx context.Context, tx Tx, ids []int64, now time.Time, res *store.ArchiveResult) error {
@@ -250,10 +260,10 @@ func (b *Backend) moveJobs(ctx context.Context, tx Tx, ids []int64, now time.Tim
 		return err
 	}
 	ids = ids[:0]
-	keys := make([]any, len(rows))
-	for i, r := range rows {
+	keys := map[store.State][]any{}
+	for _, r := range rows {
 		ids = append(ids, r.id)
-		keys[i] = r.key
+		keys[r.state] = append(keys[r.state], r.key)
 	}
 	in, args := Placeholders(len(ids)), Int64Args(ids)
 	// R30: a job enqueued by an earlier release has no key row: it gets one
@@ -261,9 +271,13 @@ func (b *Backend) moveJobs(ctx context.Context, tx Tx, ids []int64, now time.Tim
 	if _, err := tx.ExecContext(ctx, fmt.Sprintf(keepKeysOf, b.Retention.InsertIgnore, in), args...); err != nil {
 		return err
 	}
-	if _, err := tx.ExecContext(ctx, fmt.Sprintf(markKeysArchived, Placeholders(len(keys))),
-		append([]any{store.StateSucceeded, b.At(now)}, keys...)...); err != nil {
-		return err
+	for _, state := range []store.State{store.StateSucceeded, store.StateCancelled} {
+		if ks := keys[state]; len(ks) > 0 {
+			if _, err := tx.ExecContext(ctx, fmt.Sprintf(markKeysArchived, Placeholders(len(ks))),
+				append([]any{state, b.At(now)}, ks...)...); err != nil {
+				return err
+			}
+		}
 	}
 	moved, err := tx.ExecContext(ctx, fmt.Sprintf(archiveJobs, in), append([]any{b.At(now)}, args...)...)
 	if err != nil {
