@@ -34,10 +34,19 @@ func TestCancelOverGRPC_R32(t *testing.T) {
 		_, err = c.client.Complete(ctx, &pb.CompleteRequest{JobId: job.Id, Attempt: g.Attempt, LeaseToken: g.LeaseToken,
 			ProviderRefundId: "re_zombie"})
 		errorInfo(t, err, codes.FailedPrecondition, server.ReasonStaleAttempt)
+		// T1 with a cancel in the middle: the zombie files what the provider
+		// told it (R15), and the next holder is handed it.
+		if _, err := c.client.ReportObservation(ctx, &pb.ReportObservationRequest{Job: &pb.ReportObservationRequest_JobId{JobId: job.Id},
+			Attempt: g.Attempt, LeaseToken: g.LeaseToken, Source: "worker:A", ProviderRefundId: "re_had_it",
+			Outcome: pb.ObservationOutcome_OBSERVATION_OUTCOME_SUCCEEDED}); err != nil {
+			t.Fatal(err)
+		}
 
 		g2 := c.claimOne(t, "B", job.Id)
-		if !g2.CancelRequested || g2.NextAction != pb.NextAction_NEXT_ACTION_RECONCILE {
-			t.Fatalf("grant after the cancel = cancel_requested %v next_action %v", g2.CancelRequested, g2.NextAction)
+		if !g2.CancelRequested || g2.NextAction != pb.NextAction_NEXT_ACTION_RECONCILE || len(g2.Observations) != 1 ||
+			g2.Observations[0].ProviderRefundId != "re_had_it" {
+			t.Fatalf("grant after the cancel = cancel_requested %v next_action %v receipts %v", g2.CancelRequested,
+				g2.NextAction, g2.Observations)
 		}
 		_, err = c.client.Reschedule(ctx, &pb.RescheduleRequest{JobId: job.Id, Attempt: g2.Attempt, LeaseToken: g2.LeaseToken,
 			NextAction: pb.NextAction_NEXT_ACTION_REFUND, When: &pb.RescheduleRequest_Delay{Delay: durationpb.New(time.Minute)}})
