@@ -426,6 +426,39 @@ func (d *Dispatcher) release(_ store.ClaimParams, out store.ClaimOutcome) {
 
 // releaseJobs hands jobs back with a fenced Reschedule each, kept in the
 // history with reason.
+// releaseTries bounds the tries of one hand-back: a database busy for a
+// moment (a lock wait, a failover's seconds) must not leave the job to wait
+// out a whole lease, which may be minutes.
+const releaseTries = 4
+
+// release1 writes one hand-back, trying again after a failure that changed
+// nothing (the write is fenced and a repeat is a replay, R21), with a
+// growing pause, unless the dispatcher closes meanwhile.
+func (d *Dispatcher) release1(w store.Writeback) error {
+	var err error
+	for try := 1; try <= releaseTries; try++ {
+		ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
+		var out store.WriteOutcome
+		out, err = d.Write(ctx, w)
+		cancel()
+		if err == nil {
+			err = out.Err
+		}
+		var fe *store.FenceError
+		if err == nil || errors.As(err, &fe) || errors.Is(err, store.ErrNotFound) || errors.Is(err, ErrClosed) {
+			return err
+		}
+		d.relMu.Lock()
+		closing := d.closing
+		d.relMu.Unlock()
+		if closing || try == releaseTries {
+			break
+		}
+		time.Sleep(time.Duration(try*try) * 100 * time.Millisecond)
+	}
+	return err
+}
+
 func (d *Dispatcher) releaseJobs(jobs []store.ClaimedJob, reason string) {
 	for _, c := range jobs {
 		w := store.Writeback{Kind: store.EventRescheduled, JobID: c.Job.ID, Attempt: c.Job.Attempt,
@@ -441,14 +474,9 @@ func (d *Dispatcher) releaseJobs(jobs []store.ClaimedJob, reason string) {
 		d.relMu.Unlock()
 		go func() {
 			defer d.releasing.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
-			defer cancel()
-			out, err := d.Write(ctx, w)
-			if err == nil {
-				err = out.Err
-			}
+			err := d.release1(w)
 			if err != nil {
-				d.log.LogAttrs(ctx, slog.LevelWarn, "abandoned claim not released; its lease will expire",
+				d.log.LogAttrs(context.Background(), slog.LevelWarn, "abandoned claim not released; its lease will expire",
 					slog.String("operation_key", c.Job.OperationKey), slog.Int64("job_id", c.Job.ID),
 					slog.Int64("attempt", c.Job.Attempt), slog.String("error", err.Error()))
 			}
