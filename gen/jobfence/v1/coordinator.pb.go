@@ -415,10 +415,10 @@ const (
 	Role_ROLE_PRODUCER Role = 1
 	// Claim, Complete, Reschedule, Escalate, ReportObservation.
 	Role_ROLE_WORKER Role = 2
-	// GetJob, ListJobs, GetOverview, ResolveReview, CancelRefund,
-	// PauseProvider, ResumeProvider and AcknowledgeAttention.
+	// GetJob, ListJobs, GetOverview, GetActivity, ResolveReview,
+	// CancelRefund, PauseProvider, ResumeProvider and AcknowledgeAttention.
 	Role_ROLE_OPERATOR Role = 3
-	// GetJob, ListJobs and GetOverview: sees, never acts (R29).
+	// GetJob, ListJobs, GetOverview and GetActivity: sees, never acts (R29).
 	Role_ROLE_READER Role = 4
 )
 
@@ -4992,6 +4992,232 @@ func (*WorkReply_RenewLeases) isWorkReply_Result() {}
 
 func (*WorkReply_ReportObservation) isWorkReply_Result() {}
 
+type GetActivityRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How many minutes back, the current minute included: 1..360; 180 when
+	// unset.
+	Minutes       int32 `protobuf:"varint,1,opt,name=minutes,proto3" json:"minutes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetActivityRequest) Reset() {
+	*x = GetActivityRequest{}
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetActivityRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetActivityRequest) ProtoMessage() {}
+
+func (x *GetActivityRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetActivityRequest.ProtoReflect.Descriptor instead.
+func (*GetActivityRequest) Descriptor() ([]byte, []int) {
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *GetActivityRequest) GetMinutes() int32 {
+	if x != nil {
+		return x.Minutes
+	}
+	return 0
+}
+
+type GetActivityResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The database's time when the activity was read (R12); a cached answer
+	// keeps its own.
+	Now *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=now,proto3" json:"now,omitempty"`
+	// One per minute of the window, oldest first, the last the minute of now
+	// (so far). Every minute is listed, with zeros when nothing happened.
+	Minutes []*ActivityMinute `protobuf:"bytes,2,rep,name=minutes,proto3" json:"minutes,omitempty"`
+	// More history or receipts lay in the window than one read takes: only
+	// the newest rows were counted, complete from counted_since on; what
+	// happened before it is counted in part or not at all.
+	Truncated bool `protobuf:"varint,3,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	// From when the counts are complete: the start of the window, or, when
+	// truncated, the oldest row counted.
+	CountedSince  *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=counted_since,json=countedSince,proto3" json:"counted_since,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetActivityResponse) Reset() {
+	*x = GetActivityResponse{}
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetActivityResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetActivityResponse) ProtoMessage() {}
+
+func (x *GetActivityResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetActivityResponse.ProtoReflect.Descriptor instead.
+func (*GetActivityResponse) Descriptor() ([]byte, []int) {
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *GetActivityResponse) GetNow() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Now
+	}
+	return nil
+}
+
+func (x *GetActivityResponse) GetMinutes() []*ActivityMinute {
+	if x != nil {
+		return x.Minutes
+	}
+	return nil
+}
+
+func (x *GetActivityResponse) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
+func (x *GetActivityResponse) GetCountedSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CountedSince
+	}
+	return nil
+}
+
+// ActivityMinute counts what happened in one minute of the database's clock.
+// Transitions are counted when they change the job's state; a replayed write
+// wrote nothing and counts nothing (R21).
+type ActivityMinute struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The minute's first instant (seconds zero), UTC.
+	Start *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=start,proto3" json:"start,omitempty"`
+	// Jobs that became SUCCEEDED: a worker's completion or a person marking
+	// the refund made.
+	Succeeded int64 `protobuf:"varint,2,opt,name=succeeded,proto3" json:"succeeded,omitempty"`
+	// Jobs that entered MANUAL_REVIEW: reviews opened (R14, R16).
+	ManualReview int64 `protobuf:"varint,3,opt,name=manual_review,json=manualReview,proto3" json:"manual_review,omitempty"`
+	// Jobs that became CANCELLED (R32): at once, or by a person's decision.
+	Cancelled int64 `protobuf:"varint,4,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
+	// Takeovers of an expired lease (R6, M1).
+	Takeovers int64 `protobuf:"varint,5,opt,name=takeovers,proto3" json:"takeovers,omitempty"`
+	// Reviews a person resolved (ResolveReview), whatever the resolution.
+	ReviewsResolved int64 `protobuf:"varint,6,opt,name=reviews_resolved,json=reviewsResolved,proto3" json:"reviews_resolved,omitempty"`
+	// Receipts filed on jobs (R15, R28): workers' late answers and webhooks.
+	Receipts      int64 `protobuf:"varint,7,opt,name=receipts,proto3" json:"receipts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ActivityMinute) Reset() {
+	*x = ActivityMinute{}
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ActivityMinute) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ActivityMinute) ProtoMessage() {}
+
+func (x *ActivityMinute) ProtoReflect() protoreflect.Message {
+	mi := &file_jobfence_v1_coordinator_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ActivityMinute.ProtoReflect.Descriptor instead.
+func (*ActivityMinute) Descriptor() ([]byte, []int) {
+	return file_jobfence_v1_coordinator_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *ActivityMinute) GetStart() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Start
+	}
+	return nil
+}
+
+func (x *ActivityMinute) GetSucceeded() int64 {
+	if x != nil {
+		return x.Succeeded
+	}
+	return 0
+}
+
+func (x *ActivityMinute) GetManualReview() int64 {
+	if x != nil {
+		return x.ManualReview
+	}
+	return 0
+}
+
+func (x *ActivityMinute) GetCancelled() int64 {
+	if x != nil {
+		return x.Cancelled
+	}
+	return 0
+}
+
+func (x *ActivityMinute) GetTakeovers() int64 {
+	if x != nil {
+		return x.Takeovers
+	}
+	return 0
+}
+
+func (x *ActivityMinute) GetReviewsResolved() int64 {
+	if x != nil {
+		return x.ReviewsResolved
+	}
+	return 0
+}
+
+func (x *ActivityMinute) GetReceipts() int64 {
+	if x != nil {
+		return x.Receipts
+	}
+	return 0
+}
+
 var File_jobfence_v1_coordinator_proto protoreflect.FileDescriptor
 
 const file_jobfence_v1_coordinator_proto_rawDesc = "" +
@@ -5372,7 +5598,22 @@ const file_jobfence_v1_coordinator_proto_rawDesc = "" +
 	"\bescalate\x18\x05 \x01(\v2\x1d.jobfence.v1.EscalateResponseH\x00R\bescalate\x12E\n" +
 	"\frenew_leases\x18\x06 \x01(\v2 .jobfence.v1.RenewLeasesResponseH\x00R\vrenewLeases\x12W\n" +
 	"\x12report_observation\x18\a \x01(\v2&.jobfence.v1.ReportObservationResponseH\x00R\x11reportObservationB\b\n" +
-	"\x06result*\xd5\x05\n" +
+	"\x06result\".\n" +
+	"\x12GetActivityRequest\x12\x18\n" +
+	"\aminutes\x18\x01 \x01(\x05R\aminutes\"\xd9\x01\n" +
+	"\x13GetActivityResponse\x12,\n" +
+	"\x03now\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x03now\x125\n" +
+	"\aminutes\x18\x02 \x03(\v2\x1b.jobfence.v1.ActivityMinuteR\aminutes\x12\x1c\n" +
+	"\ttruncated\x18\x03 \x01(\bR\ttruncated\x12?\n" +
+	"\rcounted_since\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\fcountedSince\"\x88\x02\n" +
+	"\x0eActivityMinute\x120\n" +
+	"\x05start\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x12\x1c\n" +
+	"\tsucceeded\x18\x02 \x01(\x03R\tsucceeded\x12#\n" +
+	"\rmanual_review\x18\x03 \x01(\x03R\fmanualReview\x12\x1c\n" +
+	"\tcancelled\x18\x04 \x01(\x03R\tcancelled\x12\x1c\n" +
+	"\ttakeovers\x18\x05 \x01(\x03R\ttakeovers\x12)\n" +
+	"\x10reviews_resolved\x18\x06 \x01(\x03R\x0freviewsResolved\x12\x1a\n" +
+	"\breceipts\x18\a \x01(\x03R\breceipts*\xd5\x05\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aERROR_REASON_STALE_ATTEMPT\x10\x01\x12 \n" +
@@ -5423,8 +5664,7 @@ const file_jobfence_v1_coordinator_proto_rawDesc = "" +
 	"\rROLE_PRODUCER\x10\x01\x12\x0f\n" +
 	"\vROLE_WORKER\x10\x02\x12\x11\n" +
 	"\rROLE_OPERATOR\x10\x03\x12\x0f\n" +
-	"\vROLE_READER\x10\x042\xeb\n" +
-	"\n" +
+	"\vROLE_READER\x10\x042\xbd\v\n" +
 	"\vCoordinator\x12V\n" +
 	"\rEnqueueRefund\x12!.jobfence.v1.EnqueueRefundRequest\x1a\".jobfence.v1.EnqueueRefundResponse\x12>\n" +
 	"\x05Claim\x12\x19.jobfence.v1.ClaimRequest\x1a\x1a.jobfence.v1.ClaimResponse\x12G\n" +
@@ -5443,7 +5683,8 @@ const file_jobfence_v1_coordinator_proto_rawDesc = "" +
 	"\fCancelRefund\x12 .jobfence.v1.CancelRefundRequest\x1a!.jobfence.v1.CancelRefundResponse\x12V\n" +
 	"\rPauseProvider\x12!.jobfence.v1.PauseProviderRequest\x1a\".jobfence.v1.PauseProviderResponse\x12Y\n" +
 	"\x0eResumeProvider\x12\".jobfence.v1.ResumeProviderRequest\x1a#.jobfence.v1.ResumeProviderResponse\x12k\n" +
-	"\x14AcknowledgeAttention\x12(.jobfence.v1.AcknowledgeAttentionRequest\x1a).jobfence.v1.AcknowledgeAttentionResponseB\xa9\x01\n" +
+	"\x14AcknowledgeAttention\x12(.jobfence.v1.AcknowledgeAttentionRequest\x1a).jobfence.v1.AcknowledgeAttentionResponse\x12P\n" +
+	"\vGetActivity\x12\x1f.jobfence.v1.GetActivityRequest\x1a .jobfence.v1.GetActivityResponseB\xa9\x01\n" +
 	"\x0fcom.jobfence.v1B\x10CoordinatorProtoP\x01Z7github.com/jobfence/jobfence/gen/jobfence/v1;jobfencev1\xa2\x02\x03JXX\xaa\x02\vJobfence.V1\xca\x02\vJobfence\\V1\xe2\x02\x17Jobfence\\V1\\GPBMetadata\xea\x02\fJobfence::V1b\x06proto3"
 
 var (
@@ -5459,7 +5700,7 @@ func file_jobfence_v1_coordinator_proto_rawDescGZIP() []byte {
 }
 
 var file_jobfence_v1_coordinator_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_jobfence_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
+var file_jobfence_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
 var file_jobfence_v1_coordinator_proto_goTypes = []any{
 	(ErrorReason)(0),                     // 0: jobfence.v1.ErrorReason
 	(JobState)(0),                        // 1: jobfence.v1.JobState
@@ -5519,97 +5760,100 @@ var file_jobfence_v1_coordinator_proto_goTypes = []any{
 	(*WorkResponse)(nil),                 // 55: jobfence.v1.WorkResponse
 	(*WorkGrant)(nil),                    // 56: jobfence.v1.WorkGrant
 	(*WorkReply)(nil),                    // 57: jobfence.v1.WorkReply
-	nil,                                  // 58: jobfence.v1.LeaseRenewal.MetadataEntry
-	nil,                                  // 59: jobfence.v1.ListJobsResponse.ObservationCountsEntry
-	(*timestamppb.Timestamp)(nil),        // 60: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),          // 61: google.protobuf.Duration
+	(*GetActivityRequest)(nil),           // 58: jobfence.v1.GetActivityRequest
+	(*GetActivityResponse)(nil),          // 59: jobfence.v1.GetActivityResponse
+	(*ActivityMinute)(nil),               // 60: jobfence.v1.ActivityMinute
+	nil,                                  // 61: jobfence.v1.LeaseRenewal.MetadataEntry
+	nil,                                  // 62: jobfence.v1.ListJobsResponse.ObservationCountsEntry
+	(*timestamppb.Timestamp)(nil),        // 63: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),          // 64: google.protobuf.Duration
 }
 var file_jobfence_v1_coordinator_proto_depIdxs = []int32{
 	1,   // 0: jobfence.v1.Job.state:type_name -> jobfence.v1.JobState
 	2,   // 1: jobfence.v1.Job.next_action:type_name -> jobfence.v1.NextAction
-	60,  // 2: jobfence.v1.Job.next_attempt_at:type_name -> google.protobuf.Timestamp
-	60,  // 3: jobfence.v1.Job.lease_until:type_name -> google.protobuf.Timestamp
-	60,  // 4: jobfence.v1.Job.first_sent_at:type_name -> google.protobuf.Timestamp
-	60,  // 5: jobfence.v1.Job.created_at:type_name -> google.protobuf.Timestamp
-	60,  // 6: jobfence.v1.Job.updated_at:type_name -> google.protobuf.Timestamp
-	60,  // 7: jobfence.v1.Job.archived_at:type_name -> google.protobuf.Timestamp
-	60,  // 8: jobfence.v1.Job.cancel_requested_at:type_name -> google.protobuf.Timestamp
-	60,  // 9: jobfence.v1.Job.attention_since:type_name -> google.protobuf.Timestamp
+	63,  // 2: jobfence.v1.Job.next_attempt_at:type_name -> google.protobuf.Timestamp
+	63,  // 3: jobfence.v1.Job.lease_until:type_name -> google.protobuf.Timestamp
+	63,  // 4: jobfence.v1.Job.first_sent_at:type_name -> google.protobuf.Timestamp
+	63,  // 5: jobfence.v1.Job.created_at:type_name -> google.protobuf.Timestamp
+	63,  // 6: jobfence.v1.Job.updated_at:type_name -> google.protobuf.Timestamp
+	63,  // 7: jobfence.v1.Job.archived_at:type_name -> google.protobuf.Timestamp
+	63,  // 8: jobfence.v1.Job.cancel_requested_at:type_name -> google.protobuf.Timestamp
+	63,  // 9: jobfence.v1.Job.attention_since:type_name -> google.protobuf.Timestamp
 	6,   // 10: jobfence.v1.ClaimedJob.job:type_name -> jobfence.v1.Job
-	60,  // 11: jobfence.v1.ClaimedJob.lease_until:type_name -> google.protobuf.Timestamp
+	63,  // 11: jobfence.v1.ClaimedJob.lease_until:type_name -> google.protobuf.Timestamp
 	2,   // 12: jobfence.v1.ClaimedJob.next_action:type_name -> jobfence.v1.NextAction
 	9,   // 13: jobfence.v1.ClaimedJob.observations:type_name -> jobfence.v1.Observation
-	60,  // 14: jobfence.v1.ClaimedJob.resend_deadline:type_name -> google.protobuf.Timestamp
-	60,  // 15: jobfence.v1.ClaimedJob.claimed_at:type_name -> google.protobuf.Timestamp
+	63,  // 14: jobfence.v1.ClaimedJob.resend_deadline:type_name -> google.protobuf.Timestamp
+	63,  // 15: jobfence.v1.ClaimedJob.claimed_at:type_name -> google.protobuf.Timestamp
 	1,   // 16: jobfence.v1.JobEvent.from_state:type_name -> jobfence.v1.JobState
 	1,   // 17: jobfence.v1.JobEvent.to_state:type_name -> jobfence.v1.JobState
 	2,   // 18: jobfence.v1.JobEvent.next_action:type_name -> jobfence.v1.NextAction
-	60,  // 19: jobfence.v1.JobEvent.created_at:type_name -> google.protobuf.Timestamp
+	63,  // 19: jobfence.v1.JobEvent.created_at:type_name -> google.protobuf.Timestamp
 	4,   // 20: jobfence.v1.Observation.outcome:type_name -> jobfence.v1.ObservationOutcome
-	60,  // 21: jobfence.v1.Observation.created_at:type_name -> google.protobuf.Timestamp
-	60,  // 22: jobfence.v1.EnqueueRefundRequest.not_before:type_name -> google.protobuf.Timestamp
+	63,  // 21: jobfence.v1.Observation.created_at:type_name -> google.protobuf.Timestamp
+	63,  // 22: jobfence.v1.EnqueueRefundRequest.not_before:type_name -> google.protobuf.Timestamp
 	6,   // 23: jobfence.v1.EnqueueRefundResponse.job:type_name -> jobfence.v1.Job
-	61,  // 24: jobfence.v1.ClaimRequest.lease_duration:type_name -> google.protobuf.Duration
-	61,  // 25: jobfence.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
+	64,  // 24: jobfence.v1.ClaimRequest.lease_duration:type_name -> google.protobuf.Duration
+	64,  // 25: jobfence.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
 	7,   // 26: jobfence.v1.ClaimResponse.jobs:type_name -> jobfence.v1.ClaimedJob
-	61,  // 27: jobfence.v1.ClaimResponse.retry_after:type_name -> google.protobuf.Duration
+	64,  // 27: jobfence.v1.ClaimResponse.retry_after:type_name -> google.protobuf.Duration
 	6,   // 28: jobfence.v1.CompleteResponse.job:type_name -> jobfence.v1.Job
 	2,   // 29: jobfence.v1.RescheduleRequest.next_action:type_name -> jobfence.v1.NextAction
-	61,  // 30: jobfence.v1.RescheduleRequest.delay:type_name -> google.protobuf.Duration
-	60,  // 31: jobfence.v1.RescheduleRequest.next_attempt_at:type_name -> google.protobuf.Timestamp
+	64,  // 30: jobfence.v1.RescheduleRequest.delay:type_name -> google.protobuf.Duration
+	63,  // 31: jobfence.v1.RescheduleRequest.next_attempt_at:type_name -> google.protobuf.Timestamp
 	6,   // 32: jobfence.v1.RescheduleResponse.job:type_name -> jobfence.v1.Job
 	6,   // 33: jobfence.v1.EscalateResponse.job:type_name -> jobfence.v1.Job
 	21,  // 34: jobfence.v1.RenewLeasesRequest.grants:type_name -> jobfence.v1.GrantRef
-	61,  // 35: jobfence.v1.RenewLeasesRequest.lease_duration:type_name -> google.protobuf.Duration
+	64,  // 35: jobfence.v1.RenewLeasesRequest.lease_duration:type_name -> google.protobuf.Duration
 	23,  // 36: jobfence.v1.RenewLeasesResponse.renewals:type_name -> jobfence.v1.LeaseRenewal
-	60,  // 37: jobfence.v1.LeaseRenewal.lease_until:type_name -> google.protobuf.Timestamp
+	63,  // 37: jobfence.v1.LeaseRenewal.lease_until:type_name -> google.protobuf.Timestamp
 	0,   // 38: jobfence.v1.LeaseRenewal.refused:type_name -> jobfence.v1.ErrorReason
-	58,  // 39: jobfence.v1.LeaseRenewal.metadata:type_name -> jobfence.v1.LeaseRenewal.MetadataEntry
-	60,  // 40: jobfence.v1.LeaseRenewal.grant_expires_at:type_name -> google.protobuf.Timestamp
-	60,  // 41: jobfence.v1.LeaseRenewal.receipt_filed_at:type_name -> google.protobuf.Timestamp
+	61,  // 39: jobfence.v1.LeaseRenewal.metadata:type_name -> jobfence.v1.LeaseRenewal.MetadataEntry
+	63,  // 40: jobfence.v1.LeaseRenewal.grant_expires_at:type_name -> google.protobuf.Timestamp
+	63,  // 41: jobfence.v1.LeaseRenewal.receipt_filed_at:type_name -> google.protobuf.Timestamp
 	4,   // 42: jobfence.v1.ReportObservationRequest.outcome:type_name -> jobfence.v1.ObservationOutcome
 	9,   // 43: jobfence.v1.ReportObservationResponse.observation:type_name -> jobfence.v1.Observation
 	47,  // 44: jobfence.v1.ReportObservationResponse.kept_aside:type_name -> jobfence.v1.UnmatchedEvent
 	6,   // 45: jobfence.v1.GetJobResponse.job:type_name -> jobfence.v1.Job
 	8,   // 46: jobfence.v1.GetJobResponse.events:type_name -> jobfence.v1.JobEvent
 	9,   // 47: jobfence.v1.GetJobResponse.observations:type_name -> jobfence.v1.Observation
-	60,  // 48: jobfence.v1.GetJobResponse.resend_deadline:type_name -> google.protobuf.Timestamp
+	63,  // 48: jobfence.v1.GetJobResponse.resend_deadline:type_name -> google.protobuf.Timestamp
 	28,  // 49: jobfence.v1.GetJobResponse.ledger:type_name -> jobfence.v1.LedgerEntry
-	60,  // 50: jobfence.v1.GetJobResponse.now:type_name -> google.protobuf.Timestamp
-	60,  // 51: jobfence.v1.LedgerEntry.recorded_at:type_name -> google.protobuf.Timestamp
+	63,  // 50: jobfence.v1.GetJobResponse.now:type_name -> google.protobuf.Timestamp
+	63,  // 51: jobfence.v1.LedgerEntry.recorded_at:type_name -> google.protobuf.Timestamp
 	1,   // 52: jobfence.v1.ListJobsRequest.state:type_name -> jobfence.v1.JobState
-	60,  // 53: jobfence.v1.ListJobsRequest.created_after:type_name -> google.protobuf.Timestamp
-	60,  // 54: jobfence.v1.ListJobsRequest.created_before:type_name -> google.protobuf.Timestamp
+	63,  // 53: jobfence.v1.ListJobsRequest.created_after:type_name -> google.protobuf.Timestamp
+	63,  // 54: jobfence.v1.ListJobsRequest.created_before:type_name -> google.protobuf.Timestamp
 	6,   // 55: jobfence.v1.ListJobsResponse.jobs:type_name -> jobfence.v1.Job
-	59,  // 56: jobfence.v1.ListJobsResponse.observation_counts:type_name -> jobfence.v1.ListJobsResponse.ObservationCountsEntry
+	62,  // 56: jobfence.v1.ListJobsResponse.observation_counts:type_name -> jobfence.v1.ListJobsResponse.ObservationCountsEntry
 	3,   // 57: jobfence.v1.ResolveReviewRequest.resolution:type_name -> jobfence.v1.ReviewResolution
 	6,   // 58: jobfence.v1.ResolveReviewResponse.job:type_name -> jobfence.v1.Job
 	5,   // 59: jobfence.v1.WhoAmIResponse.roles:type_name -> jobfence.v1.Role
-	60,  // 60: jobfence.v1.GetOverviewResponse.now:type_name -> google.protobuf.Timestamp
-	60,  // 61: jobfence.v1.GetOverviewResponse.oldest_unfinished_created_at:type_name -> google.protobuf.Timestamp
+	63,  // 60: jobfence.v1.GetOverviewResponse.now:type_name -> google.protobuf.Timestamp
+	63,  // 61: jobfence.v1.GetOverviewResponse.oldest_unfinished_created_at:type_name -> google.protobuf.Timestamp
 	6,   // 62: jobfence.v1.GetOverviewResponse.oldest_reviews:type_name -> jobfence.v1.Job
 	8,   // 63: jobfence.v1.GetOverviewResponse.recent_takeovers:type_name -> jobfence.v1.JobEvent
 	48,  // 64: jobfence.v1.GetOverviewResponse.recent_stale_rejections:type_name -> jobfence.v1.StaleRejection
-	60,  // 65: jobfence.v1.GetOverviewResponse.coordinator_started_at:type_name -> google.protobuf.Timestamp
+	63,  // 65: jobfence.v1.GetOverviewResponse.coordinator_started_at:type_name -> google.protobuf.Timestamp
 	49,  // 66: jobfence.v1.GetOverviewResponse.budgets:type_name -> jobfence.v1.ProviderBudget
 	47,  // 67: jobfence.v1.GetOverviewResponse.recent_unmatched:type_name -> jobfence.v1.UnmatchedEvent
 	37,  // 68: jobfence.v1.GetOverviewResponse.paused_providers:type_name -> jobfence.v1.ProviderPause
 	6,   // 69: jobfence.v1.GetOverviewResponse.attention:type_name -> jobfence.v1.Job
 	38,  // 70: jobfence.v1.GetOverviewResponse.recent_pause_events:type_name -> jobfence.v1.ProviderPauseEvent
-	60,  // 71: jobfence.v1.ProviderPause.paused_at:type_name -> google.protobuf.Timestamp
-	60,  // 72: jobfence.v1.ProviderPauseEvent.created_at:type_name -> google.protobuf.Timestamp
+	63,  // 71: jobfence.v1.ProviderPause.paused_at:type_name -> google.protobuf.Timestamp
+	63,  // 72: jobfence.v1.ProviderPauseEvent.created_at:type_name -> google.protobuf.Timestamp
 	6,   // 73: jobfence.v1.CancelRefundResponse.job:type_name -> jobfence.v1.Job
 	37,  // 74: jobfence.v1.PauseProviderResponse.pause:type_name -> jobfence.v1.ProviderPause
-	60,  // 75: jobfence.v1.AcknowledgeAttentionRequest.attention_since:type_name -> google.protobuf.Timestamp
+	63,  // 75: jobfence.v1.AcknowledgeAttentionRequest.attention_since:type_name -> google.protobuf.Timestamp
 	6,   // 76: jobfence.v1.AcknowledgeAttentionResponse.job:type_name -> jobfence.v1.Job
 	4,   // 77: jobfence.v1.UnmatchedEvent.outcome:type_name -> jobfence.v1.ObservationOutcome
-	60,  // 78: jobfence.v1.UnmatchedEvent.received_at:type_name -> google.protobuf.Timestamp
-	60,  // 79: jobfence.v1.StaleRejection.at:type_name -> google.protobuf.Timestamp
+	63,  // 78: jobfence.v1.UnmatchedEvent.received_at:type_name -> google.protobuf.Timestamp
+	63,  // 79: jobfence.v1.StaleRejection.at:type_name -> google.protobuf.Timestamp
 	51,  // 80: jobfence.v1.WorkRequest.start:type_name -> jobfence.v1.WorkStart
 	53,  // 81: jobfence.v1.WorkRequest.credit:type_name -> jobfence.v1.WorkCredit
 	54,  // 82: jobfence.v1.WorkRequest.call:type_name -> jobfence.v1.WorkCall
 	52,  // 83: jobfence.v1.WorkRequest.ack:type_name -> jobfence.v1.WorkAck
-	61,  // 84: jobfence.v1.WorkStart.lease_duration:type_name -> google.protobuf.Duration
+	64,  // 84: jobfence.v1.WorkStart.lease_duration:type_name -> google.protobuf.Duration
 	21,  // 85: jobfence.v1.WorkAck.grants:type_name -> jobfence.v1.GrantRef
 	14,  // 86: jobfence.v1.WorkCall.complete:type_name -> jobfence.v1.CompleteRequest
 	16,  // 87: jobfence.v1.WorkCall.reschedule:type_name -> jobfence.v1.RescheduleRequest
@@ -5618,52 +5862,58 @@ var file_jobfence_v1_coordinator_proto_depIdxs = []int32{
 	24,  // 90: jobfence.v1.WorkCall.report_observation:type_name -> jobfence.v1.ReportObservationRequest
 	56,  // 91: jobfence.v1.WorkResponse.grant:type_name -> jobfence.v1.WorkGrant
 	57,  // 92: jobfence.v1.WorkResponse.reply:type_name -> jobfence.v1.WorkReply
-	61,  // 93: jobfence.v1.WorkResponse.retry_after:type_name -> google.protobuf.Duration
+	64,  // 93: jobfence.v1.WorkResponse.retry_after:type_name -> google.protobuf.Duration
 	7,   // 94: jobfence.v1.WorkGrant.jobs:type_name -> jobfence.v1.ClaimedJob
 	15,  // 95: jobfence.v1.WorkReply.complete:type_name -> jobfence.v1.CompleteResponse
 	17,  // 96: jobfence.v1.WorkReply.reschedule:type_name -> jobfence.v1.RescheduleResponse
 	19,  // 97: jobfence.v1.WorkReply.escalate:type_name -> jobfence.v1.EscalateResponse
 	22,  // 98: jobfence.v1.WorkReply.renew_leases:type_name -> jobfence.v1.RenewLeasesResponse
 	25,  // 99: jobfence.v1.WorkReply.report_observation:type_name -> jobfence.v1.ReportObservationResponse
-	10,  // 100: jobfence.v1.Coordinator.EnqueueRefund:input_type -> jobfence.v1.EnqueueRefundRequest
-	12,  // 101: jobfence.v1.Coordinator.Claim:input_type -> jobfence.v1.ClaimRequest
-	14,  // 102: jobfence.v1.Coordinator.Complete:input_type -> jobfence.v1.CompleteRequest
-	16,  // 103: jobfence.v1.Coordinator.Reschedule:input_type -> jobfence.v1.RescheduleRequest
-	18,  // 104: jobfence.v1.Coordinator.Escalate:input_type -> jobfence.v1.EscalateRequest
-	20,  // 105: jobfence.v1.Coordinator.RenewLeases:input_type -> jobfence.v1.RenewLeasesRequest
-	50,  // 106: jobfence.v1.Coordinator.Work:input_type -> jobfence.v1.WorkRequest
-	24,  // 107: jobfence.v1.Coordinator.ReportObservation:input_type -> jobfence.v1.ReportObservationRequest
-	26,  // 108: jobfence.v1.Coordinator.GetJob:input_type -> jobfence.v1.GetJobRequest
-	29,  // 109: jobfence.v1.Coordinator.ListJobs:input_type -> jobfence.v1.ListJobsRequest
-	31,  // 110: jobfence.v1.Coordinator.ResolveReview:input_type -> jobfence.v1.ResolveReviewRequest
-	33,  // 111: jobfence.v1.Coordinator.WhoAmI:input_type -> jobfence.v1.WhoAmIRequest
-	35,  // 112: jobfence.v1.Coordinator.GetOverview:input_type -> jobfence.v1.GetOverviewRequest
-	39,  // 113: jobfence.v1.Coordinator.CancelRefund:input_type -> jobfence.v1.CancelRefundRequest
-	41,  // 114: jobfence.v1.Coordinator.PauseProvider:input_type -> jobfence.v1.PauseProviderRequest
-	43,  // 115: jobfence.v1.Coordinator.ResumeProvider:input_type -> jobfence.v1.ResumeProviderRequest
-	45,  // 116: jobfence.v1.Coordinator.AcknowledgeAttention:input_type -> jobfence.v1.AcknowledgeAttentionRequest
-	11,  // 117: jobfence.v1.Coordinator.EnqueueRefund:output_type -> jobfence.v1.EnqueueRefundResponse
-	13,  // 118: jobfence.v1.Coordinator.Claim:output_type -> jobfence.v1.ClaimResponse
-	15,  // 119: jobfence.v1.Coordinator.Complete:output_type -> jobfence.v1.CompleteResponse
-	17,  // 120: jobfence.v1.Coordinator.Reschedule:output_type -> jobfence.v1.RescheduleResponse
-	19,  // 121: jobfence.v1.Coordinator.Escalate:output_type -> jobfence.v1.EscalateResponse
-	22,  // 122: jobfence.v1.Coordinator.RenewLeases:output_type -> jobfence.v1.RenewLeasesResponse
-	55,  // 123: jobfence.v1.Coordinator.Work:output_type -> jobfence.v1.WorkResponse
-	25,  // 124: jobfence.v1.Coordinator.ReportObservation:output_type -> jobfence.v1.ReportObservationResponse
-	27,  // 125: jobfence.v1.Coordinator.GetJob:output_type -> jobfence.v1.GetJobResponse
-	30,  // 126: jobfence.v1.Coordinator.ListJobs:output_type -> jobfence.v1.ListJobsResponse
-	32,  // 127: jobfence.v1.Coordinator.ResolveReview:output_type -> jobfence.v1.ResolveReviewResponse
-	34,  // 128: jobfence.v1.Coordinator.WhoAmI:output_type -> jobfence.v1.WhoAmIResponse
-	36,  // 129: jobfence.v1.Coordinator.GetOverview:output_type -> jobfence.v1.GetOverviewResponse
-	40,  // 130: jobfence.v1.Coordinator.CancelRefund:output_type -> jobfence.v1.CancelRefundResponse
-	42,  // 131: jobfence.v1.Coordinator.PauseProvider:output_type -> jobfence.v1.PauseProviderResponse
-	44,  // 132: jobfence.v1.Coordinator.ResumeProvider:output_type -> jobfence.v1.ResumeProviderResponse
-	46,  // 133: jobfence.v1.Coordinator.AcknowledgeAttention:output_type -> jobfence.v1.AcknowledgeAttentionResponse
-	117, // [117:134] is the sub-list for method output_type
-	100, // [100:117] is the sub-list for method input_type
-	100, // [100:100] is the sub-list for extension type_name
-	100, // [100:100] is the sub-list for extension extendee
-	0,   // [0:100] is the sub-list for field type_name
+	63,  // 100: jobfence.v1.GetActivityResponse.now:type_name -> google.protobuf.Timestamp
+	60,  // 101: jobfence.v1.GetActivityResponse.minutes:type_name -> jobfence.v1.ActivityMinute
+	63,  // 102: jobfence.v1.GetActivityResponse.counted_since:type_name -> google.protobuf.Timestamp
+	63,  // 103: jobfence.v1.ActivityMinute.start:type_name -> google.protobuf.Timestamp
+	10,  // 104: jobfence.v1.Coordinator.EnqueueRefund:input_type -> jobfence.v1.EnqueueRefundRequest
+	12,  // 105: jobfence.v1.Coordinator.Claim:input_type -> jobfence.v1.ClaimRequest
+	14,  // 106: jobfence.v1.Coordinator.Complete:input_type -> jobfence.v1.CompleteRequest
+	16,  // 107: jobfence.v1.Coordinator.Reschedule:input_type -> jobfence.v1.RescheduleRequest
+	18,  // 108: jobfence.v1.Coordinator.Escalate:input_type -> jobfence.v1.EscalateRequest
+	20,  // 109: jobfence.v1.Coordinator.RenewLeases:input_type -> jobfence.v1.RenewLeasesRequest
+	50,  // 110: jobfence.v1.Coordinator.Work:input_type -> jobfence.v1.WorkRequest
+	24,  // 111: jobfence.v1.Coordinator.ReportObservation:input_type -> jobfence.v1.ReportObservationRequest
+	26,  // 112: jobfence.v1.Coordinator.GetJob:input_type -> jobfence.v1.GetJobRequest
+	29,  // 113: jobfence.v1.Coordinator.ListJobs:input_type -> jobfence.v1.ListJobsRequest
+	31,  // 114: jobfence.v1.Coordinator.ResolveReview:input_type -> jobfence.v1.ResolveReviewRequest
+	33,  // 115: jobfence.v1.Coordinator.WhoAmI:input_type -> jobfence.v1.WhoAmIRequest
+	35,  // 116: jobfence.v1.Coordinator.GetOverview:input_type -> jobfence.v1.GetOverviewRequest
+	39,  // 117: jobfence.v1.Coordinator.CancelRefund:input_type -> jobfence.v1.CancelRefundRequest
+	41,  // 118: jobfence.v1.Coordinator.PauseProvider:input_type -> jobfence.v1.PauseProviderRequest
+	43,  // 119: jobfence.v1.Coordinator.ResumeProvider:input_type -> jobfence.v1.ResumeProviderRequest
+	45,  // 120: jobfence.v1.Coordinator.AcknowledgeAttention:input_type -> jobfence.v1.AcknowledgeAttentionRequest
+	58,  // 121: jobfence.v1.Coordinator.GetActivity:input_type -> jobfence.v1.GetActivityRequest
+	11,  // 122: jobfence.v1.Coordinator.EnqueueRefund:output_type -> jobfence.v1.EnqueueRefundResponse
+	13,  // 123: jobfence.v1.Coordinator.Claim:output_type -> jobfence.v1.ClaimResponse
+	15,  // 124: jobfence.v1.Coordinator.Complete:output_type -> jobfence.v1.CompleteResponse
+	17,  // 125: jobfence.v1.Coordinator.Reschedule:output_type -> jobfence.v1.RescheduleResponse
+	19,  // 126: jobfence.v1.Coordinator.Escalate:output_type -> jobfence.v1.EscalateResponse
+	22,  // 127: jobfence.v1.Coordinator.RenewLeases:output_type -> jobfence.v1.RenewLeasesResponse
+	55,  // 128: jobfence.v1.Coordinator.Work:output_type -> jobfence.v1.WorkResponse
+	25,  // 129: jobfence.v1.Coordinator.ReportObservation:output_type -> jobfence.v1.ReportObservationResponse
+	27,  // 130: jobfence.v1.Coordinator.GetJob:output_type -> jobfence.v1.GetJobResponse
+	30,  // 131: jobfence.v1.Coordinator.ListJobs:output_type -> jobfence.v1.ListJobsResponse
+	32,  // 132: jobfence.v1.Coordinator.ResolveReview:output_type -> jobfence.v1.ResolveReviewResponse
+	34,  // 133: jobfence.v1.Coordinator.WhoAmI:output_type -> jobfence.v1.WhoAmIResponse
+	36,  // 134: jobfence.v1.Coordinator.GetOverview:output_type -> jobfence.v1.GetOverviewResponse
+	40,  // 135: jobfence.v1.Coordinator.CancelRefund:output_type -> jobfence.v1.CancelRefundResponse
+	42,  // 136: jobfence.v1.Coordinator.PauseProvider:output_type -> jobfence.v1.PauseProviderResponse
+	44,  // 137: jobfence.v1.Coordinator.ResumeProvider:output_type -> jobfence.v1.ResumeProviderResponse
+	46,  // 138: jobfence.v1.Coordinator.AcknowledgeAttention:output_type -> jobfence.v1.AcknowledgeAttentionResponse
+	59,  // 139: jobfence.v1.Coordinator.GetActivity:output_type -> jobfence.v1.GetActivityResponse
+	122, // [122:140] is the sub-list for method output_type
+	104, // [104:122] is the sub-list for method input_type
+	104, // [104:104] is the sub-list for extension type_name
+	104, // [104:104] is the sub-list for extension extendee
+	0,   // [0:104] is the sub-list for field type_name
 }
 
 func init() { file_jobfence_v1_coordinator_proto_init() }
@@ -5714,7 +5964,7 @@ func file_jobfence_v1_coordinator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_jobfence_v1_coordinator_proto_rawDesc), len(file_jobfence_v1_coordinator_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   54,
+			NumMessages:   57,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

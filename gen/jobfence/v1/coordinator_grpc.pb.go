@@ -36,6 +36,7 @@ const (
 	Coordinator_PauseProvider_FullMethodName        = "/jobfence.v1.Coordinator/PauseProvider"
 	Coordinator_ResumeProvider_FullMethodName       = "/jobfence.v1.Coordinator/ResumeProvider"
 	Coordinator_AcknowledgeAttention_FullMethodName = "/jobfence.v1.Coordinator/AcknowledgeAttention"
+	Coordinator_GetActivity_FullMethodName          = "/jobfence.v1.Coordinator/GetActivity"
 )
 
 // CoordinatorClient is the client API for Coordinator service.
@@ -165,6 +166,16 @@ type CoordinatorClient interface {
 	// replayed. Operator only. Errors: NOT_ON_ATTENTION_LIST, NOT_FOUND,
 	// INVALID_ARGUMENT.
 	AcknowledgeAttention(ctx context.Context, in *AcknowledgeAttentionRequest, opts ...grpc.CallOption) (*AcknowledgeAttentionResponse, error)
+	// GetActivity counts, minute by minute, what happened in the last minutes
+	// (180 when unset): jobs finished by outcome, takeovers, resolutions and
+	// receipts, from the history and the receipts (R3, R15). It reads an id
+	// range of each, found by a few lookups of its primary key, never an index
+	// on time nor the history beyond the window (Q3), and at most 500,000
+	// rows of each: past that the oldest minutes are left out (truncated).
+	// An expensive read, like GetOverview's: under the same limits, and each
+	// coordinator serves one answer per window for 30 s. Roles: operator,
+	// reader.
+	GetActivity(ctx context.Context, in *GetActivityRequest, opts ...grpc.CallOption) (*GetActivityResponse, error)
 }
 
 type coordinatorClient struct {
@@ -348,6 +359,16 @@ func (c *coordinatorClient) AcknowledgeAttention(ctx context.Context, in *Acknow
 	return out, nil
 }
 
+func (c *coordinatorClient) GetActivity(ctx context.Context, in *GetActivityRequest, opts ...grpc.CallOption) (*GetActivityResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetActivityResponse)
+	err := c.cc.Invoke(ctx, Coordinator_GetActivity_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // CoordinatorServer is the server API for Coordinator service.
 // All implementations must embed UnimplementedCoordinatorServer
 // for forward compatibility.
@@ -475,6 +496,16 @@ type CoordinatorServer interface {
 	// replayed. Operator only. Errors: NOT_ON_ATTENTION_LIST, NOT_FOUND,
 	// INVALID_ARGUMENT.
 	AcknowledgeAttention(context.Context, *AcknowledgeAttentionRequest) (*AcknowledgeAttentionResponse, error)
+	// GetActivity counts, minute by minute, what happened in the last minutes
+	// (180 when unset): jobs finished by outcome, takeovers, resolutions and
+	// receipts, from the history and the receipts (R3, R15). It reads an id
+	// range of each, found by a few lookups of its primary key, never an index
+	// on time nor the history beyond the window (Q3), and at most 500,000
+	// rows of each: past that the oldest minutes are left out (truncated).
+	// An expensive read, like GetOverview's: under the same limits, and each
+	// coordinator serves one answer per window for 30 s. Roles: operator,
+	// reader.
+	GetActivity(context.Context, *GetActivityRequest) (*GetActivityResponse, error)
 	mustEmbedUnimplementedCoordinatorServer()
 }
 
@@ -535,6 +566,9 @@ func (UnimplementedCoordinatorServer) ResumeProvider(context.Context, *ResumePro
 }
 func (UnimplementedCoordinatorServer) AcknowledgeAttention(context.Context, *AcknowledgeAttentionRequest) (*AcknowledgeAttentionResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method AcknowledgeAttention not implemented")
+}
+func (UnimplementedCoordinatorServer) GetActivity(context.Context, *GetActivityRequest) (*GetActivityResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetActivity not implemented")
 }
 func (UnimplementedCoordinatorServer) mustEmbedUnimplementedCoordinatorServer() {}
 func (UnimplementedCoordinatorServer) testEmbeddedByValue()                     {}
@@ -852,6 +886,24 @@ func _Coordinator_AcknowledgeAttention_Handler(srv interface{}, ctx context.Cont
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Coordinator_GetActivity_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetActivityRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).GetActivity(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_GetActivity_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).GetActivity(ctx, req.(*GetActivityRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Coordinator_ServiceDesc is the grpc.ServiceDesc for Coordinator service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -922,6 +974,10 @@ var Coordinator_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "AcknowledgeAttention",
 			Handler:    _Coordinator_AcknowledgeAttention_Handler,
+		},
+		{
+			MethodName: "GetActivity",
+			Handler:    _Coordinator_GetActivity_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

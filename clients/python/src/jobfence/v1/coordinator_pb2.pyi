@@ -69,6 +69,24 @@ class AcknowledgeAttentionResponse(_message.Message):
     replayed: bool
     def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., replayed: bool = ...) -> None: ...
 
+class ActivityMinute(_message.Message):
+    __slots__ = ["cancelled", "manual_review", "receipts", "reviews_resolved", "start", "succeeded", "takeovers"]
+    CANCELLED_FIELD_NUMBER: _ClassVar[int]
+    MANUAL_REVIEW_FIELD_NUMBER: _ClassVar[int]
+    RECEIPTS_FIELD_NUMBER: _ClassVar[int]
+    REVIEWS_RESOLVED_FIELD_NUMBER: _ClassVar[int]
+    START_FIELD_NUMBER: _ClassVar[int]
+    SUCCEEDED_FIELD_NUMBER: _ClassVar[int]
+    TAKEOVERS_FIELD_NUMBER: _ClassVar[int]
+    cancelled: int
+    manual_review: int
+    receipts: int
+    reviews_resolved: int
+    start: _timestamp_pb2.Timestamp
+    succeeded: int
+    takeovers: int
+    def __init__(self, start: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., succeeded: _Optional[int] = ..., manual_review: _Optional[int] = ..., cancelled: _Optional[int] = ..., takeovers: _Optional[int] = ..., reviews_resolved: _Optional[int] = ..., receipts: _Optional[int] = ...) -> None: ...
+
 class CancelRefundRequest(_message.Message):
     __slots__ = ["attempt", "job_id", "reason"]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
@@ -206,6 +224,24 @@ class EscalateResponse(_message.Message):
     job: Job
     replayed: bool
     def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., replayed: bool = ...) -> None: ...
+
+class GetActivityRequest(_message.Message):
+    __slots__ = ["minutes"]
+    MINUTES_FIELD_NUMBER: _ClassVar[int]
+    minutes: int
+    def __init__(self, minutes: _Optional[int] = ...) -> None: ...
+
+class GetActivityResponse(_message.Message):
+    __slots__ = ["counted_since", "minutes", "now", "truncated"]
+    COUNTED_SINCE_FIELD_NUMBER: _ClassVar[int]
+    MINUTES_FIELD_NUMBER: _ClassVar[int]
+    NOW_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    counted_since: _timestamp_pb2.Timestamp
+    minutes: _containers.RepeatedCompositeFieldContainer[ActivityMinute]
+    now: _timestamp_pb2.Timestamp
+    truncated: bool
+    def __init__(self, now: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., minutes: _Optional[_Iterable[_Union[ActivityMinute, _Mapping]]] = ..., truncated: bool = ..., counted_since: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class GetJobRequest(_message.Message):
     __slots__ = ["job_id", "observations_page_size", "observations_page_token", "operation_key"]

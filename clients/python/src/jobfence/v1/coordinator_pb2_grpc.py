@@ -108,6 +108,11 @@ class CoordinatorStub(object):
                 request_serializer=jobfence_dot_v1_dot_coordinator__pb2.AcknowledgeAttentionRequest.SerializeToString,
                 response_deserializer=jobfence_dot_v1_dot_coordinator__pb2.AcknowledgeAttentionResponse.FromString,
                 )
+        self.GetActivity = channel.unary_unary(
+                '/jobfence.v1.Coordinator/GetActivity',
+                request_serializer=jobfence_dot_v1_dot_coordinator__pb2.GetActivityRequest.SerializeToString,
+                response_deserializer=jobfence_dot_v1_dot_coordinator__pb2.GetActivityResponse.FromString,
+                )
 
 
 class CoordinatorServicer(object):
@@ -320,6 +325,21 @@ class CoordinatorServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetActivity(self, request, context):
+        """GetActivity counts, minute by minute, what happened in the last minutes
+        (180 when unset): jobs finished by outcome, takeovers, resolutions and
+        receipts, from the history and the receipts (R3, R15). It reads an id
+        range of each, found by a few lookups of its primary key, never an index
+        on time nor the history beyond the window (Q3), and at most 500,000
+        rows of each: past that the oldest minutes are left out (truncated).
+        An expensive read, like GetOverview's: under the same limits, and each
+        coordinator serves one answer per window for 30 s. Roles: operator,
+        reader.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CoordinatorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -407,6 +427,11 @@ def add_CoordinatorServicer_to_server(servicer, server):
                     servicer.AcknowledgeAttention,
                     request_deserializer=jobfence_dot_v1_dot_coordinator__pb2.AcknowledgeAttentionRequest.FromString,
                     response_serializer=jobfence_dot_v1_dot_coordinator__pb2.AcknowledgeAttentionResponse.SerializeToString,
+            ),
+            'GetActivity': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetActivity,
+                    request_deserializer=jobfence_dot_v1_dot_coordinator__pb2.GetActivityRequest.FromString,
+                    response_serializer=jobfence_dot_v1_dot_coordinator__pb2.GetActivityResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -713,5 +738,22 @@ class Coordinator(object):
         return grpc.experimental.unary_unary(request, target, '/jobfence.v1.Coordinator/AcknowledgeAttention',
             jobfence_dot_v1_dot_coordinator__pb2.AcknowledgeAttentionRequest.SerializeToString,
             jobfence_dot_v1_dot_coordinator__pb2.AcknowledgeAttentionResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def GetActivity(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/jobfence.v1.Coordinator/GetActivity',
+            jobfence_dot_v1_dot_coordinator__pb2.GetActivityRequest.SerializeToString,
+            jobfence_dot_v1_dot_coordinator__pb2.GetActivityResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
