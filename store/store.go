@@ -531,6 +531,15 @@ type Store interface {
 	// most limit. Errors: *ValidationError, ErrUnavailable.
 	PauseEvents(ctx context.Context, limit int) ([]PauseEvent, error)
 
+	// Activity counts, per minute of the database's clock, the transitions
+	// and receipts of the last p.Minutes minutes (store.Activity). It reads
+	// an id range of the history and of the receipts, whose first id a few
+	// lookups of the primary key find (ids grow with time), and aggregates
+	// at most p.MaxRows rows of each: no index on time, and never the
+	// history beyond the window (Q3). Errors: *ValidationError,
+	// ErrUnavailable.
+	Activity(ctx context.Context, p ActivityParams) (Activity, error)
+
 	// Ping checks that the database answers, for health checks. Errors:
 	// ErrUnavailable.
 	Ping(ctx context.Context) error

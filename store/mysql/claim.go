@@ -95,6 +95,7 @@ var statements = sqlbase.Statements{
 	// One index for due work and expired leases (store.Job.NextAttemptAt).
 	Indexes: sqlbase.Indexes{Lease: "ix_refund_jobs_due", Due: "ix_refund_jobs_due",
 		ProviderLease: "ix_refund_jobs_provider_due", ProviderDue: "ix_refund_jobs_provider_due"},
+	MinuteSince: minuteSince,
 }
 
 // DueCandidatesQuery is the claim's candidate query for due jobs (Q1) with

@@ -61,4 +61,5 @@ var statements = sqlbase.Statements{
 	// which costs what rewriting it in one index would.
 	Indexes: sqlbase.Indexes{Lease: "ix_refund_jobs_lease", Due: "ix_refund_jobs_due",
 		ProviderLease: "ix_refund_jobs_provider_lease", ProviderDue: "ix_refund_jobs_provider_due"},
+	MinuteSince: minuteSince,
 }

@@ -105,6 +105,7 @@ func Run(t *testing.T, open Opener) {
 		{"GetReadsLedgerAndClock_R10_R12", testGetReadsLedgerAndClock_R10_R12},
 		{"RecentTakeoversNewestFirst_M1", testRecentTakeovers_M1},
 		{"RecentTakeoversWindowBounded_M1_Q3", testRecentTakeoversWindowBounded_M1_Q3},
+		{"ActivityCountsPerMinute_M1_Q3", testActivityCountsPerMinute_M1_Q3},
 		{"BudgetsListedRefilled_R19", testBudgetsListedRefilled_R19},
 		{"ProviderBudgetCapsGrants_R19", testProviderBudget},
 		{"StatsLeaveHistoryOut_M1", testStats},

@@ -58,6 +58,10 @@ type Statements struct {
 	AllBudgets, Budgets string
 	// Indexes are the indexes the candidate queries walk.
 	Indexes Indexes
+	// MinuteSince is the whole minutes from its one argument, a time, to a
+	// row's created_at, as an expression: the minute an activity read
+	// counts the row in (Backend.Activity).
+	MinuteSince string
 }
 
 // Indexes name the indexes of the claim's two walks (Q1, Q2, R6), without
