@@ -31,8 +31,8 @@ type Role string
 const (
 	RoleProducer Role = "producer" // EnqueueRefund, CancelRefund of its own enqueues
 	RoleWorker   Role = "worker"   // Claim, Complete, Reschedule, Escalate, RenewLeases, ReportObservation, Work
-	RoleOperator Role = "operator" // GetJob, ListJobs, GetOverview, ResolveReview, CancelRefund, pauses, attention
-	RoleReader   Role = "reader"   // GetJob, ListJobs, GetOverview: sees, never acts (R29)
+	RoleOperator Role = "operator" // GetJob, ListJobs, GetOverview, GetActivity, ResolveReview, CancelRefund, pauses, attention
+	RoleReader   Role = "reader"   // GetJob, ListJobs, GetOverview, GetActivity: sees, never acts (R29)
 )
 
 // methodRoles lists, per RPC, the roles any one of which allows it. Every
@@ -50,6 +50,7 @@ var methodRoles = map[string][]Role{
 	pb.Coordinator_ListJobs_FullMethodName:             {RoleReader, RoleOperator},
 	pb.Coordinator_ResolveReview_FullMethodName:        {RoleOperator},
 	pb.Coordinator_GetOverview_FullMethodName:          {RoleReader, RoleOperator},
+	pb.Coordinator_GetActivity_FullMethodName:          {RoleReader, RoleOperator},
 	pb.Coordinator_CancelRefund_FullMethodName:         {RoleOperator, RoleProducer},
 	pb.Coordinator_PauseProvider_FullMethodName:        {RoleOperator},
 	pb.Coordinator_ResumeProvider_FullMethodName:       {RoleOperator},

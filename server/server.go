@@ -103,6 +103,8 @@ type Server struct {
 	// answers for overviewTTL.
 	reads, streams *callLimit
 	overview       overviewCache
+	// activity keeps GetActivity's answers for activityTTL, per window.
+	activity ttlCache[int, *pb.GetActivityResponse]
 	// refused logs the calls refused in bulk in aggregate.
 	refused refusedCalls
 	// stopPauses ends watchPauses; pausesDone is closed when it has.
