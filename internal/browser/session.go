@@ -9,10 +9,12 @@ import (
 	"net/url"
 	"os"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/chromedp/cdproto/cdp"
+	cdplog "github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 )
@@ -363,4 +365,32 @@ func jsValue(v any) string {
 		panic(fmt.Sprintf("browser: encoding %T for JavaScript: %v", v, err))
 	}
 	return string(b)
+}
+
+// WatchLog starts collecting the messages of level error the browser logs
+// for the Session's pages from now on — a Content-Security-Policy
+// violation, a resource that failed to load — and returns a func that
+// reports those seen so far, one line each. It fails the test when the log
+// cannot be watched.
+func (s *Session) WatchLog() func() []string {
+	s.t.Helper()
+	var mu sync.Mutex
+	var seen []string
+	if err := chromedp.Listen(s.ctx, func(ev any) {
+		if e, ok := ev.(*cdplog.EventEntryAdded); ok && e.Entry != nil && e.Entry.Level == cdplog.EntryLevelError {
+			mu.Lock()
+			seen = append(seen, fmt.Sprintf("%s: %s (%s)", e.Entry.Source, e.Entry.Text, e.Entry.URL))
+			mu.Unlock()
+		}
+	}); err != nil {
+		s.fail("watch the log", "", err)
+	}
+	run(s, "watch the log", "", func(ctx context.Context, t *chromedp.Target) (cdp.Empty, error) {
+		return cdp.Call(ctx, t, cdplog.Enable, cdp.Empty{})
+	})
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(seen)
+	}
 }
