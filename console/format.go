@@ -29,6 +29,8 @@ var funcs = template.FuncMap{
 	"plain":        plain,
 	"count":        func(m map[int64]int64, id int64) int64 { return m[id] },
 	"searchFields": func() []string { return searchFields },
+	"clock":        func(t time.Time) string { return t.UTC().Format(timeLayout) },
+	"finished":     finished,
 }
 
 func enumWord(name, prefix string) string {

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/jobfence/jobfence/gen/jobfence/v1"
@@ -26,16 +28,32 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request, s *session) {
 		c.failAPI(w, r, s, err)
 		return
 	}
-	c.render(w, http.StatusOK, "overview", c.view(r, s, "Overview", overviewView{GetOverviewResponse: o,
-		Webhooks: c.opts.Webhooks}))
+	v := overviewView{GetOverviewResponse: o, Webhooks: c.opts.Webhooks}
+	window := activityWindow(r.URL.Query().Get("activity"))
+	if a, err := c.api.GetActivity(ctx, &pb.GetActivityRequest{Minutes: window}); err == nil {
+		v.Activity = chartOf(a, window)
+	} else {
+		// The rest of the overview stands without the chart.
+		e := explain(err)
+		if e.reason == pb.ErrorReason_ERROR_REASON_UNAUTHENTICATED {
+			c.failAPI(w, r, s, err)
+			return
+		}
+		v.Activity = activityChart{Window: window, Windows: windowLinks(window), Error: e.text}
+		if status.Code(err) == codes.Unimplemented {
+			v.Activity.Error = "This coordinator does not count activity yet (an earlier release): no chart."
+		}
+	}
+	c.render(w, http.StatusOK, "overview", c.view(r, s, "Overview", v))
 }
 
-// overviewView is the overview's data: the coordinator's answer, and
-// whether webhooks are received at all (their panel is left out when not,
-// unless some unmatched events were kept).
+// overviewView is the overview's data: the coordinator's answer, whether
+// webhooks are received at all (their panel is left out when not, unless
+// some unmatched events were kept), and the activity chart.
 type overviewView struct {
 	*pb.GetOverviewResponse
 	Webhooks bool
+	Activity activityChart
 }
 
 // reviewFilter is the review queue's filters, as the query string has them.
