@@ -168,7 +168,13 @@ func New(o Options) (*Console, error) {
 	m.HandleFunc("GET /search", c.signedIn(c.search))
 	m.HandleFunc("GET /jobs/{id}", c.signedIn(c.job))
 	m.HandleFunc("POST /jobs/{id}/resolve", c.signedIn(c.operator(c.resolve)))
-	m.HandleFunc("GET /bulk", c.signedIn(c.bulkForm))
+	m.HandleFunc("POST /jobs/{id}/cancel", c.signedIn(c.operator(c.cancel)))
+	m.HandleFunc("POST /jobs/{id}/acknowledge", c.signedIn(c.operator(c.acknowledge)))
+	m.HandleFunc("GET /attention", c.signedIn(c.attention))
+	m.HandleFunc("POST /providers/pause", c.signedIn(c.operator(c.pause)))
+	m.HandleFunc("POST /providers/resume", c.signedIn(c.operator(c.resume)))
+	m.HandleFunc("GET /bulk", c.signedIn(c.bulkReconcileForm))
+	m.HandleFunc("GET /bulk/cancel", c.signedIn(c.bulkCancelForm))
 	m.HandleFunc("POST /bulk/preview", c.signedIn(c.operator(c.bulkPreview)))
 	m.HandleFunc("POST /bulk/apply", c.signedIn(c.operator(c.bulkApply)))
 	c.mux = m
@@ -313,7 +319,7 @@ func (c *Console) view(r *http.Request, s *session, title string, data any) view
 func parsePages() (map[string]*template.Template, error) {
 	pages := map[string]*template.Template{}
 	for _, name := range []string{"signin", "error", "overview", "reviews", "job", "search", "bulk", "bulk_preview",
-		"bulk_done"} {
+		"bulk_done", "attention"} {
 		t, err := template.New(name).Funcs(funcs).ParseFS(assets, "templates/layout.html", "templates/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("console: template %s: %w", name, err)

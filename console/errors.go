@@ -48,6 +48,15 @@ func explain(err error) apiError {
 	case pb.ErrorReason_ERROR_REASON_STALE_ATTEMPT, pb.ErrorReason_ERROR_REASON_JOB_NOT_IN_REVIEW:
 		e.httpStatus, e.text = http.StatusConflict, "Someone acted first: the job is no longer in manual review under "+
 			"the attempt this page showed. Nothing was changed by you; here is its state now."
+	case pb.ErrorReason_ERROR_REASON_JOB_NOT_CANCELLABLE:
+		e.httpStatus, e.text = http.StatusConflict, "This refund can no longer be cancelled: "+
+			notCancellable(e.metadata["current_state"])+". Nothing was changed."
+	case pb.ErrorReason_ERROR_REASON_NOT_ON_ATTENTION_LIST:
+		e.httpStatus, e.text = http.StatusConflict, "This job is not on the attention list any more: someone "+
+			"acknowledged it first. Nothing was changed by you."
+	case pb.ErrorReason_ERROR_REASON_CANCEL_REQUESTED:
+		e.httpStatus, e.text = http.StatusConflict, "A cancel was requested for this refund: it is only "+
+			"reconciled from now on. Nothing was changed."
 	case pb.ErrorReason_ERROR_REASON_NOT_FOUND:
 		e.httpStatus, e.text = http.StatusNotFound, "No such job."
 	case pb.ErrorReason_ERROR_REASON_INVALID_ARGUMENT:
@@ -91,4 +100,16 @@ func explain(err error) apiError {
 func conflict(err error) bool {
 	r := explain(err).reason
 	return r == pb.ErrorReason_ERROR_REASON_STALE_ATTEMPT || r == pb.ErrorReason_ERROR_REASON_JOB_NOT_IN_REVIEW
+}
+
+// notCancellable says why a job in state (the refusal's current_state)
+// cannot be cancelled.
+func notCancellable(state string) string {
+	switch strings.TrimPrefix(strings.ToLower(state), "job_state_") {
+	case "succeeded":
+		return "it succeeded: the provider made the refund"
+	case "cancelled":
+		return "it is cancelled already"
+	}
+	return "it is finished or archived"
 }

@@ -30,7 +30,11 @@ var funcs = template.FuncMap{
 	"count":        func(m map[int64]int64, id int64) int64 { return m[id] },
 	"searchFields": func() []string { return searchFields },
 	"clock":        func(t time.Time) string { return t.UTC().Format(timeLayout) },
-	"finished":     finished,
+	"exact": func(t *timestamppb.Timestamp) string {
+		return t.AsTime().UTC().Format(time.RFC3339Nano)
+	},
+	"attention": attentionWords,
+	"finished":  finished,
 }
 
 func enumWord(name, prefix string) string {

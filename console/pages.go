@@ -56,11 +56,15 @@ type overviewView struct {
 	Activity activityChart
 }
 
-// reviewFilter is the review queue's filters, as the query string has them.
+// reviewFilter is the review queue's filters, as the query string has them,
+// and the bulk actions'.
 type reviewFilter struct {
 	Provider string
 	Reason   string // a prefix of the job's last reason
 	From, To string // created on or after From, on or before To: dates, YYYY-MM-DD, UTC
+	// State is the state listed: manual review when unset (the queue's,
+	// and bulk reconcile's); bulk cancel chooses.
+	State pb.JobState
 }
 
 func reviewFilterOf(q url.Values) reviewFilter {
@@ -71,8 +75,11 @@ func reviewFilterOf(q url.Values) reviewFilter {
 // request is the ListJobs request of the filter: manual_review jobs,
 // longest waiting first. Errors name the bad field.
 func (f reviewFilter) request(page string, size int32) (*pb.ListJobsRequest, error) {
-	req := &pb.ListJobsRequest{State: pb.JobState_JOB_STATE_MANUAL_REVIEW, Provider: f.Provider,
-		ReasonPrefix: f.Reason, PageSize: size, PageToken: page}
+	req := &pb.ListJobsRequest{State: f.State, Provider: f.Provider, ReasonPrefix: f.Reason, PageSize: size,
+		PageToken: page}
+	if req.State == pb.JobState_JOB_STATE_UNSPECIFIED {
+		req.State = pb.JobState_JOB_STATE_MANUAL_REVIEW
+	}
 	day := func(field, v string) (time.Time, error) {
 		t, err := time.Parse(time.DateOnly, v)
 		if err != nil {
@@ -106,11 +113,22 @@ func (f reviewFilter) Query() template.URL {
 			q.Set(k, v)
 		}
 	}
+	if f.State != pb.JobState_JOB_STATE_UNSPECIFIED && f.State != pb.JobState_JOB_STATE_MANUAL_REVIEW {
+		q.Set("state", f.State.String())
+	}
 	return template.URL(q.Encode()) //nolint:gosec // url.Values.Encode escapes every value
 }
 
-// Any reports whether any filter is set.
-func (f reviewFilter) Any() bool { return f != reviewFilter{} }
+// Any reports whether any filter but the state is set.
+func (f reviewFilter) Any() bool { f.State = 0; return f != reviewFilter{} }
+
+// StateName is the state listed, in words.
+func (f reviewFilter) StateName() string {
+	if f.State == pb.JobState_JOB_STATE_UNSPECIFIED {
+		return "manual review"
+	}
+	return enumWord(f.State.String(), "JOB_STATE_")
+}
 
 type listView struct {
 	Filter reviewFilter
@@ -221,6 +239,13 @@ type jobView struct {
 	// InReview: the job is in manual review; CanResolve: and the person is
 	// an operator.
 	InReview, CanResolve bool
+	// CanCancel: the person is an operator and the job may be cancelled
+	// from its page (cancellable); NeverSent: cancelling it cancels it at
+	// once, nothing having reached the provider (R32).
+	CanCancel, NeverSent bool
+	// CanAct: the person is an operator (the attention list's
+	// acknowledgement).
+	CanAct bool
 	// Review is what the page tells the person deciding, for a job in
 	// review.
 	Review *review
@@ -232,6 +257,7 @@ type jobView struct {
 func (v jobView) Ready() bool     { return v.GetJob().GetState() == pb.JobState_JOB_STATE_READY }
 func (v jobView) Running() bool   { return v.GetJob().GetState() == pb.JobState_JOB_STATE_RUNNING }
 func (v jobView) Succeeded() bool { return v.GetJob().GetState() == pb.JobState_JOB_STATE_SUCCEEDED }
+func (v jobView) Cancelled() bool { return v.GetJob().GetState() == pb.JobState_JOB_STATE_CANCELLED }
 
 // job shows one job: every field, its history, its receipts, its ledger row,
 // and, for an operator while it is in review, the two resolutions.
@@ -252,6 +278,7 @@ func (c *Console) job(w http.ResponseWriter, r *http.Request, s *session) {
 	}
 	v := jobView{GetJobResponse: d, InReview: d.GetJob().GetState() == pb.JobState_JOB_STATE_MANUAL_REVIEW}
 	v.CanResolve = v.InReview && s.canAct
+	v.CanAct, v.CanCancel, v.NeverSent = s.canAct, s.canAct && cancellable(d.GetJob()), neverSent(d.GetJob())
 	if dl := d.GetResendDeadline(); dl != nil && d.GetNow() != nil {
 		v.ResendOpen = d.GetNow().AsTime().Before(dl.AsTime())
 	}
@@ -261,28 +288,16 @@ func (c *Console) job(w http.ResponseWriter, r *http.Request, s *session) {
 	c.render(w, http.StatusOK, "job", c.view(r, s, fmt.Sprintf("Job %d", id), v))
 }
 
-// maxNote bounds an operator's reason, as the API does.
-const maxNote = 1024
-
 // resolve closes a review as the person decided, fenced by the attempt the
 // page showed (R29): when someone acted first, the person is told so and
-// sees the job as it is now. Post, redirect, get: a reload never resolves
-// twice.
+// sees the job as it is now.
 func (c *Console) resolve(w http.ResponseWriter, r *http.Request, s *session) {
-	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
-	if err != nil || id <= 0 {
-		c.fail(w, r, s, http.StatusNotFound, "No such job.")
+	id, attempt, back, ok := c.jobAction(w, r, s)
+	if !ok {
 		return
 	}
-	back := "/jobs/" + strconv.FormatInt(id, 10)
-	attempt, err := strconv.ParseInt(r.PostFormValue("attempt"), 10, 64)
-	if err != nil || attempt < 0 {
-		c.fail(w, r, s, http.StatusBadRequest, "The form carries no attempt: open the job again.")
-		return
-	}
-	note := strings.TrimSpace(r.PostFormValue("note"))
 	refundID := strings.TrimSpace(r.PostFormValue("provider_refund_id"))
-	req := &pb.ResolveReviewRequest{JobId: id, Attempt: attempt, Note: note}
+	req := &pb.ResolveReviewRequest{JobId: id, Attempt: attempt}
 	var done string
 	switch r.PostFormValue("resolution") {
 	case "refunded":
@@ -296,35 +311,26 @@ func (c *Console) resolve(w http.ResponseWriter, r *http.Request, s *session) {
 	case "reconcile":
 		req.Resolution = pb.ReviewResolution_REVIEW_RESOLUTION_RECONCILE
 		done = "Sent back to reconcile: a worker asks the provider first"
+	case "cancelled":
+		req.Resolution = pb.ReviewResolution_REVIEW_RESOLUTION_CANCELLED
+		done = "Cancelled: recorded that no refund happened, and none will be sent"
 	default:
 		c.fail(w, r, s, http.StatusBadRequest, "Choose a resolution.")
 		return
 	}
-	if note == "" || len(note) > maxNote {
-		s.setFlash("error", fmt.Sprintf("A reason is required (up to %d characters). Nothing was changed.", maxNote))
-		http.Redirect(w, r, back, http.StatusSeeOther)
+	if req.Note, ok = c.note(w, r, s, "note", back); !ok {
 		return
 	}
 	ctx, cancel := c.call(r, s.token)
 	defer cancel()
 	resp, err := c.api.ResolveReview(ctx, req)
-	switch {
-	case err == nil && resp.GetReplayed():
-		s.setFlash("ok", "This resolution had already been recorded; nothing new was written.")
-	case err == nil:
-		s.setFlash("ok", done+"; recorded in the history under "+s.name+".")
-	case conflict(err):
-		e := explain(err)
-		s.setFlash("conflict", e.text)
-	default:
-		e := explain(err)
-		if e.reason == pb.ErrorReason_ERROR_REASON_UNAUTHENTICATED || e.httpStatus == http.StatusForbidden {
-			c.failAPI(w, r, s, err)
-			return
-		}
-		s.setFlash("error", e.text)
-	}
 	c.log.Info("console: resolve", "operator", s.name, "job_id", id, "attempt", attempt,
 		"resolution", req.GetResolution().String(), "ok", err == nil)
-	http.Redirect(w, r, back, http.StatusSeeOther)
+	if err == nil {
+		done += "; recorded in the history under " + s.name + "."
+		if resp.GetReplayed() {
+			done = "This resolution had already been recorded; nothing new was written."
+		}
+	}
+	c.report(w, r, s, back, err, done, "")
 }

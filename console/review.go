@@ -48,6 +48,9 @@ type review struct {
 	NoRecords int
 	// Fit names the resolution the evidence calls for; see fitOf.
 	Fit string
+	// CancelRequested is when a cancel was requested (R32): since then no
+	// worker sends the refund, and only a person cancels it.
+	CancelRequested *timestamppb.Timestamp
 }
 
 // madeRefund is one refund id the provider reported made, with its
@@ -93,13 +96,17 @@ const (
 	// again; the person checks the provider and, if no refund was made,
 	// makes it there.
 	fitCheck = "check"
+	// fitCancel: a cancel was requested and no refund is shown, made or
+	// pending: once the provider's dashboard shows none, cancel (R32).
+	fitCancel = "cancel"
 )
 
 // reviewOf reads d, a job in manual review.
 func reviewOf(d *pb.GetJobResponse, windowOpen bool) *review {
 	j := d.GetJob()
 	rv := &review{Provider: j.GetProvider(), Sent: j.GetFirstSentAt() != nil, Deadline: d.GetResendDeadline(),
-		Receipts: len(d.GetObservations()), Total: d.GetObservationCount(), Cause: causeOther}
+		Receipts: len(d.GetObservations()), Total: d.GetObservationCount(), Cause: causeOther,
+		CancelRequested: j.GetCancelRequestedAt()}
 	for _, e := range d.GetEvents() {
 		switch {
 		case e.GetKind() == "taken_over":
@@ -171,6 +178,8 @@ func (rv *review) fitOf() string {
 		return fitMixed
 	case len(rv.Made) == 1:
 		return fitRefunded
+	case rv.CancelRequested != nil && rv.Pending == 0:
+		return fitCancel
 	case len(rv.Failed) > 0 || rv.Cause == causeRejected:
 		return fitFailed
 	case rv.Pending > 0:
@@ -192,13 +201,15 @@ func (rv *review) RefundID() string {
 }
 
 // Fits reports whether the evidence calls for the resolution form named
-// ("refunded" or "reconcile").
+// ("refunded", "reconcile" or "cancelled").
 func (rv *review) Fits(form string) bool {
 	switch rv.Fit {
 	case fitRefunded:
 		return form == "refunded"
 	case fitPending, fitSend:
 		return form == "reconcile"
+	case fitCancel:
+		return form == "cancelled"
 	}
 	return false
 }
