@@ -61,6 +61,8 @@ var attentionCauses = map[string]string{
 	"cancel_too_late": "A cancel came too late: the provider had already made the refund, which stands.",
 	"receipt_after_success": "A receipt came after the refund succeeded: the provider reported it failed, or " +
 		"another refund id. Check the provider: the customer may not have been refunded, or refunded twice.",
+	"receipt_after_cancel": "A receipt came after the refund was cancelled: the provider reported it made or " +
+		"pending. Check the provider: money may have moved.",
 }
 
 // attentionWords is why a job is on the attention list, as a person reads

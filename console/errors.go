@@ -111,5 +111,5 @@ func notCancellable(state string) string {
 	case "cancelled":
 		return "it is cancelled already"
 	}
-	return "it is finished or archived"
+	return "a cancel of it was requested already, and the provider's answer decides"
 }

@@ -24,7 +24,8 @@ func (c *Console) pause(w http.ResponseWriter, r *http.Request, s *session) {
 	resp, err := c.api.PauseProvider(ctx, &pb.PauseProviderRequest{Provider: provider, Reason: reason})
 	c.log.Info("console: pause", "operator", s.name, "provider", provider, "ok", err == nil, "changed", resp.GetChanged())
 	done := provider + " is paused: no coordinator grants its jobs from its next poll on, reconciles included; " +
-		"jobs running now finish as usual. Recorded under " + s.name + "."
+		"jobs running now finish as usual. Recorded under " + s.name + ". (The overview is kept for two " +
+		"seconds: the list below may show it a moment later.)"
 	if p := resp.GetPause(); !resp.GetChanged() {
 		done = provider + " was already paused, by " + p.GetPausedBy() + " at " + formatTime(p.GetPausedAt()) +
 			": that pause stands. Nothing was changed."
@@ -43,7 +44,8 @@ func (c *Console) resume(w http.ResponseWriter, r *http.Request, s *session) {
 	defer cancel()
 	resp, err := c.api.ResumeProvider(ctx, &pb.ResumeProviderRequest{Provider: provider, Reason: reason})
 	c.log.Info("console: resume", "operator", s.name, "provider", provider, "ok", err == nil, "changed", resp.GetChanged())
-	done := provider + " is resumed: its jobs are granted again. Recorded under " + s.name + "."
+	done := provider + " is resumed: its jobs are granted again. Recorded under " + s.name + ". (The overview " +
+		"is kept for two seconds: the list below may show it a moment later.)"
 	if !resp.GetChanged() {
 		done = provider + " was not paused. Nothing was changed."
 	}
