@@ -2,6 +2,8 @@ package console_test
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -74,6 +76,13 @@ func (e *env) signedInBrowser(t *testing.T, b *browser.Browser, token string) (*
 	return s, func() []string { return pageErrors(logged()) }
 }
 
+// shot saves s's page as name in $JOBFENCE_CONSOLE_SCREENSHOTS, when set.
+func shot(s *browser.Session, name string) {
+	if dir := os.Getenv(envScreenshots); dir != "" {
+		s.Screenshot(filepath.Join(dir, name))
+	}
+}
+
 func noErrors(t *testing.T, logged func() []string) {
 	t.Helper()
 	if errs := logged(); len(errs) != 0 {
@@ -128,6 +137,7 @@ func TestCancelFromTheJobPageInABrowser_R32(t *testing.T) {
 	s.Navigate(fmt.Sprintf("%s/jobs/%d", e.web.URL, running.GetId()))
 	wantText(t, s, "#cancel-consequence", "may already have this refund", "the worker now holding it loses it",
 		"the job joins the attention list", "a person decides")
+	shot(s, "console-cancel.png")
 	s.Fill("#cancel-reason", "duplicate refund request")
 	s.Submit("#cancel-refund")
 	wantText(t, s, "#flash", "Cancel requested", "under alice")
@@ -291,6 +301,7 @@ func TestPauseAndResumeOnTheOverviewInABrowser_R33(t *testing.T) {
 	})
 	wantText(t, s, `#paused tr[data-provider="acme"]`, "alice", "acme reports an incident")
 	wantText(t, s, "#pause-events", "paused", "alice", "acme reports an incident")
+	shot(s, "console-providers.png")
 	got, err := e.api.Claim(as(t, tokWorker), &pb.ClaimRequest{WorkerId: "w", MaxJobs: 1})
 	if err != nil || len(got.GetJobs()) != 0 {
 		t.Fatalf("a claim while acme is paused: %v, %v; want nothing", got, err)
@@ -339,6 +350,7 @@ func TestAcknowledgeTakesAJobOffTheAttentionListInABrowser_R34(t *testing.T) {
 	s.Click(`a[href="/attention"]`)
 	row := fmt.Sprintf(`#attention-list tr[data-job="%d"]`, job.GetId())
 	wantText(t, s, row, "A receipt came after the refund succeeded")
+	shot(s, "console-attention.png")
 
 	// The bank's second word comes in while alice reads.
 	time.Sleep(10 * time.Millisecond)
