@@ -123,7 +123,8 @@ func nonZero(ms []store.ActivityMinute) string {
 }
 
 // testActivityCountsPerMinute_M1_Q3: the activity read counts each minute's
-// finishes by outcome, takeovers, resolutions and receipts of the window,
+// finishes by outcome (a cancel at once among them, a cancel request not,
+// R32), takeovers, resolutions and receipts of the window,
 // from the history's and the receipts' id ranges the search of their
 // primary keys finds (Q3: nothing before the window is read, which a
 // bound of exactly the window's rows shows), and at most the rows it is
@@ -154,17 +155,27 @@ func testActivityCountsPerMinute_M1_Q3(t *testing.T, s store.Store) {
 	write(t, s, complete(of(second), "re_c"))
 	age(t, s, c.ID, 30*time.Minute)
 	// D: escalated and resolved as refunded, E completed: now.
-	d, attempt := escalated(t, s)
-	write(t, s, resolve(d.ID, attempt, store.ResolutionRefunded, "re_d"))
+	d := enqueue(t, s, refund(t))
+	dc := claimOne(t, s, "A", d.ID)
+	write(t, s, escalate(of(dc)))
+	write(t, s, resolve(d.ID, dc.Job.Attempt, store.ResolutionRefunded, "re_d"))
 	e := enqueue(t, s, refund(t))
 	write(t, s, complete(of(claimOne(t, s, "A", e.ID)), "re_e"))
+	// F: cancelled before it was sent; G: a cancel requested while a worker
+	// held it, which takes the job from it (no takeover, no finish): now, last.
+	f := enqueue(t, s, refund(t))
+	cancel(t, s, cancelOf(f.ID, 0, "customer withdrew"))
+	g := enqueue(t, s, refund(t))
+	held := claimOne(t, s, "A", g.ID)
+	cancel(t, s, cancelOf(g.ID, held.Job.Attempt, "duplicate"))
 
 	got := activity(t, s, store.DefaultActivityMinutes, 0)
-	want := expectedActivity(t, s, got, a.ID, b.ID, c.ID, d.ID, e.ID)
+	want := expectedActivity(t, s, got, a.ID, b.ID, c.ID, f.ID, g.ID, d.ID, e.ID)
 	if !slices.Equal(got.Minutes, want) || got.Truncated {
 		t.Fatalf("activity (truncated %v):%s\nwant:%s", got.Truncated, nonZero(got.Minutes), nonZero(want))
 	}
-	total := store.ActivityMinute{Succeeded: 3, ManualReview: 2, Takeovers: 1, ReviewsResolved: 1, Receipts: 1}
+	total := store.ActivityMinute{Succeeded: 3, ManualReview: 2, Cancelled: 1, Takeovers: 1, ReviewsResolved: 1,
+		Receipts: 1}
 	if sum(got.Minutes) != total {
 		t.Fatalf("activity of the window adds up to %+v, want %+v", sum(got.Minutes), total)
 	}
@@ -176,23 +187,23 @@ func testActivityCountsPerMinute_M1_Q3(t *testing.T, s store.Store) {
 	// exactly the window's rows the read is whole: it starts at B's first,
 	// never at A's.
 	var rows int
-	for _, id := range []int64{b.ID, c.ID, d.ID, e.ID} {
+	for _, id := range []int64{b.ID, c.ID, f.ID, g.ID, d.ID, e.ID} {
 		rows += len(get(t, s, id).Events)
 	}
 	if exact := activity(t, s, store.DefaultActivityMinutes, rows); exact.Truncated ||
-		!slices.Equal(exact.Minutes, expectedActivity(t, s, exact, a.ID, b.ID, c.ID, d.ID, e.ID)) {
+		!slices.Equal(exact.Minutes, expectedActivity(t, s, exact, a.ID, b.ID, c.ID, f.ID, g.ID, d.ID, e.ID)) {
 		t.Fatalf("bounded by the window's %d rows: truncated %v,%s", rows, exact.Truncated, nonZero(exact.Minutes))
 	}
 	if short := activity(t, s, store.DefaultActivityMinutes, rows-1); !short.Truncated {
 		t.Fatalf("bounded by %d of the window's %d rows: not truncated", rows-1, rows)
 	}
-	// Bounded by three rows: E's enqueue, claim and completion are counted,
-	// from E's enqueue on, and the read says so.
-	newest := activity(t, s, store.DefaultActivityMinutes, 3)
-	enqueued := get(t, s, e.ID).Events[0].CreatedAt
-	if n := sum(newest.Minutes); !newest.Truncated || !newest.CountedSince.Equal(enqueued) || n.Succeeded != 1 ||
-		n.ManualReview != 0 || n.ReviewsResolved != 0 {
-		t.Fatalf("bounded by 3 rows: truncated %v, counted since %v (E enqueued %v), %+v; want E's completion only",
+	// Bounded by five rows: F's two and G's three are counted, from F's
+	// enqueue on, and the read says so.
+	newest := activity(t, s, store.DefaultActivityMinutes, 5)
+	enqueued := get(t, s, f.ID).Events[0].CreatedAt
+	if n := sum(newest.Minutes); !newest.Truncated || !newest.CountedSince.Equal(enqueued) || n.Cancelled != 1 ||
+		n.Succeeded != 0 || n.ManualReview != 0 || n.ReviewsResolved != 0 || n.Takeovers != 0 {
+		t.Fatalf("bounded by 5 rows: truncated %v, counted since %v (F enqueued %v), %+v; want F's cancel only",
 			newest.Truncated, newest.CountedSince, enqueued, n)
 	}
 
