@@ -171,7 +171,7 @@ func New(st store.Store, opts Options) *Server {
 	m := opts.Metrics
 	s := &Server{store: st, opts: opts, log: opts.Logger, metrics: m, stale: &staleLog{started: time.Now()},
 		draining: make(chan struct{}),
-		reads: newCallLimit("expensive reads (ListJobs filtered by reason or time, GetOverview)", opts.MaxReadsPerCredential, opts.MaxReads,
+		reads: newCallLimit("expensive reads (ListJobs filtered by reason or time, GetOverview, GetActivity)", opts.MaxReadsPerCredential, opts.MaxReads,
 			time.Second).withRates(opts.ReadsPerSecondPerCredential, opts.ReadsPerSecond),
 		streams: newCallLimit("worker streams", opts.MaxStreamsPerCredential, opts.MaxStreams, 5*time.Second),
 		dispatch: dispatch.New(st, dispatch.Options{PollInterval: opts.ClaimPollInterval,
