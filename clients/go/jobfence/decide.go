@@ -204,13 +204,16 @@ func (p ProviderPolicy) orDefaults() ProviderPolicy {
 
 // ResendAllowed reports whether a same-key resend of c's refund may start at
 // now, a time on the coordinator's clock (see ClaimedJob.CoordinatorNow), and
-// if not, why (R14, R16, R22). It is allowed when the operation key never went
-// out (ResendDeadline is zero: sending is a first send), or when the provider
+// if not, why (R14, R16, R22). It is never allowed once a cancel was requested
+// (R32). Otherwise it is allowed when the operation key never went out
+// (ResendDeadline is zero: sending is a first send), or when the provider
 // guarantees same-key resends and now lies more than ResendMargin before
 // c.ResendDeadline.
 func (p ProviderPolicy) ResendAllowed(c ClaimedJob, now time.Time) (bool, string) {
 	p = p.orDefaults()
 	switch {
+	case cancelRequested(c):
+		return false, "a cancel was requested (R32)"
 	case c.ResendDeadline.IsZero():
 		return true, "the operation key was never sent"
 	case !p.SameKeyResendSafe:
@@ -277,10 +280,48 @@ func Decide(r Result, c ClaimedJob, p ProviderPolicy) Decision {
 //	outcome unknown                Reschedule reconcile after UnknownDelay (R14)
 //	handler asks to escalate       Escalate
 //
+// A job whose cancel was requested (ClaimedJob.CancelRequested, R32) is never
+// sent again, whatever the provider says and whatever the policy allows:
+//
+//	refunded (id)                  Complete: the cancel came too late (the coordinator records it)
+//	pending, outcome unknown       as above: Reschedule reconcile
+//	no record                      Escalate, even inside the resend window: only a person
+//	                               may close a maybe-sent refund as cancelled
+//	rejected                       Escalate: a person closes it as cancelled
+//	anything else                  as above, but a Reschedule to refund becomes one to reconcile
+//
 // "Resend allowed" is ProviderPolicy.ResendAllowed. It never consults this
 // machine's wall clock and has no side effects; the caller writes the
 // decision with c.Attempt.
 func DecideAt(r Result, c ClaimedJob, p ProviderPolicy, now time.Time) Decision {
+	if !cancelRequested(c) {
+		return decideTable(r, c, p, now)
+	}
+	// R32: no record and a rejection, which the table may answer with a
+	// resend or leave to a person as a failure, are for a person to close
+	// as cancelled; whatever else it answers never sends.
+	switch r.Kind {
+	case ResultNoRecord:
+		reason := "cancel requested (R32): reconcile found no record at the provider; the refund may still " +
+			"have been sent, so it is never sent again: only a person may close it as cancelled"
+		if r.Reason != "" {
+			reason += ": " + r.Reason
+		}
+		return Decision{Kind: DecideEscalate, Reason: reason}
+	case ResultFailed:
+		return Decision{Kind: DecideEscalate, Reason: "cancel requested (R32): provider rejected the refund: " +
+			or(r.Reason, "no reason given") + "; a person closes it as cancelled"}
+	}
+	d := decideTable(r, c, p, now)
+	if d.Kind == DecideReschedule && d.NextAction == ActionRefund {
+		d.NextAction = ActionReconcile
+		d.Reason += "; cancel requested (R32): reconcile, never send"
+	}
+	return d
+}
+
+// decideTable is DecideAt's table for a job whose cancel was not requested.
+func decideTable(r Result, c ClaimedJob, p ProviderPolicy, now time.Time) Decision {
 	p = p.orDefaults()
 	detail := func(s string) string {
 		if r.Reason != "" {
@@ -328,9 +369,10 @@ func DecideAt(r Result, c ClaimedJob, p ProviderPolicy, now time.Time) Decision 
 // window again at now, since time may have passed since the reconcile that
 // chose it; past the window or within the margin it is refused, and the
 // escalation returned is written instead of calling any handler; why says
-// what ResendAllowed found.
+// what ResendAllowed found. A job whose cancel was requested sends nothing
+// (R32: sends), so there is nothing to refuse: it is reconciled.
 func resendRefused(c ClaimedJob, p ProviderPolicy, now time.Time) (d Decision, why string, refused bool) {
-	if c.NextAction != ActionRefund || !c.SendsAgain() || !p.SameKeyResendSafe {
+	if !sends(c) || !c.SendsAgain() || !p.SameKeyResendSafe {
 		return Decision{}, "", false
 	}
 	ok, why := p.ResendAllowed(c, now)
@@ -341,8 +383,16 @@ func resendRefused(c ClaimedJob, p ProviderPolicy, now time.Time) (d Decision, w
 }
 
 // sends reports whether c's handler call is Refund, the one that sends;
-// anything but a refund action asks the provider first with Reconcile (R14).
-func sends(c ClaimedJob) bool { return c.NextAction == ActionRefund }
+// anything but a refund action asks the provider first with Reconcile (R14),
+// and so does a job whose cancel was requested, whatever its grant's action
+// says (R32: no grant of it should carry refund).
+func sends(c ClaimedJob) bool { return c.NextAction == ActionRefund && !cancelRequested(c) }
+
+// cancelRequested reports whether a cancel was requested of c's job (R32):
+// the grant says so, or the job carries the request's time.
+func cancelRequested(c ClaimedJob) bool {
+	return c.CancelRequested || !c.Job.CancelRequestedAt.IsZero()
+}
 
 func delay(d, def time.Duration) time.Duration {
 	if d <= 0 {

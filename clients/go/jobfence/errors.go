@@ -40,6 +40,9 @@ var (
 	ReasonPermissionDenied    = reasonName(pb.ErrorReason_ERROR_REASON_PERMISSION_DENIED)
 	ReasonGrantTooOld         = reasonName(pb.ErrorReason_ERROR_REASON_GRANT_TOO_OLD)
 	ReasonTooManyCalls        = reasonName(pb.ErrorReason_ERROR_REASON_TOO_MANY_CALLS)
+	ReasonJobNotCancellable   = reasonName(pb.ErrorReason_ERROR_REASON_JOB_NOT_CANCELLABLE)
+	ReasonCancelRequested     = reasonName(pb.ErrorReason_ERROR_REASON_CANCEL_REQUESTED)
+	ReasonNotOnAttentionList  = reasonName(pb.ErrorReason_ERROR_REASON_NOT_ON_ATTENTION_LIST)
 )
 
 func reasonName(r pb.ErrorReason) string { return strings.TrimPrefix(r.String(), "ERROR_REASON_") }
@@ -107,6 +110,19 @@ var (
 	// of this kind in flight as it allows (expensive reads, worker
 	// streams); nothing was done. Try again after the RetryInfo's delay.
 	ErrTooManyCalls = errors.New("jobfence: too many calls in flight")
+	// ErrCancelRequested: a Reschedule asked to send the refund (next action
+	// refund) of a job whose cancel was requested (R32); nothing was
+	// written. Do not repeat it: only a reconcile may follow, so reschedule
+	// to reconcile, or complete or escalate. The Worker never asks for it
+	// (ClaimedJob.CancelRequested).
+	ErrCancelRequested = errors.New("jobfence: cancel requested: the refund may not be sent")
+	// ErrJobNotCancellable: an operator's CancelRefund named a job that
+	// cannot be cancelled: it succeeded, was cancelled for another reason,
+	// or was archived (R32). Not to be repeated.
+	ErrJobNotCancellable = errors.New("jobfence: job not cancellable")
+	// ErrNotOnAttentionList: an operator's AcknowledgeAttention named a job
+	// that is not on the attention list (R34). Not to be repeated.
+	ErrNotOnAttentionList = errors.New("jobfence: job not on the attention list")
 	// ErrUnavailable matches every error with gRPC code UNAVAILABLE: the
 	// coordinator or its database could not be reached, or a commit was cut
 	// off (ErrClaimOutcomeUnknown, ErrWriteOutcomeUnknown,
@@ -132,6 +148,9 @@ var reasonSentinels = map[string]error{
 	ReasonPermissionDenied:    ErrPermissionDenied,
 	ReasonGrantTooOld:         ErrGrantTooOld,
 	ReasonTooManyCalls:        ErrTooManyCalls,
+	ReasonJobNotCancellable:   ErrJobNotCancellable,
+	ReasonCancelRequested:     ErrCancelRequested,
+	ReasonNotOnAttentionList:  ErrNotOnAttentionList,
 }
 
 // Error is an error answered by the coordinator (or by the gRPC transport on

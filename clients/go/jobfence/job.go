@@ -17,6 +17,12 @@ import (
 // provider what happened under that key (R14). Either returns what the
 // provider said; a call whose outcome is unknown returns Unknown (the zero
 // Result), never a guess.
+//
+// A job whose cancel was requested (job.CancelRequested, R32) goes to
+// Reconcile only, whatever its NextAction, and whatever Reconcile returns it
+// is never sent again: Succeeded completes it (the cancel came too late),
+// Pending and Unknown reconcile later, NoRecord and Failed escalate it to a
+// person, who alone may close a maybe-sent refund as cancelled.
 type Handler interface {
 	Refund(ctx context.Context, job ClaimedJob) Result
 	Reconcile(ctx context.Context, job ClaimedJob) Result
@@ -59,8 +65,14 @@ func (w *Worker) work(ctx context.Context, c ClaimedJob) {
 	}
 	w.emit(WorkerEvent{Kind: WorkerClaimed, Job: c})
 	log := w.log.With(jobAttrs(c)...)
-	log.Debug("job claimed", "next_action", c.NextAction, "takeover", c.Takeover)
+	log.Debug("job claimed", "next_action", c.NextAction, "takeover", c.Takeover,
+		"cancel_requested", c.CancelRequested)
 	pol := w.policy(c.Job.Provider)
+	if cancelRequested(c) && c.NextAction == ActionRefund {
+		// R32: no grant of a job whose cancel was requested should carry
+		// refund; whatever this one says, the job is only reconciled (sends).
+		log.Warn("a grant asks to send the refund of a job whose cancel was requested; reconciling instead (R32)")
+	}
 
 	// R14, R22: the reconcile that chose a resend checked the window, but
 	// time has passed since; check again before anything leaves.
@@ -97,7 +109,8 @@ func (w *Worker) call(ctx context.Context, log *slog.Logger, c ClaimedJob) Resul
 		if sends(c) {
 			answer <- w.handler.Refund(hctx, c)
 		} else {
-			// R14: anything but a first send asks the provider first.
+			// R14: anything but a first send asks the provider first; R32:
+			// a job whose cancel was requested is only ever asked about.
 			answer <- w.handler.Reconcile(hctx, c)
 		}
 	}()

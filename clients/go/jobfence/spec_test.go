@@ -181,6 +181,7 @@ type decideVector struct {
 		Takeover         bool   `json:"takeover"`
 		FirstSentMs      *int64 `json:"first_sent_ms"`
 		ResendDeadlineMs *int64 `json:"resend_deadline_ms"`
+		CancelRequested  bool   `json:"cancel_requested"`
 	} `json:"job"`
 	Policy struct {
 		SameKeyResendSafe bool  `json:"same_key_resend_safe"`
@@ -237,7 +238,7 @@ func runDecideVector(t *testing.T, raw json.RawMessage) {
 	readVector(t, raw, &v, &want)
 
 	c := ClaimedJob{Attempt: v.Job.Attempt, NextAction: NextAction(v.Job.NextAction), Takeover: v.Job.Takeover,
-		ClaimedAt: specNow}
+		ClaimedAt: specNow, CancelRequested: v.Job.CancelRequested}
 	if c.NextAction != ActionRefund && c.NextAction != ActionReconcile {
 		t.Fatalf("job.next_action %q", v.Job.NextAction)
 	}

@@ -22,10 +22,16 @@ const (
 	StateRunning      JobState = "running"       // held under a lease
 	StateSucceeded    JobState = "succeeded"     // the provider confirmed the refund (never for pending, R4)
 	StateManualReview JobState = "manual_review" // a person must decide (R14, R16)
+
+	// StateCancelled: stopped before anything could reach the provider, or
+	// by a person's decision on a maybe-sent refund (R32).
+	StateCancelled JobState = "cancelled"
 )
 
 // Final reports whether no worker will act on a job in state s again.
-func (s JobState) Final() bool { return s == StateSucceeded || s == StateManualReview }
+func (s JobState) Final() bool {
+	return s == StateSucceeded || s == StateManualReview || s == StateCancelled
+}
 
 // NextAction tells the holder of a job what to do first.
 type NextAction string
@@ -85,6 +91,11 @@ type Job struct {
 	// tables for its archive (R31); zero while it is in them. It stays
 	// readable, and its key known for ever (R30).
 	ArchivedAt time.Time
+	// CancelRequestedAt is when an operator (or the producer) asked to
+	// cancel the refund after it may have been sent (R32); zero when nobody
+	// did, and for a job cancelled at once (StateCancelled). From then on
+	// the job is only ever reconciled, never sent.
+	CancelRequestedAt time.Time
 }
 
 // ClaimedJob is a job granted by Claim. Every write-back for it carries its
@@ -112,6 +123,16 @@ type ClaimedJob struct {
 	ResendDeadline time.Time
 	// ClaimedAt is the database's time when the claim committed (R12).
 	ClaimedAt time.Time
+	// CancelRequested: a cancel was requested of the job after it may have
+	// been sent (R32; the grant's cancel_requested, or Job.CancelRequestedAt
+	// set). The Worker then never calls Handler.Refund for it, whatever its
+	// NextAction says, and never writes back a reschedule that would send
+	// it: the provider has the refund → Complete (the coordinator records
+	// that the cancel came too late); pending or no answer → Reschedule to
+	// reconcile; no record, or the refund failed → Escalate, since only a
+	// person may close a maybe-sent refund as cancelled. A handler may read
+	// it, e.g. to log it or to skip what only a send needs.
+	CancelRequested bool
 
 	// received is this machine's time (with its monotonic reading) when the
 	// claim's reply arrived; see CoordinatorNow.
@@ -258,6 +279,8 @@ func jobFromProto(j *pb.Job) Job {
 		CreatedAt:        timeFromProto(j.GetCreatedAt()),
 		UpdatedAt:        timeFromProto(j.GetUpdatedAt()),
 		ArchivedAt:       timeFromProto(j.GetArchivedAt()),
+
+		CancelRequestedAt: timeFromProto(j.GetCancelRequestedAt()),
 	}
 }
 
@@ -278,6 +301,10 @@ func claimedFromProto(c *pb.ClaimedJob, received time.Time) ClaimedJob {
 		ResendDeadline:   timeFromProto(c.GetResendDeadline()),
 		ClaimedAt:        timeFromProto(c.GetClaimedAt()),
 		received:         received,
+
+		// Either says it (R32): a grant from a coordinator that sets only
+		// one of them is never sent either.
+		CancelRequested: c.GetCancelRequested() || c.GetJob().GetCancelRequestedAt() != nil,
 	}
 }
 
@@ -334,6 +361,7 @@ var states = map[pb.JobState]JobState{
 	pb.JobState_JOB_STATE_RUNNING:       StateRunning,
 	pb.JobState_JOB_STATE_SUCCEEDED:     StateSucceeded,
 	pb.JobState_JOB_STATE_MANUAL_REVIEW: StateManualReview,
+	pb.JobState_JOB_STATE_CANCELLED:     StateCancelled,
 }
 
 func stateFromProto(s pb.JobState) JobState { return states[s] }
