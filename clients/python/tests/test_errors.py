@@ -8,6 +8,7 @@ import pytest
 
 import jobfence
 from jobfence import (
+    CancelRequestedError,
     ClaimOutcomeUnknownError,
     Client,
     CoordinatorError,
@@ -18,10 +19,12 @@ from jobfence import (
     FencedError,
     GrantTooOldError,
     InvalidArgumentError,
+    JobNotCancellableError,
     JobNotInReviewError,
     JobNotRunningError,
     JobState,
     NotFoundError,
+    NotOnAttentionListError,
     ObservationLimitError,
     OperationKeyConflictError,
     PermissionDeniedError,
@@ -57,6 +60,9 @@ CASES = [
     (grpc.StatusCode.PERMISSION_DENIED, Reason.PERMISSION_DENIED, PermissionDeniedError),
     (FP, Reason.GRANT_TOO_OLD, GrantTooOldError),
     (grpc.StatusCode.RESOURCE_EXHAUSTED, Reason.TOO_MANY_CALLS, TooManyCallsError),
+    (FP, Reason.JOB_NOT_CANCELLABLE, JobNotCancellableError),
+    (FP, Reason.CANCEL_REQUESTED, CancelRequestedError),
+    (FP, Reason.NOT_ON_ATTENTION_LIST, NotOnAttentionListError),
 ]
 
 

@@ -33,6 +33,7 @@ from jobfence import (
     MAX_RESCHEDULE_DELAY,
     MAX_SPOOLED_RECEIPTS,
     RECEIPT_REFILE_INTERVAL,
+    CancelRequestedError,
     ClaimedJob,
     ClaimOutcomeUnknownError,
     Client,
@@ -46,12 +47,14 @@ from jobfence import (
     HandlerContext,
     InvalidArgumentError,
     Job,
+    JobNotCancellableError,
     JobNotInReviewError,
     JobNotRunningError,
     JobState,
     LeaseToken,
     NextAction,
     NotFoundError,
+    NotOnAttentionListError,
     ObservationLimitError,
     OperationKeyConflictError,
     Outcome,
@@ -226,7 +229,7 @@ def _job(first_sent_at: Optional[datetime] = None) -> Job:
 
 
 def _claimed(j: dict[str, Any]) -> ClaimedJob:
-    known(j, {"next_action", "attempt", "takeover", "first_sent_ms", "resend_deadline_ms"}, "job")
+    known(j, {"next_action", "attempt", "takeover", "first_sent_ms", "resend_deadline_ms", "cancel_requested"}, "job")
     first = _ms(j, "first_sent_ms")
     deadline = _ms(j, "resend_deadline_ms")
     # claimed_at is now and no time passed since the answer arrived: the
@@ -236,7 +239,7 @@ def _claimed(j: dict[str, Any]) -> ClaimedJob:
         lease_token=LeaseToken("tok-7"), lease_until=None, next_action=NextAction(j["next_action"]),
         takeover=bool(j.get("takeover", False)), observations=(), observation_count=0,
         resend_deadline=None if deadline is None else NOW + timedelta(seconds=deadline), claimed_at=NOW,
-        received_monotonic=None)
+        received_monotonic=None, cancel_requested=bool(j.get("cancel_requested", False)))
 
 
 def _policy(p: dict[str, Any]) -> ProviderPolicy:
@@ -311,6 +314,9 @@ KINDS: dict[type, str] = {
     PermissionDeniedError: "permission_denied",
     GrantTooOldError: "grant_too_old",
     TooManyCallsError: "too_many_calls",
+    JobNotCancellableError: "job_not_cancellable",
+    CancelRequestedError: "cancel_requested",
+    NotOnAttentionListError: "not_on_attention_list",
     UnavailableError: "unavailable",
     DeadlineExceededError: "deadline_exceeded",
 }

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import Optional
 
@@ -21,8 +21,10 @@ __all__ = [
     "ProviderPolicy",
     "Result",
     "ResultKind",
+    "cancel_requested",
     "decide",
     "decide_at",
+    "sends",
 ]
 
 #: Policy defaults, in seconds (those of the Go SDK).
@@ -149,9 +151,12 @@ class ProviderPolicy:
     def resend_allowed(self, c: ClaimedJob, now: datetime) -> tuple[bool, str]:
         """Whether a same-key resend of c's refund may start at ``now``, a time
         on the coordinator's clock (ClaimedJob.coordinator_now), and why (R14,
-        R16, R22). Allowed when the key never went out (resend_deadline unset:
-        it is a first send), or when the provider guarantees same-key resends
-        and now lies more than resend_margin before the resend deadline."""
+        R16, R22). Never once a cancel was requested (R32). Otherwise allowed
+        when the key never went out (resend_deadline unset: it is a first
+        send), or when the provider guarantees same-key resends and now lies
+        more than resend_margin before the resend deadline."""
+        if cancel_requested(c):
+            return False, "a cancel was requested (R32)"
         if c.resend_deadline is None:
             return True, "the operation key was never sent"
         if not self.same_key_resend_safe:
@@ -202,10 +207,56 @@ def decide_at(r: Result, c: ClaimedJob, p: ProviderPolicy, now: datetime) -> Dec
         outcome unknown                Reschedule reconcile after unknown_delay (R14)
         handler asks to escalate       Escalate
 
+    A job whose cancel was requested (c.cancel_requested, R32) is never sent
+    again, whatever the provider says and whatever the policy allows::
+
+        refunded (id)                  Complete: the cancel came too late (the coordinator records it)
+        pending, outcome unknown       as above: Reschedule reconcile
+        no record                      Escalate, even inside the resend window: only a person
+                                       may close a maybe-sent refund as cancelled
+        rejected                       Escalate: a person closes it as cancelled
+        anything else                  as above, but a Reschedule to refund becomes one to reconcile
+
     "Resend allowed" is ProviderPolicy.resend_allowed. It never reads this
     machine's wall clock and has no side effects; the caller writes the
     decision with c's attempt and lease token.
     """
+    if not cancel_requested(c):
+        return _decide_table(r, c, p, now)
+    # R32: no record and a rejection, which the table may answer with a
+    # resend or leave to a person as a failure, are for a person to close as
+    # cancelled; whatever else it answers never sends.
+    if r.kind is ResultKind.NO_RECORD:
+        reason = ("cancel requested (R32): reconcile found no record at the provider; the refund may still have "
+                  "been sent, so it is never sent again: only a person may close it as cancelled")
+        return Decision(DecisionKind.ESCALATE, reason=f"{reason}: {r.reason}" if r.reason else reason)
+    if r.kind is ResultKind.FAILED:
+        return Decision(DecisionKind.ESCALATE, reason="cancel requested (R32): provider rejected the refund: "
+                        f"{r.reason or 'no reason given'}; a person closes it as cancelled")
+    d = _decide_table(r, c, p, now)
+    if d.kind is DecisionKind.RESCHEDULE and d.next_action is NextAction.REFUND:
+        d = replace(d, next_action=NextAction.RECONCILE,
+                    reason=d.reason + "; cancel requested (R32): reconcile, never send")
+    return d
+
+
+def cancel_requested(c: ClaimedJob) -> bool:
+    """Whether a cancel was requested of c's job (R32): the grant says so, or
+    the job carries the request's time."""
+    return c.cancel_requested or c.job.cancel_requested_at is not None
+
+
+def sends(c: ClaimedJob) -> bool:
+    """Whether c's handler call is refund, the one that sends: a refund action
+    of a job whose cancel was not requested. Anything else asks the provider
+    first with reconcile (R14), and so does a job whose cancel was requested,
+    whatever its grant's action says (R32: no grant of it should carry
+    refund)."""
+    return c.next_action is NextAction.REFUND and not cancel_requested(c)
+
+
+def _decide_table(r: Result, c: ClaimedJob, p: ProviderPolicy, now: datetime) -> Decision:
+    """decide_at's table for a job whose cancel was not requested."""
 
     def detail(s: str) -> str:
         return f"{s}: {r.reason}" if r.reason else s

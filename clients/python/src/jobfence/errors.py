@@ -12,6 +12,9 @@ decodes through the same code.
     │   ├── StaleAttemptError        STALE_ATTEMPT
     │   └── JobNotRunningError       JOB_NOT_RUNNING
     ├── JobNotInReviewError          JOB_NOT_IN_REVIEW
+    ├── CancelRequestedError         CANCEL_REQUESTED (a reschedule to REFUND, R32)
+    ├── JobNotCancellableError       JOB_NOT_CANCELLABLE (CancelRefund, R32)
+    ├── NotOnAttentionListError      NOT_ON_ATTENTION_LIST (AcknowledgeAttention, R34)
     ├── OperationKeyConflictError    OPERATION_KEY_CONFLICT (R1)
     ├── NotFoundError                NOT_FOUND
     ├── InvalidArgumentError         INVALID_ARGUMENT, with field violations
@@ -46,6 +49,7 @@ from .v1 import coordinator_pb2 as pb
 __all__ = [
     "ERROR_DOMAIN",
     "BudgetExhaustedError",
+    "CancelRequestedError",
     "ClaimOutcomeUnknownError",
     "CoordinatorError",
     "DatabaseAccessDeniedError",
@@ -58,9 +62,11 @@ __all__ = [
     "GrantLostError",
     "GrantTooOldError",
     "InvalidArgumentError",
+    "JobNotCancellableError",
     "JobNotInReviewError",
     "JobNotRunningError",
     "NotFoundError",
+    "NotOnAttentionListError",
     "ObservationLimitError",
     "OperationKeyConflictError",
     "PermissionDeniedError",
@@ -105,6 +111,9 @@ class Reason:
     PERMISSION_DENIED = _reason_name(pb.ERROR_REASON_PERMISSION_DENIED)
     GRANT_TOO_OLD = _reason_name(pb.ERROR_REASON_GRANT_TOO_OLD)
     TOO_MANY_CALLS = _reason_name(pb.ERROR_REASON_TOO_MANY_CALLS)
+    JOB_NOT_CANCELLABLE = _reason_name(pb.ERROR_REASON_JOB_NOT_CANCELLABLE)
+    CANCEL_REQUESTED = _reason_name(pb.ERROR_REASON_CANCEL_REQUESTED)
+    NOT_ON_ATTENTION_LIST = _reason_name(pb.ERROR_REASON_NOT_ON_ATTENTION_LIST)
 
 
 class CoordinatorError(Exception):
@@ -176,6 +185,26 @@ class JobNotRunningError(FencedError):
 class JobNotInReviewError(CoordinatorError):
     """JOB_NOT_IN_REVIEW (FAILED_PRECONDITION): an operator's resolution named a
     job no longer in manual review under that attempt (R29)."""
+
+
+class CancelRequestedError(CoordinatorError):
+    """CANCEL_REQUESTED (FAILED_PRECONDITION): a reschedule asked to send the
+    refund (next action REFUND) of a job whose cancel was requested (R32);
+    nothing was written. Do not repeat it: only a reconcile may follow, so
+    reschedule to RECONCILE, or complete or escalate. The Worker never asks
+    for it (ClaimedJob.cancel_requested)."""
+
+
+class JobNotCancellableError(CoordinatorError):
+    """JOB_NOT_CANCELLABLE (FAILED_PRECONDITION): an operator's CancelRefund
+    named a job that cannot be cancelled: it succeeded, was cancelled for
+    another reason, or was archived (R32). Not to be repeated."""
+
+
+class NotOnAttentionListError(CoordinatorError):
+    """NOT_ON_ATTENTION_LIST (FAILED_PRECONDITION): an operator's
+    AcknowledgeAttention named a job that is not on the attention list (R34).
+    Not to be repeated."""
 
 
 class OperationKeyConflictError(CoordinatorError):
@@ -364,6 +393,9 @@ _BY_REASON: dict[str, type[CoordinatorError]] = {
     Reason.PERMISSION_DENIED: PermissionDeniedError,
     Reason.GRANT_TOO_OLD: GrantTooOldError,
     Reason.TOO_MANY_CALLS: TooManyCallsError,
+    Reason.JOB_NOT_CANCELLABLE: JobNotCancellableError,
+    Reason.CANCEL_REQUESTED: CancelRequestedError,
+    Reason.NOT_ON_ATTENTION_LIST: NotOnAttentionListError,
 }
 
 # Codes that mean a class whatever the reason (transport failures carry none).

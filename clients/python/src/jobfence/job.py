@@ -10,7 +10,7 @@ import time
 from typing import Optional, Protocol
 
 from .client import Client
-from .decide import Decision, DecisionKind, ProviderPolicy, Result, decide_at
+from .decide import Decision, DecisionKind, ProviderPolicy, Result, cancel_requested, decide_at, sends
 from .errors import FencedError, GrantLostError, ProviderDeadlineError
 from .events import Reporter, WorkerEvent, WorkerEventKind, job_fields
 from .options import WorkerOptions
@@ -86,7 +86,14 @@ class Handler(Protocol):
     derived from the attempt (R2). ``reconcile`` asks the provider what
     happened under that key (R14). Either returns what the provider said; a
     call whose outcome is unknown returns Result.unknown() (or raises),
-    never a guess. Both must watch ctx: see HandlerContext."""
+    never a guess. Both must watch ctx: see HandlerContext.
+
+    A job whose cancel was requested (job.cancel_requested, R32) goes to
+    ``reconcile`` only, whatever its next_action, and whatever it returns the
+    job is never sent again: succeeded completes it (the cancel came too
+    late), pending and unknown reconcile later, no_record and failed
+    escalate it to a person, who alone may close a maybe-sent refund as
+    cancelled."""
 
     def refund(self, job: ClaimedJob, ctx: HandlerContext) -> Result: ...
 
@@ -96,11 +103,12 @@ class Handler(Protocol):
 class JobRunner:
     """Works the jobs a Worker is granted, one call of work() per job, on the
     job's own thread: it dispatches by next action (REFUND to
-    handler.refund, anything else to handler.reconcile, R14), refuses a
-    same-key resend whose window is closing (R22), renews the lease while
-    the handler runs (R27, with a renewer), decides (R14, R16) and writes
-    back under the grant (R9, R25), filing the provider's answer when the
-    fence refuses it (R15)."""
+    handler.refund, anything else to handler.reconcile, R14; a job whose
+    cancel was requested to handler.reconcile whatever it says, R32),
+    refuses a same-key resend whose window is closing (R22), renews the
+    lease while the handler runs (R27, with a renewer), decides (R14, R16)
+    and writes back under the grant (R9, R25), filing the provider's answer
+    when the fence refuses it (R15)."""
 
     def __init__(self, client: Client, handler: Handler, options: WorkerOptions, report: Reporter,
                  renewer: Optional[Renewer], receipts: Receipts) -> None:
@@ -132,9 +140,15 @@ class JobRunner:
         f = job_fields(c)
         rep.log.log(logging.INFO if c.takeover else logging.DEBUG,
                     "job taken over" if c.takeover else "job claimed",
-                    extra={**f, "next_action": c.next_action.value, "takeover": c.takeover})
+                    extra={**f, "next_action": c.next_action.value, "takeover": c.takeover,
+                           "cancel_requested": c.cancel_requested})
         pol = self._policy(c.job.provider)
-        if c.next_action is NextAction.REFUND and c.sends_again() and pol.same_key_resend_safe:
+        if cancel_requested(c) and c.next_action is NextAction.REFUND:
+            # R32: no grant of a job whose cancel was requested should carry
+            # refund; whatever this one says, the job is only reconciled.
+            rep.log.warning("a grant asks to send the refund of a job whose cancel was requested; "
+                            "reconciling instead (R32)", extra=f)
+        if sends(c) and c.sends_again() and pol.same_key_resend_safe:
             # R14, R22: the reconcile that chose this resend checked the
             # window, but time has passed since; check again, on the
             # coordinator's clock, before anything leaves.
@@ -165,7 +179,8 @@ class JobRunner:
         def call() -> None:
             try:
                 # R14: only a first send refunds; anything else asks first.
-                if c.next_action is NextAction.REFUND:
+                # R32: a job whose cancel was requested is only ever asked about.
+                if sends(c):
                     r = self._handler.refund(c, ctx)
                 else:
                     r = self._handler.reconcile(c, ctx)

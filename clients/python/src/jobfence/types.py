@@ -43,11 +43,14 @@ class JobState(str, enum.Enum):
     RUNNING = "running"  # held under a lease
     SUCCEEDED = "succeeded"  # the provider confirmed the refund (never for pending, R4)
     MANUAL_REVIEW = "manual_review"  # a person must decide (R14, R16)
+    #: Stopped before anything could reach the provider, or by a person's
+    #: decision on a maybe-sent refund (R32).
+    CANCELLED = "cancelled"
 
     @property
     def final(self) -> bool:
         """Whether no worker acts on a job in this state again."""
-        return self in (JobState.SUCCEEDED, JobState.MANUAL_REVIEW)
+        return self in (JobState.SUCCEEDED, JobState.MANUAL_REVIEW, JobState.CANCELLED)
 
 
 class NextAction(str, enum.Enum):
@@ -166,6 +169,10 @@ class Job:
     #: archive (R31); None while it is in them. It stays readable, and its key
     #: known for ever (R30).
     archived_at: Optional[datetime] = None
+    #: When an operator (or the producer) asked to cancel the refund after it
+    #: may have been sent (R32); None when nobody did, and for a job cancelled
+    #: at once (CANCELLED). From then on the job is only ever reconciled.
+    cancel_requested_at: Optional[datetime] = None
 
 
 @dataclass(frozen=True)
@@ -220,6 +227,16 @@ class ClaimedJob:
     claimed_at: Optional[datetime]
     #: time.monotonic() when the claim's answer arrived; see coordinator_now.
     received_monotonic: Optional[float] = field(default=None, compare=False)
+    #: A cancel was requested of the job after it may have been sent (R32:
+    #: the grant's cancel_requested, or job.cancel_requested_at set). The
+    #: Worker then calls only handler.reconcile for it, whatever next_action
+    #: says, and never writes back a reschedule that would send it: the
+    #: provider has the refund → complete (the coordinator records that the
+    #: cancel came too late); pending or no answer → reschedule to reconcile;
+    #: no record, or the refund failed → escalate, since only a person may
+    #: close a maybe-sent refund as cancelled. A handler may read it, e.g. to
+    #: log it or to skip what only a send needs.
+    cancel_requested: bool = False
 
     def coordinator_now(self) -> datetime:
         """Estimates the coordinator's database clock now (R12, R22), to compare
@@ -343,6 +360,7 @@ _STATES: dict[int, JobState] = {
     pb.JOB_STATE_RUNNING: JobState.RUNNING,
     pb.JOB_STATE_SUCCEEDED: JobState.SUCCEEDED,
     pb.JOB_STATE_MANUAL_REVIEW: JobState.MANUAL_REVIEW,
+    pb.JOB_STATE_CANCELLED: JobState.CANCELLED,
 }
 _ACTIONS: dict[int, NextAction] = {pb.NEXT_ACTION_REFUND: NextAction.REFUND, pb.NEXT_ACTION_RECONCILE: NextAction.RECONCILE}
 _OUTCOMES: dict[int, Outcome] = {
@@ -416,6 +434,7 @@ def job_of(j: pb.Job) -> Job:
         created_at=time_of(j, "created_at"),
         updated_at=time_of(j, "updated_at"),
         archived_at=time_of(j, "archived_at"),
+        cancel_requested_at=time_of(j, "cancel_requested_at"),
     )
 
 
@@ -450,6 +469,9 @@ def claimed_of(c: pb.ClaimedJob, received_monotonic: float) -> ClaimedJob:
         resend_deadline=time_of(c, "resend_deadline"),
         claimed_at=time_of(c, "claimed_at"),
         received_monotonic=received_monotonic,
+        # Either says it (R32): a grant from a coordinator that sets only one
+        # of them is never sent either.
+        cancel_requested=bool(c.cancel_requested) or c.job.HasField("cancel_requested_at"),
     )
 
 
