@@ -49,10 +49,79 @@ export const MaxDelayMs = 30 * 24 * 3600 * 1000;
  * - not sent → reschedule the same action;
  * - escalate → escalate.
  *
+ * A job whose cancel was requested (`cancelRequested`, R32) is never sent
+ * again, whatever the provider says and whatever the policy allows:
+ *
+ * - refunded → complete: the cancel came too late (the coordinator records it);
+ * - pending → reschedule another RECONCILE, as above;
+ * - no record → escalate, even inside the resend window: only a person may
+ *   close a maybe-sent refund as cancelled;
+ * - rejected → escalate: a person closes it as cancelled;
+ * - anything else → as above, but a reschedule to REFUND becomes one to
+ *   RECONCILE.
+ *
  * It is pure: the caller makes the write, carrying the claim's attempt and
  * lease token (R9, R25).
  */
 export function decideReconcile(result: ProviderResult, claimed: ClaimedJobView, policy: DecisionPolicy): WriteDecision {
+  if (!cancelRequested(claimed)) {
+    return decideTable(result, claimed, policy);
+  }
+  // R32: no record and a rejection, which the table may answer with a
+  // resend or leave to a person as a failure, are for a person to close as
+  // cancelled; whatever else it answers never sends.
+  switch (result.kind) {
+    case "not_found":
+      return {
+        kind: "escalate",
+        reason: withDetail("cancel requested (R32): reconcile found no record at the provider; the refund may still " +
+          "have been sent, so it is never sent again: only a person may close it as cancelled", result.detail),
+      };
+    case "failed":
+      return {
+        kind: "escalate",
+        reason: `cancel requested (R32): provider rejected the refund: ${result.reason || "no reason given"}; ` +
+          "a person closes it as cancelled",
+      };
+  }
+  return neverSent(claimed, decideTable(result, claimed, policy));
+}
+
+/**
+ * neverSent is decision d for the claimed job, except that a reschedule to
+ * REFUND of a job whose cancel was requested becomes one to RECONCILE (R32).
+ */
+function neverSent(claimed: ClaimedJobView, d: WriteDecision): WriteDecision {
+  if (d.kind !== "reschedule" || d.nextAction !== NextAction.REFUND || !cancelRequested(claimed)) {
+    return d;
+  }
+  return { ...d, nextAction: NextAction.RECONCILE, reason: `${d.reason}; cancel requested (R32): reconcile, never send` };
+}
+
+/**
+ * cancelRequested reports whether a cancel was requested of the claimed job
+ * after it may have been sent (R32): the grant's `cancelRequested`, or the
+ * job's `cancelRequestedAt`. Such a job is only ever reconciled: the Worker
+ * calls the reconcile handler whatever the grant's next action, and never
+ * writes back a reschedule that would send it.
+ */
+export function cancelRequested(claimed: ClaimedJobView): boolean {
+  return claimed.cancelRequested || claimed.job?.cancelRequestedAt !== undefined;
+}
+
+/**
+ * sends reports whether the claimed job's handler call is `refund`, the one
+ * that sends: a REFUND action of a job whose cancel was not requested.
+ * Anything else asks the provider first with `reconcile` (R14), and so does
+ * a job whose cancel was requested, whatever its grant's action says (R32:
+ * no grant of it should carry REFUND).
+ */
+export function sends(claimed: ClaimedJobView): boolean {
+  return claimed.nextAction === NextAction.REFUND && !cancelRequested(claimed);
+}
+
+// decideTable is decideReconcile's table for a job whose cancel was not requested.
+function decideTable(result: ProviderResult, claimed: ClaimedJobView, policy: DecisionPolicy): WriteDecision {
   switch (result.kind) {
     case "succeeded":
       if (result.providerRefundId === "") {
@@ -85,11 +154,15 @@ export function decideReconcile(result: ProviderResult, claimed: ClaimedJobView,
 
 /**
  * resendAllowed reports whether a same-key resend is safe now (R14, R16,
- * R22): the provider guarantees same-key resends and the coordinator's
- * resend_deadline lies more than the margin ahead. An unset resend_deadline
- * means the key never went out, so sending is a first send.
+ * R22): never once a cancel was requested (R32); otherwise when the provider
+ * guarantees same-key resends and the coordinator's resend_deadline lies
+ * more than the margin ahead. An unset resend_deadline means the key never
+ * went out, so sending is a first send.
  */
 export function resendAllowed(claimed: ClaimedJobView, policy: DecisionPolicy): boolean {
+  if (cancelRequested(claimed)) {
+    return false;
+  }
   if (claimed.resendDeadline === undefined) {
     return true;
   }

@@ -41,6 +41,9 @@ export const Reason = {
   InvalidArgument: reasonName(ErrorReason.INVALID_ARGUMENT),
   GrantTooOld: reasonName(ErrorReason.GRANT_TOO_OLD),
   TooManyCalls: reasonName(ErrorReason.TOO_MANY_CALLS),
+  JobNotCancellable: reasonName(ErrorReason.JOB_NOT_CANCELLABLE),
+  CancelRequested: reasonName(ErrorReason.CANCEL_REQUESTED),
+  NotOnAttentionList: reasonName(ErrorReason.NOT_ON_ATTENTION_LIST),
 } as const;
 
 /**
@@ -176,6 +179,30 @@ export class GrantTooOldError extends CoordinatorError {
  */
 export class TooManyCallsError extends CoordinatorError {}
 
+/**
+ * CancelRequestedError (CANCEL_REQUESTED, FAILED_PRECONDITION): a Reschedule
+ * asked to send the refund (next action REFUND) of a job whose cancel was
+ * requested (R32); nothing was written. Do not repeat it: only a reconcile
+ * may follow, so reschedule to RECONCILE, or complete or escalate. The
+ * Worker never asks for it (`WorkerJob.cancelRequested`).
+ */
+export class CancelRequestedError extends CoordinatorError {}
+
+/**
+ * JobNotCancellableError (JOB_NOT_CANCELLABLE, FAILED_PRECONDITION): an
+ * operator's CancelRefund named a job that cannot be cancelled: it
+ * succeeded, was cancelled for another reason, or was archived (R32). Not to
+ * be repeated.
+ */
+export class JobNotCancellableError extends CoordinatorError {}
+
+/**
+ * NotOnAttentionListError (NOT_ON_ATTENTION_LIST, FAILED_PRECONDITION): an
+ * operator's AcknowledgeAttention named a job that is not on the attention
+ * list (R34). Not to be repeated.
+ */
+export class NotOnAttentionListError extends CoordinatorError {}
+
 /** FieldViolation names one bad request field. */
 export interface FieldViolation {
   /** The proto field name, e.g. "max_jobs". */
@@ -265,6 +292,12 @@ function errorOf(msg: string, code: Code, reason: string | undefined, meta: Reco
       return new GrantTooOldError(msg, code, reason, meta, cause);
     case Reason.TooManyCalls:
       return new TooManyCallsError(msg, code, reason, meta, cause);
+    case Reason.CancelRequested:
+      return new CancelRequestedError(msg, code, reason, meta, cause);
+    case Reason.JobNotCancellable:
+      return new JobNotCancellableError(msg, code, reason, meta, cause);
+    case Reason.NotOnAttentionList:
+      return new NotOnAttentionListError(msg, code, reason, meta, cause);
     case Reason.InvalidArgument:
       return new InvalidArgumentError(msg, code, reason, meta, violations, cause);
   }

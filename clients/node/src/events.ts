@@ -26,7 +26,7 @@ export interface JobIds {
  * never the lease token (R25): an event can be logged whole.
  */
 export type WorkerEvent =
-  | ({ type: "claimed"; nextAction: NextAction; takeover: boolean } & JobIds)
+  | ({ type: "claimed"; nextAction: NextAction; takeover: boolean; cancelRequested: boolean } & JobIds)
   | { type: "claim_failed"; error: CoordinatorError }
   | {
       /**

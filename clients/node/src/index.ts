@@ -37,10 +37,11 @@ export {
   defaultReceiptSpool,
 } from "./spool.js";
 export { grantFingerprint } from "./types.js";
-export { MaxDelayMs, coordinatorNow, decideReconcile, resendAllowed, sendsAgain } from "./decide.js";
+export { MaxDelayMs, cancelRequested, coordinatorNow, decideReconcile, resendAllowed, sendsAgain } from "./decide.js";
 export { bigintReplacer, jsonSafe, toJson, toJsonString } from "./json.js";
 export type { DecisionPolicy, WriteDecision } from "./decide.js";
 export {
+  CancelRequestedError,
   ClaimOutcomeUnknownError,
   CoordinatorError,
   DatabaseUnavailableError,
@@ -49,9 +50,11 @@ export {
   GrantLostError,
   GrantTooOldError,
   InvalidArgumentError,
+  JobNotCancellableError,
   JobNotRunningError,
   JobNotInReviewError,
   NotFoundError,
+  NotOnAttentionListError,
   OperationKeyConflictError,
   Reason,
   TooManyCallsError,

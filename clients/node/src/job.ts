@@ -6,7 +6,7 @@ import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import { performance } from "node:perf_hooks";
 import { setTimeout as sleep } from "node:timers/promises";
 
-import { coordinatorNow, decideReconcile, resendAllowed, sendsAgain, type WriteDecision } from "./decide.js";
+import { cancelRequested, coordinatorNow, decideReconcile, resendAllowed, sends, sendsAgain, type WriteDecision } from "./decide.js";
 import { FencedWriteError, isRetryableWrite, toCoordinatorError } from "./errors.js";
 import { jobIds, type Emit } from "./events.js";
 import { NextAction, type ClaimedJob } from "./gen/jobfence/v1/coordinator_pb.js";
@@ -47,9 +47,12 @@ export class JobRunner {
       return; // never sent by the coordinator; nothing to act on
     }
     const ids = jobIds(claimed);
-    this.emit({ type: "claimed", ...ids, nextAction: claimed.nextAction, takeover: claimed.takeover });
+    const cancel = cancelRequested(claimed);
+    this.emit({ type: "claimed", ...ids, nextAction: claimed.nextAction, takeover: claimed.takeover, cancelRequested: cancel });
 
-    if (claimed.nextAction === NextAction.REFUND && sendsAgain(claimed) && this.resendSafe(job.provider)) {
+    // R32: a job whose cancel was requested is only ever reconciled, whatever
+    // its grant's action says (sends), so it has no resend to refuse.
+    if (sends(claimed) && sendsAgain(claimed) && this.resendSafe(job.provider)) {
       // R14, R22: the reconcile that chose this same-key resend checked the
       // window, but the job may have waited since (a backlog, an empty
       // provider budget). Past the window the provider has forgotten the key
@@ -71,14 +74,16 @@ export class JobRunner {
       ...ids,
       nextAction: claimed.nextAction,
       takeover: claimed.takeover,
+      cancelRequested: cancel,
       job,
       claimed: withoutToken(claimed),
       signal: abort.signal,
       timeoutMs: this.settings.providerCallTimeoutMs,
     };
-    // R14: only a REFUND action sends; anything else asks first.
+    // R14: only a REFUND action sends; anything else asks first. R32: a job
+    // whose cancel was requested is only ever asked about.
     const handlers = this.settings.handlers;
-    const handler = claimed.nextAction === NextAction.REFUND ? handlers.refund : handlers.reconcile;
+    const handler = sends(claimed) ? handlers.refund : handlers.reconcile;
     const settled = Promise.resolve()
       .then(() => handler.call(handlers, view))
       .then((result): Settled => ({ ok: true, result }), (error: unknown): Settled => ({ ok: false, error }));

@@ -58,6 +58,17 @@ export interface WorkerJob {
   readonly nextAction: NextAction;
   /** True when this claim took the job over from an expired lease (R6). */
   readonly takeover: boolean;
+  /**
+   * True when a cancel was requested of the job after it may have been sent
+   * (R32: the grant's `cancelRequested`, or `job.cancelRequestedAt` set).
+   * The Worker then calls only the `reconcile` handler, whatever
+   * `nextAction` says, and whatever it answers the job is never sent again:
+   * `succeeded` completes it (the cancel came too late, the coordinator
+   * records it); `pending` or a throw reconciles later; `not_found` or
+   * `failed` escalates it, since only a person may close a maybe-sent refund
+   * as cancelled. Read it to log it, or to skip what only a send needs.
+   */
+  readonly cancelRequested: boolean;
   /** The job as claimed: order, payment, amount, currency, provider… */
   readonly job: Job;
   /**

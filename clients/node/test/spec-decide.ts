@@ -107,7 +107,9 @@ export async function runDecide(v: Fields): Promise<void> {
     assert.deepEqual(called, [], "no handler called: the resend was refused before sending");
   } else {
     assert.equal(called.length, 1, "one handler called");
-    assert.equal(called[0], claimed.nextAction === NextAction.REFUND ? "refund" : "reconcile", "the handler of the next action");
+    // R32: a job whose cancel was requested is only reconciled, whatever its action.
+    const sent = claimed.nextAction === NextAction.REFUND && !claimed.cancelRequested;
+    assert.equal(called[0], sent ? "refund" : "reconcile", "the handler of the next action");
   }
   assert.ok(w !== undefined, "a write-back");
   if (decision !== undefined) {
@@ -140,6 +142,7 @@ function claimedOf(j: Fields) {
   const takeover = j.bool("takeover") ?? false;
   const firstSentMs = j.int("first_sent_ms");
   const resendDeadlineMs = j.int("resend_deadline_ms");
+  const cancelRequested = j.bool("cancel_requested") ?? false;
   j.done();
   return create(ClaimedJobSchema, {
     job: {
@@ -154,6 +157,7 @@ function claimedOf(j: Fields) {
     leaseToken: "spec-token",
     nextAction,
     takeover,
+    cancelRequested,
     claimedAt: timestampFromMs(now),
     leaseUntil: timestampFromMs(now + 30_000),
     resendDeadline: resendDeadlineMs === undefined ? undefined : timestampFromMs(now + resendDeadlineMs),

@@ -19,6 +19,7 @@ import { findTrailerError } from "@connectrpc/connect/protocol-grpc";
 import { BadRequestSchema, ErrorInfoSchema } from "../src/gen/google/rpc/error_details_pb.js";
 import { StatusSchema } from "../src/gen/google/rpc/status_pb.js";
 import {
+  CancelRequestedError,
   ClaimedJobSchema,
   ClaimOutcomeUnknownError,
   CoordinatorError,
@@ -26,11 +27,13 @@ import {
   FencedWriteError,
   GrantTooOldError,
   InvalidArgumentError,
+  JobNotCancellableError,
   JobNotInReviewError,
   JobNotRunningError,
   JobState,
   NextAction,
   NotFoundError,
+  NotOnAttentionListError,
   ObservationOutcome,
   OperationKeyConflictError,
   Reason,
@@ -201,6 +204,9 @@ function kindOf(err: CoordinatorError): string {
     [NotFoundError, "not_found"],
     [GrantTooOldError, "grant_too_old"],
     [TooManyCallsError, "too_many_calls"],
+    [JobNotCancellableError, "job_not_cancellable"],
+    [CancelRequestedError, "cancel_requested"],
+    [NotOnAttentionListError, "not_on_attention_list"],
     [InvalidArgumentError, "invalid_argument"],
   ];
   for (const [cls, kind] of classes) {
