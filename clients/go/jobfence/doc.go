@@ -25,7 +25,9 @@
 // instead (R15). The Worker carries the token for you; the token prints
 // redacted.
 // A takeover always starts by asking the provider what happened (reconcile,
-// R14), and what cannot be decided safely goes to manual review (R16).
+// R14), and what cannot be decided safely goes to manual review (R16). A
+// job whose cancel was requested (ClaimedJob.CancelRequested) is only ever
+// reconciled, never sent, whatever the provider answers (R32).
 //
 // # Client
 //

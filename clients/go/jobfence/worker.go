@@ -27,7 +27,8 @@ var ErrWorkerStarted = errors.New("jobfence: worker already started")
 //     cancels the handler's context with ErrGrantLost, so that the handler
 //     sends nothing new;
 //   - it dispatches by next action: refund to Handler.Refund, anything else
-//     to Handler.Reconcile (R14);
+//     to Handler.Reconcile (R14); a job whose cancel was requested goes to
+//     Reconcile whatever its grant says, and is never sent (R32);
 //   - before a same-key resend it checks the coordinator's resend deadline
 //     again (R22) and escalates instead when the window is closing;
 //   - it turns the answer into Complete, Reschedule or Escalate with the

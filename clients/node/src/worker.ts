@@ -28,7 +28,8 @@ import { ReceiptSpool, ReceiptSpoolOff, defaultReceiptSpool } from "./spool.js";
  *   aborts the handler's signal with a GrantLostError once a renewal says the
  *   grant is lost.
  * - It dispatches by next_action: REFUND to handlers.refund, anything else to
- *   handlers.reconcile (R14).
+ *   handlers.reconcile (R14); a job whose cancel was requested goes to
+ *   handlers.reconcile whatever its grant says, and is never sent (R32).
  * - Before a same-key resend it checks the coordinator's resend_deadline
  *   again and escalates instead when the window has closed (R14, R16, R22).
  * - It turns the answer into Complete, Reschedule or Escalate carrying the

@@ -57,7 +57,8 @@ class Worker:
       handler's context with a GrantLostError, so the handler sends nothing
       new; GRANT_TOO_OLD stops the renewals and cancels nothing (R8);
     - it dispatches by next action: REFUND to handler.refund, anything else
-      to handler.reconcile (R14);
+      to handler.reconcile (R14); a job whose cancel was requested goes to
+      handler.reconcile whatever its grant says, and is never sent (R32);
     - before a same-key resend it checks the coordinator's resend deadline
       again (R22) and escalates instead when the window is closing;
     - it turns the answer into complete, reschedule or escalate carrying the
