@@ -90,12 +90,19 @@ describe("zombie writes", () => {
     assert.equal(got.job!.state, JobState.SUCCEEDED);
     assert.equal(got.job!.attempt, 2n);
     assert.equal(got.job!.providerRefundId, "re_B");
-    assert.deepEqual(got.events.map((e) => [e.kind, e.attempt, e.workerId]), [
-      ["enqueued", 0n, ""],
-      ["claimed", 1n, "zombie-a"],
-      ["taken_over", 2n, "worker-b"],
-      ["completed", 2n, "worker-b"],
+    // R34: a receipt of another refund id after the success changes no state
+    // but puts the job on the attention list, an entry of its own in the
+    // history.
+    assert.deepEqual(got.events.map((e) => [e.kind, e.attempt]), [
+      ["enqueued", 0n],
+      ["claimed", 1n],
+      ["taken_over", 2n],
+      ["completed", 2n],
+      ["attention", 2n],
     ]);
+    assert.deepEqual(got.events.slice(1, 4).map((e) => e.workerId), ["zombie-a", "worker-b", "worker-b"]);
+    assert.ok(got.job!.attentionSince !== undefined, "on the attention list");
+    assert.match(got.job!.attentionReason, /^receipt_after_success/);
     assert.equal(got.observations.length, 1);
     assert.equal(got.observations[0]!.providerRefundId, "re_A");
   });
