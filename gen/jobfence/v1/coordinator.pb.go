@@ -4562,7 +4562,12 @@ type WorkCall struct {
 	//	*WorkCall_Escalate
 	//	*WorkCall_RenewLeases
 	//	*WorkCall_ReportObservation
-	Call          isWorkCall_Call `protobuf_oneof:"call"`
+	Call isWorkCall_Call `protobuf_oneof:"call"`
+	// The W3C trace context of the worker's span this call is made in (R35),
+	// as a unary call's traceparent and tracestate metadata would carry it:
+	// the coordinator's span of the call is its child. Empty: none.
+	Traceparent   string `protobuf:"bytes,7,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	Tracestate    string `protobuf:"bytes,8,opt,name=tracestate,proto3" json:"tracestate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4654,6 +4659,20 @@ func (x *WorkCall) GetReportObservation() *ReportObservationRequest {
 		}
 	}
 	return nil
+}
+
+func (x *WorkCall) GetTraceparent() string {
+	if x != nil {
+		return x.Traceparent
+	}
+	return ""
+}
+
+func (x *WorkCall) GetTracestate() string {
+	if x != nil {
+		return x.Tracestate
+	}
+	return ""
 }
 
 type isWorkCall_Call interface {
@@ -5569,7 +5588,7 @@ const file_jobfence_v1_coordinator_proto_rawDesc = "" +
 	"\x06grants\x18\x01 \x03(\v2\x15.jobfence.v1.GrantRefR\x06grants\"&\n" +
 	"\n" +
 	"WorkCredit\x12\x18\n" +
-	"\acredits\x18\x01 \x01(\x05R\acredits\"\x83\x03\n" +
+	"\acredits\x18\x01 \x01(\x05R\acredits\"\xc5\x03\n" +
 	"\bWorkCall\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\x04R\x06callId\x12:\n" +
 	"\bcomplete\x18\x02 \x01(\v2\x1c.jobfence.v1.CompleteRequestH\x00R\bcomplete\x12@\n" +
@@ -5578,7 +5597,11 @@ const file_jobfence_v1_coordinator_proto_rawDesc = "" +
 	"reschedule\x12:\n" +
 	"\bescalate\x18\x04 \x01(\v2\x1c.jobfence.v1.EscalateRequestH\x00R\bescalate\x12D\n" +
 	"\frenew_leases\x18\x05 \x01(\v2\x1f.jobfence.v1.RenewLeasesRequestH\x00R\vrenewLeases\x12V\n" +
-	"\x12report_observation\x18\x06 \x01(\v2%.jobfence.v1.ReportObservationRequestH\x00R\x11reportObservationB\x06\n" +
+	"\x12report_observation\x18\x06 \x01(\v2%.jobfence.v1.ReportObservationRequestH\x00R\x11reportObservation\x12 \n" +
+	"\vtraceparent\x18\a \x01(\tR\vtraceparent\x12\x1e\n" +
+	"\n" +
+	"tracestate\x18\b \x01(\tR\n" +
+	"tracestateB\x06\n" +
 	"\x04call\"\xb4\x01\n" +
 	"\fWorkResponse\x12.\n" +
 	"\x05grant\x18\x01 \x01(\v2\x16.jobfence.v1.WorkGrantH\x00R\x05grant\x12.\n" +

@@ -748,20 +748,24 @@ class WorkAck(_message.Message):
     def __init__(self, grants: _Optional[_Iterable[_Union[GrantRef, _Mapping]]] = ...) -> None: ...
 
 class WorkCall(_message.Message):
-    __slots__ = ["call_id", "complete", "escalate", "renew_leases", "report_observation", "reschedule"]
+    __slots__ = ["call_id", "complete", "escalate", "renew_leases", "report_observation", "reschedule", "traceparent", "tracestate"]
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
     COMPLETE_FIELD_NUMBER: _ClassVar[int]
     ESCALATE_FIELD_NUMBER: _ClassVar[int]
     RENEW_LEASES_FIELD_NUMBER: _ClassVar[int]
     REPORT_OBSERVATION_FIELD_NUMBER: _ClassVar[int]
     RESCHEDULE_FIELD_NUMBER: _ClassVar[int]
+    TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
+    TRACESTATE_FIELD_NUMBER: _ClassVar[int]
     call_id: int
     complete: CompleteRequest
     escalate: EscalateRequest
     renew_leases: RenewLeasesRequest
     report_observation: ReportObservationRequest
     reschedule: RescheduleRequest
-    def __init__(self, call_id: _Optional[int] = ..., complete: _Optional[_Union[CompleteRequest, _Mapping]] = ..., reschedule: _Optional[_Union[RescheduleRequest, _Mapping]] = ..., escalate: _Optional[_Union[EscalateRequest, _Mapping]] = ..., renew_leases: _Optional[_Union[RenewLeasesRequest, _Mapping]] = ..., report_observation: _Optional[_Union[ReportObservationRequest, _Mapping]] = ...) -> None: ...
+    traceparent: str
+    tracestate: str
+    def __init__(self, call_id: _Optional[int] = ..., complete: _Optional[_Union[CompleteRequest, _Mapping]] = ..., reschedule: _Optional[_Union[RescheduleRequest, _Mapping]] = ..., escalate: _Optional[_Union[EscalateRequest, _Mapping]] = ..., renew_leases: _Optional[_Union[RenewLeasesRequest, _Mapping]] = ..., report_observation: _Optional[_Union[ReportObservationRequest, _Mapping]] = ..., traceparent: _Optional[str] = ..., tracestate: _Optional[str] = ...) -> None: ...
 
 class WorkCredit(_message.Message):
     __slots__ = ["credits"]
