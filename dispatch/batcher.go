@@ -7,6 +7,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/jobfence/jobfence/tracing"
 )
 
 // batcher coalesces concurrent calls into shared transactions: one COMMIT
@@ -36,6 +40,10 @@ type batcher[In, Out any, K batchKind[In, Out]] struct {
 	// later answer ErrClosed.
 	done      chan struct{}
 	closeOnce sync.Once
+	// tracer, when tracing is on, traces each batch as one span named
+	// spanName, linked to every call it served (R35); nil traces nothing.
+	tracer   trace.Tracer
+	spanName string
 }
 
 // A batchKind is one kind of batched call, what a batcher's flushers run:
@@ -45,6 +53,11 @@ type batcher[In, Out any, K batchKind[In, Out]] struct {
 type batchKind[In, Out any] interface {
 	flush(ctx context.Context, batch []In) []Out
 	abandon(in In, out Out)
+	// failed reports whether out is an error, counted on the batch's span.
+	failed(out Out) bool
+	// name is the kind's name on the batch's span: enqueue, claim, write,
+	// renew.
+	name() string
 }
 
 // The states of a call: waiting for its batch, answered, or given up.
@@ -59,6 +72,10 @@ type batchCall[In, Out any] struct {
 	out   Out
 	done  chan struct{}
 	state atomic.Int32
+	// call is the span context of the caller, when traced: the batch's span
+	// links to it; batch is the batch's span context, set before done is
+	// closed: the caller's span links back to it.
+	call, batch trace.SpanContext
 }
 
 // overflowAfter is how long the first flusher's batch runs before the
@@ -67,11 +84,13 @@ type batchCall[In, Out any] struct {
 const overflowAfter = 20 * time.Millisecond
 
 // newBatcher starts flushers goroutines (one, and flushers-1 overflow) that
-// hand batches of up to maxBatch calls to kind.flush, each under timeout.
+// hand batches of up to maxBatch calls to kind.flush, each under timeout,
+// traced by tracer unless it is nil.
 func newBatcher[In, Out any, K batchKind[In, Out]](kind K, flushers, maxBatch int, timeout time.Duration,
-	sizes prometheus.Observer) *batcher[In, Out, K] {
+	sizes prometheus.Observer, tracer trace.Tracer) *batcher[In, Out, K] {
 	b := &batcher[In, Out, K]{kind: kind, queue: make(chan *batchCall[In, Out], flushers*maxBatch), maxBatch: maxBatch,
-		timeout: timeout, sizes: sizes, started: make(chan struct{}, flushers), done: make(chan struct{})}
+		timeout: timeout, sizes: sizes, started: make(chan struct{}, flushers), done: make(chan struct{}),
+		tracer: tracer, spanName: tracing.SpanBatch + " " + kind.name()}
 	go b.lead()
 	for i := 1; i < flushers; i++ {
 		go b.overflow()
@@ -85,6 +104,9 @@ func newBatcher[In, Out any, K batchKind[In, Out]](kind K, flushers, maxBatch in
 // back.
 func (b *batcher[In, Out, K]) do(ctx context.Context, in In) (Out, error) {
 	c := &batchCall[In, Out]{in: in, done: make(chan struct{})}
+	if b.tracer != nil {
+		c.call = trace.SpanContextFromContext(ctx)
+	}
 	var zero Out
 	select {
 	case b.queue <- c:
@@ -95,12 +117,14 @@ func (b *batcher[In, Out, K]) do(ctx context.Context, in In) (Out, error) {
 	}
 	select {
 	case <-c.done:
+		linkBatch(ctx, c.batch)
 		return c.out, nil
 	case <-ctx.Done():
 		if c.state.CompareAndSwap(callWaiting, callAbandoned) {
 			return zero, ctx.Err()
 		}
 		<-c.done // answered meanwhile: the caller gets it after all
+		linkBatch(ctx, c.batch)
 		return c.out, nil
 	case <-b.done:
 		if c.state.CompareAndSwap(callWaiting, callAbandoned) {
@@ -182,8 +206,25 @@ gather:
 	// The batch outlives any one caller: a caller that gives up must not
 	// cut the others' transaction.
 	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
+	var span trace.Span
+	if b.tracer != nil {
+		ctx, span = b.startSpan(ctx, batch)
+	}
 	outs := b.kind.flush(ctx, ins)
 	cancel()
+	if span != nil {
+		failed := 0
+		for _, o := range outs {
+			if b.kind.failed(o) {
+				failed++
+			}
+		}
+		span.SetAttributes(tracing.BatchFailedKey.Int(failed))
+		span.End()
+		for _, c := range batch {
+			c.batch = span.SpanContext()
+		}
+	}
 	for i, c := range batch {
 		c.out = outs[i]
 		if c.state.CompareAndSwap(callWaiting, callAnswered) {
@@ -191,5 +232,36 @@ gather:
 		} else {
 			b.kind.abandon(c.in, c.out)
 		}
+	}
+}
+
+// callLink and batchLink are the attributes of a batch's link to a call it
+// served and of a call's link to its batch (shared, never changed).
+var (
+	callLink  = []attribute.KeyValue{tracing.LinkKind.String(tracing.LinkCall)}
+	batchLink = []attribute.KeyValue{tracing.LinkKind.String(tracing.LinkBatch)}
+)
+
+// startSpan starts the span of a batch's shared transaction: a root of its
+// own (one transaction serves many calls, of many traces) linked to each
+// call it serves, not a child of any (R35). The store's statements are its
+// children.
+func (b *batcher[In, Out, K]) startSpan(ctx context.Context, batch []*batchCall[In, Out]) (context.Context, trace.Span) {
+	links := make([]trace.Link, 0, len(batch))
+	for _, c := range batch {
+		if c.call.IsValid() {
+			links = append(links, trace.Link{SpanContext: c.call, Attributes: callLink})
+		}
+	}
+	return b.tracer.Start(ctx, b.spanName, trace.WithNewRoot(), trace.WithSpanKind(trace.SpanKindInternal),
+		trace.WithLinks(links...), trace.WithAttributes(tracing.BatchKindKey.String(b.kind.name()),
+			tracing.BatchSizeKey.Int(len(batch))))
+}
+
+// linkBatch links the span of ctx, a call a batch served, to the batch's
+// span: from a call's trace, its transaction is one click away.
+func linkBatch(ctx context.Context, batch trace.SpanContext) {
+	if batch.IsValid() {
+		trace.SpanFromContext(ctx).AddLink(trace.Link{SpanContext: batch, Attributes: batchLink})
 	}
 }

@@ -24,6 +24,9 @@ func (f testFlush) abandon(in, out int) {
 	}
 }
 
+func (testFlush) failed(out int) bool { return out < 0 }
+func (testFlush) name() string        { return "test" }
+
 // TestBatcherHandsAbandonedOutcomes: a caller that gives up while its batch
 // runs gets its context's error, and the outcome it will never read goes to
 // its kind's abandon (for a claim: the jobs to release), exactly once.
@@ -45,7 +48,7 @@ func TestBatcherHandsAbandonedOutcomes(t *testing.T) {
 		mu.Lock()
 		abandoned = append(abandoned, out)
 		mu.Unlock()
-	}}, 1, 8, time.Minute, prometheus.NewHistogram(prometheus.HistogramOpts{Name: "x"}))
+	}}, 1, 8, time.Minute, prometheus.NewHistogram(prometheus.HistogramOpts{Name: "x"}), nil)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	gone := make(chan error, 1)
@@ -79,7 +82,7 @@ func TestBatcherOverflowsAStalledBatch(t *testing.T) {
 				<-stall
 			}
 			return ins
-		}}, flushers, 8, time.Minute, prometheus.NewHistogram(prometheus.HistogramOpts{Name: "x"}))
+		}}, flushers, 8, time.Minute, prometheus.NewHistogram(prometheus.HistogramOpts{Name: "x"}), nil)
 		go b.do(context.Background(), 1) //nolint:errcheck
 		// The first call's batch is running.
 		<-stalled
@@ -108,7 +111,7 @@ func TestBatcherOverflowsAStalledBatch(t *testing.T) {
 // ErrClosed instead of waiting for a batch that will never run.
 func TestBatcherClosed(t *testing.T) {
 	b := newBatcher[int, int](testFlush{run: func(_ context.Context, ins []int) []int { return ins }}, 2, 8, time.Minute,
-		prometheus.NewHistogram(prometheus.HistogramOpts{Name: "x"}))
+		prometheus.NewHistogram(prometheus.HistogramOpts{Name: "x"}), nil)
 	if out, err := b.do(context.Background(), 7); err != nil || out != 7 {
 		t.Fatalf("do before close = %d, %v", out, err)
 	}

@@ -14,8 +14,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/jobfence/jobfence/store"
+	"github.com/jobfence/jobfence/tracing"
 )
 
 // ClaimsPerTx bounds the claims sharing one transaction: claims are short
@@ -56,6 +58,10 @@ type Options struct {
 	Metrics Metrics
 	// Logger is slog.Default() when nil.
 	Logger *slog.Logger
+	// TracerProvider, when set, traces each shared transaction as a span
+	// linked to the calls it served (R35); nil traces nothing and costs
+	// nothing.
+	TracerProvider trace.TracerProvider
 }
 
 // Defaults are the options a zero field of Options takes; the server's
@@ -80,6 +86,7 @@ type Dispatcher struct {
 	store    Store
 	opts     Options
 	log      *slog.Logger
+	tracer   trace.Tracer // nil: tracing is off
 	waiters  waiters
 	idle     idleLooks
 	writes   *batcher[store.Writeback, store.WriteOutcome, writeFlush]
@@ -111,14 +118,17 @@ func New(st Store, o Options) *Dispatcher {
 	}
 	o.Metrics = o.Metrics.withDefaults()
 	d := &Dispatcher{store: st, opts: o, log: o.Logger}
+	if o.TracerProvider != nil {
+		d.tracer = o.TracerProvider.Tracer(tracing.ScopeName)
+	}
 	d.writes = newBatcher[store.Writeback, store.WriteOutcome](writeFlush{st}, o.Flushers, o.MaxBatch, batchTimeout,
-		o.Metrics.WriteBatch)
+		o.Metrics.WriteBatch, d.tracer)
 	d.claims = newBatcher[store.ClaimParams, store.ClaimOutcome](claimFlush{d}, o.Flushers, ClaimsPerTx, batchTimeout,
-		o.Metrics.ClaimTx)
+		o.Metrics.ClaimTx, d.tracer)
 	d.enqueues = newBatcher[store.EnqueueParams, store.EnqueueOutcome](enqueueFlush{d}, o.Flushers, o.MaxBatch,
-		batchTimeout, o.Metrics.EnqueueBatch)
+		batchTimeout, o.Metrics.EnqueueBatch, d.tracer)
 	d.renewals = newBatcher[store.Renewal, store.RenewOutcome](renewFlush{st}, o.Flushers, o.MaxBatch, batchTimeout,
-		o.Metrics.RenewBatch)
+		o.Metrics.RenewBatch, d.tracer)
 	return d
 }
 
@@ -225,6 +235,17 @@ func (d *Dispatcher) enqueueMany(ctx context.Context, ps []store.EnqueueParams) 
 	for i, wt := range taken {
 		claims[i] = *wt.claim
 	}
+	if span := trace.SpanFromContext(ctx); len(taken) > 0 && span.IsRecording() {
+		// The long polls handed work in this transaction are calls it
+		// serves too.
+		span.SetAttributes(tracing.BatchWaitersKey.Int(len(taken)))
+		for _, wt := range taken {
+			wt.batch = span.SpanContext()
+			if wt.call.IsValid() {
+				span.AddLink(trace.Link{SpanContext: wt.call, Attributes: callLink})
+			}
+		}
+	}
 	out, claimed := d.store.EnqueueAndClaim(ctx, ps, claims)
 	granted := map[int64]bool{}
 	for i, wt := range taken {
@@ -308,7 +329,11 @@ func (d *Dispatcher) ClaimNext(ctx context.Context, p store.ClaimParams, wait ti
 			d.waiters.remove(wt) // not armed: it can only have been woken
 			return nil, nil
 		}
-		d.waiters.arm(wt, p)
+		var call trace.SpanContext
+		if d.tracer != nil {
+			call = trace.SpanContextFromContext(ctx)
+		}
+		d.waiters.arm(wt, p, call)
 		next := untilNextPoll(time.Now(), d.opts.PollInterval)
 		timer := time.NewTimer(min(left, next))
 		ticked := false // a poll instant came, not the deadline
@@ -327,6 +352,9 @@ func (d *Dispatcher) ClaimNext(ctx context.Context, p store.ClaimParams, wait ti
 			} else {
 				d.pollRound(wt, p)
 			}
+		}
+		if wt.handed {
+			linkBatch(ctx, wt.batch) // an enqueue's or a poll round's transaction claimed for it
 		}
 		if wt.handed && (wt.out.Err != nil || len(wt.out.Jobs) > 0) {
 			if ctx.Err() != nil {
@@ -359,8 +387,19 @@ func (d *Dispatcher) pollRound(wt *waiter, p store.ClaimParams) {
 		claims = append(claims, *w.claim)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
+	var span trace.Span
+	if d.tracer != nil {
+		ctx, span = d.pollRoundSpan(ctx, append([]*waiter{wt}, peers...))
+	}
 	outs := d.store.ClaimMany(ctx, claims)
 	cancel()
+	if span != nil {
+		span.End()
+		wt.batch = span.SpanContext()
+		for _, w := range peers {
+			w.batch = span.SpanContext()
+		}
+	}
 	d.opts.Metrics.ClaimTx.Observe(float64(len(claims)))
 	looked := d.waiters.wakeCount() == wakes
 	wt.out, wt.handed, wt.looked, wt.wakes = outs[0], true, looked, wakes
@@ -368,6 +407,21 @@ func (d *Dispatcher) pollRound(wt *waiter, p store.ClaimParams) {
 		w.looked = looked
 		d.waiters.hand(w, outs[i+1])
 	}
+}
+
+// pollRoundSpan starts the span of a poll round's claim transaction, a
+// batch of claims like the claims batcher's, linked to each waiting call
+// it serves (R35).
+func (d *Dispatcher) pollRoundSpan(ctx context.Context, served []*waiter) (context.Context, trace.Span) {
+	links := make([]trace.Link, 0, len(served))
+	for _, w := range served {
+		if w.call.IsValid() {
+			links = append(links, trace.Link{SpanContext: w.call, Attributes: callLink})
+		}
+	}
+	return d.tracer.Start(ctx, tracing.SpanBatch+" claim", trace.WithNewRoot(), trace.WithSpanKind(trace.SpanKindInternal),
+		trace.WithLinks(links...), trace.WithAttributes(tracing.BatchKindKey.String("claim"),
+			tracing.BatchSizeKey.Int(len(served)), tracing.PollRoundKey.Bool(true)))
 }
 
 // idleLooks is the one look idle long polls share at each poll instant

@@ -22,6 +22,9 @@ func (f enqueueFlush) flush(ctx context.Context, ps []store.EnqueueParams) []sto
 // learns of it by repeating it.
 func (enqueueFlush) abandon(store.EnqueueParams, store.EnqueueOutcome) {}
 
+func (enqueueFlush) failed(o store.EnqueueOutcome) bool { return o.Err != nil }
+func (enqueueFlush) name() string                       { return "enqueue" }
+
 // claimFlush runs a batch of claims (Store.ClaimMany).
 type claimFlush struct{ d *Dispatcher }
 
@@ -31,6 +34,9 @@ func (f claimFlush) flush(ctx context.Context, ps []store.ClaimParams) []store.C
 
 // abandon hands back the jobs granted to a caller that left (release).
 func (f claimFlush) abandon(p store.ClaimParams, out store.ClaimOutcome) { f.d.release(p, out) }
+
+func (claimFlush) failed(o store.ClaimOutcome) bool { return o.Err != nil }
+func (claimFlush) name() string                     { return "claim" }
 
 // writeFlush runs a batch of write-backs (Store.WriteMany).
 type writeFlush struct{ st Store }
@@ -42,6 +48,9 @@ func (f writeFlush) flush(ctx context.Context, ws []store.Writeback) []store.Wri
 // abandon keeps the write: a write-back is safe to repeat (R21).
 func (writeFlush) abandon(store.Writeback, store.WriteOutcome) {}
 
+func (writeFlush) failed(o store.WriteOutcome) bool { return o.Err != nil }
+func (writeFlush) name() string                     { return "write" }
+
 // renewFlush runs a batch of lease renewals (Store.RenewMany).
 type renewFlush struct{ st Store }
 
@@ -51,3 +60,6 @@ func (f renewFlush) flush(ctx context.Context, rs []store.Renewal) []store.Renew
 
 // abandon keeps the lease: a renewal is safe to repeat (R27).
 func (renewFlush) abandon(store.Renewal, store.RenewOutcome) {}
+
+func (renewFlush) failed(o store.RenewOutcome) bool { return o.Err != nil }
+func (renewFlush) name() string                     { return "renew" }

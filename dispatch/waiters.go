@@ -3,6 +3,8 @@ package dispatch
 import (
 	"sync"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/jobfence/jobfence/store"
 )
 
@@ -34,6 +36,10 @@ type waiter struct {
 	// wakes is the wake count when the waiter was taken to be handed its
 	// outcome: what the caller's next claim compares against (Shortfall).
 	wakes uint64
+	// call is the waiting call's span context when traced, set by arm;
+	// batch the span context of the transaction that claimed for it, set
+	// before it is handed its outcome (R35).
+	call, batch trace.SpanContext
 }
 
 // add registers a waiter for jobs of provider (any when empty).
@@ -49,11 +55,13 @@ func (w *waiters) add(provider string) *waiter {
 	return wt
 }
 
-// arm makes wt, if still waiting, one an enqueue may hand work to with p.
-func (w *waiters) arm(wt *waiter, p store.ClaimParams) {
+// arm makes wt, if still waiting, one an enqueue may hand work to with p;
+// call is the waiting call's span context (invalid when not traced).
+func (w *waiters) arm(wt *waiter, p store.ClaimParams, call trace.SpanContext) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	wt.claim = &p
+	wt.call = call
 }
 
 // remove unregisters wt. It reports false when wt was woken or taken first.
