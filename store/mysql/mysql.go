@@ -117,6 +117,7 @@ func open(ctx context.Context, dsn string, opts Options, upTo int) (*Store, erro
 		Retention:  retention,
 		Begin:      "START TRANSACTION",
 		LockedRead: lockedRead,
+		System:     "mysql",
 		// One moment for Get: the session's READ COMMITTED would let each
 		// statement see a later one.
 		ReadTx: &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true},

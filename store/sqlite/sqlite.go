@@ -114,6 +114,7 @@ func open(ctx context.Context, path string, opts Options, upTo int, exclusive bo
 		SQL:        statements,
 		Retention:  retention,
 		LockedRead: lockedRead,
+		System:     "sqlite",
 		// A deferred BEGIN: a read takes no write lock, and WAL gives it one
 		// moment.
 		ReadTx: &sql.TxOptions{ReadOnly: true},

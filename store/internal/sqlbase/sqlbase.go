@@ -64,6 +64,9 @@ type Backend struct {
 	LockedRead string
 	// ReadTx are the options of a read that must show one moment (Get).
 	ReadTx *sql.TxOptions
+	// System is the database's db.system.name on the spans of the
+	// statements of a traced transaction (trace.go): mysql, sqlite.
+	System string
 
 	budgeted atomic.Bool   // any provider budget configured (R19)
 	retries  atomic.Uint64 // transactions run again after a rollback (Stats.TxRetries)
@@ -105,6 +108,7 @@ func (b *Backend) InTx(ctx context.Context, fn func(Tx) error) error {
 			return err
 		}
 		b.retries.Add(1)
+		b.traceRetry(ctx, try, err)
 		t := time.NewTimer(rand.N(time.Duration(try) * retryPause))
 		select {
 		case <-t.C:
@@ -122,18 +126,23 @@ func (b *Backend) txOnce(ctx context.Context, fn func(Tx) error) error {
 	if b.Begin != "" {
 		return b.connTxOnce(ctx, fn)
 	}
+	began := b.traceStatement(ctx, "BEGIN")
 	tx, err := b.DB.BeginTx(ctx, nil)
+	began(err)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-	if err := fn(tx); err != nil {
+	if err := fn(b.traced(ctx, tx)); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
 		return err // not committed: the deferred Rollback undoes everything
 	}
-	if err := tx.Commit(); err != nil {
+	committed := b.traceStatement(ctx, "COMMIT")
+	err = tx.Commit()
+	committed(err)
+	if err != nil {
 		if b.CommitRefused(err) || errors.Is(err, sql.ErrTxDone) {
 			return err
 		}
@@ -192,20 +201,27 @@ func (b *Backend) connTxOnce(ctx context.Context, fn func(Tx) error) error {
 	tx := connTx{conn: conn}
 	settled := false // ended by a COMMIT or ROLLBACK the server answered with success
 	defer func() { tx.end(settled) }()
-	if _, err := tx.ExecContext(ctx, b.Begin); err != nil {
+	began := b.traceStatement(ctx, "BEGIN")
+	_, err = tx.ExecContext(ctx, b.Begin)
+	began(err)
+	if err != nil {
 		return err
 	}
-	err = fn(tx)
+	err = fn(b.traced(ctx, tx))
 	if err == nil {
 		err = ctx.Err()
 	}
 	if err != nil {
+		rolledBack := b.traceStatement(ctx, "ROLLBACK")
 		_, rbErr := conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
+		rolledBack(rbErr)
 		settled = rbErr == nil
 		return err // not committed
 	}
 	// Once sent, the COMMIT runs to its answer whatever happens to ctx.
+	committed := b.traceStatement(ctx, "COMMIT")
 	_, err = conn.ExecContext(context.WithoutCancel(ctx), "COMMIT")
+	committed(err)
 	settled = err == nil
 	if err != nil && !b.CommitRefused(err) {
 		return &CommitUnknownError{Err: err}
