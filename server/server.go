@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -21,6 +22,7 @@ import (
 	"github.com/jobfence/jobfence/dispatch"
 	pb "github.com/jobfence/jobfence/gen/jobfence/v1"
 	"github.com/jobfence/jobfence/store"
+	"github.com/jobfence/jobfence/tracing"
 )
 
 // Options configure a Server.
@@ -76,6 +78,11 @@ type Options struct { // zero fields take Defaults
 	// and buffers): past them Work answers RESOURCE_EXHAUSTED
 	// (TOO_MANY_CALLS).
 	MaxStreams, MaxStreamsPerCredential int
+	// TracerProvider, when set, traces the calls, the grants, the
+	// write-backs and the shared transactions (R35, trace.go); nil traces
+	// nothing and costs nothing. An enqueue stores its caller's trace
+	// context either way.
+	TracerProvider trace.TracerProvider
 }
 
 // MaxClaimWait bounds ClaimRequest.wait.
@@ -91,6 +98,8 @@ type Server struct {
 	opts     Options
 	log      *slog.Logger
 	metrics  *Metrics
+	// tracer traces grants and write-backs; nil when tracing is off.
+	tracer trace.Tracer
 	// draining is closed by Drain: worker streams end, their calls answered.
 	draining  chan struct{}
 	drainOnce sync.Once
@@ -176,10 +185,14 @@ func New(st store.Store, opts Options) *Server {
 		streams: newCallLimit("worker streams", opts.MaxStreamsPerCredential, opts.MaxStreams, 5*time.Second),
 		dispatch: dispatch.New(st, dispatch.Options{PollInterval: opts.ClaimPollInterval,
 			Flushers: opts.WriteFlushers, MaxBatch: opts.WriteBatch, Logger: opts.Logger,
+			TracerProvider: opts.TracerProvider,
 			Metrics: dispatch.Metrics{ClaimTx: m.claimTxBatch, WriteBatch: m.writeBatch, EnqueueBatch: m.enqueueBatch,
 				RenewBatch: m.renewBatch,
 				Handoffs:   m.handoffs, IdleLooks: m.idleLooks}}),
 		pausesDone: make(chan struct{})}
+	if opts.TracerProvider != nil {
+		s.tracer = opts.TracerProvider.Tracer(tracing.ScopeName)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stopPauses = cancel
 	go func() {
@@ -218,6 +231,8 @@ func (s *Server) EnqueueRefund(ctx context.Context, req *pb.EnqueueRefundRequest
 	if id, ok := IdentityFrom(ctx); ok {
 		p.Producer = id.Name // R32: a producer may cancel what it enqueued
 	}
+	// R35: the job carries its enqueue's trace, to every grant.
+	p.TraceParent, p.TraceState = tracing.EnqueueContext(ctx)
 	out, err := s.dispatch.Enqueue(ctx, p)
 	if err == nil {
 		err = out.Err
@@ -229,7 +244,14 @@ func (s *Server) EnqueueRefund(ctx context.Context, req *pb.EnqueueRefundRequest
 		if reader {
 			attrs.id = job.ID // a conflict names the job to those who may look it up
 		}
-		return nil, s.toStatus(ctx, err, attrs)
+		err = s.toStatus(ctx, err, attrs)
+		if s.tracer != nil {
+			s.traceEnqueue(ctx, p, job, created, err)
+		}
+		return nil, err
+	}
+	if s.tracer != nil {
+		s.traceEnqueue(ctx, p, job, created, nil)
 	}
 	if created && s.log.Enabled(ctx, slog.LevelDebug) { // the attributes cost more than the call's own work
 		s.log.LogAttrs(ctx, slog.LevelDebug, "refund enqueued", attrsOf(job).attrs()...)
@@ -259,6 +281,7 @@ func producerView(j *pb.Job) {
 
 // Claim implements jobfence.v1.Coordinator.
 func (s *Server) Claim(ctx context.Context, req *pb.ClaimRequest) (*pb.ClaimResponse, error) {
+	began := time.Now()
 	p, wait, err := claimFromProto(req, s.opts.Lease)
 	if err != nil {
 		return nil, s.toStatus(ctx, err, jobAttrs{})
@@ -275,6 +298,7 @@ func (s *Server) Claim(ctx context.Context, req *pb.ClaimRequest) (*pb.ClaimResp
 	if err != nil {
 		return nil, s.toStatus(ctx, err, jobAttrs{})
 	}
+	s.traceGrants(ctx, began, p.WorkerID, claimed, false)
 	return &pb.ClaimResponse{Jobs: s.grantedToProto(ctx, p.WorkerID, claimed)}, nil
 }
 
@@ -337,6 +361,18 @@ func (s *Server) write(ctx context.Context, w store.Writeback) (store.WriteResul
 	if id, ok := IdentityFrom(ctx); ok && w.Actor == "" {
 		w.Actor = id.Name // the history names the writer's credential
 	}
+	if s.tracer != nil {
+		var span trace.Span
+		ctx, span = s.startWriteback(ctx, w)
+		res, err := s.writeTraced(ctx, w)
+		endWriteback(span, res, err)
+		return res, err
+	}
+	return s.writeTraced(ctx, w)
+}
+
+// writeTraced is write under the write-back's span, when traced.
+func (s *Server) writeTraced(ctx context.Context, w store.Writeback) (store.WriteResult, error) {
 	out, err := s.dispatch.Write(ctx, w)
 	if err == nil {
 		err = out.Err

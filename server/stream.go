@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -513,6 +514,7 @@ func (ws *workStream) claimLoop() {
 			ws.unshown[keyOf(c)] = &unshownGrant{c: c}
 		}
 		ws.mu.Unlock()
+		ws.s.traceGrants(ws.ctx, began, p.WorkerID, claimed, true)
 		grant := &pb.WorkGrant{Jobs: ws.s.grantedToProto(ws.ctx, p.WorkerID, claimed)}
 		ws.queue(outgoing{msg: &pb.WorkResponse{Kind: &pb.WorkResponse_Grant{Grant: grant}}, jobs: claimed})
 	}
@@ -616,6 +618,11 @@ func streamSendTimeout(lease time.Duration) time.Duration {
 
 // workCall answers one call of a worker stream with its unary handler.
 func (s *Server) workCall(ctx context.Context, c *pb.WorkCall) *pb.WorkReply {
+	if s.tracer != nil {
+		var span trace.Span
+		ctx, span = s.startStreamCall(ctx, c)
+		defer span.End()
+	}
 	reply := &pb.WorkReply{CallId: c.GetCallId()}
 	var err error
 	switch k := c.GetCall().(type) {
