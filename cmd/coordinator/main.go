@@ -30,6 +30,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
@@ -40,6 +41,7 @@ import (
 	"github.com/jobfence/jobfence/store"
 	"github.com/jobfence/jobfence/store/mysql"
 	"github.com/jobfence/jobfence/store/sqlite"
+	"github.com/jobfence/jobfence/tracing"
 	"github.com/jobfence/jobfence/webhook"
 )
 
@@ -400,6 +402,9 @@ type coordinator struct {
 	// archiver moves finished jobs out of the working tables; nil with
 	// --retain-succeeded=0.
 	archiver *archiver.Archiver
+	// tracing is OpenTelemetry's, as the OTEL_* variables configure it
+	// (R35); off when none is set.
+	tracing *tracing.Tracing
 }
 
 // open wires a coordinator from c: the store (migrated), the providers'
@@ -453,6 +458,18 @@ func open(ctx context.Context, c config, log *slog.Logger) (co *coordinator, err
 		log.Info("provider budget", "provider", name, "rate_per_s", b.Rate, "burst", b.Burst)
 	}
 	warnExposure(c, authn, log)
+	tr, err := startTracing(ctx, log)
+	if err != nil {
+		return nil, err
+	}
+	if tr.Enabled() {
+		log = slog.New(tracing.NewLogHandler(log.Handler()))
+	}
+	defer func() {
+		if co == nil {
+			flushTraces(tr, log)
+		}
+	}()
 	reg := registry(st)
 	debug, err := serveDebug(c, reg, log)
 	if err != nil {
@@ -465,6 +482,7 @@ func open(ctx context.Context, c config, log *slog.Logger) (co *coordinator, err
 		MaxReads: c.maxReads, MaxReadsPerCredential: c.maxReadsPerCred,
 		ReadsPerSecond: c.readsPerSecond, ReadsPerSecondPerCredential: c.readsPerSecCred,
 		MaxStreams: c.maxStreams, MaxStreamsPerCredential: c.maxStreamsPerCred,
+		TracerProvider: tr.TracerProvider(),
 	})
 	// The archive lease's holder outlives this process: a coordinator
 	// restarted after a crash takes the lease again at once (fenced: the
@@ -483,7 +501,8 @@ func open(ctx context.Context, c config, log *slog.Logger) (co *coordinator, err
 		srv.Close()
 		return nil, err
 	}
-	co = &coordinator{cfg: c, log: log, store: st, server: srv, grpc: gs, health: hs, lis: lis, archiver: arch}
+	co = &coordinator{cfg: c, log: log, store: st, server: srv, grpc: gs, health: hs, lis: lis, archiver: arch,
+		tracing: tr}
 	if c.consoleListen != "" {
 		if co.console, err = startConsole(srv, c.consoleListen, httpsTLS, c.webhookListen != "", log); err != nil {
 			lis.Close()
@@ -512,6 +531,7 @@ func open(ctx context.Context, c config, log *slog.Logger) (co *coordinator, err
 // rolling deploy needs, and closes everything.
 func (co *coordinator) serve(ctx context.Context) error {
 	defer co.store.Close()
+	defer flushTraces(co.tracing, co.log) // after the last call's spans ended
 	go co.server.WatchDatabase(ctx, co.health, healthInterval)
 	archived := make(chan struct{})
 	if co.archiver != nil {
@@ -561,6 +581,39 @@ func (co *coordinator) shutdown() {
 		co.grpc.Stop()
 	}
 	co.server.Close()
+}
+
+// startTracing configures tracing from the OTEL_* variables (R35,
+// docs/DEPLOY.md "Tracing") and, when it is on, makes its provider and the
+// W3C propagator OpenTelemetry's globals. Off, it installs nothing: the
+// global provider stays the no-op it is. The line it logs says which.
+func startTracing(ctx context.Context, log *slog.Logger) (*tracing.Tracing, error) {
+	tr, err := tracing.Setup(ctx, log)
+	if err != nil {
+		return nil, err
+	}
+	if tr.Enabled() {
+		otel.SetTracerProvider(tr.TracerProvider())
+		otel.SetTextMapPropagator(tracing.Propagator())
+	}
+	log.Info("tracing", tr.Describe()...)
+	return tr, nil
+}
+
+// traceFlushTimeout bounds the flush of the spans still queued at
+// shutdown: a collector that does not answer must not hold the stop up.
+const traceFlushTimeout = 5 * time.Second
+
+// flushTraces exports the spans still queued and stops the exporter.
+func flushTraces(tr *tracing.Tracing, log *slog.Logger) {
+	if !tr.Enabled() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), traceFlushTimeout)
+	defer cancel()
+	if err := tr.Shutdown(ctx); err != nil {
+		log.Warn("tracing: spans still queued at shutdown were not all exported", "error", err.Error())
+	}
 }
 
 // warnExposure says at start-up, loudly, what the flags leave open.
