@@ -618,12 +618,12 @@ func streamSendTimeout(lease time.Duration) time.Duration {
 
 // workCall answers one call of a worker stream with its unary handler.
 func (s *Server) workCall(ctx context.Context, c *pb.WorkCall) *pb.WorkReply {
+	reply := &pb.WorkReply{CallId: c.GetCallId()}
 	if s.tracer != nil {
 		var span trace.Span
 		ctx, span = s.startStreamCall(ctx, c)
-		defer span.End()
+		defer func() { endStreamCall(span, reply) }()
 	}
-	reply := &pb.WorkReply{CallId: c.GetCallId()}
 	var err error
 	switch k := c.GetCall().(type) {
 	case *pb.WorkCall_Complete:

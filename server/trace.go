@@ -11,8 +11,10 @@ import (
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	pb "github.com/jobfence/jobfence/gen/jobfence/v1"
 	"github.com/jobfence/jobfence/store"
@@ -172,6 +174,18 @@ func (s *Server) startStreamCall(ctx context.Context, c *pb.WorkCall) (context.C
 		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc, Attributes: streamLinkAttrs}))
 	}
 	return s.tracer.Start(ctx, tracing.SpanStreamCall+" "+method, opts...)
+}
+
+// endStreamCall ends a stream call's span with its reply's refusal, if any,
+// as error.type (the reason the unary call's status would carry).
+func endStreamCall(span trace.Span, reply *pb.WorkReply) {
+	if len(reply.GetError()) > 0 && span.IsRecording() {
+		var st spb.Status
+		if proto.Unmarshal(reply.GetError(), &st) == nil {
+			span.SetAttributes(tracing.ErrorTypeKey.String(errorReason(status.FromProto(&st).Err())))
+		}
+	}
+	span.End()
 }
 
 // errorReason is the ErrorInfo reason of a status error (STALE_ATTEMPT…),

@@ -285,6 +285,25 @@ func TestTracingFollowsAJobFromEnqueueToEveryAttempt_R35(t *testing.T) {
 		}
 	}
 	tokens = append(tokens, streamGrant.GetLeaseToken())
+	// A stale call first (another token), then the grant's write-back.
+	if err := ws.Send(&pb.WorkRequest{Kind: &pb.WorkRequest_Call{Call: &pb.WorkCall{CallId: 2,
+		Call: &pb.WorkCall_Complete{Complete: &pb.CompleteRequest{JobId: streamGrant.GetJob().GetId(),
+			Attempt: streamGrant.GetAttempt(), LeaseToken: strings.Repeat("B", 22),
+			ProviderRefundId: "re-stream-" + secret}}}}}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		m, err := ws.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := m.GetReply(); r != nil {
+			if len(r.GetError()) == 0 {
+				t.Fatalf("stale stream Complete: %v", r)
+			}
+			break
+		}
+	}
 	if err := ws.Send(&pb.WorkRequest{Kind: &pb.WorkRequest_Call{Call: &pb.WorkCall{CallId: 1,
 		Call: &pb.WorkCall_Complete{Complete: &pb.CompleteRequest{JobId: streamGrant.GetJob().GetId(),
 			Attempt: streamGrant.GetAttempt(), LeaseToken: streamGrant.GetLeaseToken(),
@@ -396,9 +415,12 @@ func TestTracingFollowsAJobFromEnqueueToEveryAttempt_R35(t *testing.T) {
 		parent := byRef[hexID(s.GetTraceId())+"/"+hexID(s.GetParentSpanId())]
 		var id int64
 		fmt.Sscan(attrOf(s.GetAttributes(), "jobfence.job.id"), &id) //nolint:errcheck
-		if hexID(s.GetTraceId()) == staleCaller.traceID {
+		if attrOf(s.GetAttributes(), "error.type") != "" {
 			stale++
 			wantAttrs(t, s.Span, map[string]string{"error.type": "STALE_ATTEMPT"})
+			if s.GetStatus().GetCode() != tracepb.Status_STATUS_CODE_ERROR {
+				t.Errorf("stale write-back's status %v", s.GetStatus())
+			}
 			continue
 		}
 		if parent.GetName() != "jobfence.v1.Coordinator/Complete" && parent.GetName() != "jobfence.stream_call Complete" {
@@ -410,8 +432,13 @@ func TestTracingFollowsAJobFromEnqueueToEveryAttempt_R35(t *testing.T) {
 		wantAttrs(t, s.Span, map[string]string{"messaging.operation.type": "settle", "messaging.operation.name": "complete",
 			"jobfence.writeback.kind": "completed", "jobfence.state": "succeeded", "jobfence.attempt": "1"})
 	}
-	if stale != 1 || len(byName["jobfence.writeback"]) != n+2 {
-		t.Errorf("%d write-back spans (%d stale), want %d (1 stale)", len(byName["jobfence.writeback"]), stale, n+2)
+	if stale != 2 || len(byName["jobfence.writeback"]) != n+3 {
+		t.Errorf("%d write-back spans (%d stale), want %d (2 stale)", len(byName["jobfence.writeback"]), stale, n+3)
+	}
+	for _, s := range byName["jobfence.writeback"] {
+		if hexID(s.GetTraceId()) == staleCaller.traceID && attrOf(s.GetAttributes(), "error.type") == "" {
+			t.Error("the unary stale write-back's span says nothing of its refusal")
+		}
 	}
 
 	// The stream: its grant a root of its own, linked to the stream and
@@ -429,9 +456,18 @@ func TestTracingFollowsAJobFromEnqueueToEveryAttempt_R35(t *testing.T) {
 			"jobfence.provider": "globex"})
 	}
 	calls := byName["jobfence.stream_call Complete"]
-	if len(calls) != 1 || calls[0].GetKind() != tracepb.Span_SPAN_KIND_SERVER || len(calls[0].GetParentSpanId()) != 0 ||
-		!contains(linksOf(calls[0].Span, "stream"), ref(streamSpans[0].Span)) {
-		t.Errorf("stream call spans %v", calls)
+	refused := 0
+	for _, call := range calls {
+		if call.GetKind() != tracepb.Span_SPAN_KIND_SERVER || len(call.GetParentSpanId()) != 0 ||
+			!contains(linksOf(call.Span, "stream"), ref(streamSpans[0].Span)) {
+			t.Errorf("stream call span %v", call)
+		}
+		if attrOf(call.GetAttributes(), "error.type") == "STALE_ATTEMPT" {
+			refused++
+		}
+	}
+	if len(calls) != 2 || refused != 1 {
+		t.Errorf("%d stream call spans, %d refused; want 2, 1 refused", len(calls), refused)
 	}
 
 	// The shared transactions: each a root linked to the calls it served,
