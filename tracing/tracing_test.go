@@ -214,3 +214,13 @@ func clearEnv(t *testing.T) {
 		t.Setenv(k, "")
 	}
 }
+
+// R35: with tracing off, reading a call's trace context costs no
+// allocation when the call carries none.
+func TestEnqueueContextAllocatesNothingWithoutATraceparent_R35(t *testing.T) {
+	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("authorization", "Bearer x",
+		"user-agent", "grpc-go", "content-type", "application/grpc"))
+	if n := testing.AllocsPerRun(1000, func() { EnqueueContext(ctx) }); n != 0 {
+		t.Fatalf("EnqueueContext allocates %v times per call without a traceparent", n)
+	}
+}
