@@ -152,8 +152,9 @@ func endWriteback(span trace.Span, res store.WriteResult, err error) {
 }
 
 // startStreamCall starts the span of one call a worker stream carries: a
-// SERVER span of its own, as its unary twin would have, linked to the
-// stream's span.
+// SERVER span, as its unary twin would have, linked to the stream's span: a
+// child of the worker's span the call names (WorkCall.traceparent, as a
+// unary call's traceparent metadata would make it), else a root of its own.
 func (s *Server) startStreamCall(ctx context.Context, c *pb.WorkCall) (context.Context, trace.Span) {
 	method := "unknown"
 	switch c.GetCall().(type) {
@@ -168,12 +169,18 @@ func (s *Server) startStreamCall(ctx context.Context, c *pb.WorkCall) (context.C
 	case *pb.WorkCall_ReportObservation:
 		method = "ReportObservation"
 	}
-	opts := []trace.SpanStartOption{trace.WithNewRoot(), trace.WithSpanKind(trace.SpanKindServer),
+	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer),
 		trace.WithAttributes(tracing.RPCMethodKey.String(pb.Coordinator_ServiceDesc.ServiceName + "/" + method))}
 	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
 		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc, Attributes: streamLinkAttrs}))
 	}
-	return s.tracer.Start(ctx, tracing.SpanStreamCall+" "+method, opts...)
+	parent := ctx
+	if sc, ok := tracing.StoredContext(c.GetTraceparent(), c.GetTracestate()); ok {
+		parent = trace.ContextWithRemoteSpanContext(ctx, sc)
+	} else {
+		opts = append(opts, trace.WithNewRoot())
+	}
+	return s.tracer.Start(parent, tracing.SpanStreamCall+" "+method, opts...)
 }
 
 // endStreamCall ends a stream call's span with its reply's refusal, if any,

@@ -304,7 +304,11 @@ func TestTracingFollowsAJobFromEnqueueToEveryAttempt_R35(t *testing.T) {
 			break
 		}
 	}
+	// The worker's attempt span this write-back is made in (R35): the
+	// call's span is its child.
+	const workerTrace, workerSpan = "5b8efff798038103d269b633813fc60c", "eee19b7ec3c1b174"
 	if err := ws.Send(&pb.WorkRequest{Kind: &pb.WorkRequest_Call{Call: &pb.WorkCall{CallId: 1,
+		Traceparent: "00-" + workerTrace + "-" + workerSpan + "-01",
 		Call: &pb.WorkCall_Complete{Complete: &pb.CompleteRequest{JobId: streamGrant.GetJob().GetId(),
 			Attempt: streamGrant.GetAttempt(), LeaseToken: streamGrant.GetLeaseToken(),
 			ProviderRefundId: "re-stream-" + secret}}}}}); err != nil {
@@ -458,12 +462,16 @@ func TestTracingFollowsAJobFromEnqueueToEveryAttempt_R35(t *testing.T) {
 	calls := byName["jobfence.stream_call Complete"]
 	refused := 0
 	for _, call := range calls {
-		if call.GetKind() != tracepb.Span_SPAN_KIND_SERVER || len(call.GetParentSpanId()) != 0 ||
-			!contains(linksOf(call.Span, "stream"), ref(streamSpans[0].Span)) {
+		if call.GetKind() != tracepb.Span_SPAN_KIND_SERVER || !contains(linksOf(call.Span, "stream"), ref(streamSpans[0].Span)) {
 			t.Errorf("stream call span %v", call)
 		}
 		if attrOf(call.GetAttributes(), "error.type") == "STALE_ATTEMPT" {
 			refused++
+			if len(call.GetParentSpanId()) != 0 {
+				t.Errorf("a stream call without a traceparent has a parent: %v", call)
+			}
+		} else if hex.EncodeToString(call.GetTraceId()) != workerTrace || hex.EncodeToString(call.GetParentSpanId()) != workerSpan {
+			t.Errorf("stream call span %v: want a child of the worker's span its WorkCall named", call)
 		}
 	}
 	if len(calls) != 2 || refused != 1 {
