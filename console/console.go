@@ -50,6 +50,10 @@ type Options struct {
 	IdleTimeout     time.Duration
 	// CallTimeout bounds each API call (10s when zero).
 	CallTimeout time.Duration
+	// TraceLinkTemplate, when set, links a job's trace id (the enqueue's,
+	// R35) to a trace viewer: an http or https URL in which {trace_id} is
+	// replaced, e.g. https://jaeger.example/trace/{trace_id}.
+	TraceLinkTemplate string
 	// Logger receives one line per sign-in, sign-out and action (never a
 	// credential), and the refused sign-ins counted once an interval;
 	// slog.Default() when nil.
@@ -121,6 +125,9 @@ func New(o Options) (*Console, error) {
 			return nil, fmt.Errorf("console: Options.%s needs PerSecond and Burst above zero (or both zero for "+
 				"the default), got %+v", field, r)
 		}
+	}
+	if err := CheckTraceLinkTemplate(o.TraceLinkTemplate); err != nil {
+		return nil, fmt.Errorf("console: Options.TraceLinkTemplate: %w", err)
 	}
 	if o.SessionLifetime == 0 {
 		o.SessionLifetime = 8 * time.Hour

@@ -249,6 +249,9 @@ type jobView struct {
 	// Review is what the page tells the person deciding, for a job in
 	// review.
 	Review *review
+	// TraceID is the enqueue's trace id (R35), TraceURL its link in the
+	// trace viewer (Options.TraceLinkTemplate); empty when none.
+	TraceID, TraceURL string
 }
 
 // Ready, Running and Succeeded say which of the fields that depend on the
@@ -285,6 +288,7 @@ func (c *Console) job(w http.ResponseWriter, r *http.Request, s *session) {
 	if v.InReview {
 		v.Review = reviewOf(d, v.ResendOpen)
 	}
+	v.TraceID, v.TraceURL = traceLink(d.GetJob().GetTraceparent(), c.opts.TraceLinkTemplate)
 	c.render(w, http.StatusOK, "job", c.view(r, s, fmt.Sprintf("Job %d", id), v))
 }
 

@@ -19,12 +19,14 @@ type consoleServer struct {
 }
 
 // startConsole serves the console on addr, with TLS when cfg is set.
-func startConsole(srv *server.Server, addr string, cfg *tls.Config, webhooks bool, log *slog.Logger) (*consoleServer, error) {
+func startConsole(srv *server.Server, addr string, cfg *tls.Config, webhooks bool, traceLink string,
+	log *slog.Logger) (*consoleServer, error) {
 	conn, err := srv.InProcess()
 	if err != nil {
 		return nil, err
 	}
-	h, err := console.New(console.Options{Coordinator: conn, Secure: cfg != nil, Logger: log, Webhooks: webhooks})
+	h, err := console.New(console.Options{Coordinator: conn, Secure: cfg != nil, Logger: log, Webhooks: webhooks,
+		TraceLinkTemplate: traceLink})
 	if err != nil {
 		conn.Close()
 		return nil, err

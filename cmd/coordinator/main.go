@@ -36,6 +36,7 @@ import (
 	"google.golang.org/grpc/health"
 
 	"github.com/jobfence/jobfence/archiver"
+	"github.com/jobfence/jobfence/console"
 	"github.com/jobfence/jobfence/internal/cli"
 	"github.com/jobfence/jobfence/server"
 	"github.com/jobfence/jobfence/store"
@@ -102,6 +103,7 @@ type config struct {
 	pprofListen     string
 	metricsListen   string
 	consoleListen   string
+	traceLink       string
 	webhookListen   string
 	webhookSecrets  string
 	webhookTol      time.Duration
@@ -189,6 +191,9 @@ func parseFlags(args []string, stderr *os.File) (config, error) {
 		"serve the operator console (web pages for the manual-review queue, docs/CONSOLE.md) on this address, e.g. "+
 			"127.0.0.1:8080; people sign in with their own operator or reader token, so it needs --tokens-file; TLS "+
 			"with --tls-cert as for --listen, which it requires beyond loopback unless --allow-plaintext; off when empty")
+	fs.StringVar(&c.traceLink, "trace-link-template", "",
+		"link each job's trace id on the console's job page to a trace viewer: an http(s) URL where {trace_id} is "+
+			"replaced, e.g. https://jaeger.example/trace/{trace_id} (R35); the id alone when empty")
 	fs.StringVar(&c.webhookListen, "webhook-listen", "",
 		"receive payment providers' signed webhooks at POST /webhooks/{provider} on this address, e.g. 0.0.0.0:8443: the one "+
 			"port providers must reach, serving nothing else (docs/DEPLOY.md); needs --webhook-secrets-file; TLS with "+
@@ -289,6 +294,9 @@ func parseFlags(args []string, stderr *os.File) (config, error) {
 	}
 	if c.keyRetention <= 0 {
 		return c, fmt.Errorf("--key-retention must be positive, got %s", c.keyRetention)
+	}
+	if err := console.CheckTraceLinkTemplate(c.traceLink); err != nil {
+		return c, fmt.Errorf("--trace-link-template %w, got %q", err, c.traceLink)
 	}
 	if err := checkRetention(c); err != nil {
 		return c, err
@@ -504,7 +512,7 @@ func open(ctx context.Context, c config, log *slog.Logger) (co *coordinator, err
 	co = &coordinator{cfg: c, log: log, store: st, server: srv, grpc: gs, health: hs, lis: lis, archiver: arch,
 		tracing: tr}
 	if c.consoleListen != "" {
-		if co.console, err = startConsole(srv, c.consoleListen, httpsTLS, c.webhookListen != "", log); err != nil {
+		if co.console, err = startConsole(srv, c.consoleListen, httpsTLS, c.webhookListen != "", c.traceLink, log); err != nil {
 			lis.Close()
 			debug.close()
 			srv.Close()
