@@ -7,8 +7,8 @@ import (
 
 	"google.golang.org/grpc/metadata"
 
-	pb "github.com/jobfence/jobfence/gen/jobfence/v1"
 	"github.com/jobfence/jobfence/console"
+	pb "github.com/jobfence/jobfence/gen/jobfence/v1"
 	"github.com/jobfence/jobfence/internal/testdb"
 )
 
