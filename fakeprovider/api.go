@@ -38,6 +38,12 @@ type Refund struct {
 	Status            RefundStatus `json:"status"`
 	FailureReason     string       `json:"failure_reason,omitempty"`
 	Created           time.Time    `json:"created"`
+	// Received is when the create request that made the refund arrived,
+	// before any latency or hang held it (the simulator clock). Only the
+	// oracle reports it: a request sent before some moment may be acted on
+	// after it, and only its arrival says which side of it the sender was
+	// on.
+	Received time.Time `json:"received,omitzero"`
 
 	// Replayed is set by Client.CreateRefund when the provider answered from its
 	// idempotency store (header Idempotent-Replayed: true): no new refund was

@@ -49,6 +49,7 @@ func (p *Provider) routes() *http.ServeMux {
 }
 
 func (p *Provider) handleCreate(w http.ResponseWriter, r *http.Request) {
+	received := p.now()
 	p.count(func(s *Stats) { s.CreateRequests++ })
 	// Read the whole body first: only then does net/http watch the connection
 	// and cancel the request's context when the client goes away, which the
@@ -87,7 +88,7 @@ func (p *Provider) handleCreate(w http.ResponseWriter, r *http.Request) {
 	if !p.hang(w, r, "hang_before", f.HangBefore) {
 		return
 	}
-	refund, replayed, serr := p.create(key, params, f)
+	refund, replayed, serr := p.create(key, params, f, received)
 	if !p.hang(w, r, "hang_after", f.HangAfter) {
 		return
 	}

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/jobfence/jobfence/fakeprovider"
 )
@@ -153,5 +154,38 @@ func TestOracleStatsCountLookups_M1(t *testing.T) {
 	want := fakeprovider.Stats{CreateRequests: 1, RefundsCreated: 1, LookupRequests: 3}
 	if got := e.p.Oracle().Stats; got != want {
 		t.Fatalf("stats = %+v, want %+v", got, want)
+	}
+}
+
+// The oracle tells when the request that made a refund arrived, apart from
+// when the refund was made: a request held by a hang arrived before it.
+func TestOracleKeepsWhenTheCreateArrived(t *testing.T) {
+	e := newEnv(t, fakeprovider.Config{})
+	ctx := testCtx(t)
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.c.CreateRefund(fakeprovider.WithFault(ctx, "hang_before=500ms"), "op-1", refundParams("op-1"))
+		done <- err
+	}()
+	for e.p.Oracle().Stats.CreateRequests == 0 { // the request arrived: it is in its hang
+		time.Sleep(5 * time.Millisecond)
+	}
+	e.p.Advance(time.Second)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	o, err := e.c.Oracle(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(o.Refunds) != 1 {
+		t.Fatalf("refunds = %+v, want 1", o.Refunds)
+	}
+	r := o.Refunds[0]
+	if r.Received.IsZero() || r.Created.Sub(r.Received) != time.Second {
+		t.Fatalf("received %s, created %s: want the arrival before the second the clock moved during the hang", r.Received, r.Created)
+	}
+	if got, err := e.c.GetRefund(ctx, r.ID); err != nil || !got.Received.IsZero() {
+		t.Fatalf("GetRefund = %+v, %v: the provider's API does not tell when a request arrived", got, err)
 	}
 }

@@ -97,6 +97,7 @@ type refund struct {
 	key      string // the Idempotency-Key that created it
 	params   RefundParams
 	created  time.Time
+	received time.Time    // when the create request that made it arrived
 	settleAt time.Time    // pending until then
 	final    RefundStatus // succeeded or failed
 	lag      time.Duration
@@ -200,6 +201,13 @@ func (p *Provider) Now() time.Time {
 }
 
 func (p *Provider) nowLocked() time.Time { return p.clock().Add(p.offset).UTC() }
+
+// now is the simulator clock.
+func (p *Provider) now() time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.nowLocked()
+}
 
 // Advance moves the simulator clock forward by d and returns the new time. It
 // panics if d is negative.
@@ -306,8 +314,9 @@ func (p *Provider) admit(create bool, key string, hdr Faults) (Faults, bool) {
 	return Faults{}, true
 }
 
-// create makes a refund, or answers from the idempotency store.
-func (p *Provider) create(key string, params RefundParams, f Faults) (Refund, bool, *StatusError) {
+// create makes a refund, or answers from the idempotency store. received
+// is when its request arrived.
+func (p *Provider) create(key string, params RefundParams, f Faults, received time.Time) (Refund, bool, *StatusError) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.settleDueLocked()
@@ -330,7 +339,7 @@ func (p *Provider) create(key string, params RefundParams, f Faults) (Refund, bo
 	}
 	p.seq++
 	r := &refund{
-		id: fmt.Sprintf("re_%06d", p.seq), key: key, params: params, created: now,
+		id: fmt.Sprintf("re_%06d", p.seq), key: key, params: params, created: now, received: received,
 		settleAt: now.Add(f.Pending), final: StatusSucceeded, lag: f.LookupLag,
 	}
 	if f.Fail {
@@ -387,6 +396,7 @@ func (p *Provider) Oracle() OracleReport {
 	payIdx := map[string]int{}
 	for n, r := range p.refunds {
 		v := r.view(now)
+		v.Received = r.received
 		rep.Refunds = append(rep.Refunds, v)
 		live := v.Status != StatusFailed
 
