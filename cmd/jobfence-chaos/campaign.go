@@ -47,9 +47,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "replay with: jobfence-chaos %s --seed %d --duration %s --jobs %d --workers %d "+
 		"--node-workers %d --python-workers %d --replicas %d --concurrency %d --lease %s --provider-timeout %s "+
 		"--patient-provider-timeout %s --node-renews=%v --faults %s --fault-rate %g --webhooks=%v --future-share %g "+
-		"--forged-webhooks=%v --retain-succeeded %s --archive-interval %s\n", database, c.seed, c.duration, c.jobs,
-		c.workers, c.nodeWorkers, c.pythonWorkers, c.replicas, c.concurrency, c.lease, c.providerTimeout, c.patientTimeout,
-		c.nodeRenews, c.faultsSpec, c.faultRate, c.webhooks, c.futureShare, c.forge, c.retainSucceeded, c.archiveInterval)
+		"--forged-webhooks=%v --retain-succeeded %s --archive-interval %s --cancel-share %g --pauses=%v\n", database,
+		c.seed, c.duration, c.jobs, c.workers, c.nodeWorkers, c.pythonWorkers, c.replicas, c.concurrency, c.lease,
+		c.providerTimeout, c.patientTimeout, c.nodeRenews, c.faultsSpec, c.faultRate, c.webhooks, c.futureShare, c.forge,
+		c.retainSucceeded, c.archiveInterval, c.cancelShare, c.pauses)
 	// Future-dated refunds (R28, invariant 11), drawn from the seed like
 	// the fault plan.
 	specs := refundSpecs(c.seed, c.jobs)
@@ -150,6 +151,30 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer endWindow()
 	prodCtx, stopProducer := context.WithTimeout(ctx, c.duration+c.settleTimeout)
 	defer stopProducer()
+	// The canceller and the pauser, operators at work while the faults run
+	// (R32, R33): the canceller hears of each acknowledged enqueue and of
+	// each cut of a replica's worker front.
+	var canc *canceller
+	cancDone, pauseDone := make(chan struct{}), make(chan struct{})
+	if c.cancelShare > 0 {
+		if canc, err = s.newCanceller(prodCtx, c.seed, specs, c.cancelShare); err != nil {
+			return fmt.Errorf("canceller: %w", err)
+		}
+		defer canc.op.close()
+		s.cancelFeed, s.cutCues = make(chan ackedJob, len(specs)), make(chan string, 16)
+		go func() { defer close(cancDone); canc.run(window, s.cancelFeed, s.cutCues) }()
+	} else {
+		close(cancDone)
+	}
+	var pz *pauser
+	if c.pauses {
+		if pz, err = s.newPauser(c.seed); err != nil {
+			return fmt.Errorf("pauser: %w", err)
+		}
+		go func() { defer close(pauseDone); pz.run(window) }()
+	} else {
+		close(pauseDone)
+	}
 	produced := make(chan *production, 1)
 	go func() { produced <- s.produce(prodCtx, specs, c.duration*8/10, windowStart.Add(c.duration*9/10)) }()
 	forgedCh := make(chan []forgedEvent, 1)
@@ -179,6 +204,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	<-window.Done() // the last faults may end before it: the producer and the forger go on
 	endWindow()
 	forged := <-forgedCh
+	<-pauseDone // the last pause resumed
+	<-cancDone  // the cancels under way answered
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
@@ -253,6 +280,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		in.Enqueues = append(in.Enqueues, late.answers.all()...)
 		slices.SortStableFunc(in.Enqueues, func(a, b enqueueAnswer) int { return a.At.Compare(b.At) })
 	}
+	in.Control = &controlInput{Canceller: canc != nil, Pauser: pz != nil, ClaimPoll: claimPollInterval, Lease: c.lease}
+	if canc != nil {
+		in.Control.Cancels = canc.all()
+	}
+	if pz != nil {
+		in.Control.Pauses = pz.all()
+	}
 	in.Takeovers = &takeoverInput{Lease: c.lease, Start: tl.start, Workers: map[string]workerFacts{}, Outages: s.allOutages()}
 	frozen := map[string][]span{}
 	for _, w := range s.workers {
@@ -314,6 +348,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		len(prod.notBefore)-countBeyond(specs, prod.notBefore), countBeyond(specs, prod.notBefore))
 	if forge {
 		fmt.Fprintln(stdout, forgerySummary(forged))
+	}
+	if canc != nil {
+		fmt.Fprintln(stdout, cancelSummary(in.Control.Cancels))
+	}
+	if pz != nil {
+		fmt.Fprintln(stdout, pauseSummary(in.Control.Pauses))
 	}
 	if c.retainSucceeded > 0 {
 		fmt.Fprintln(stdout, s.archiveSummary(ctx, v.Archived, v.ArchivedEvents, v.ArchivedReceipts))
@@ -617,7 +657,7 @@ func (s *system) unfinished(ctx context.Context, dated map[string]refundSpec) (t
 	}
 	total += s.archivedCount(ctx)
 	rows, err := s.db().QueryContext(ctx, `SELECT operation_key, state FROM refund_jobs
-  WHERE state NOT IN ('succeeded', 'manual_review')`)
+  WHERE state NOT IN ('succeeded', 'manual_review', 'cancelled')`)
 	if err != nil {
 		return 0, 0, 0, 0, err
 	}

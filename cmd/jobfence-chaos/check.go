@@ -105,6 +105,10 @@ type checkInput struct {
 	// Invariant 12.
 	Enqueues  []enqueueAnswer
 	Retention time.Duration
+	// Control is what the canceller and the pauser did (invariants 13,
+	// 14 and 15); nil when neither ran: the histories and the pauses on
+	// file are checked all the same.
+	Control *controlInput
 }
 
 // invariant is the verdict on one invariant.
@@ -151,6 +155,12 @@ type verdict struct {
 	// not on file naming them.
 	Archived, ArchivedReenqueues, SecondJobs, KeysUnrecorded int
 	ArchivedEvents, ArchivedReceipts                         int // the archived jobs' history and receipts
+	// Invariants 13, 14 and 15: jobs with a cancel (cancelled at once or a
+	// cancel request), refunds sent and grants or reschedules to refund
+	// after a cancel, cancels that did not end as R32 says, the pauses on
+	// file and the grants made while one stood.
+	Cancels, RefundsAfterCancel, CancelsUnended, TooLate int
+	Pauses, GrantsWhilePaused                            int
 }
 
 // Failed reports whether any invariant failed.
@@ -170,13 +180,13 @@ func (i *invariant) note(format string, args ...any) {
 	i.Details = append(i.Details, fmt.Sprintf(format, args...))
 }
 
-// check evaluates the twelve invariants (docs/CHAOS.md, "The invariants") in
-// order, on what the input was indexed into once: the jobs and their
+// check evaluates the fifteen invariants (docs/CHAOS.md, "The invariants")
+// in order, on what the input was indexed into once: the jobs and their
 // histories (checkFacts) and where each acknowledged write-back is in the
 // surviving history (placeAcks). Each family of invariants has its file:
 // checkpromise.go (1, 2), checkfencing.go (3, 4, 6, 7), checkreceipts.go
-// (5, 8, 9), checktakeover.go (10), checknotbefore.go (11) and
-// checkretention.go (12).
+// (5, 8, 9), checktakeover.go (10), checknotbefore.go (11),
+// checkretention.go (12) and checkcancel.go (13, 14, 15).
 func check(in checkInput) verdict {
 	x := newCheckFacts(in.Specs, in.DB)
 	writes := placeAcks(in.Acks, in.Failover, x)
@@ -198,9 +208,18 @@ func check(in checkInput) verdict {
 	i10, takeovers := checkNoFalseTakeover(in, x)
 	i11, early := checkNothingMovesMoneyEarly(in, x)
 	i12, keys := checkOneJobPerKey(in, x)
+	i13, after := checkNoRefundAfterCancel(in, x)
+	i14, ends := checkCancelsEnd(in, x)
+	i15, pauses := checkNoGrantWhilePaused(in, x)
 
 	return verdict{
-		Invariants:             []*invariant{i1, i2, i3, i4, i5, i6, i7, i8, i9, i10, i11, i12},
+		Invariants:             []*invariant{i1, i2, i3, i4, i5, i6, i7, i8, i9, i10, i11, i12, i13, i14, i15},
+		Cancels:                after.Cancelled + after.Requested,
+		RefundsAfterCancel:     after.RefundsAfterCancel,
+		CancelsUnended:         ends.Unended,
+		TooLate:                ends.TooLate,
+		Pauses:                 pauses.Pauses,
+		GrantsWhilePaused:      pauses.GrantsWhilePaused,
 		DoubleRefunds:          doubleRefunds,
 		Lost:                   jobs.Lost,
 		StaleWritesAccepted:    staleAttempts + grants.StaleWrites,
@@ -247,6 +266,9 @@ func (v verdict) summaryLine(seed uint64, jobs, faults int, failover string, enq
 		v.ForgedWebhooks, v.ForgedFiled)
 	s += fmt.Sprintf(" archived=%d archived_reenqueues=%d second_jobs=%d keys_unrecorded=%d", v.Archived,
 		v.ArchivedReenqueues, v.SecondJobs, v.KeysUnrecorded)
+	s += fmt.Sprintf(" cancels=%d cancels_too_late=%d refunds_after_cancel=%d cancels_unended=%d pauses=%d "+
+		"grants_while_paused=%d", v.Cancels, v.TooLate, v.RefundsAfterCancel, v.CancelsUnended, v.Pauses,
+		v.GrantsWhilePaused)
 	if failover != "" {
 		s += fmt.Sprintf(" failover=%s grants_lost_in_failover=%d writes_lost_in_failover=%d enqueues_lost_in_failover=%d "+
 			"receipts_lost_in_failover=%d", failover, v.GrantsLost, v.WritesLost, enqueuesLost, v.ReceiptsLostInFailover)

@@ -60,6 +60,7 @@ func checkOncePerKey(o fakeprovider.OracleReport, x *checkFacts) (i1 *invariant,
 // jobTally is how the jobs ended, for the verdict.
 type jobTally struct {
 	Succeeded, Review int
+	Cancelled         int // cancelled (R32): never sent, or resolved so by a person
 	Pending           int // unfinished, but the provider still says pending (R4)
 	NotDue            int // dated beyond the campaign, ready, not due
 	Lost              int // acknowledged and missing, or unfinished without a pending refund
@@ -69,7 +70,8 @@ type jobTally struct {
 // checkPresentAndFinal is invariant 2, the other half of the promise:
 // nothing dropped, nothing stuck. Every acknowledged enqueue has its row
 // under its acknowledged id, every row is a refund the campaign enqueued,
-// and every row is final (succeeded or manual_review) or legitimately
+// and every row is final (succeeded, manual_review or, cancelled by the
+// canceller, cancelled, R32) or legitimately
 // pending: the provider still reports its refund pending (R4), counted and
 // listed apart; or dated beyond the campaign, still ready under attempt 0
 // and not due (invariant 11 holds it to what it was enqueued as), counted
@@ -78,8 +80,8 @@ type jobTally struct {
 // above); a lossless (semi-sync) failover must lose none.
 func checkPresentAndFinal(acked map[string]int64, db dbState, o fakeprovider.OracleReport, fo *failoverInput,
 	enqueuesLost []string, x *checkFacts) (i2 *invariant, t jobTally) {
-	i2 = &invariant{N: 2, Name: "every enqueued job is present and final (succeeded or manual_review), or dated beyond " +
-		"the campaign and not due"}
+	i2 = &invariant{N: 2, Name: "every enqueued job is present and final (succeeded, manual_review or cancelled), or " +
+		"dated beyond the campaign and not due"}
 	unacked, archived := 0, 0
 	for _, j := range db.Jobs {
 		if j.ArchivedAt.Valid {
@@ -113,6 +115,9 @@ func checkPresentAndFinal(acked map[string]int64, db dbState, o fakeprovider.Ora
 		case "manual_review":
 			t.Review++
 			continue
+		case "cancelled":
+			t.Cancelled++
+			continue
 		}
 		if x.specByKey[j.Key].Beyond && j.State == "ready" && j.Attempt == 0 && j.NextAttemptAt.After(db.Now) {
 			t.NotDue++
@@ -133,9 +138,9 @@ func checkPresentAndFinal(acked map[string]int64, db dbState, o fakeprovider.Ora
 	}
 	t.Lost = missing + unfinished - t.Pending
 	i2.Summary = fmt.Sprintf("%d acknowledged, %d rows (%d of them archived, %d enqueued without acknowledgement); %d "+
-		"succeeded, %d manual_review, %d legitimately pending, %d dated beyond the campaign (ready, not due: invariant "+
-		"11), %d missing, %d not final", len(acked), len(db.Jobs), archived, unacked, t.Succeeded, t.Review, t.Pending,
-		t.NotDue, missing, unfinished-t.Pending)
+		"succeeded, %d manual_review, %d cancelled, %d legitimately pending, %d dated beyond the campaign (ready, not "+
+		"due: invariant 11), %d missing, %d not final", len(acked), len(db.Jobs), archived, unacked, t.Succeeded,
+		t.Review, t.Cancelled, t.Pending, t.NotDue, missing, unfinished-t.Pending)
 	if fo != nil {
 		// Acknowledged enqueues the old primary committed last are gone with
 		// it; the producer enqueued every acknowledged one again (R1), so

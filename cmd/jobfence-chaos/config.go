@@ -70,6 +70,11 @@ type config struct {
 	// --archive-interval.
 	retainSucceeded time.Duration
 	archiveInterval time.Duration
+	// cancelShare is the share of the refunds an operator cancels at
+	// moments that matter (R32, invariants 13 and 14); pauses: an operator
+	// pauses and resumes the provider now and then (R33, invariant 15).
+	cancelShare float64
+	pauses      bool
 }
 
 // The modes of --failover.
@@ -149,6 +154,13 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 			"least 1s, or 0 to leave the coordinators' default of a week (nothing archived)")
 	fs.DurationVar(&c.archiveInterval, "archive-interval", time.Second,
 		"the coordinators' --archive-interval, how often the archive looks for jobs past their retention (1s..1h)")
+	fs.Float64Var(&c.cancelShare, "cancel-share", 0.1,
+		"the share of the refunds an operator cancels (0..0.5, drawn from the seed), with the attempt GetJob shows: "+
+			"just after the enqueue, while a worker calls the provider, as the provider makes the refund, and right "+
+			"after a cut reply or a cut of the workers' streams; none may be sent after its cancel took effect (R32)")
+	fs.BoolVar(&c.pauses, "pauses", true,
+		"an operator pauses the provider for 1-4s every 10-20s of the fault window (divided by --fault-rate) and "+
+			"resumes it; no replica may grant its jobs while it stands, a claim poll interval after the pause (R33)")
 	fs.BoolVar(&c.dryRun, "dry-run", false, "print the fault plan of these flags and seed, and exit without running anything")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: jobfence-chaos --mysql-dsn DSN [--duration D] [--seed S] [flags]\n"+
@@ -161,7 +173,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 			"takeovers=T false_takeovers=0 handed_back=H webhooks_delivered=D webhook_observations=O expedited=E "+
 			"webhook_receipts_lost=0 "+
 			"duplicate_receipts=0 future_dated=F early_refunds=0 forged_webhooks=W forged_filed=0 archived=A "+
-			"archived_reenqueues=R second_jobs=0 keys_unrecorded=0\n"+
+			"archived_reenqueues=R second_jobs=0 keys_unrecorded=0 cancels=C cancels_too_late=L refunds_after_cancel=0 "+
+			"cancels_unended=0 pauses=P grants_while_paused=0\n"+
 			"(with --failover followed by failover=MODE grants_lost_in_failover=N writes_lost_in_failover=W "+
 			"enqueues_lost_in_failover=E)\n"+
 			"and exits 1 when an invariant failed. docs/CHAOS.md explains the invariants.\n\n"+
@@ -219,6 +232,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, fmt.Errorf("--fault-rate must be 0.1..10, got %g", c.faultRate)
 	case c.futureShare < 0 || c.futureShare > 0.5:
 		return c, fmt.Errorf("--future-share must be 0..0.5, got %g", c.futureShare)
+	case c.cancelShare < 0 || c.cancelShare > 0.5:
+		return c, fmt.Errorf("--cancel-share must be 0..0.5, got %g", c.cancelShare)
 	case c.settleTimeout < time.Second:
 		return c, fmt.Errorf("--settle-timeout must be at least 1s, got %s", c.settleTimeout)
 	case c.retainSucceeded < 0 || (c.retainSucceeded > 0 && c.retainSucceeded < time.Second):

@@ -26,6 +26,12 @@ type (
 		// ArchivedAt is when the job left the working tables for
 		// refund_jobs_archive (R31); NULL for one still in refund_jobs.
 		ArchivedAt sql.NullTime
+		// CancelRequestedAt is when a cancel was requested of the job,
+		// which may have been sent (R32); AttentionSince and
+		// AttentionReason put it on the attention list (R34). NULL and ""
+		// when not, or on a database from before them.
+		CancelRequestedAt, AttentionSince sql.NullTime
+		AttentionReason                   string
 	}
 	eventRow struct {
 		ID               int64
@@ -88,6 +94,16 @@ type (
 		Key              string
 		Outcome          string
 	}
+	// pauseEventRow is a provider paused or resumed (provider_pause_events,
+	// R33), on the database's clock.
+	pauseEventRow struct {
+		ID       int64
+		Provider string
+		Action   string // "paused" or "resumed"
+		Actor    string
+		Reason   string
+		At       time.Time
+	}
 	ledgerRow struct {
 		JobID            int64
 		Key              string
@@ -117,6 +133,10 @@ type dbState struct {
 	// was read; Keys is refund_operation_keys.
 	Retention bool
 	Keys      []keyRow
+	// Control: the database keeps cancels, pauses and the attention list
+	// (R32-R34); PauseEvents are its pauses and resumes, in id order.
+	Control     bool
+	PauseEvents []pauseEventRow
 }
 
 // readDB reads the campaign's tables in one read-only, repeatable-read
@@ -143,12 +163,24 @@ func readDB(ctx context.Context, db *sql.DB) (dbState, error) {
 		return st, err
 	}
 	st.Retention = archiveTables == 4
+	// Nor one from before R32-R34 the cancels, pauses and attention list.
+	var controlTables int
+	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE()
+  AND TABLE_NAME = 'provider_pause_events'`).Scan(&controlTables); err != nil {
+		return st, err
+	}
+	st.Control = controlTables == 1
+	control := "NULL, NULL, ''"
+	if st.Control {
+		control = "cancel_requested_at, attention_since, attention_reason"
+	}
 	err = scanRows(ctx, tx, withArchive(st.Retention, `SELECT id, operation_key, state, attempt, next_action,
-  next_attempt_at, lease_until, COALESCE(provider_refund_id, ''), last_reason, first_sent_at, %s FROM refund_jobs%s`,
-		"NULL", "archived_at"), func(r *sql.Rows) error {
+  next_attempt_at, lease_until, COALESCE(provider_refund_id, ''), last_reason, first_sent_at, `+control+`, %s
+  FROM refund_jobs%s`, "NULL", "archived_at"), func(r *sql.Rows) error {
 		var j jobRow
 		err := r.Scan(&j.ID, &j.Key, &j.State, &j.Attempt, &j.NextAction, &j.NextAttemptAt, &j.LeaseUntil,
-			&j.ProviderRefundID, &j.LastReason, &j.FirstSentAt, &j.ArchivedAt)
+			&j.ProviderRefundID, &j.LastReason, &j.FirstSentAt, &j.CancelRequestedAt, &j.AttentionSince,
+			&j.AttentionReason, &j.ArchivedAt)
 		st.Jobs = append(st.Jobs, j)
 		return err
 	})
@@ -221,6 +253,16 @@ func readDB(ctx context.Context, db *sql.DB) (dbState, error) {
 		st.Unmatched = append(st.Unmatched, u)
 		return err
 	})
+	if err != nil || !st.Control {
+		return st, err
+	}
+	err = scanRows(ctx, tx, `SELECT id, provider, action, actor, reason, created_at FROM provider_pause_events ORDER BY id`,
+		func(r *sql.Rows) error {
+			var p pauseEventRow
+			err := r.Scan(&p.ID, &p.Provider, &p.Action, &p.Actor, &p.Reason, &p.At)
+			st.PauseEvents = append(st.PauseEvents, p)
+			return err
+		})
 	return st, err
 }
 

@@ -10,6 +10,10 @@ import (
 type history struct {
 	claims, takeovers, writes   int
 	resolutions                 int
+	// cancels are the cancelled events (a refund never sent, cancelled at
+	// once), cancelRequests the cancel_requested ones, attentions the
+	// attention events (R32, R34).
+	cancels, cancelRequests, attentions int
 	expedites, webhookExpedites int        // expedited events, and those a webhook's receipt made (R28)
 	handBacks                   []eventRow // the coordinator's hand-backs of grants it could not deliver (of writes)
 	attemptProblems             []string   // invariant 3
@@ -43,13 +47,19 @@ func isHandBack(e eventRow) bool {
 // the grant's holder, makes the job ready and keeps the grant's next action;
 // there is at most one completion and nothing follows it; the row agrees
 // with the end of its history (state, attempt, next action, refund id) — a
-// row changed without a history entry shows there.
+// row changed without a history entry shows there. A person's cancel (R32)
+// of a job never sent takes it from ready or manual_review to cancelled,
+// final, under the attempt it had; a cancel request of a running job is a
+// takeover by nobody (attempt + 1, ready, next action reconcile), of a
+// ready one due to reconcile under its attempt, of one in review leaves it
+// there; neither carries a grant. An attention entry or its
+// acknowledgement (R34) changes no state and may follow the end.
 func walkHistory(j jobRow, evs []eventRow) history {
 	var h history
 	cur, maxAttempt := int64(0), int64(0)
 	curGrant, curHolder, curNext := "", "", ""
 	state := ""
-	completed := false
+	completed := false // completed, or otherwise final: cancelled, resolved
 	for n, e := range evs {
 		if n > 0 && e.Attempt < evs[n-1].Attempt {
 			h.attemptProblems = append(h.attemptProblems,
@@ -60,8 +70,9 @@ func walkHistory(j jobRow, evs []eventRow) history {
 			h.attemptProblems = append(h.attemptProblems,
 				fmt.Sprintf("event %d (%s) starts from %s but the history left the job %s", e.ID, e.Kind, e.FromState, state))
 		}
-		if completed {
-			h.staleWrites = append(h.staleWrites, fmt.Sprintf("event %d (%s, attempt %d) after the completion", e.ID, e.Kind, e.Attempt))
+		if completed && e.Kind != "attention" && e.Kind != "acknowledged" {
+			h.staleWrites = append(h.staleWrites, fmt.Sprintf("event %d (%s, attempt %d) after the job was final (%s)", e.ID,
+				e.Kind, e.Attempt, state))
 		}
 		switch e.Kind {
 		case "enqueued":
@@ -124,7 +135,55 @@ func walkHistory(j jobRow, evs []eventRow) history {
 				h.evidenceProblems = append(h.evidenceProblems, fmt.Sprintf("resolved event %d by %s carries grant %s: "+
 					"an operator's resolution holds none", e.ID, e.WorkerID, e.Grant))
 			}
-			completed = completed || e.ToState == "succeeded"
+			completed = completed || e.ToState == "succeeded" || e.ToState == "cancelled"
+		case "cancelled":
+			// R32: a refund never sent, cancelled at once by a person (or
+			// its producer): final, from ready or in review, under the
+			// attempt it had, holding no grant.
+			h.cancels++
+			if e.Attempt != cur || (state != "ready" && state != "manual_review") || e.ToState != "cancelled" ||
+				e.Grant != "" {
+				h.evidenceProblems = append(h.evidenceProblems, fmt.Sprintf("cancelled event %d by %s under attempt %d "+
+					"(the current grant's: %d) took the job from %s to %s, grant %s: a cancel of a refund never sent "+
+					"takes a ready job or one in review to cancelled under its attempt, holding no grant", e.ID,
+					or(e.WorkerID, "(nobody)"), e.Attempt, cur, state, e.ToState, or(e.Grant, "(none)")))
+			}
+			completed = true
+		case "cancel_requested":
+			// R32: a refund that may have been sent. A running job is taken
+			// over by nobody (its holder's token writes nothing more); a
+			// ready one is due to reconcile; one in review waits for its
+			// person.
+			h.cancelRequests++
+			wantAttempt, wantTo, wantNext := cur, state, e.NextAction
+			switch state {
+			case "running":
+				wantAttempt, wantTo, wantNext = cur+1, "ready", "reconcile"
+			case "ready":
+				wantNext = "reconcile"
+			}
+			if (state != "running" && state != "ready" && state != "manual_review") || e.Attempt != wantAttempt ||
+				e.ToState != wantTo || e.NextAction != wantNext || e.Grant != "" {
+				h.evidenceProblems = append(h.evidenceProblems, fmt.Sprintf("cancel_requested event %d by %s under "+
+					"attempt %d (the current grant's: %d) took the job from %s to %s, next %s, grant %s: a cancel request "+
+					"takes a running job over (attempt + 1, ready, reconcile), makes a ready one due to reconcile and "+
+					"leaves one in review there, holding no grant", e.ID, or(e.WorkerID, "(nobody)"), e.Attempt, cur,
+					state, e.ToState, e.NextAction, or(e.Grant, "(none)")))
+			}
+			if e.Attempt == cur+1 {
+				cur, curGrant, curHolder, curNext = e.Attempt, e.Grant, "", e.NextAction
+			}
+		case "attention", "acknowledged":
+			// R34: a finished job raised to a person, or taken off the
+			// list by one: no state changes.
+			if e.Kind == "attention" {
+				h.attentions++
+			}
+			if e.ToState != state || e.Attempt != cur || e.Grant != "" {
+				h.evidenceProblems = append(h.evidenceProblems, fmt.Sprintf("%s event %d under attempt %d (the current "+
+					"grant's: %d) took the job from %s to %s, grant %s: the attention list changes no state", e.Kind, e.ID,
+					e.Attempt, cur, state, e.ToState, or(e.Grant, "(none)")))
+			}
 		case "expedited":
 			// R28: a receipt (a webhook's or a worker's late one) made a
 			// waiting job due to reconcile: it moves work, never state —

@@ -170,6 +170,7 @@ func (s *system) produce(ctx context.Context, specs []refundSpec, spread time.Du
 		out.acked[sp.Key] = job.ID
 		out.ackedAt[sp.Key] = time.Now()
 		out.mu.Unlock()
+		s.feedCanceller(sp.Key, job.ID)
 	}
 	// A failover after the last enqueue still needs its re-drive.
 	if s.redrive != nil && !out.redriveDone {

@@ -56,6 +56,7 @@ func (s *system) applyStreamCut(ctx context.Context, f fault) (string, error) {
 	o := s.noteOutage(outage{What: string(f.Kind), N: f.N, Replica: r.name, From: time.Now()})
 	r.workerFront.Down()
 	cutAt := time.Now()
+	s.cueCut(r.name)
 	enqueued := cue
 	if f.AtEnqueue {
 		cue = " (the enqueue of " + cue + ")"

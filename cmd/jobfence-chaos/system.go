@@ -25,6 +25,10 @@ import (
 // providerName is the provider of every job of the campaign.
 const providerName = "acme"
 
+// claimPollInterval is the coordinators' --claim-poll-interval: how often
+// each reads the paused providers (R33) and its waiting claims look again.
+const claimPollInterval = 200 * time.Millisecond
+
 // binaries are the commands the campaign runs; node and nodeScript only
 // with Node.js workers, python and pythonScript only with Python workers.
 type binaries struct {
@@ -235,6 +239,11 @@ type system struct {
 	// archive: what the campaign's kills did to the archive (R31).
 	archive archiveFacts
 
+	// With a canceller (R32): the enqueues the producer had acknowledged,
+	// and the replicas whose worker fronts were just cut; nil without.
+	cancelFeed chan ackedJob
+	cutCues    chan string
+
 	// unexpected lists processes that ended without the campaign asking.
 	mu         sync.Mutex
 	unexpected []string
@@ -369,7 +378,7 @@ func (s *system) startReplica(r *replica) error {
 	args := []string{
 		"--listen", r.listen,
 		"--lease", s.cfg.lease.String(),
-		"--claim-poll-interval", "200ms",
+		"--claim-poll-interval", claimPollInterval.String(),
 		"--mysql-max-conns", "8",
 		"--shutdown-timeout", "3s",
 		"--log-format", "json",
@@ -640,6 +649,29 @@ func (s *system) unexpectedExits() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]string(nil), s.unexpected...)
+}
+
+// feedCanceller tells the canceller of an acknowledged enqueue, if it
+// runs and has room.
+func (s *system) feedCanceller(key string, job int64) {
+	if s.cancelFeed == nil {
+		return
+	}
+	select {
+	case s.cancelFeed <- ackedJob{Key: key, JobID: job}:
+	default:
+	}
+}
+
+// cueCut tells the canceller that replica's worker front was just cut.
+func (s *system) cueCut(replica string) {
+	if s.cutCues == nil {
+		return
+	}
+	select {
+	case s.cutCues <- replica:
+	default:
+	}
 }
 
 // sleepCtx sleeps d or until ctx ends; it reports whether it slept in full.
