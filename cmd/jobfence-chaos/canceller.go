@@ -48,8 +48,8 @@ const (
 
 // Pacing of the canceller.
 const (
-	cancelTries       = 3                // cancels of one job sent with a fresh attempt after STALE_ATTEMPT
-	cancelCallTries   = 8                // calls that answered nothing, repeated (the same attempt) on the next replica
+	cancelTries       = 3 // cancels of one job sent with a fresh attempt after STALE_ATTEMPT
+	cancelCallTries   = 8 // calls that answered nothing, repeated (the same attempt) on the next replica
 	cancelCallRetry   = 250 * time.Millisecond
 	cancelCallTimeout = 3 * time.Second
 	cancelCueWait     = 15 * time.Second // how long a targeted cancel waits for its moment

@@ -8,18 +8,18 @@ import (
 
 // history is what walkHistory found in one job's events.
 type history struct {
-	claims, takeovers, writes   int
-	resolutions                 int
+	claims, takeovers, writes int
+	resolutions               int
 	// cancels are the cancelled events (a refund never sent, cancelled at
 	// once), cancelRequests the cancel_requested ones, attentions the
 	// attention events (R32, R34).
 	cancels, cancelRequests, attentions int
-	expedites, webhookExpedites int        // expedited events, and those a webhook's receipt made (R28)
-	handBacks                   []eventRow // the coordinator's hand-backs of grants it could not deliver (of writes)
-	attemptProblems             []string   // invariant 3
-	staleWrites                 []string   // invariant 4
-	grantProblems               []string   // invariant 7
-	evidenceProblems            []string   // invariant 8
+	expedites, webhookExpedites         int        // expedited events, and those a webhook's receipt made (R28)
+	handBacks                           []eventRow // the coordinator's hand-backs of grants it could not deliver (of writes)
+	attemptProblems                     []string   // invariant 3
+	staleWrites                         []string   // invariant 4
+	grantProblems                       []string   // invariant 7
+	evidenceProblems                    []string   // invariant 8
 }
 
 // handBackReasons begin the reason of a coordinator's hand-back: a grant it
