@@ -322,13 +322,7 @@ func (c *canceller) watchCutReplies(ctx context.Context) {
 		if !c.take(key) {
 			continue
 		}
-		c.wg.Go(func() {
-			job, err := c.jobOfKey(c.life, key)
-			if err != nil {
-				return
-			}
-			c.cancel(c.life, ackedJob{Key: key, JobID: job}, cancelAfterCut+" (the provider cut its reply)")
-		})
+		c.wg.Go(func() { c.cancel(c.life, ackedJob{Key: key}, cancelAfterCut+" (the provider cut its reply)") })
 	}
 }
 
@@ -364,23 +358,15 @@ func (c *canceller) cancelAfterStreamCut(ctx context.Context, replica string) {
 	}
 }
 
-func (c *canceller) jobOfKey(ctx context.Context, key string) (int64, error) {
-	var id int64
-	err := c.op.call(ctx, func(ctx context.Context, cl pb.CoordinatorClient) error {
-		resp, err := cl.GetJob(ctx, &pb.GetJobRequest{Job: &pb.GetJobRequest_OperationKey{OperationKey: key},
-			ObservationsPageSize: 1})
-		id = resp.GetJob().GetId()
-		return err
-	})
-	return id, err
-}
-
-// getJob reads the job: its attempt, its state and the coordinator's now.
-func (c *canceller) getJob(ctx context.Context, id int64) (*pb.GetJobResponse, error) {
+// getJob reads the job of key: its id (after a failover the new primary
+// may have given it another), its attempt, its state and the
+// coordinator's now.
+func (c *canceller) getJob(ctx context.Context, key string) (*pb.GetJobResponse, error) {
 	var out *pb.GetJobResponse
 	err := c.op.call(ctx, func(ctx context.Context, cl pb.CoordinatorClient) error {
 		var err error
-		out, err = cl.GetJob(ctx, &pb.GetJobRequest{Job: &pb.GetJobRequest_JobId{JobId: id}, ObservationsPageSize: 1})
+		out, err = cl.GetJob(ctx, &pb.GetJobRequest{Job: &pb.GetJobRequest_OperationKey{OperationKey: key},
+			ObservationsPageSize: 1})
 		return err
 	})
 	return out, err
@@ -396,11 +382,12 @@ func (c *canceller) cancel(ctx context.Context, a ackedJob, moment string) {
 	ans := cancelAnswer{Key: a.Key, JobID: a.JobID, Moment: moment}
 	reason := "chaos: cancelled " + strings.SplitN(moment, " ", 2)[0]
 	for try := 1; ; try++ {
-		got, err := c.getJob(ctx, a.JobID)
+		got, err := c.getJob(ctx, a.Key)
 		if err != nil {
 			ans.Outcome, ans.Err = "GetJob failed: "+status.Code(err).String(), err.Error()
 			break
 		}
+		a.JobID, ans.JobID = got.GetJob().GetId(), got.GetJob().GetId()
 		ans.StateSeen = strings.ToLower(strings.TrimPrefix(got.GetJob().GetState().String(), "JOB_STATE_"))
 		ans.Attempt = got.GetJob().GetAttempt()
 		var resp *pb.CancelRefundResponse
@@ -429,7 +416,7 @@ func (c *canceller) cancel(ctx context.Context, a ackedJob, moment string) {
 			ans.Stale++
 			continue
 		}
-		if after, err := c.getJob(context.WithoutCancel(ctx), a.JobID); err == nil {
+		if after, err := c.getJob(context.WithoutCancel(ctx), a.Key); err == nil {
 			ans.CoordAt = after.GetNow().AsTime()
 		}
 		break

@@ -208,14 +208,18 @@ func workerObservations(obs []observationRow) []observationRow {
 // a cut reached the worker, whose token the hand-back ended (R25).
 func checkReceiptsChangeNoState(db dbState, grants []grantLog, x *checkFacts) (i8 *invariant, expedites, handedBack int) {
 	i8 = &invariant{N: 8, Name: "no receipt changed a job: only claims, takeovers, holders' fenced write-backs (or the " +
-		"coordinators' hand-backs of grants they could not deliver) and people's resolutions did; an expedite only made a " +
-		"ready job due (R15, R28, R29)"}
+		"coordinators' hand-backs of grants they could not deliver) and people's resolutions and cancels did; an " +
+		"expedite only made a ready job due (R15, R28, R29, R32)"}
 	claims, takeovers, writes, resolutions, byWebhook, seen := 0, 0, 0, 0, 0, 0
+	cancels, cancelRequests, attentions := 0, 0, 0
 	for _, w := range x.walked {
 		claims += w.h.claims
 		takeovers += w.h.takeovers
 		writes += w.h.writes
 		resolutions += w.h.resolutions
+		cancels += w.h.cancels
+		cancelRequests += w.h.cancelRequests
+		attentions += w.h.attentions
 		expedites += w.h.expedites
 		byWebhook += w.h.webhookExpedites
 		handedBack += len(w.h.handBacks)
@@ -252,6 +256,10 @@ func checkReceiptsChangeNoState(db dbState, grants []grantLog, x *checkFacts) (i
 	i8.Summary += fmt.Sprintf(", %d holders' write-backs under their grants (invariant 7; %d of them the coordinators' "+
 		"hand-backs of grants they could not deliver, %d of grants their holder had logged), %d resolutions", writes,
 		handedBack, seen, resolutions)
+	if cancels+cancelRequests+attentions > 0 {
+		i8.Summary += fmt.Sprintf(", %d cancels of jobs never sent and %d cancel requests (invariants 13, 14), and %d "+
+			"attention entries, which change no state (R34)", cancels, cancelRequests, attentions)
+	}
 	return i8, expedites, handedBack
 }
 
