@@ -24,8 +24,12 @@
 // completion (--retain-succeeded), while the faults run, and the producer
 // enqueues a sample of archived keys again, which must answer their jobs
 // and never make a second one (R30, R31).
+// Meanwhile an operator cancels a share of the refunds at moments that
+// matter (--cancel-share) and pauses the provider now and then (--pauses):
+// none may be sent after its cancel took effect, and no replica may grant a
+// paused provider's jobs (R32, R33).
 // Then it heals everything, lets the system settle, stops the workers and
-// checks twelve invariants (docs/CHAOS.md). With --failover async or
+// checks fifteen invariants (docs/CHAOS.md). With --failover async or
 // semi-sync it runs on a MariaDB primary and replica of its own instead of
 // --mysql-dsn and fails the database over once (R26): the replica held back,
 // the primary killed, the replica promoted, every proxy repointed. The last
@@ -34,7 +38,8 @@
 //	seed=S jobs=N faults=F double_refunds=0 lost=0 stale_writes_accepted=0 unobserved_late_success=0
 //	  takeovers=T false_takeovers=0 handed_back=H webhooks_delivered=D webhook_observations=O expedited=E
 //	  webhook_receipts_lost=0 duplicate_receipts=0 future_dated=F early_refunds=0 forged_webhooks=W forged_filed=0
-//	  archived=A archived_reenqueues=R second_jobs=0 keys_unrecorded=0
+//	  archived=A archived_reenqueues=R second_jobs=0 keys_unrecorded=0 cancels=C cancels_too_late=L
+//	  refunds_after_cancel=0 cancels_unended=0 pauses=P grants_while_paused=0
 //
 // (one line), and the exit status is 1 when an invariant failed. The same seed and
 // flags replay the same fault plan. Every flag falls back to an environment
