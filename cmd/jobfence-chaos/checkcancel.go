@@ -131,7 +131,7 @@ func checkNoRefundAfterCancel(in checkInput, x *checkFacts) (i13 *invariant, t c
 		}
 	}
 	lossy := in.Failover != nil && !in.Failover.lossless()
-	before, inFlight, refunds := 0, 0, 0
+	before, inFlight, sentAfter, grantsAfter, refunds := 0, 0, 0, 0, 0
 	for _, w := range x.walked {
 		evs := x.events[w.job.ID]
 		ci := firstCancel(evs)
@@ -147,7 +147,7 @@ func checkNoRefundAfterCancel(in checkInput, x *checkFacts) (i13 *invariant, t c
 		for _, e := range evs[ci+1:] {
 			granted := e.Kind == "claimed" || e.Kind == "taken_over"
 			if (granted || e.Kind == "rescheduled") && e.NextAction == "refund" {
-				t.RefundsAfterCancel++
+				grantsAfter++
 				what := "GRANT TO REFUND AFTER A CANCEL"
 				if !granted {
 					what = "RESCHEDULE TO REFUND ACCEPTED AFTER A CANCEL"
@@ -171,7 +171,7 @@ func checkNoRefundAfterCancel(in checkInput, x *checkFacts) (i13 *invariant, t c
 						"a grant the failover may have lost (R26)", w.job.ID, w.job.Key, r.ID, dateTime(sent))
 					continue
 				}
-				t.RefundsAfterCancel++
+				sentAfter++
 				i13.fail("REFUND OF A JOB CANCELLED AS NEVER SENT: job %d (%s) was cancelled at once by %s (event %d at "+
 					"%s, database clock), yet the provider has refund %s (%s), requested at %s and made at %s: a job is "+
 					"cancelled at once only if no grant to refund was ever made%s", w.job.ID, w.job.Key,
@@ -216,7 +216,7 @@ func checkNoRefundAfterCancel(in checkInput, x *checkFacts) (i13 *invariant, t c
 					"grant", ge.ID, or(ge.WorkerID, "(nobody)"), dateTime(ge.At), sent.Sub(grantAt).Round(time.Millisecond),
 					working.Round(time.Millisecond), lease)
 			}
-			t.RefundsAfterCancel++
+			sentAfter++
 			i13.fail("REFUND AFTER CANCEL: job %d (%s): refund %s (%s) was requested at the provider at %s, %s after the "+
 				"cancel request (event %d by %s at %s, database clock), and made at %s; %s%s", w.job.ID, w.job.Key, r.ID,
 				r.Status, dateTime(sent), sent.Sub(cancelAt).Round(time.Millisecond), ce.ID, or(ce.WorkerID, "(nobody)"),
@@ -227,7 +227,8 @@ func checkNoRefundAfterCancel(in checkInput, x *checkFacts) (i13 *invariant, t c
 		"the provider: %d requested before the cancel took effect (too late: invariant 14), %d after it by the holder of "+
 		"an earlier grant to refund within a lease of its working time (a call on its way, or a holder frozen across the "+
 		"cancel), %d otherwise; %d grants or reschedules to refund after a cancel", t.Cancelled+t.Requested, t.Cancelled,
-		t.Requested, refunds, before, inFlight, refunds-before-inFlight, t.RefundsAfterCancel-(refunds-before-inFlight))
+		t.Requested, refunds, before, inFlight, sentAfter, grantsAfter)
+	t.RefundsAfterCancel = sentAfter + grantsAfter
 	if in.Control == nil || !in.Control.Canceller {
 		i13.Summary += " (no canceller ran: --cancel-share 0)"
 	}
@@ -324,8 +325,8 @@ func checkCancelsEnd(in checkInput, x *checkFacts) (i14 *invariant, t cancelTall
 				i14.fail("CANCEL TOO LATE, NOT ON THE ATTENTION LIST: job %d (%s) completed (event %d) after its cancel "+
 					"request (event %d) with no attention entry whose reason begins cancel_too_late (R32, R34)%s", j.ID,
 					j.Key, evs[done].ID, ce.ID, timedHistoryOf(j, x.events))
-			case !j.AttentionSince.Valid && eventAfter(evs, done, func(e eventRow) bool { return e.Kind == "acknowledged" }) < 0 &&
-				in.DB.Control:
+			case evs[done].Kind == "completed" && !j.AttentionSince.Valid && in.DB.Control &&
+				eventAfter(evs, done, func(e eventRow) bool { return e.Kind == "acknowledged" }) < 0:
 				t.Unended++
 				i14.fail("OFF THE ATTENTION LIST UNACKNOWLEDGED: job %d (%s) came too late for its cancel but is not on "+
 					"the attention list and no person acknowledged it%s", j.ID, j.Key, timedHistoryOf(j, x.events))
