@@ -48,8 +48,11 @@ const (
 
 // Pacing of the canceller.
 const (
-	cancelTries       = 3 // cancels of one job sent with a fresh attempt after STALE_ATTEMPT
-	cancelCallTries   = 8 // calls that answered nothing, repeated (the same attempt) on the next replica
+	cancelTries = 3 // cancels of one job sent with a fresh attempt after STALE_ATTEMPT
+	// A call that answered nothing is repeated as it was, on the next
+	// replica, cancelCallRetry apart, for cancelCallFor at most: a
+	// coordinator restarts, a database comes back.
+	cancelCallFor     = 15 * time.Second
 	cancelCallRetry   = 250 * time.Millisecond
 	cancelCallTimeout = 3 * time.Second
 	cancelCueWait     = 15 * time.Second // how long a targeted cancel waits for its moment
@@ -124,12 +127,12 @@ func (o *operator) close() {
 
 // call runs fn against one replica after another until one answers
 // (anything but UNAVAILABLE, DEADLINE_EXCEEDED or an outcome unknown), at
-// most cancelCallTries times or until ctx ends. Every call the campaign's
+// most for cancelCallFor or until ctx ends. Every call the campaign's
 // operator makes is safe to repeat: a read, or a fenced, idempotent write
 // repeated as it was (R21).
 func (o *operator) call(ctx context.Context, fn func(ctx context.Context, c pb.CoordinatorClient) error) error {
 	var err error
-	for try := 0; try < cancelCallTries && ctx.Err() == nil; try++ {
+	for until := time.Now().Add(cancelCallFor); time.Now().Before(until) && ctx.Err() == nil; {
 		o.mu.Lock()
 		c := o.clients[o.next%len(o.clients)]
 		o.next++
