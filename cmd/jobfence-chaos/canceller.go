@@ -12,6 +12,7 @@ import (
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
@@ -108,7 +109,13 @@ type operator struct {
 func (s *system) newOperator() (*operator, error) {
 	o := &operator{}
 	for _, r := range s.replicas {
-		cc, err := grpc.NewClient(r.listen, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		// A killed coordinator comes back within seconds: reconnect soon
+		// (gRPC's default backoff grows to two minutes), and let each call
+		// wait for the connection within its own deadline.
+		cc, err := grpc.NewClient(r.listen, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithConnectParams(grpc.ConnectParams{MinConnectTimeout: time.Second,
+				Backoff: backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second}}),
+			grpc.WithDefaultCallOptions(grpc.WaitForReady(true)))
 		if err != nil {
 			o.close()
 			return nil, err
