@@ -237,7 +237,8 @@ func (p *Provider) hang(w http.ResponseWriter, r *http.Request, mode string, d t
 	if d <= 0 {
 		return true
 	}
-	p.log.Info("fault: hanging", "mode", mode, "for", d, "path", r.URL.Path)
+	p.log.Info("fault: hanging", "mode", mode, "for", d, "path", r.URL.Path, "idempotency_key",
+		r.Header.Get("Idempotency-Key"))
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
