@@ -35,7 +35,8 @@ const (
 	// job in the enqueue's own transaction: then it runs).
 	cancelAtEnqueue = "enqueued"
 	// cancelInCall: 0-3 ms after a worker logged its claim of the job to
-	// refund: its provider call is under way (or held by a provider fault).
+	// refund: its provider call is under way; or, on cue, while the
+	// provider holds the job's create in a hang or a slow call.
 	cancelInCall = "in-call"
 	// cancelAtRefund: 0-5 ms after the provider made the job's refund: the
 	// worker's write-back of it is in flight, and races the cancel.
@@ -57,9 +58,12 @@ const (
 	cancelCallRetry   = 250 * time.Millisecond
 	cancelCallTimeout = 3 * time.Second
 	cancelCueWait     = 15 * time.Second // how long a targeted cancel waits for its moment
-	// cancelCutShare of the cancels come after cuts, the rest are drawn
-	// per job at its enqueue.
-	cancelCutShare = 0.25
+	// Of the cancels, cancelHangShare come while the provider holds the
+	// job's create (a hang or a slow call: the worker is calling it) and
+	// cancelCutShare right after cuts, on cue, as long as those shares
+	// last; the rest are drawn per job at its enqueue.
+	cancelHangShare = 0.25
+	cancelCutShare  = 0.15
 )
 
 // cancelAnswer is one cancel the canceller made, with what it was
@@ -195,9 +199,10 @@ type canceller struct {
 	op *operator
 	// life bounds the cancels' calls: they may end after the window that
 	// chose them, within the settle.
-	life  context.Context
-	rng   *rand.Rand
-	share float64
+	life   context.Context
+	rng    *rand.Rand // run's draws
+	cueRng *rand.Rand // watchProvider's
+	share  float64
 	// specs: the campaign's refunds (those dated beyond the campaign are
 	// never cancelled: invariant 11 holds them to their enqueue).
 	specs map[string]refundSpec
@@ -205,9 +210,10 @@ type canceller struct {
 	mu      sync.Mutex
 	answers []cancelAnswer
 	chosen  map[string]bool // keys cancelled or waiting for their moment
-	cuts    int             // cancels after cuts so far
-	cutMax  int
-	wg      sync.WaitGroup
+	// cued counts the cancels on cue so far (cancelInCall: the provider's
+	// hangs; cancelAfterCut: cuts), within cueMax.
+	cued, cueMax map[string]int
+	wg           sync.WaitGroup
 }
 
 // newCanceller makes the canceller of the campaign's seed.
@@ -218,16 +224,18 @@ func (s *system) newCanceller(life context.Context, seed uint64, specs []refundS
 	}
 	h := fnv.New64a()
 	h.Write([]byte("canceller"))
-	c := &canceller{s: s, op: op, life: life, rng: rand.New(rand.NewPCG(seed, h.Sum64())), share: share,
-		specs: map[string]refundSpec{}, chosen: map[string]bool{}}
-	n := 0
+	c := &canceller{s: s, op: op, life: life, rng: rand.New(rand.NewPCG(seed, h.Sum64())),
+		cueRng: rand.New(rand.NewPCG(seed, h.Sum64()+1)), share: share,
+		specs: map[string]refundSpec{}, chosen: map[string]bool{}, cued: map[string]int{}}
+	n := 0.0
 	for _, sp := range specs {
 		c.specs[sp.Key] = sp
 		if !sp.Beyond {
 			n++
 		}
 	}
-	c.cutMax = int(float64(n)*share*cancelCutShare + 0.5)
+	c.cueMax = map[string]int{cancelInCall: int(n*share*cancelHangShare + 0.5),
+		cancelAfterCut: int(n*share*cancelCutShare + 0.5)}
 	return c, nil
 }
 
@@ -237,14 +245,14 @@ func (s *system) newCanceller(life context.Context, seed uint64, specs []refundS
 // then it waits for the cancels under way.
 func (c *canceller) run(ctx context.Context, acked <-chan ackedJob, cuts <-chan string) {
 	defer c.wg.Wait()
-	c.wg.Go(func() { c.watchCutReplies(ctx) })
+	c.wg.Go(func() { c.watchProvider(ctx) })
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case a := <-acked:
 			sp := c.specs[a.Key]
-			if sp.Beyond || c.rng.Float64() >= c.share*(1-cancelCutShare) {
+			if sp.Beyond || c.rng.Float64() >= c.share*(1-cancelHangShare-cancelCutShare) {
 				continue
 			}
 			moment := []string{cancelAtEnqueue, cancelInCall, cancelAtRefund}[c.rng.IntN(3)]
@@ -259,15 +267,16 @@ func (c *canceller) run(ctx context.Context, acked <-chan ackedJob, cuts <-chan 
 	}
 }
 
-// take reserves key for a cancel after a cut, within the cuts' share.
-func (c *canceller) take(key string) bool {
+// take reserves key for a cancel on cue (cancelInCall or
+// cancelAfterCut), within that cue's share.
+func (c *canceller) take(cue, key string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.chosen[key] || c.cuts >= c.cutMax || c.specs[key].Beyond || c.specs[key].Key == "" {
+	if c.chosen[key] || c.cued[cue] >= c.cueMax[cue] || c.specs[key].Beyond || c.specs[key].Key == "" {
 		return false
 	}
 	c.chosen[key] = true
-	c.cuts++
+	c.cued[cue]++
 	return true
 }
 
@@ -315,24 +324,41 @@ func (c *canceller) waitWorkers(ctx context.Context, match func(map[string]any) 
 	return err == nil
 }
 
-// watchCutReplies cancels, within the cuts' share, the job whose refund's
-// create the provider just made and cut the reply to (provider-cut-reply):
-// its worker does not know the refund exists.
-func (c *canceller) watchCutReplies(ctx context.Context) {
+// watchProvider cancels on the provider's cues, within their shares: the
+// job whose create the provider holds in a hang or a slow call (its worker
+// is calling it: cancelled 0-3 ms into the hold), and the job whose create
+// the provider just made and cut the reply to (provider-cut-reply: its
+// worker does not know the refund exists).
+func (c *canceller) watchProvider(ctx context.Context) {
 	p := c.s.provider
 	from := p.recordCount()
 	for ctx.Err() == nil {
-		rec, err := p.waitRecord(min(time.Second, time.Until(deadlineOf(ctx))), from,
-			func(r map[string]any) bool { return r["msg"] == "fault: reply cut" && r["idempotency_key"] != "" })
+		wait := min(time.Second, time.Until(deadlineOf(ctx)))
+		var recs []map[string]any
+		_, _ = p.waitRecord(wait, from, func(r map[string]any) bool {
+			if key, _ := r["idempotency_key"].(string); key != "" &&
+				(r["msg"] == "fault: reply cut" || r["msg"] == "fault: hanging") {
+				recs = append(recs, r)
+			}
+			return false // every record up to the wait's end
+		})
 		from = p.recordCount()
-		if err != nil {
-			continue
+		for _, r := range recs {
+			key, _ := r["idempotency_key"].(string)
+			cue, moment := cancelAfterCut, cancelAfterCut+" (the provider cut its reply)"
+			if r["msg"] == "fault: hanging" {
+				mode, _ := r["mode"].(string)
+				cue, moment = cancelInCall, fmt.Sprintf("%s (the provider holds its create: %s %v)", cancelInCall, mode, r["for"])
+			}
+			if !c.take(cue, key) {
+				continue
+			}
+			delay := time.Duration(c.cueRng.IntN(4)) * time.Millisecond
+			c.wg.Go(func() {
+				time.Sleep(delay)
+				c.cancel(c.life, ackedJob{Key: key}, moment)
+			})
 		}
-		key, _ := rec["idempotency_key"].(string)
-		if !c.take(key) {
-			continue
-		}
-		c.wg.Go(func() { c.cancel(c.life, ackedJob{Key: key}, cancelAfterCut+" (the provider cut its reply)") })
 	}
 }
 
@@ -360,7 +386,7 @@ func (c *canceller) cancelAfterStreamCut(ctx context.Context, replica string) {
 		return
 	}
 	for _, j := range running {
-		if slices.Contains(workers, j.GetWorkerId()) && c.take(j.GetOperationKey()) {
+		if slices.Contains(workers, j.GetWorkerId()) && c.take(cancelAfterCut, j.GetOperationKey()) {
 			c.cancel(c.life, ackedJob{Key: j.GetOperationKey(), JobID: j.GetId()},
 				fmt.Sprintf("%s (%s's worker front cut; running on %s)", cancelAfterCut, replica, j.GetWorkerId()))
 			return
