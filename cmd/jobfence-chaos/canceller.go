@@ -348,7 +348,9 @@ func (c *canceller) watchProvider(ctx context.Context) {
 			cue, moment := cancelAfterCut, cancelAfterCut+" (the provider cut its reply)"
 			if r["msg"] == "fault: hanging" {
 				mode, _ := r["mode"].(string)
-				cue, moment = cancelInCall, fmt.Sprintf("%s (the provider holds its create: %s %v)", cancelInCall, mode, r["for"])
+				d, _ := r["for"].(float64) // slog writes a duration in nanoseconds
+				cue, moment = cancelInCall, fmt.Sprintf("%s (the provider holds its create: %s for %s)", cancelInCall, mode,
+					time.Duration(d).Round(time.Millisecond))
 			}
 			if !c.take(cue, key) {
 				continue
