@@ -381,7 +381,7 @@ func checkCancelAnswers(in checkInput, x *checkFacts, i14 *invariant) string {
 	}
 	lossy := in.Failover != nil && !in.Failover.lossless()
 	outcomes := map[string]int{}
-	matched := 0
+	matched, beforeRepoint := 0, 0
 	for _, a := range in.Control.Cancels {
 		outcomes[a.Outcome]++
 		j := x.jobOf(a.Key, a.JobID)
@@ -392,6 +392,7 @@ func checkCancelAnswers(in checkInput, x *checkFacts, i14 *invariant) string {
 			continue
 		}
 		if lossy && a.At.Before(in.Failover.Repointed) {
+			beforeRepoint++
 			continue // the old primary's answer: its history may be gone
 		}
 		switch a.Outcome {
@@ -425,8 +426,13 @@ func checkCancelAnswers(in checkInput, x *checkFacts, i14 *invariant) string {
 				"completion nor a cancel%s", j.ID, j.Key, a.Moment, dateTime(a.CoordAt), timedHistoryOf(j, x.events))
 		}
 	}
-	return fmt.Sprintf("the canceller's %d cancels answered %s, %d of them matched to the histories (an entry at the "+
+	words := fmt.Sprintf("the canceller's %d cancels answered %s, %d of them matched to the histories (an entry at the "+
 		"answer's time, or an end before it)", len(in.Control.Cancels), formatCounts(outcomes), matched)
+	if lossy {
+		words += fmt.Sprintf(", %d answered before the failover's repoint (the old primary's: not held to the survivor's "+
+			"history)", beforeRepoint)
+	}
+	return words
 }
 
 // pauseWindow is one pause of a provider, from the database's record: from
