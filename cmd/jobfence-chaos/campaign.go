@@ -47,10 +47,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "replay with: jobfence-chaos %s --seed %d --duration %s --jobs %d --workers %d "+
 		"--node-workers %d --python-workers %d --replicas %d --concurrency %d --lease %s --provider-timeout %s "+
 		"--patient-provider-timeout %s --node-renews=%v --faults %s --fault-rate %g --webhooks=%v --future-share %g "+
-		"--forged-webhooks=%v --retain-succeeded %s --archive-interval %s --cancel-share %g --pauses=%v\n", database,
-		c.seed, c.duration, c.jobs, c.workers, c.nodeWorkers, c.pythonWorkers, c.replicas, c.concurrency, c.lease,
-		c.providerTimeout, c.patientTimeout, c.nodeRenews, c.faultsSpec, c.faultRate, c.webhooks, c.futureShare, c.forge,
-		c.retainSucceeded, c.archiveInterval, c.cancelShare, c.pauses)
+		"--forged-webhooks=%v --retain-succeeded %s --archive-interval %s --cancel-share %g --pauses=%v "+
+		"--resolve-reviews=%v\n", database, c.seed, c.duration, c.jobs, c.workers, c.nodeWorkers, c.pythonWorkers,
+		c.replicas, c.concurrency, c.lease, c.providerTimeout, c.patientTimeout, c.nodeRenews, c.faultsSpec, c.faultRate,
+		c.webhooks, c.futureShare, c.forge, c.retainSucceeded, c.archiveInterval, c.cancelShare, c.pauses,
+		c.resolveReviews)
 	// Future-dated refunds (R28, invariant 11), drawn from the seed like
 	// the fault plan.
 	specs := refundSpecs(c.seed, c.jobs)
@@ -237,6 +238,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		tl.printf("late re-enqueues: %d more of keys in the archive (%d jobs there)", n, s.archivedCount(ctx))
 	}
 
+	var resolutions []resolution
+	if canc != nil && c.resolveReviews {
+		// A person decides what the cancels left in review (R29, R32).
+		resolutions = canc.resolveReviews(ctx)
+	}
+
 	tl.printf("stopping workers (they drain)")
 	s.stopWorkers()
 	// What the workers could not file and left in their slots' spools
@@ -351,6 +358,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if canc != nil {
 		fmt.Fprintln(stdout, cancelSummary(in.Control.Cancels))
+		if c.resolveReviews {
+			fmt.Fprintln(stdout, resolutionSummary(resolutions))
+		}
 	}
 	if pz != nil {
 		fmt.Fprintln(stdout, pauseSummary(in.Control.Pauses))

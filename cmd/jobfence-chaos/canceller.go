@@ -493,3 +493,94 @@ func cancelSummary(answers []cancelAnswer) string {
 	return fmt.Sprintf("canceller: %d cancels (%s); answered %s; %d STALE_ATTEMPT answers read again and repeated",
 		len(answers), formatCounts(byMoment), formatCounts(byOutcome), stale)
 }
+
+// resolution is a person's decision on a cancel-requested job in review,
+// as the resolver made it.
+type resolution struct {
+	Key      string
+	JobID    int64
+	As       string // "cancelled" or "refunded"
+	RefundID string
+	Outcome  string // "resolved", "replayed", or the error's reason or code
+}
+
+// resolveReviews is a person at the end of the campaign (R29, R32): each
+// job whose cancel the canceller requested and that ended in manual_review
+// is looked up at the provider, as a person would, and resolved: refunded,
+// with its refund's id, when the provider has a refund of it that
+// succeeded; cancelled when it has none (or only failed ones); left alone
+// while one is pending. The resolution is fenced by the attempt GetJob
+// shows.
+func (c *canceller) resolveReviews(ctx context.Context) []resolution {
+	var out []resolution
+	done := map[string]bool{}
+	for _, a := range c.all() {
+		if a.Outcome != "requested" && a.Outcome != "replayed" || done[a.Key] {
+			continue
+		}
+		done[a.Key] = true
+		got, err := c.getJob(ctx, a.Key)
+		if err != nil || got.GetJob().GetState() != pb.JobState_JOB_STATE_MANUAL_REVIEW ||
+			got.GetJob().GetCancelRequestedAt() == nil {
+			continue
+		}
+		found, err := c.s.pay.FindByReference(ctx, a.Key)
+		if err != nil {
+			continue
+		}
+		r := resolution{Key: a.Key, JobID: got.GetJob().GetId(), As: "cancelled"}
+		req := &pb.ResolveReviewRequest{JobId: r.JobID, Attempt: got.GetJob().GetAttempt(),
+			Resolution: pb.ReviewResolution_REVIEW_RESOLUTION_CANCELLED,
+			Note:       "chaos: the provider has no refund of it; cancelled as asked"}
+		pending := false
+		for _, f := range found {
+			switch f.Status {
+			case "succeeded":
+				r.As, r.RefundID = "refunded", f.ID
+				req.Resolution, req.ProviderRefundId = pb.ReviewResolution_REVIEW_RESOLUTION_REFUNDED, f.ID
+				req.Note = "chaos: the provider made the refund; the cancel came too late"
+			case "pending":
+				pending = true
+			}
+		}
+		if pending && r.RefundID == "" {
+			continue // a person waits for the provider
+		}
+		err = c.op.call(ctx, func(ctx context.Context, cl pb.CoordinatorClient) error {
+			resp, err := cl.ResolveReview(ctx, req)
+			r.Outcome = "resolved"
+			if resp.GetReplayed() {
+				r.Outcome = "replayed"
+			}
+			return err
+		})
+		if err != nil {
+			if r.Outcome = reasonOf(err); r.Outcome == "" {
+				r.Outcome = status.Code(err).String()
+			}
+		}
+		c.s.tl.printf("resolver: job %d (%s), cancel requested, in review: resolved %s%s: %s", r.JobID, r.Key, r.As,
+			orEmpty(" with "+r.RefundID, r.RefundID), r.Outcome)
+		out = append(out, r)
+	}
+	return out
+}
+
+// orEmpty is s when cond is not empty, else "".
+func orEmpty(s, cond string) string {
+	if cond == "" {
+		return ""
+	}
+	return s
+}
+
+// resolutionSummary is the campaign's line about the resolver's work.
+func resolutionSummary(rs []resolution) string {
+	as, outcomes := map[string]int{}, map[string]int{}
+	for _, r := range rs {
+		as[r.As]++
+		outcomes[r.Outcome]++
+	}
+	return fmt.Sprintf("resolver: %d cancel-requested jobs in review resolved by a person (%s); answered %s", len(rs),
+		formatCounts(as), formatCounts(outcomes))
+}

@@ -263,7 +263,7 @@ func checkCancelsEnd(in checkInput, x *checkFacts) (i14 *invariant, t cancelTall
 	i14 = &invariant{N: 14, Name: "every cancel ended as R32 says: cancelled if never sent, else succeeded too late on the " +
 		"attention list, with a person, or cancelled by one; a refunded job that ended cancelled is on the attention list " +
 		"(R32, R34)"}
-	resolvedCancelled, listedAfterCancel := 0, 0
+	resolvedCancelled, resolvedRefunded, listedAfterCancel := 0, 0, 0
 	for _, w := range x.walked {
 		j, evs := w.job, x.events[w.job.ID]
 		ci := firstCancel(evs)
@@ -330,6 +330,8 @@ func checkCancelsEnd(in checkInput, x *checkFacts) (i14 *invariant, t cancelTall
 				t.Unended++
 				i14.fail("OFF THE ATTENTION LIST UNACKNOWLEDGED: job %d (%s) came too late for its cancel but is not on "+
 					"the attention list and no person acknowledged it%s", j.ID, j.Key, timedHistoryOf(j, x.events))
+			case evs[done].Kind == "resolved":
+				resolvedRefunded++ // a person found the refund made
 			default:
 				t.TooLate++
 			}
@@ -353,11 +355,11 @@ func checkCancelsEnd(in checkInput, x *checkFacts) (i14 *invariant, t cancelTall
 	}
 	answers := checkCancelAnswers(in, x, i14)
 	i14.Summary = fmt.Sprintf("%d cancelled as never sent, each cancelled and never sent; %d cancel requests: %d "+
-		"succeeded too late (cancel_too_late on the attention list), %d with a person (manual_review), %d cancelled by "+
-		"a person, %d otherwise; %d jobs that ended cancelled have a live refund at the provider, %d of them on the "+
-		"attention list (receipt_after_cancel); %s", t.Cancelled, t.Requested, t.TooLate, t.Review, resolvedCancelled,
-		t.Requested-t.TooLate-t.Review-resolvedCancelled, countCancelledRefunded(in, x),
-		listedAfterCancel, answers)
+		"succeeded too late (cancel_too_late on the attention list), %d with a person (manual_review), %d resolved by a "+
+		"person as cancelled and %d as refunded, %d otherwise; %d jobs that ended cancelled have a live refund at the "+
+		"provider, %d of them on the attention list (receipt_after_cancel); %s", t.Cancelled, t.Requested, t.TooLate,
+		t.Review, resolvedCancelled, resolvedRefunded, t.Requested-t.TooLate-t.Review-resolvedCancelled-resolvedRefunded,
+		countCancelledRefunded(in, x), listedAfterCancel, answers)
 	return i14, t
 }
 

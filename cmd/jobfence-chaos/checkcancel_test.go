@@ -238,7 +238,12 @@ func TestCheckCancelsEnd_R32_R34(t *testing.T) {
 		// A person's resolution may close it so.
 		evs = append(evs[:4:4], tev(5, 1, 3, "escalated", "running", "manual_review", "reconcile", "w2", 2.4),
 			tev(6, 1, 3, "resolved", "manual_review", "cancelled", "reconcile", "operator", 9))
-		wantVerdict(t, judgeOnly14(t, cancelCampaign(job, evs...)), false, "1 cancelled by a person")
+		wantVerdict(t, judgeOnly14(t, cancelCampaign(job, evs...)), false, "1 resolved by a person as cancelled")
+		// Or as refunded, the provider having made it: no attention entry
+		// is owed then, a person having looked.
+		evs[5].ToState, evs[5].ProviderRefundID = "succeeded", "re_1"
+		job.State, job.ProviderRefundID = "succeeded", "re_1"
+		wantVerdict(t, judgeOnly14(t, cancelCampaign(job, evs...)), false, "0 resolved by a person as cancelled and 1 as refunded")
 	})
 	t.Run("cancelled as never sent, yet sent", func(t *testing.T) {
 		job, evs := cancelledHistory()

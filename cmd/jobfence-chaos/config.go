@@ -75,6 +75,10 @@ type config struct {
 	// pauses and resumes the provider now and then (R33, invariant 15).
 	cancelShare float64
 	pauses      bool
+	// resolveReviews: after the settle, a person resolves the
+	// cancel-requested jobs left in review, after a look at the provider
+	// (R29, R32).
+	resolveReviews bool
 }
 
 // The modes of --failover.
@@ -158,6 +162,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		"the share of the refunds an operator cancels (0..0.5, drawn from the seed), with the attempt GetJob shows: "+
 			"just after the enqueue, while a worker calls the provider, as the provider makes the refund, and right "+
 			"after a cut reply or a cut of the workers' streams; none may be sent after its cancel took effect (R32)")
+	fs.BoolVar(&c.resolveReviews, "resolve-reviews", true,
+		"with the canceller, after the settle a person resolves each cancel-requested job left in manual_review after a "+
+			"look at the provider: refunded with its refund's id when the provider made it, cancelled when it has none")
 	fs.BoolVar(&c.pauses, "pauses", true,
 		"an operator pauses the provider for 1-4s every 10-20s of the fault window (divided by --fault-rate) and "+
 			"resumes it; no replica may grant its jobs while it stands, a claim poll interval after the pause (R33)")
