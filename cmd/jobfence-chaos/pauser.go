@@ -117,8 +117,8 @@ func (p *pauser) pause(ctx context.Context, n int) bool {
 	return true
 }
 
-// resume asks for the resume of pause n, repeating until it is answered
-// or ctx ends.
+// resume asks for the resume of pause n, repeating while nothing answers,
+// until ctx ends.
 func (p *pauser) resume(ctx context.Context, n int) {
 	a := pauseAnswer{N: n, Action: "resumed"}
 	for ctx.Err() == nil {
@@ -134,6 +134,9 @@ func (p *pauser) resume(ctx context.Context, n int) {
 			break
 		}
 		a.Err = err.Error()
+		if !repeatable(err) {
+			break // refused: repeating changes nothing
+		}
 	}
 	p.record(a)
 	if a.Err != "" {
