@@ -18,7 +18,7 @@ var sdkShape = []string{"client", "session", "worker", "job", "renewer", "receip
 // docs and entry points, platform variants, generated code, helpers of one
 // language only.
 var sdkExtras = map[string][]string{
-	"go":     {"doc", "spool_unix", "spool_other"},
+	"go":     {"doc", "spool_unix", "spool_other", "tracing"},
 	"node":   {"index", "json", "gen"},
 	"python": {"__init__", "_rpc", "_googleapis", "v1", "py.typed"},
 }

@@ -281,7 +281,7 @@ func (c *Client) callCtx(ctx context.Context, extra time.Duration) (context.Cont
 func (c *Client) retrySafe(ctx context.Context, method string, fn func(ctx context.Context) error) error {
 	wait := c.cfg.backoff
 	for try := 1; ; try++ {
-		cctx, cancel := c.callCtx(ctx, 0)
+		cctx, cancel := c.callCtx(traceMetadata(ctx), 0)
 		err := decodeError(fn(cctx))
 		cancel()
 		if err == nil || try >= c.cfg.attempts || !retryable(ctx, err) {
@@ -386,7 +386,7 @@ func (c *Client) Claim(ctx context.Context, r ClaimRequest) ([]ClaimedJob, error
 	if r.Wait != 0 {
 		req.Wait = durationpb.New(r.Wait)
 	}
-	cctx, cancel := c.callCtx(ctx, max(r.Wait, 0))
+	cctx, cancel := c.callCtx(traceMetadata(ctx), max(r.Wait, 0))
 	defer cancel()
 	resp, err := c.rpc.Claim(cctx, req)
 	if err != nil {

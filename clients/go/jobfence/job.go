@@ -57,8 +57,11 @@ func jobAttrs(c ClaimedJob) []any {
 		"grant", c.LeaseToken.Fingerprint()}
 }
 
-// work handles one claimed job from provider call to write-back.
+// work handles one claimed job from provider call to write-back, in the
+// job's attempt span (R35): the handler's context and every call made for
+// the job carry it.
 func (w *Worker) work(ctx context.Context, c ClaimedJob) {
+	ctx, at := w.tracing.start(ctx, c)
 	w.stats.claimed.Add(1)
 	if c.Takeover {
 		w.stats.takeovers.Add(1)
@@ -79,18 +82,19 @@ func (w *Worker) work(ctx context.Context, c ClaimedJob) {
 	if d, why, refused := resendRefused(c, pol, c.CoordinatorNow()); refused {
 		w.emit(WorkerEvent{Kind: WorkerResendRefused, Job: c, Decision: d})
 		log.Warn("same-key resend refused; escalating", "why", why)
-		w.write(ctx, log, c, d, Result{})
+		w.write(ctx, log, c, d, Result{}, at)
 		return
 	}
-	res := w.call(ctx, log, c)
+	res := w.call(ctx, log, c, at)
+	at.handled(res)
 	w.emit(WorkerEvent{Kind: WorkerHandled, Job: c, Result: res})
-	w.write(ctx, log, c, DecideAt(res, c, pol, c.CoordinatorNow()), res)
+	w.write(ctx, log, c, DecideAt(res, c, pol, c.CoordinatorNow()), res, at)
 }
 
 // call runs the handler under the provider-call deadline. A handler that
 // ignores its context is given LateAnswerGrace; after that its outcome is
 // unknown and its eventual answer is filed as an observation (R15).
-func (w *Worker) call(ctx context.Context, log *slog.Logger, c ClaimedJob) Result {
+func (w *Worker) call(ctx context.Context, log *slog.Logger, c ClaimedJob, at *attemptSpan) Result {
 	pctx, cancel := context.WithTimeout(ctx, w.o.ProviderTimeout)
 	defer cancel()
 	// The handler's context also ends when a renewal finds the grant gone
@@ -99,11 +103,16 @@ func (w *Worker) call(ctx context.Context, log *slog.Logger, c ClaimedJob) Resul
 	// The write-back's context is ctx: its refusal files the answer.
 	hctx, released := w.handlerContext(pctx, c)
 	defer released() // renew no more once the handler returned or timed out
+	defer func() {
+		if errors.Is(context.Cause(hctx), ErrGrantLost) {
+			at.grantLost()
+		}
+	}()
 	answer := make(chan Result, 1)
 	go func() {
 		defer func() {
 			if p := recover(); p != nil {
-				answer <- Unknown(fmt.Errorf("handler panicked: %v", p))
+				answer <- Unknown(&handlerPanic{p})
 			}
 		}()
 		if sends(c) {
@@ -116,16 +125,17 @@ func (w *Worker) call(ctx context.Context, log *slog.Logger, c ClaimedJob) Resul
 	}()
 	select {
 	case r := <-answer:
-		return r
+		return handlerResult(r, at)
 	case <-pctx.Done():
 	}
 	grace := time.NewTimer(w.o.LateAnswerGrace)
 	defer grace.Stop()
 	select {
 	case r := <-answer:
-		return r
+		return handlerResult(r, at)
 	case <-grace.C:
 	}
+	at.handlerFailed("provider_deadline")
 	w.stats.late.Add(1)
 	w.emit(WorkerEvent{Kind: WorkerDeadline, Job: c})
 	log.Warn("handler outlived the provider-call deadline; outcome unknown", "deadline", w.o.ProviderTimeout)
@@ -138,9 +148,24 @@ func (w *Worker) call(ctx context.Context, log *slog.Logger, c ClaimedJob) Resul
 	return Unknown(fmt.Errorf("provider call outlived its deadline of %s", w.o.ProviderTimeout))
 }
 
+// handlerPanic is the error of a handler that panicked.
+type handlerPanic struct{ v any }
+
+func (p *handlerPanic) Error() string { return fmt.Sprintf("handler panicked: %v", p.v) }
+
+// handlerResult is r, the handler's answer, recorded on its attempt span: a
+// handler that failed (an error, a panic) left the outcome unknown.
+func handlerResult(r Result, at *attemptSpan) Result {
+	if r.Kind == ResultUnknown && r.Err != nil {
+		at.handlerFailed("handler_error")
+	}
+	return r
+}
+
 // write makes the fenced write-back under the claimed grant (R9, R25). The
 // Client repeats it after UNAVAILABLE (R21); the fence's refusal is final.
-func (w *Worker) write(ctx context.Context, log *slog.Logger, c ClaimedJob, d Decision, res Result) {
+// The attempt's span ends with it, after a receipt it files.
+func (w *Worker) write(ctx context.Context, log *slog.Logger, c ClaimedJob, d Decision, res Result, at *attemptSpan) {
 	var wr WriteResult
 	var err error
 	switch d.Kind {
@@ -154,6 +179,7 @@ func (w *Worker) write(ctx context.Context, log *slog.Logger, c ClaimedJob, d De
 		wr, err = w.client.Reschedule(ctx, RescheduleRequest{JobID: c.Job.ID, Attempt: c.Attempt, LeaseToken: c.LeaseToken,
 			NextAction: d.NextAction, Delay: d.Delay, Reason: clip(d.Reason, 1024)})
 	}
+	defer at.end(d, wr.Replayed, err)
 	switch {
 	case err == nil:
 		w.kickRefile()

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Worker defaults.
@@ -116,6 +118,14 @@ type WorkerOptions struct {
 	// file beside it, <path>.lock), which Run releases when it returns (and
 	// Shutdown, for a Worker never run).
 	ReceiptSpool string
+	// TracerProvider makes each job's attempt span (R35, "Tracing" in the
+	// README): a span named jobfence.attempt around the handler, linked to
+	// the trace context of the job's enqueue, current in the handler's
+	// context, and carried by every call the Worker makes for the job. Nil:
+	// OpenTelemetry's global provider (otel.GetTracerProvider), a no-op
+	// unless the application set one, so that without tracing nothing is
+	// recorded and no call carries a trace context.
+	TracerProvider trace.TracerProvider
 }
 
 // withDefaults is o with its zero values replaced by their defaults, checked.

@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"sync"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // ErrGrantLost is the cause of a handler's context when the Worker learns,
@@ -35,6 +37,8 @@ type renewer struct {
 	lease  time.Duration // asked for; zero: the coordinator's default
 	every  time.Duration // RenewInterval; zero: a third of each lease
 	hooks  renewerHooks
+	// tracing makes the span a renewal of several jobs is made in (R35).
+	tracing tracing
 
 	mu   sync.Mutex
 	held map[int64]*heldGrant
@@ -60,6 +64,8 @@ type heldGrant struct {
 	lease time.Duration
 	due   time.Time // this machine's monotonic clock: when to renew next
 	lost  context.CancelCauseFunc
+	// span is the job's attempt span, which its renewals carry (R35).
+	span trace.SpanContext
 	// tooOld: the coordinator renews it no more (GRANT_TOO_OLD).
 	tooOld bool
 }
@@ -95,11 +101,12 @@ func (r *renewer) interval(lease time.Duration) time.Duration {
 	return time.Duration(float64(d) * (0.9 + 0.2*rand.Float64()))
 }
 
-// hold starts renewing c's lease; lost cancels its handler's context.
-func (r *renewer) hold(c ClaimedJob, lost context.CancelCauseFunc) {
+// hold starts renewing c's lease; lost cancels its handler's context; span
+// is the attempt's span, which its renewals carry.
+func (r *renewer) hold(c ClaimedJob, lost context.CancelCauseFunc, span trace.SpanContext) {
 	lease := r.leaseOf(c)
 	r.mu.Lock()
-	r.held[c.Job.ID] = &heldGrant{c: c, lease: lease, due: time.Now().Add(r.interval(lease)), lost: lost}
+	r.held[c.Job.ID] = &heldGrant{c: c, lease: lease, due: time.Now().Add(r.interval(lease)), lost: lost, span: span}
 	r.mu.Unlock()
 	select {
 	case r.wake <- struct{}{}:
@@ -173,10 +180,13 @@ func (r *renewer) due(now time.Time) ([]*heldGrant, time.Time) {
 func (r *renewer) renew(ctx context.Context, hs []*heldGrant) {
 	grants := make([]Grant, len(hs))
 	jobs := make([]ClaimedJob, len(hs))
+	spans := make([]trace.SpanContext, len(hs))
 	for i, h := range hs {
-		grants[i], jobs[i] = GrantOf(h.c), h.c
+		grants[i], jobs[i], spans[i] = GrantOf(h.c), h.c, h.span
 	}
-	out, err := r.client.RenewLeases(ctx, grants, r.lease)
+	rctx, end := r.tracing.renewContext(ctx, spans)
+	out, err := r.client.RenewLeases(rctx, grants, r.lease)
+	end()
 	now := time.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -247,7 +257,7 @@ func (w *Worker) handlerContext(pctx context.Context, c ClaimedJob) (hctx contex
 		return pctx, func() {}
 	}
 	hctx, lost := context.WithCancelCause(context.WithValue(pctx, sendContextKey{}, pctx))
-	w.renewer.hold(c, lost)
+	w.renewer.hold(c, lost, trace.SpanContextFromContext(pctx))
 	return hctx, func() {
 		w.renewer.release(c.Job.ID)
 		lost(nil)

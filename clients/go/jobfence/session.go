@@ -298,9 +298,12 @@ func (s *workSession) closeSend() {
 	}
 }
 
-// call sends c on the stream and waits for its reply, or for ctx.
+// call sends c on the stream and waits for its reply, or for ctx. c
+// carries the trace context of the span ctx holds (R35: one stream carries
+// many jobs' calls, so gRPC metadata, which is per stream, cannot).
 // errNoStream when no stream takes calls.
 func (s *workSession) call(ctx context.Context, c *pb.WorkCall) (*pb.WorkReply, error) {
+	traceCall(ctx, c)
 	ch := make(chan callAnswer, 1)
 	s.mu.Lock()
 	stream := s.stream

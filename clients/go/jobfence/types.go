@@ -96,6 +96,10 @@ type Job struct {
 	// did, and for a job cancelled at once (StateCancelled). From then on
 	// the job is only ever reconciled, never sent.
 	CancelRequestedAt time.Time
+	// TraceParent is the W3C trace context of the job's enqueue (R35),
+	// "00-<trace id>-<span id>-<flags>"; empty when the enqueue carried
+	// none.
+	TraceParent string
 }
 
 // ClaimedJob is a job granted by Claim. Every write-back for it carries its
@@ -133,6 +137,10 @@ type ClaimedJob struct {
 	// person may close a maybe-sent refund as cancelled. A handler may read
 	// it, e.g. to log it or to skip what only a send needs.
 	CancelRequested bool
+	// TraceParent and TraceState are the W3C trace context of the job's
+	// enqueue (R35), handed to every grant; empty when the enqueue carried
+	// none. The Worker's attempt span links to it (WorkerOptions.TracerProvider).
+	TraceParent, TraceState string
 
 	// received is this machine's time (with its monotonic reading) when the
 	// claim's reply arrived; see CoordinatorNow.
@@ -281,6 +289,7 @@ func jobFromProto(j *pb.Job) Job {
 		ArchivedAt:       timeFromProto(j.GetArchivedAt()),
 
 		CancelRequestedAt: timeFromProto(j.GetCancelRequestedAt()),
+		TraceParent:       j.GetTraceparent(),
 	}
 }
 
@@ -305,6 +314,9 @@ func claimedFromProto(c *pb.ClaimedJob, received time.Time) ClaimedJob {
 		// Either says it (R32): a grant from a coordinator that sets only
 		// one of them is never sent either.
 		CancelRequested: c.GetCancelRequested() || c.GetJob().GetCancelRequestedAt() != nil,
+
+		TraceParent: c.GetTraceparent(),
+		TraceState:  c.GetTracestate(),
 	}
 }
 

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // ErrDrainTimeout is returned by Run when in-flight jobs were still running
@@ -79,6 +81,9 @@ type Worker struct {
 	// write-backs, renewals and receipts on it (streamRPC).
 	session *workSession
 
+	// tracing makes each job's attempt span (R35).
+	tracing tracing
+
 	stats counters
 }
 
@@ -103,7 +108,7 @@ func NewWorker(c *Client, h Handler, o WorkerOptions) (*Worker, error) {
 	w := &Worker{
 		client: c, handler: h, o: o, log: log.With("worker_id", o.WorkerID),
 		stop: make(chan struct{}), done: make(chan struct{}), freed: make(chan struct{}, 1),
-		refileKick: make(chan struct{}, 1),
+		refileKick: make(chan struct{}, 1), tracing: newTracing(o.TracerProvider, o.WorkerID),
 	}
 	if !o.NoStream {
 		w.session = newWorkSession(c.rpc, workStart(o), o.Concurrency, w)
@@ -111,6 +116,7 @@ func NewWorker(c *Client, h Handler, o WorkerOptions) (*Worker, error) {
 	}
 	if !o.NoLeaseRenewal {
 		w.renewer = newRenewer(w.client, o.Lease, o.RenewInterval, w)
+		w.renewer.tracing = w.tracing
 	}
 	if o.ReceiptSpool == ReceiptSpoolOff {
 		return w, nil
@@ -182,7 +188,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	}()
 	// In-flight jobs outlive ctx: their provider calls and write-backs must
 	// not be cut by the shutdown signal, or a known outcome turns unknown.
-	jobCtx, cutOff := context.WithCancel(context.WithoutCancel(ctx))
+	// Nor are they part of a span ctx may carry: each attempt is a trace's
+	// root of its own, linked to its enqueue (R35).
+	jobCtx, cutOff := context.WithCancel(trace.ContextWithSpanContext(context.WithoutCancel(ctx), trace.SpanContext{}))
 	defer cutOff()
 
 	if w.spool != nil {
