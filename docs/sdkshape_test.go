@@ -19,7 +19,7 @@ var sdkShape = []string{"client", "session", "worker", "job", "renewer", "receip
 // language only.
 var sdkExtras = map[string][]string{
 	"go":     {"doc", "spool_unix", "spool_other", "tracing"},
-	"node":   {"index", "json", "gen"},
+	"node":   {"index", "json", "gen", "tracing"},
 	"python": {"__init__", "_rpc", "_googleapis", "v1", "py.typed"},
 }
 

@@ -4,9 +4,11 @@ import type { MessageInitShape } from "@bufbuild/protobuf";
 import { durationFromMs, timestampDate, type Timestamp } from "@bufbuild/protobuf/wkt";
 import { Code, createClient, type Client, type Interceptor } from "@connectrpc/connect";
 import { Http2SessionManager, createGrpcTransport } from "@connectrpc/connect-node";
+import { context as otelContext, type Context } from "@opentelemetry/api";
 import type { SecureClientSessionOptions } from "node:http2";
 
 import { CoordinatorError, refusalError, toCoordinatorError } from "./errors.js";
+import { traceHeaders } from "./tracing.js";
 import {
   Coordinator,
   ErrorReason,
@@ -105,6 +107,13 @@ export interface CallOptions {
   signal?: AbortSignal;
   /** Extra request metadata. */
   headers?: ConstructorParameters<typeof Headers>[0];
+  /**
+   * The OpenTelemetry context whose span the call is made in (R35): its W3C
+   * trace context goes with the call (`traceparent` and `tracestate`
+   * metadata; in the WorkCall on the worker stream). Default: the active
+   * context. Nothing is sent when it holds no span.
+   */
+  traceContext?: Context;
 }
 
 /**
@@ -384,8 +393,22 @@ export class CoordinatorClient {
     // (a third of a lease) would be sent as one the server refuses with
     // HTTP 400, so it is rounded up to the next millisecond.
     const timeoutMs = opts?.timeoutMs ?? this.defaultTimeoutMs;
+    const { traceContext, ...callOpts } = opts ?? {};
+    // R35: the W3C trace context of the span the call is made in.
+    const traced = traceHeaders(traceContext ?? otelContext.active());
+    let headers = callOpts.headers;
+    if (traced !== undefined) {
+      const h = new Headers(headers);
+      h.set("traceparent", traced.traceparent);
+      if (traced.tracestate !== "") {
+        h.set("tracestate", traced.tracestate);
+      } else {
+        h.delete("tracestate");
+      }
+      headers = h;
+    }
     try {
-      return await fn({ ...opts, timeoutMs: timeoutMs === undefined ? undefined : Math.ceil(timeoutMs) });
+      return await fn({ ...callOpts, headers, timeoutMs: timeoutMs === undefined ? undefined : Math.ceil(timeoutMs) });
     } catch (err) {
       throw toCoordinatorError(err);
     }

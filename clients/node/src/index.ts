@@ -37,6 +37,8 @@ export {
   defaultReceiptSpool,
 } from "./spool.js";
 export { grantFingerprint } from "./types.js";
+export { ATTEMPT_SPAN_NAME, RENEW_SPAN_NAME, TRACER_NAME } from "./tracing.js";
+export type { AttemptOutcome } from "./tracing.js";
 export { MaxDelayMs, cancelRequested, coordinatorNow, decideReconcile, resendAllowed, sendsAgain } from "./decide.js";
 export { bigintReplacer, jsonSafe, toJson, toJsonString } from "./json.js";
 export type { DecisionPolicy, WriteDecision } from "./decide.js";

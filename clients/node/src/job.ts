@@ -3,17 +3,19 @@
 // the claimed grant — attempt and lease token (R9, R25).
 
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
+import { context as otelContext } from "@opentelemetry/api";
 import { performance } from "node:perf_hooks";
 import { setTimeout as sleep } from "node:timers/promises";
 
 import { cancelRequested, coordinatorNow, decideReconcile, resendAllowed, sends, sendsAgain, type WriteDecision } from "./decide.js";
-import { FencedWriteError, isRetryableWrite, toCoordinatorError } from "./errors.js";
+import { FencedWriteError, GrantLostError, isRetryableWrite, toCoordinatorError } from "./errors.js";
 import { jobIds, type Emit } from "./events.js";
 import { NextAction, type ClaimedJob } from "./gen/jobfence/v1/coordinator_pb.js";
 import { writeRetryDelayMs, type Settings } from "./options.js";
 import type { Receipts } from "./receipts.js";
 import type { Renewer } from "./renewer.js";
 import type { WorkerCalls } from "./session.js";
+import { Tracing, type Attempt } from "./tracing.js";
 import { clip, withoutToken, type ProviderResult, type WorkerJob } from "./types.js";
 
 type Settled = { ok: true; result: unknown } | { ok: false; error: unknown };
@@ -35,6 +37,7 @@ export class JobRunner {
     private readonly renewer: Renewer,
     private readonly receipts: Receipts,
     private readonly emit: Emit,
+    private readonly tracing: Tracing = new Tracing(undefined, settings.workerId),
   ) {}
 
   /**
@@ -48,6 +51,9 @@ export class JobRunner {
     }
     const ids = jobIds(claimed);
     const cancel = cancelRequested(claimed);
+    // R35: the attempt's span, linked to the enqueue; the handler runs in it
+    // and every call made for the job carries it.
+    const attempt = this.tracing.start(claimed, cancel);
     this.emit({ type: "claimed", ...ids, nextAction: claimed.nextAction, takeover: claimed.takeover, cancelRequested: cancel });
 
     // R32: a job whose cancel was requested is only ever reconciled, whatever
@@ -63,13 +69,13 @@ export class JobRunner {
         const reason = "same-key resend refused before sending: the provider's idempotency-key retention window has passed " +
           "or is about to (R14, R16, R22)";
         this.emit({ type: "resend_refused", ...ids, reason });
-        await this.writeBack(claimed, { kind: "escalate", reason }, undefined);
+        await this.writeBack(claimed, { kind: "escalate", reason }, undefined, attempt);
         return;
       }
     }
 
     const abort = new AbortController();
-    const held = this.renewer.hold(claimed, abort, claimedAt);
+    const held = this.renewer.hold(claimed, abort, claimedAt, attempt.context);
     const view: WorkerJob = {
       ...ids,
       nextAction: claimed.nextAction,
@@ -79,13 +85,14 @@ export class JobRunner {
       claimed: withoutToken(claimed),
       signal: abort.signal,
       timeoutMs: this.settings.providerCallTimeoutMs,
+      traceContext: attempt.context,
     };
     // R14: only a REFUND action sends; anything else asks first. R32: a job
     // whose cancel was requested is only ever asked about.
     const handlers = this.settings.handlers;
     const handler = sends(claimed) ? handlers.refund : handlers.reconcile;
     const settled = Promise.resolve()
-      .then(() => handler.call(handlers, view))
+      .then(() => otelContext.with(attempt.context, () => handler.call(handlers, view)))
       .then((result): Settled => ({ ok: true, result }), (error: unknown): Settled => ({ ok: false, error }));
 
     let timer: NodeJS.Timeout | undefined;
@@ -97,27 +104,33 @@ export class JobRunner {
     // The handler returned, or the worker stops waiting for it: the grant
     // is renewed no more (R27); the write-back decides what it still may do.
     this.renewer.release(held);
+    if (abort.signal.aborted && abort.signal.reason instanceof GrantLostError) {
+      attempt.grantLost();
+    }
 
     let answer: ProviderResult | undefined;
     let decision: WriteDecision;
     if (first === "deadline") {
       abort.abort(new Error(`provider call deadline of ${this.settings.providerCallTimeoutMs} ms exceeded`));
       this.emit({ type: "provider_deadline", ...ids });
+      attempt.handlerFailed("provider_deadline");
       decision = this.unknownOutcome("provider call deadline exceeded; outcome unknown");
       // R15: an answer arriving after the deadline is a receipt: file it, never
       // write with it.
       const filing = settled.then(async (s) => {
         if (s.ok && isProviderResult(s.result)) {
-          await this.receipts.file(claimed, s.result, "answer arrived after the provider-call deadline");
+          await this.receipts.file(claimed, s.result, "answer arrived after the provider-call deadline", attempt.context);
         }
       });
       const tracked = filing.finally(() => this.late.delete(tracked));
       this.late.add(tracked);
     } else if (!first.ok) {
       this.emit({ type: "handler_error", ...ids, error: first.error });
+      attempt.handlerFailed("handler_error");
       decision = this.unknownOutcome(`provider call failed; outcome unknown: ${errorText(first.error)}`);
     } else if (!isProviderResult(first.result)) {
       this.emit({ type: "handler_error", ...ids, error: new TypeError("handler returned no ProviderResult") });
+      attempt.handlerFailed("handler_error");
       decision = this.unknownOutcome("handler returned no valid result; outcome unknown");
     } else {
       answer = first.result;
@@ -129,7 +142,8 @@ export class JobRunner {
         notSentDelayMs: this.settings.unknownOutcomeDelayMs,
       });
     }
-    await this.writeBack(claimed, decision, answer);
+    attempt.handled(answer);
+    await this.writeBack(claimed, decision, answer, attempt);
   }
 
   /** lateAnswers waits up to graceMs for the answers that arrived after their deadline to be filed. */
@@ -140,24 +154,27 @@ export class JobRunner {
   }
 
   // writeBack makes the fenced write under the claimed grant: its attempt
-  // and its lease token (R9, R25).
-  private async writeBack(claimed: ClaimedJob, decision: WriteDecision, answer: ProviderResult | undefined): Promise<void> {
+  // and its lease token (R9, R25), in the attempt's span, which it ends
+  // with the outcome (after the receipt it may file).
+  private async writeBack(claimed: ClaimedJob, decision: WriteDecision, answer: ProviderResult | undefined,
+    attempt: Attempt): Promise<void> {
+    const traced = { traceContext: attempt.context };
     const job = claimed.job!;
     const ids = jobIds(claimed);
     const grant = { jobId: job.id, attempt: claimed.attempt, leaseToken: claimed.leaseToken };
     const write = (): Promise<{ replayed: boolean }> => {
       switch (decision.kind) {
         case "complete":
-          return this.calls.complete({ ...grant, providerRefundId: decision.providerRefundId });
+          return this.calls.complete({ ...grant, providerRefundId: decision.providerRefundId }, traced);
         case "reschedule":
           return this.calls.reschedule({
             ...grant,
             nextAction: decision.nextAction,
             when: { case: "delay", value: durationFromMs(decision.delayMs) },
             reason: clip(decision.reason, 1024),
-          });
+          }, traced);
         case "escalate":
-          return this.calls.escalate({ ...grant, reason: clip(decision.reason, 1024) });
+          return this.calls.escalate({ ...grant, reason: clip(decision.reason, 1024) }, traced);
       }
     };
     for (let retry = 0; ; retry++) {
@@ -165,6 +182,7 @@ export class JobRunner {
         const resp = await write();
         this.receipts.healed();
         this.emit({ type: "written", ...ids, decision, replayed: resp.replayed });
+        attempt.end(decision, { replayed: resp.replayed });
         return;
       } catch (e) {
         const err = toCoordinatorError(e);
@@ -173,8 +191,9 @@ export class JobRunner {
           // provider's answer as evidence for the current holder (R15).
           this.emit({ type: "stale", ...ids, error: err, decision });
           if (answer !== undefined) {
-            await this.receipts.file(claimed, answer, `write-back rejected with ${err.reason}`);
+            await this.receipts.file(claimed, answer, `write-back rejected with ${err.reason}`, attempt.context);
           }
+          attempt.end(decision, { error: err });
           return;
         }
         if (isRetryableWrite(err) && retry < this.settings.writeRetries) {
@@ -187,8 +206,9 @@ export class JobRunner {
         // receipt is kept if the coordinator takes it (R15).
         this.emit({ type: "write_failed", ...ids, error: err });
         if (answer !== undefined) {
-          await this.receipts.file(claimed, answer, `write-back failed: ${err.message}`);
+          await this.receipts.file(claimed, answer, `write-back failed: ${err.message}`, attempt.context);
         }
+        attempt.end(decision, { error: err });
         return;
       }
     }

@@ -1,5 +1,7 @@
 // A Worker's options: what it is given, its defaults, and their bounds.
 
+import type { TracerProvider } from "@opentelemetry/api";
+
 import type { CoordinatorClient } from "./client.js";
 import type { WorkerEvent } from "./events.js";
 import type { Handlers } from "./types.js";
@@ -133,6 +135,17 @@ export interface WorkerOptions {
    * never share it; `stop()` releases it.
    */
   receiptSpool?: string;
+  /**
+   * Makes each job's attempt span (R35, README "Tracing"): a
+   * `jobfence.attempt` span around the handler, linked to the trace context
+   * of the job's enqueue, active while the handler runs (and in
+   * `WorkerJob.traceContext`), and carried by every call the Worker makes
+   * for the job. Default: the provider the application registered with
+   * `@opentelemetry/api` (`trace.setGlobalTracerProvider`, or an SDK's
+   * `register()`), a no-op until one is: without tracing nothing is
+   * recorded and no call carries a trace context.
+   */
+  tracerProvider?: TracerProvider;
 }
 
 /**
@@ -141,7 +154,7 @@ export interface WorkerOptions {
  * spool are the Worker's own business and not among them.
  */
 export type Settings =
-  Required<Omit<WorkerOptions, "leaseMs" | "provider" | "onEvent" | "client" | "handlers" | "receiptSpool" | "renewIntervalMs" | "noStream">> &
+  Required<Omit<WorkerOptions, "leaseMs" | "provider" | "onEvent" | "client" | "handlers" | "receiptSpool" | "renewIntervalMs" | "noStream" | "tracerProvider">> &
   Pick<WorkerOptions, "leaseMs" | "provider" | "onEvent" | "handlers" | "renewIntervalMs">;
 
 /**

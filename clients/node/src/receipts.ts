@@ -3,6 +3,7 @@
 // now goes to the receipt spool, filed again later — after a restart too.
 
 import { Code } from "@connectrpc/connect";
+import type { Context } from "@opentelemetry/api";
 import { performance } from "node:perf_hooks";
 import { setTimeout as sleep } from "node:timers/promises";
 
@@ -107,7 +108,7 @@ export class Receipts {
    * attemptVerified (R25). It is deduplicated by the coordinator, so
    * repeating it after UNAVAILABLE is safe.
    */
-  async file(claimed: ClaimedJob, answer: ProviderResult, detail: string): Promise<void> {
+  async file(claimed: ClaimedJob, answer: ProviderResult, detail: string, traceContext?: Context): Promise<void> {
     const job = claimed.job!;
     const ids = jobIds(claimed);
     const obs = observationOf(answer);
@@ -131,7 +132,7 @@ export class Receipts {
     };
     for (let retry = 0; ; retry++) {
       try {
-        const resp = await this.calls.reportObservation(observationRequest(receipt));
+        const resp = await this.calls.reportObservation(observationRequest(receipt), { traceContext });
         this.healed();
         this.emit({
           type: "observation",

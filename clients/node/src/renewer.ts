@@ -3,6 +3,7 @@
 // and stops a handler whose grant a renewal says is lost.
 
 import { timestampMs } from "@bufbuild/protobuf/wkt";
+import type { Context } from "@opentelemetry/api";
 import { Code } from "@connectrpc/connect";
 import { performance } from "node:perf_hooks";
 
@@ -12,6 +13,7 @@ import { jobIds, type Emit, type JobIds } from "./events.js";
 import type { ClaimedJob } from "./gen/jobfence/v1/coordinator_pb.js";
 import type { Settings } from "./options.js";
 import type { WorkerCalls } from "./session.js";
+import type { Tracing } from "./tracing.js";
 
 /**
  * The renewal timing (R27): a lease is renewed every lease/RenewDivisor
@@ -34,6 +36,8 @@ export interface Held {
   intervalMs: number;
   // performance.now() when the next renewal is due.
   due: number;
+  // The job's attempt span (R35), which its renewals carry.
+  traceContext: Context | undefined;
 }
 
 /**
@@ -55,6 +59,7 @@ export class Renewer {
     private readonly settings: Pick<Settings, "renewLeases" | "leaseMs" | "renewIntervalMs">,
     private readonly emit: Emit,
     private readonly answered: () => void,
+    private readonly tracing?: Tracing,
   ) {}
 
   /**
@@ -63,7 +68,7 @@ export class Renewer {
    * returned (claimedAt, performance.now()). Undefined when renewal is off
    * or the lease is unknown.
    */
-  hold(claimed: ClaimedJob, abort: AbortController, claimedAt: number): Held | undefined {
+  hold(claimed: ClaimedJob, abort: AbortController, claimedAt: number, traceContext?: Context): Held | undefined {
     const job = claimed.job!;
     const leaseMs = grantedLeaseMs(claimed) ?? this.settings.leaseMs;
     if (!this.settings.renewLeases || leaseMs === undefined) {
@@ -80,7 +85,7 @@ export class Renewer {
       ));
     }
     const intervalMs = this.settings.renewIntervalMs ?? leaseMs / RenewDivisor;
-    const h: Held = { claimed, ids: jobIds(claimed), abort, leaseMs, intervalMs, due: claimedAt + jitter(intervalMs) };
+    const h: Held = { claimed, ids: jobIds(claimed), abort, leaseMs, intervalMs, due: claimedAt + jitter(intervalMs), traceContext };
     this.held.set(job.id, h);
     this.schedule();
     return h;
@@ -146,14 +151,19 @@ export class Renewer {
     // the next one is tried sooner.
     const timeoutMs = Math.ceil(Math.min(10_000, Math.max(1_000, Math.min(...batch.map((h) => h.intervalMs)))));
     let renewals: Renewal[];
+    // R35: made in the one job's attempt span, or in a span linked to each.
+    const traced = this.tracing?.renewContext(batch.map((h) => h.traceContext));
     try {
-      renewals = await this.calls.renewLeases(batch.map((h) => grantOf(h.claimed)), { leaseMs: this.settings.leaseMs, timeoutMs });
+      renewals = await this.calls.renewLeases(batch.map((h) => grantOf(h.claimed)),
+        { leaseMs: this.settings.leaseMs, timeoutMs, traceContext: traced?.context });
     } catch (e) {
       // Never an abort: the grant holds until a takeover commits (R8), and
       // a renewal after the lease ran out still lands until then (R27).
       const error = toCoordinatorError(e);
       this.failed(batch, error, isRetryableWrite(error));
       return;
+    } finally {
+      traced?.end();
     }
     this.answered();
     const undecided: Held[] = [];

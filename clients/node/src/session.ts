@@ -20,6 +20,7 @@
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError } from "@connectrpc/connect";
+import { context as otelContext } from "@opentelemetry/api";
 
 import {
   renewLeasesRequest,
@@ -47,6 +48,7 @@ import {
   type WorkReply,
   type WorkRequest,
 } from "./gen/jobfence/v1/coordinator_pb.js";
+import { traceHeaders } from "./tracing.js";
 
 /**
  * STREAM_HEARTBEAT_MS is how long an open stream stays silent before it
@@ -342,7 +344,11 @@ export class WorkSession implements WorkerCalls {
       }
       signal?.addEventListener("abort", onAbort, { once: true });
       s.pending.set(callId, settle);
-      if (!s.out.push(create(WorkRequestSchema, { kind: { case: "call", value: { callId, call } } }))) {
+      // R35: the trace context of the span the call is made in, in the
+      // call itself: one stream carries many jobs' calls, and its metadata
+      // is the stream's.
+      const traced = traceHeaders(opts?.traceContext ?? otelContext.active());
+      if (!s.out.push(create(WorkRequestSchema, { kind: { case: "call", value: { callId, call, ...traced } } }))) {
         settle(undefined); // the stream is ending and takes nothing more: a unary call
       }
     });

@@ -2,6 +2,7 @@
 // the provider's answer, the job as handed to a handler, and the grant's
 // non-secret fingerprint.
 
+import type { Context } from "@opentelemetry/api";
 import { createHash } from "node:crypto";
 
 import type { ClaimedJob, Job, NextAction } from "./gen/jobfence/v1/coordinator_pb.js";
@@ -88,6 +89,15 @@ export interface WorkerJob {
   readonly signal: AbortSignal;
   /** The provider-call timeout in milliseconds. */
   readonly timeoutMs: number;
+  /**
+   * The OpenTelemetry context of this attempt's span (R35,
+   * `WorkerOptions.tracerProvider`): the handler runs with it active, so
+   * the spans of an instrumented HTTP client are its children where a
+   * context manager is registered (an SDK's `register()` does it); pass it
+   * explicitly (`context.with(job.traceContext, …)`) where none is. The
+   * enqueue's own trace context is `claimed.traceparent`.
+   */
+  readonly traceContext: Context;
 }
 
 /**

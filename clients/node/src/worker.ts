@@ -16,6 +16,7 @@ import { Receipts } from "./receipts.js";
 import { Renewer } from "./renewer.js";
 import { WorkSession, type WorkerCalls } from "./session.js";
 import { ReceiptSpool, ReceiptSpoolOff, defaultReceiptSpool } from "./spool.js";
+import { Tracing } from "./tracing.js";
 
 /**
  * Worker runs the claim → provider call → fenced write-back loop.
@@ -102,8 +103,9 @@ export class Worker {
       ? undefined
       : ReceiptSpool.open(options.receiptSpool || defaultReceiptSpool(this.settings.workerId));
     this.receipts = new Receipts(this.calls, spool, this.settings, this.emit);
-    this.renewer = new Renewer(this.calls, this.settings, this.emit, () => this.receipts.healed());
-    this.jobs = new JobRunner(this.settings, this.calls, this.renewer, this.receipts, this.emit);
+    const tracing = new Tracing(options.tracerProvider, this.settings.workerId);
+    this.renewer = new Renewer(this.calls, this.settings, this.emit, () => this.receipts.healed(), tracing);
+    this.jobs = new JobRunner(this.settings, this.calls, this.renewer, this.receipts, this.emit, tracing);
   }
 
   /** receiptSpool is the spool's path; undefined when it is off. */

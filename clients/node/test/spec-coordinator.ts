@@ -114,6 +114,9 @@ export class ScriptedStream {
 export interface UnaryCall {
   method: string;
   json: JsonValue;
+  /** The call's W3C trace context metadata (R35); "" when it carried none. */
+  traceparent?: string;
+  tracestate?: string;
 }
 
 export class ScriptedCoordinator {
@@ -130,8 +133,13 @@ export class ScriptedCoordinator {
   private readonly server: http2.Http2Server;
 
   private constructor() {
-    const answer = <I extends DescMessage>(method: string, input: I) => async (request: MessageShape<I>) => {
-      const call = { method, json: toJson(input, request, { useProtoFieldName: true, alwaysEmitImplicit: true }) };
+    const answer = <I extends DescMessage>(method: string, input: I) => async (request: MessageShape<I>, ctx: HandlerContext) => {
+      const call = {
+        method,
+        json: toJson(input, request, { useProtoFieldName: true, alwaysEmitImplicit: true }),
+        traceparent: ctx.requestHeader.get("traceparent") ?? "",
+        tracestate: ctx.requestHeader.get("tracestate") ?? "",
+      };
       this.unaryCalls.push(call);
       return this.unary(call) as never;
     };
