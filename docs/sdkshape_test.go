@@ -12,14 +12,14 @@ import (
 // clients/spec/README.md): the same concern lives under the same name in
 // each, so that a change to the protocol is made in the same three places.
 var sdkShape = []string{"client", "session", "worker", "job", "renewer", "receipts", "spool",
-	"options", "events", "decide", "errors", "types"}
+	"options", "events", "decide", "errors", "types", "tracing"}
 
 // sdkExtras are each language's files outside the shared set: package
 // docs and entry points, platform variants, generated code, helpers of one
 // language only.
 var sdkExtras = map[string][]string{
-	"go":     {"doc", "spool_unix", "spool_other", "tracing"},
-	"node":   {"index", "json", "gen", "tracing"},
+	"go":     {"doc", "spool_unix", "spool_other"},
+	"node":   {"index", "json", "gen"},
 	"python": {"__init__", "_rpc", "_googleapis", "v1", "py.typed"},
 }
 

@@ -14,9 +14,9 @@ PACKAGE = "jobfence"
 # The files every SDK keeps, by base name: the RPC client, the worker stream's
 # session, the worker's lifecycle, the run of one job, the renewer, the
 # receipts, the spool, the worker's options, its events, the decision table,
-# the errors and the domain types.
+# the errors, the domain types and tracing (R35).
 SHARED_FILES = {"client", "session", "worker", "job", "renewer", "receipts", "spool", "options", "events",
-                "decide", "errors", "types"}
+                "decide", "errors", "types", "tracing"}
 # Python's own beside them: the google.rpc modules' loader.
 PYTHON_FILES = {"_rpc"}
 

@@ -15,6 +15,7 @@ from typing import Any, Callable, Optional, Sequence, TypeVar, Union
 import grpc
 from google.protobuf import duration_pb2, timestamp_pb2
 
+from .tracing import trace_headers
 from .errors import (
     BudgetExhaustedError,
     CoordinatorError,
@@ -238,14 +239,22 @@ class Client:
     # -- plumbing ----------------------------------------------------------
 
     def _metadata(self) -> list[tuple[str, str]]:
+        # R35: the W3C trace context of the span current in this thread, when
+        # OpenTelemetry is installed and one is.
+        traced = trace_headers()
+        md: list[tuple[str, str]] = []
+        if traced is not None:
+            md.append(("traceparent", traced[0]))
+            if traced[1]:
+                md.append(("tracestate", traced[1]))
         if self._token is None:
-            return []
+            return md
         try:
             tok = self._token if isinstance(self._token, str) else self._token()
         except Exception as e:
             # Like a coordinator that cannot be reached: nothing was sent.
             raise UnavailableError(grpc.StatusCode.UNAVAILABLE, f"jobfence: bearer token: {e}") from e
-        return [("authorization", f"Bearer {tok}")]
+        return md + [("authorization", f"Bearer {tok}")]
 
     def _timeout(self, timeout: Optional[float], extra: float = 0.0) -> Optional[float]:
         t = self._call_timeout if timeout is None else timeout

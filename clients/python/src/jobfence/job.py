@@ -7,15 +7,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Optional, Protocol
+from typing import Any, Optional, Protocol
 
 from .client import Client
-from .decide import Decision, DecisionKind, ProviderPolicy, Result, cancel_requested, decide_at, sends
+from .decide import Decision, DecisionKind, ProviderPolicy, Result, ResultKind, cancel_requested, decide_at, sends
 from .errors import FencedError, GrantLostError, ProviderDeadlineError
 from .events import Reporter, WorkerEvent, WorkerEventKind, job_fields
 from .options import WorkerOptions
 from .receipts import Receipts
 from .renewer import Renewer
+from .tracing import Attempt, Tracing
 from .types import ClaimedJob, NextAction, clip
 
 __all__ = ["Handler", "HandlerContext"]
@@ -31,11 +32,26 @@ class HandlerContext:
     observation when the fence refuses it (R15).
     """
 
-    def __init__(self, deadline: float) -> None:
+    def __init__(self, deadline: float, trace_context: Any = None, traceparent: Optional[str] = None) -> None:
         self._deadline = deadline
+        self._trace_context = trace_context
+        self._traceparent = traceparent
         self._done = threading.Event()
         self._cause: Optional[BaseException] = None
         self._lock = threading.Lock()
+
+    @property
+    def trace_context(self) -> Any:
+        """The OpenTelemetry context of this attempt's span (R35), current
+        while the handler runs; None when OpenTelemetry is not installed. The
+        enqueue's own trace context is job.traceparent and job.tracestate."""
+        return self._trace_context
+
+    @property
+    def traceparent(self) -> Optional[str]:
+        """The attempt span's W3C traceparent, for a provider call the
+        handler propagates by hand; None when nothing is traced."""
+        return self._traceparent
 
     @property
     def deadline(self) -> float:
@@ -111,7 +127,8 @@ class JobRunner:
     when the fence refuses it (R15)."""
 
     def __init__(self, client: Client, handler: Handler, options: WorkerOptions, report: Reporter,
-                 renewer: Optional[Renewer], receipts: Receipts) -> None:
+                 renewer: Optional[Renewer], receipts: Receipts, tracing: Optional[Tracing] = None) -> None:
+        self._tracing = tracing if tracing is not None else Tracing(None, options.worker_id)
         self._client = client
         self._handler = handler
         self._options = options
@@ -131,7 +148,14 @@ class JobRunner:
         return self._options.policies.get(provider, self._options.policy)
 
     def work(self, c: ClaimedJob) -> None:
-        """Works c: the provider call, the decision, the write-back."""
+        """Works c: the provider call, the decision, the write-back, in the
+        job's attempt span (R35), current in this thread meanwhile: the calls
+        made for the job carry it."""
+        attempt = self._tracing.start(c)
+        with attempt.current():
+            self._work(c, attempt)
+
+    def _work(self, c: ClaimedJob, attempt: Attempt) -> None:
         rep = self._report
         rep.count("claimed")
         if c.takeover:
@@ -158,36 +182,43 @@ class JobRunner:
                 rep.count("resends_refused")
                 rep.emit(WorkerEvent(WorkerEventKind.RESEND_REFUSED, job=c, decision=d))
                 rep.log.warning("same-key resend refused; escalating", extra={**f, "why": why})
-                self._write(c, d, Result())
+                self._write(c, d, Result(), attempt)
                 return
-        res = self._call(c)
+        res = self._call(c, attempt)
+        attempt.handled(res.kind.value)
         rep.emit(WorkerEvent(WorkerEventKind.HANDLED, job=c, result=res))
-        self._write(c, decide_at(res, c, pol, c.coordinator_now()), res)
+        self._write(c, decide_at(res, c, pol, c.coordinator_now()), res, attempt)
 
-    def _call(self, c: ClaimedJob) -> Result:
+    def _call(self, c: ClaimedJob, attempt: Attempt) -> Result:
         """Runs the handler under the provider-call deadline, on a thread of
         its own. A handler that ignores its context is given
         late_answer_grace; after that its outcome is unknown and its eventual
         answer is filed as an observation (R15)."""
         o = self._options
         rep = self._report
-        ctx = HandlerContext(time.monotonic() + o.provider_timeout)
-        held = self._renewer.hold(c, ctx._cancel) if self._renewer is not None else None
+        ctx = HandlerContext(time.monotonic() + o.provider_timeout, attempt.context, attempt.traceparent())
+        held = self._renewer.hold(c, ctx._cancel, attempt.context) if self._renewer is not None else None
         box: list[Result] = []
         answered = threading.Event()
 
         def call() -> None:
             try:
-                # R14: only a first send refunds; anything else asks first.
-                # R32: a job whose cancel was requested is only ever asked about.
-                if sends(c):
-                    r = self._handler.refund(c, ctx)
-                else:
-                    r = self._handler.reconcile(c, ctx)
+                # R35: the attempt's span is current while the handler runs.
+                with attempt.current():
+                    # R14: only a first send refunds; anything else asks first.
+                    # R32: a job whose cancel was requested is only ever asked about.
+                    if sends(c):
+                        r = self._handler.refund(c, ctx)
+                    else:
+                        r = self._handler.reconcile(c, ctx)
                 if not isinstance(r, Result):
+                    attempt.handler_failed("handler_error")
                     r = Result.unknown(TypeError(f"handler returned {type(r).__name__}, not a Result"))
+                elif r.kind is ResultKind.UNKNOWN and r.error is not None:
+                    attempt.handler_failed("handler_error")
             except BaseException as e:  # noqa: BLE001 - a handler that raises leaves the outcome unknown
                 rep.log.info("provider call failed; outcome unknown", extra={**job_fields(c), "error": repr(e)})
+                attempt.handler_failed("handler_error")
                 r = Result.unknown(e)
             box.append(r)
             answered.set()
@@ -204,6 +235,9 @@ class JobRunner:
             # Renew no more once the handler returned or was given up on.
             if self._renewer is not None and held is not None:
                 self._renewer.release(held)
+            if ctx.grant_lost is not None:
+                attempt.grant_lost()
+        attempt.handler_failed("provider_deadline")
         rep.count("late_answers")
         rep.emit(WorkerEvent(WorkerEventKind.PROVIDER_DEADLINE, job=c))
         rep.log.warning("handler outlived the provider-call deadline; outcome unknown",
@@ -212,7 +246,8 @@ class JobRunner:
         def late() -> None:
             try:
                 answered.wait()
-                self._receipts.file(c, box[0], "answer arrived after the provider-call deadline")
+                with attempt.current():
+                    self._receipts.file(c, box[0], "answer arrived after the provider-call deadline")
             finally:
                 with self._lock:
                     self._late.discard(threading.current_thread())
@@ -223,9 +258,10 @@ class JobRunner:
         lt.start()
         return Result.unknown(ProviderDeadlineError(f"provider call outlived its deadline of {o.provider_timeout:g}s"))
 
-    def _write(self, c: ClaimedJob, d: Decision, res: Result) -> None:
+    def _write(self, c: ClaimedJob, d: Decision, res: Result, attempt: Attempt) -> None:
         """The fenced write-back under the claimed grant (R9, R25). The Client
-        repeats it after UNAVAILABLE (R21); the fence's refusal is final."""
+        repeats it after UNAVAILABLE (R21); the fence's refusal is final. The
+        attempt's span ends with it, after the receipt it may file (R35)."""
         rep = self._report
         f = job_fields(c)
         try:
@@ -245,6 +281,7 @@ class JobRunner:
                          extra={**f, "decision": d.kind.value, "reason": e.reason,
                                 "current_attempt": e.current_attempt})
             self._receipts.file(c, res, f"write-back {d.kind.value} rejected: {e}")
+            attempt.end(d.kind.value, error=e)
             return
         except Exception as e:  # noqa: BLE001
             # The lease will lapse and a takeover reconciles (R6, R14); the
@@ -254,12 +291,14 @@ class JobRunner:
             rep.log.warning("write-back failed; the lease will expire and a takeover reconciles",
                             extra={**f, "decision": d.kind.value, "error": str(e)})
             self._receipts.file(c, res, f"write-back {d.kind.value} failed: {e}")
+            attempt.end(d.kind.value, error=e)
             return
         self._receipts.kick()
         rep.count({DecisionKind.COMPLETE: "completed", DecisionKind.ESCALATE: "escalated"}.get(d.kind, "rescheduled"))
         if wr.replayed:
             rep.count("replayed")
         rep.emit(WorkerEvent(WorkerEventKind.WRITTEN, job=c, result=res, decision=d, replayed=wr.replayed))
+        attempt.end(d.kind.value, replayed=wr.replayed)
         rep.log.info("job written", extra={
             **f, "decision": d.kind.value, "next_action": d.next_action.value, "delay": d.delay,
             "reason": d.reason, "provider_refund_id": d.provider_refund_id, "replayed": wr.replayed,

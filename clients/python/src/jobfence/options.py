@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from .decide import ProviderPolicy
 from .events import WorkerEvent
@@ -100,6 +100,13 @@ class WorkerOptions:
     #: ``<path>.lock``), which run() releases when it returns (and shutdown(),
     #: for a Worker never run).
     receipt_spool: str = ""
+    #: Makes each job's attempt span (R35, README "Tracing"): an
+    #: opentelemetry.trace.TracerProvider. None: the global one
+    #: (opentelemetry.trace.get_tracer_provider()), a no-op until the
+    #: application sets one. Used only when the opentelemetry-api package is
+    #: installed; without it nothing is traced and no call carries a trace
+    #: context.
+    tracer_provider: Optional[Any] = None
 
     def validate(self) -> None:
         if not 1 <= len(self.worker_id) <= 128:

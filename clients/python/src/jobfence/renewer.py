@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 import threading
 import time
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import grpc
 
@@ -21,6 +21,7 @@ from .errors import (
 )
 from .events import Reporter, WorkerEvent, WorkerEventKind, job_fields
 from .options import WorkerOptions
+from .tracing import Tracing
 from .types import ClaimedJob
 
 # After a renewal call that failed, the next try comes after a tenth of the lease.
@@ -34,11 +35,14 @@ class Held:
     """One job whose handler runs, renewed by the renewer (R27). ``cancel``
     cancels its handler's context."""
 
-    __slots__ = ("c", "cancel", "lease", "interval", "due", "too_old")
+    __slots__ = ("c", "cancel", "lease", "interval", "due", "too_old", "trace_context")
 
     def __init__(self, c: ClaimedJob, cancel: Callable[[BaseException], None], lease: float, interval: float,
-                 due: float) -> None:
+                 due: float, trace_context: Any = None) -> None:
         self.c = c
+        #: The job's attempt span's OpenTelemetry context (R35), which its
+        #: renewals carry; None when nothing is traced.
+        self.trace_context = trace_context
         self.cancel = cancel
         self.lease = lease
         self.interval = interval
@@ -53,7 +57,9 @@ class Renewer:
     its lease, with ±10 % jitter so that a fleet started together does not
     renew in step. A renewal that finds a grant gone cancels its handler."""
 
-    def __init__(self, client: Client, options: WorkerOptions, report: Reporter) -> None:
+    def __init__(self, client: Client, options: WorkerOptions, report: Reporter,
+                 tracing: Optional[Tracing] = None) -> None:
+        self._tracing = tracing if tracing is not None else Tracing(None, options.worker_id)
         self._client = client
         self._options = options
         self._report = report
@@ -64,11 +70,12 @@ class Renewer:
     def _interval(self, lease: float) -> float:
         return self._options.renew_interval or lease / 3
 
-    def hold(self, c: ClaimedJob, cancel: Callable[[BaseException], None]) -> Held:
-        """Starts renewing c's lease; a lost grant calls cancel with a GrantLostError."""
+    def hold(self, c: ClaimedJob, cancel: Callable[[BaseException], None], trace_context: Any = None) -> Held:
+        """Starts renewing c's lease; a lost grant calls cancel with a
+        GrantLostError. trace_context is its attempt span's (R35)."""
         lease = c.lease_seconds() or self._options.lease or 30.0
         interval = self._interval(lease)
-        h = Held(c, cancel, lease, interval, time.monotonic() + _jitter(interval))
+        h = Held(c, cancel, lease, interval, time.monotonic() + _jitter(interval), trace_context)
         with self._cv:
             older = self._held.get(c.job.id)
             if older is not None and older.c.attempt < c.attempt:
@@ -118,7 +125,9 @@ class Renewer:
         # A renewal that takes longer than the interval is as good as failed.
         timeout = max(1.0, min(10.0, min(h.interval for h in hs)))
         try:
-            out = self._client.renew_leases([h.c.grant() for h in hs], lease=self._options.lease, timeout=timeout)
+            # R35: in the one job's attempt span, or a span linked to each.
+            with self._tracing.renewing([h.trace_context for h in hs]):
+                out = self._client.renew_leases([h.c.grant() for h in hs], lease=self._options.lease, timeout=timeout)
         except Exception as e:  # noqa: BLE001 - never a cancellation: the grant holds until a takeover commits (R8)
             self._failed(hs, e)
             return

@@ -54,6 +54,7 @@ import grpc
 
 from .client import Client
 from .errors import CoordinatorError, DeadlineExceededError, UnavailableError, decode_error, decode_rpc_status
+from .tracing import trace_headers
 from .types import ClaimedJob, claimed_of
 from .v1 import coordinator_pb2 as pb
 
@@ -408,8 +409,15 @@ class StreamStub:
         unary = getattr(self._stub, method)
 
         def call(req: Any, timeout: Optional[float] = None, metadata: Any = None) -> Any:
+            c = pb.WorkCall(**{fld: req})
+            # R35: the trace context of the span current in this thread, in
+            # the call itself: one stream carries many jobs' calls, and its
+            # metadata is the stream's.
+            traced = trace_headers()
+            if traced is not None:
+                c.traceparent, c.tracestate = traced
             try:
-                reply = self._session.call(pb.WorkCall(**{fld: req}), timeout)
+                reply = self._session.call(c, timeout)
             except NoStream:
                 return unary(req, timeout=timeout, metadata=metadata)
             if reply.WhichOneof("result") != fld:

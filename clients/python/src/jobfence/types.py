@@ -173,6 +173,9 @@ class Job:
     #: may have been sent (R32); None when nobody did, and for a job cancelled
     #: at once (CANCELLED). From then on the job is only ever reconciled.
     cancel_requested_at: Optional[datetime] = None
+    #: The W3C trace context of the job's enqueue (R35),
+    #: "00-<trace id>-<span id>-<flags>"; "" when the enqueue carried none.
+    traceparent: str = ""
 
 
 @dataclass(frozen=True)
@@ -237,6 +240,12 @@ class ClaimedJob:
     #: close a maybe-sent refund as cancelled. A handler may read it, e.g. to
     #: log it or to skip what only a send needs.
     cancel_requested: bool = False
+    #: The W3C trace context of the job's enqueue (R35), handed to every
+    #: grant; "" when the enqueue carried none. The Worker's attempt span
+    #: links to it (WorkerOptions.tracer_provider); without OpenTelemetry a
+    #: handler may propagate it itself.
+    traceparent: str = ""
+    tracestate: str = ""
 
     def coordinator_now(self) -> datetime:
         """Estimates the coordinator's database clock now (R12, R22), to compare
@@ -435,6 +444,7 @@ def job_of(j: pb.Job) -> Job:
         updated_at=time_of(j, "updated_at"),
         archived_at=time_of(j, "archived_at"),
         cancel_requested_at=time_of(j, "cancel_requested_at"),
+        traceparent=str(j.traceparent),
     )
 
 
@@ -472,6 +482,8 @@ def claimed_of(c: pb.ClaimedJob, received_monotonic: float) -> ClaimedJob:
         # Either says it (R32): a grant from a coordinator that sets only one
         # of them is never sent either.
         cancel_requested=bool(c.cancel_requested) or c.job.HasField("cancel_requested_at"),
+        traceparent=str(c.traceparent),
+        tracestate=str(c.tracestate),
     )
 
 

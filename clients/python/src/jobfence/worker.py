@@ -31,6 +31,7 @@ from .options import WorkerOptions
 from .receipts import Receipts
 from .renewer import Renewer
 from .session import StreamStub, StreamUnsupported, WorkSession
+from .tracing import Tracing
 from .types import ClaimedJob
 from .v1 import coordinator_pb2 as pb
 
@@ -108,9 +109,10 @@ class Worker:
                 start.lease_duration.CopyFrom(_duration(opts.lease))
             self._session = WorkSession(client, start, opts.concurrency, _Hooks(self))
             self._client = client._through(StreamStub(client.stub, self._session))
-        self._renewer = Renewer(self._client, opts, self._report) if opts.lease_renewal else None
+        tracing = Tracing(opts.tracer_provider, opts.worker_id)
+        self._renewer = Renewer(self._client, opts, self._report, tracing) if opts.lease_renewal else None
         self._receipts = Receipts(self._client, opts.worker_id, opts.receipt_spool, self._report)
-        self._jobs = JobRunner(self._client, handler, opts, self._report, self._renewer, self._receipts)
+        self._jobs = JobRunner(self._client, handler, opts, self._report, self._renewer, self._receipts, tracing)
 
     # -- public ------------------------------------------------------------
 
