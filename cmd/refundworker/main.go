@@ -205,6 +205,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// R35: spans only when the OTEL_* variables ask for them.
+	tr, err := setupTracing(ctx)
+	if err != nil {
+		return err
+	}
+	defer tr.shutdown(log)
+	log.Info("tracing", tr.describe()...)
 	client, err := jobfence.Dial(c.coordinator, append(opts, jobfence.WithLogger(log))...)
 	if err != nil {
 		return err
@@ -214,7 +221,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// decision table's call (R14, R16), not the transport's.
 	pay := fakeprovider.NewClient(c.provider, &http.Client{})
 
-	w, err := jobfence.NewWorker(client, &refunds{pay: pay}, jobfence.WorkerOptions{
+	wo := jobfence.WorkerOptions{
 		WorkerID:        c.workerID,
 		Concurrency:     c.concurrency,
 		Lease:           c.lease,
@@ -234,7 +241,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		DrainTimeout: c.drainTimeout,
 		ReceiptSpool: c.receiptSpool,
 		Logger:       log,
-	})
+	}
+	if tp := tr.provider(); tp != nil {
+		wo.TracerProvider = tp
+	}
+	w, err := jobfence.NewWorker(client, &refunds{pay: pay}, wo)
 	if err != nil {
 		return err
 	}
