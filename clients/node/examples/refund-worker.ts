@@ -58,6 +58,7 @@ import {
   type WorkerEvent,
   type WorkerJob,
 } from "../src/index.js";
+import { TracingConfigError, setupTracing, type ExampleTracing } from "./tracing.js";
 
 // ---------------------------------------------------------------------------
 // Configuration
@@ -812,6 +813,18 @@ async function main(): Promise<number> {
   }
   const c = cfg;
   const log = new Logger(c.logLevel, { worker_id: c.workerId });
+  // R35: spans only when the OTEL_* variables ask for them.
+  let tracing: ExampleTracing;
+  try {
+    tracing = await setupTracing();
+  } catch (err) {
+    if (err instanceof TracingConfigError) {
+      process.stderr.write(`refund-worker: ${err.message}\n`);
+      return 2;
+    }
+    throw err;
+  }
+  log.log("info", "tracing", tracing.describe);
 
   let tls: TLSOptions | undefined;
   if (c.useTLS) {
@@ -842,6 +855,7 @@ async function main(): Promise<number> {
     unknownOutcomeDelayMs: c.unknownDelayMs,
     claimWaitMs: c.claimWaitMs,
     receiptSpool: c.receiptSpool,
+    tracerProvider: tracing.provider,
     onEvent: (e) => track(stats, log, e),
   });
 
@@ -883,6 +897,11 @@ async function main(): Promise<number> {
   }
   client.close();
   pay.close();
+  try {
+    await tracing.shutdown(); // the spans still queued
+  } catch (err) {
+    log.log("warn", "tracing: spans not exported", { error: err instanceof Error ? err.message : String(err) });
+  }
   log.log("info", "refund-worker stopped", { drained, stats });
   return drained ? 0 : 1;
 }
