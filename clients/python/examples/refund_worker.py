@@ -49,6 +49,19 @@ attempt. What it makes of the answers:
                an unreadable body → the outcome is unknown and the job is
                reconciled later (R14).
 
+Tracing (R35) follows the standard OTEL_* variables, as the coordinator's
+does: off unless OTEL_TRACES_EXPORTER=otlp or an OTLP endpoint
+(OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) is set,
+and OTEL_SDK_DISABLED=true or OTEL_TRACES_EXPORTER=none keep it off. On, it
+needs the OpenTelemetry SDK and OTLP exporter from PyPI (pip install
+opentelemetry-api opentelemetry-sdk opentelemetry-exporter-otlp) and refuses
+to start without them; spans go over OTLP/HTTP (protobuf) or, with
+OTEL_EXPORTER_OTLP_PROTOCOL=grpc, gRPC; the SDK reads the endpoint, the
+headers, the sampler and the resource (OTEL_SERVICE_NAME,
+OTEL_RESOURCE_ATTRIBUTES; service.name defaults to jobfence-refund-worker)
+itself. The provider is made global, so that an instrumented HTTP client's
+spans are the attempt span's children.
+
 The HTTP layer is http.client on purpose, one connection per request, and it
 never sends a request twice: a client library that replays a POST on a fresh
 connection (or follows a redirect with it) would resend a refund behind the
@@ -75,6 +88,75 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 import jobfence  # noqa: E402
 from jobfence import ClaimedJob, HandlerContext, ProviderPolicy, Result, ResultKind  # noqa: E402
+
+# ---------------------------------------------------------------------------
+# Tracing (R35)
+
+DEFAULT_SERVICE_NAME = "jobfence-refund-worker"
+
+
+class TracingConfigError(Exception):
+    """An OTEL_* value the worker cannot use, or tracing asked for without
+    the OpenTelemetry SDK installed."""
+
+
+class Tracing:
+    """The worker's tracing as the environment configured it: off
+    (provider None: the Worker then uses OpenTelemetry's global provider,
+    a no-op unless something set one) or the SDK exporting over OTLP."""
+
+    def __init__(self, provider: Any = None, describe: Optional[dict[str, str]] = None) -> None:
+        self.provider = provider
+        self.describe = describe or {"tracing": "off"}
+
+    def shutdown(self) -> None:
+        """Flushes the spans still queued and stops the exporter."""
+        if self.provider is not None:
+            self.provider.shutdown()
+
+
+def setup_tracing(env: dict[str, str]) -> Tracing:
+    """Tracing from the standard OTEL_* variables of env (the SDK reads the
+    process's environment for the rest). Raises TracingConfigError."""
+    def get(k: str) -> str:
+        return env.get(k, "").strip()
+
+    exporter = get("OTEL_TRACES_EXPORTER").lower()
+    endpoint = get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") + get("OTEL_EXPORTER_OTLP_ENDPOINT")
+    if get("OTEL_SDK_DISABLED").lower() == "true" or exporter == "none" or (not exporter and not endpoint):
+        return Tracing()
+    if exporter and exporter != "otlp":
+        raise TracingConfigError(f"OTEL_TRACES_EXPORTER={exporter}: refund_worker exports over OTLP only (otlp, or none)")
+    protocol = get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or get("OTEL_EXPORTER_OTLP_PROTOCOL") or "http/protobuf"
+    if protocol not in ("http/protobuf", "grpc"):
+        raise TracingConfigError(f"OTEL_EXPORTER_OTLP_PROTOCOL={protocol}: want http/protobuf or grpc")
+    try:
+        from opentelemetry import trace
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+        if protocol == "grpc":
+            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+        else:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    except ImportError as e:
+        raise TracingConfigError(
+            f"tracing is asked for (OTEL_*) but the OpenTelemetry SDK is not installed ({e}): pip install "
+            "opentelemetry-api opentelemetry-sdk opentelemetry-exporter-otlp, or unset OTEL_EXPORTER_OTLP_ENDPOINT "
+            "and OTEL_TRACES_EXPORTER") from e
+    # OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES win over the default.
+    named = get("OTEL_SERVICE_NAME") or "service.name=" in get("OTEL_RESOURCE_ATTRIBUTES")
+    resource = Resource.create({} if named else {"service.name": DEFAULT_SERVICE_NAME})
+    provider = TracerProvider(resource=resource)  # the sampler from OTEL_TRACES_SAMPLER
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    trace.set_tracer_provider(provider)
+    return Tracing(provider, {
+        "tracing": "on", "exporter": "otlp", "protocol": protocol,
+        "sampler": get("OTEL_TRACES_SAMPLER") or "parentbased_always_on",
+        "service_name": str(resource.attributes.get("service.name", "")),
+    })
+
 
 # ---------------------------------------------------------------------------
 # Configuration
@@ -392,6 +474,12 @@ def main(argv: list[str]) -> int:
         lg.setLevel(LEVELS[c.log_level])
         lg.propagate = False
 
+    try:
+        tr = setup_tracing(dict(os.environ))
+    except TracingConfigError as e:
+        print(f"refund_worker: {e}", file=sys.stderr)
+        return 2
+    log.info("tracing", extra=tr.describe)
     if c.no_lease_renewal and c.provider_timeout >= c.lease:
         log.warning("--provider-timeout is not shorter than --lease and leases are not renewed: slow provider "
                     "calls will be taken over (R17)")
@@ -425,6 +513,7 @@ def main(argv: list[str]) -> int:
             drain_timeout=c.drain_timeout,
             receipt_spool=c.receipt_spool,
             logger=logging.getLogger("jobfence.worker"),
+            tracer_provider=tr.provider,
         )
     except (jobfence.ReceiptSpoolLockedError, OSError) as e:
         # Another worker holds the spool (the same --worker-id on this
@@ -446,6 +535,10 @@ def main(argv: list[str]) -> int:
         log.warning("drain timeout: jobs still in flight are cut off", extra={"in_flight": worker.in_flight})
     finally:
         client.close()
+        try:
+            tr.shutdown()  # the spans still queued
+        except Exception as e:  # noqa: BLE001 - the refunds are done; spans are not worth a failure
+            log.warning("tracing: spans not exported", extra={"error": str(e)})
     log.info("refund-worker stopped", extra={"drained": drained, "stats": worker.stats().as_dict()})
     return 0 if drained else 1
 

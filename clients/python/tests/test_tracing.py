@@ -363,3 +363,39 @@ def test_grant_link_ignores_malformed_traceparent_R35(otel: Any) -> None:
         assert tracing.grant_link(tp, "") is None, tp
     link = tracing.grant_link(GRANT_TRACEPARENT, "")
     assert link is not None and link.context.span_id == 0x00F067AA0BA902B7
+
+
+def _example() -> Any:
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "refund_worker.py"
+    spec = importlib.util.spec_from_file_location("refund_worker_example", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("env", [
+    {},
+    {"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"},
+    {"OTEL_TRACES_EXPORTER": "none", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"},
+    {"OTEL_SDK_DISABLED": "true", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"},
+])
+def test_example_tracing_off_unless_asked_R35(env: dict[str, str]) -> None:
+    t = _example().setup_tracing(env)
+    assert t.provider is None and t.describe == {"tracing": "off"}
+
+
+def test_example_tracing_refuses_what_it_cannot_use_R35(otel: Any) -> None:
+    ex = _example()
+    for env, want in [
+        ({"OTEL_TRACES_EXPORTER": "zipkin"}, "OTEL_TRACES_EXPORTER=zipkin"),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"},
+         "OTEL_EXPORTER_OTLP_PROTOCOL=http/json"),
+        # The stand-in is the API alone: asked for, tracing needs the SDK and
+        # its exporter, and says how to install them.
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"}, "pip install opentelemetry-api opentelemetry-sdk"),
+    ]:
+        with pytest.raises(ex.TracingConfigError, match=want):
+            ex.setup_tracing(env)
