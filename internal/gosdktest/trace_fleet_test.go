@@ -177,7 +177,8 @@ func TestFleetAttemptSpansShareTheEnqueueTrace_R35(t *testing.T) {
 			t.Errorf("%s: the link's span is %v: want the coordinator's EnqueueRefund span", lang, enq)
 		}
 		want := map[string]string{"jobfence.job.id": fmt.Sprint(e.job.ID), "jobfence.outcome": "completed",
-			"jobfence.worker_id": "fleet-" + lang, "messaging.system": "jobfence", "jobfence.provider": "fleet" + lang}
+			"jobfence.worker_id": "fleet-" + lang, "messaging.system": "jobfence", "jobfence.provider": "fleet" + lang,
+			"jobfence.operation_key": e.job.OperationKey}
 		for k, v := range want {
 			if a.attrs[k] != v {
 				t.Errorf("%s: attempt span %s=%q, want %q", lang, k, a.attrs[k], v)

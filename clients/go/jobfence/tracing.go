@@ -50,8 +50,10 @@ const (
 
 // The attributes of the SDK's spans: the messaging conventions' where they
 // fit (a job is a message, its provider the destination) and jobfence's own,
-// named as the coordinator names them. Never the lease token (R25), nor the
-// operation key (see the README), order, payment or amount.
+// named as the coordinator names them. The operation key is recorded, as
+// the coordinator's spans record it: the business identifier people search
+// by, not a credential (docs/DESIGN.md, R35 in the code). Never the lease
+// token (R25), nor the order, payment or amount.
 var (
 	attrMessagingSystem = attribute.Key("messaging.system")
 	attrOpType          = attribute.Key("messaging.operation.type")
@@ -60,6 +62,7 @@ var (
 	attrMessageID       = attribute.Key("messaging.message.id")
 	attrErrorType       = attribute.Key("error.type")
 	attrJobID           = attribute.Key("jobfence.job.id")
+	attrOperationKey    = attribute.Key("jobfence.operation_key")
 	attrAttempt         = attribute.Key("jobfence.attempt")
 	attrProvider        = attribute.Key("jobfence.provider")
 	attrNextAction      = attribute.Key("jobfence.next_action")
@@ -174,6 +177,7 @@ func (t tracing) start(ctx context.Context, c ClaimedJob) (context.Context, *att
 			attrDestination.String(c.Job.Provider),
 			attrMessageID.String(strconv.FormatInt(c.Job.ID, 10)),
 			attrJobID.Int64(c.Job.ID),
+			attrOperationKey.String(c.Job.OperationKey),
 			attrAttempt.Int64(c.Attempt),
 			attrProvider.String(c.Job.Provider),
 			attrNextAction.String(string(c.NextAction)),

@@ -127,6 +127,9 @@ export class Tracing {
         "messaging.destination.name": job.provider,
         "messaging.message.id": job.id.toString(),
         "jobfence.job.id": Number(job.id),
+        // Recorded as the coordinator records it: the business identifier
+        // people search by, not a credential (docs/DESIGN.md, R35 in the code).
+        "jobfence.operation_key": job.operationKey,
         "jobfence.attempt": Number(claimed.attempt),
         "jobfence.provider": job.provider,
         "jobfence.next_action": actionName(claimed.nextAction),

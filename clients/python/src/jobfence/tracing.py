@@ -150,6 +150,10 @@ class Tracing:
                 "messaging.destination.name": c.job.provider,
                 "messaging.message.id": str(c.job.id),
                 "jobfence.job.id": int(c.job.id),
+                # Recorded as the coordinator records it: the business
+                # identifier people search by, not a credential (R35 in
+                # docs/DESIGN.md).
+                "jobfence.operation_key": c.job.operation_key,
                 "jobfence.attempt": int(c.attempt),
                 "jobfence.provider": c.job.provider,
                 "jobfence.next_action": c.next_action.value,
