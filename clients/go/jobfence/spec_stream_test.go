@@ -4,13 +4,20 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	otelcodes "go.opentelemetry.io/otel/codes"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -34,6 +41,9 @@ type streamTranscript struct {
 		Concurrency int    `json:"concurrency"`
 		Renew       bool   `json:"renew"`
 		LeaseMs     int64  `json:"lease_ms"`
+		// Tracing gives the Worker a TracerProvider recording in memory
+		// (R35): the steps' span expectations read it.
+		Tracing bool `json:"tracing"`
 	} `json:"worker"`
 	// Coordinator.Work "unimplemented": a coordinator without the worker
 	// stream; the worker claims with Claim calls, which the steps answer.
@@ -78,9 +88,26 @@ type streamExpect struct {
 		JobID string `json:"job_id"`
 		Call  string `json:"call"`
 	} `json:"handler"`
-	HandlerCancelled string `json:"handler_cancelled"`
-	Run              string `json:"run"`
-	NothingMore      bool   `json:"nothing_more"`
+	HandlerCancelled string      `json:"handler_cancelled"`
+	Run              string      `json:"run"`
+	NothingMore      bool        `json:"nothing_more"`
+	Span             *spanExpect `json:"span"`
+}
+
+// spanExpect is an attempt span as a step expects it (R35): the ended span
+// of the job's attempt.
+type spanExpect struct {
+	JobID string `json:"job_id"`
+	Name  string `json:"name"`
+	Kind  string `json:"kind"`
+	Root  *bool  `json:"root"`
+	Links []struct {
+		Traceparent string         `json:"traceparent"`
+		Tracestate  *string        `json:"tracestate"`
+		Attributes  map[string]any `json:"attributes"`
+	} `json:"links"`
+	Attributes map[string]any `json:"attributes"`
+	Status     string         `json:"status"`
 }
 
 // streamEvent is what a scripted stream read: a request, or its end.
@@ -262,6 +289,16 @@ func runStreamTranscript(t *testing.T, raw json.RawMessage) {
 		cancelled   bool
 	}
 	handled := make(chan handlerEvent, 100)
+	// attempts: the traceparent of the span each job's handler ran in
+	// ("$attempt:<job id>" in the steps), R35.
+	var attemptsMu sync.Mutex
+	attempts := map[string]string{}
+	var spans *tracetest.SpanRecorder
+	var tp trace.TracerProvider
+	if tr.Worker.Tracing {
+		spans = tracetest.NewSpanRecorder()
+		tp = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+	}
 	done := make(chan struct{})
 	defer close(done)
 	var releaseMu sync.Mutex
@@ -276,6 +313,11 @@ func runStreamTranscript(t *testing.T, raw json.RawMessage) {
 	}
 	handle := func(ctx context.Context, c ClaimedJob, call string) Result {
 		id := jobIDString(c.Job.ID)
+		if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+			attemptsMu.Lock()
+			attempts[id] = "00-" + sc.TraceID().String() + "-" + sc.SpanID().String() + "-" + sc.TraceFlags().String()
+			attemptsMu.Unlock()
+		}
 		handled <- handlerEvent{jobID: id, call: call}
 		h, ok := tr.Handlers[id]
 		if !ok {
@@ -310,7 +352,7 @@ func runStreamTranscript(t *testing.T, raw json.RawMessage) {
 		RefundFunc:    func(ctx context.Context, c ClaimedJob) Result { return handle(ctx, c, "refund") },
 		ReconcileFunc: func(ctx context.Context, c ClaimedJob) Result { return handle(ctx, c, "reconcile") },
 	}, WorkerOptions{WorkerID: tr.Worker.WorkerID, Concurrency: tr.Worker.Concurrency, Lease: ms(tr.Worker.LeaseMs),
-		NoLeaseRenewal: !tr.Worker.Renew, ReceiptSpool: ReceiptSpoolOff})
+		NoLeaseRenewal: !tr.Worker.Renew, ReceiptSpool: ReceiptSpoolOff, TracerProvider: tp})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -405,8 +447,14 @@ func runStreamTranscript(t *testing.T, raw json.RawMessage) {
 					if call, ok := got["call"].(map[string]any); ok {
 						delete(call, "call_id")
 					}
-					if !subset(e.Request, got) {
-						fail("the worker sent\n%v\nwant\n%v", got, e.Request)
+					attemptsMu.Lock()
+					want, err := withAttempts(e.Request, attempts)
+					attemptsMu.Unlock()
+					if err != nil {
+						fail("%v", err)
+					}
+					if !subset(want, got) {
+						fail("the worker sent\n%v\nwant\n%v", got, want)
 					}
 					if step.As != "" {
 						calls[step.As] = ev.req.GetCall().GetCallId()
@@ -470,6 +518,31 @@ func runStreamTranscript(t *testing.T, raw json.RawMessage) {
 						}
 						break
 					}
+				}
+			case e.Span != nil:
+				if spans == nil {
+					fail("a span expected of a worker without tracing")
+				}
+				var s sdktrace.ReadOnlySpan
+				for s == nil {
+					for _, r := range spans.Ended() {
+						for _, kv := range r.Attributes() {
+							if kv.Key == "jobfence.job.id" && jobIDString(kv.Value.AsInt64()) == e.Span.JobID {
+								s = r
+							}
+						}
+					}
+					if s != nil {
+						break
+					}
+					select {
+					case <-timeout.C:
+						fail("no ended span of job %s within %s", e.Span.JobID, within)
+					case <-time.After(5 * time.Millisecond):
+					}
+				}
+				if why := spanMismatch(s, e.Span, jobs[e.Span.JobID].GetLeaseToken()); why != "" {
+					fail("job %s's span: %s", e.Span.JobID, why)
 				}
 			default:
 				fail("an expect of nothing this runner knows: %+v", *e)
@@ -543,6 +616,96 @@ func runStreamTranscript(t *testing.T, raw json.RawMessage) {
 		}
 		timeout.Stop()
 	}
+}
+
+// withAttempts is want with every string "$attempt:<job id>" replaced by
+// the traceparent of the span that job's handler ran in (R35). Errors: a
+// job whose handler ran in no span.
+func withAttempts(want any, attempts map[string]string) (any, error) {
+	switch w := want.(type) {
+	case string:
+		if id, ok := strings.CutPrefix(w, "$attempt:"); ok {
+			tp, ok := attempts[id]
+			if !ok {
+				return nil, fmt.Errorf("%s: job %s's handler ran in no span", w, id)
+			}
+			return tp, nil
+		}
+		return w, nil
+	case map[string]any:
+		out := map[string]any{}
+		for k, v := range w {
+			r, err := withAttempts(v, attempts)
+			if err != nil {
+				return nil, err
+			}
+			out[k] = r
+		}
+		return out, nil
+	case []any:
+		out := make([]any, len(w))
+		for i, v := range w {
+			r, err := withAttempts(v, attempts)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = r
+		}
+		return out, nil
+	}
+	return want, nil
+}
+
+// spanMismatch says how s differs from what want pins ("" when it does
+// not), and fails a span carrying the grant's lease token anywhere (R25).
+func spanMismatch(s sdktrace.ReadOnlySpan, want *spanExpect, token string) string {
+	attrs := func(kvs []attribute.KeyValue) map[string]any {
+		m := map[string]any{}
+		for _, kv := range kvs {
+			v := kv.Value.AsInterface()
+			if i, ok := v.(int64); ok {
+				v = float64(i) // as JSON reads a number
+			}
+			m[string(kv.Key)] = v
+		}
+		return m
+	}
+	text := fmt.Sprint(s.Name(), s.Attributes(), s.Status().Description)
+	for _, l := range s.Links() {
+		text += fmt.Sprint(l.Attributes)
+	}
+	switch {
+	case token != "" && strings.Contains(text, token):
+		return "it carries the grant's lease token (R25)"
+	case want.Name != "" && s.Name() != want.Name:
+		return fmt.Sprintf("name %q, want %q", s.Name(), want.Name)
+	case want.Kind != "" && s.SpanKind().String() != want.Kind:
+		return fmt.Sprintf("kind %s, want %s", s.SpanKind(), want.Kind)
+	case want.Root != nil && s.Parent().IsValid() == *want.Root:
+		return fmt.Sprintf("parent %v, want root=%v", s.Parent(), *want.Root)
+	case want.Links != nil && len(s.Links()) != len(want.Links):
+		return fmt.Sprintf("links %v, want %d", s.Links(), len(want.Links))
+	case !subset(want.Attributes, attrs(s.Attributes())):
+		return fmt.Sprintf("attributes %v, want %v", attrs(s.Attributes()), want.Attributes)
+	}
+	for i, wl := range want.Links {
+		l := s.Links()[i]
+		sc := l.SpanContext
+		got := "00-" + sc.TraceID().String() + "-" + sc.SpanID().String() + "-" + sc.TraceFlags().String()
+		switch {
+		case got != wl.Traceparent:
+			return fmt.Sprintf("links[%d] %s, want %s", i, got, wl.Traceparent)
+		case wl.Tracestate != nil && sc.TraceState().String() != *wl.Tracestate:
+			return fmt.Sprintf("links[%d] tracestate %q, want %q", i, sc.TraceState(), *wl.Tracestate)
+		case !subset(wl.Attributes, attrs(l.Attributes)):
+			return fmt.Sprintf("links[%d] attributes %v, want %v", i, attrs(l.Attributes), wl.Attributes)
+		}
+	}
+	status := map[otelcodes.Code]string{otelcodes.Unset: "unset", otelcodes.Error: "error", otelcodes.Ok: "ok"}[s.Status().Code]
+	if want.Status != "" && status != want.Status {
+		return fmt.Sprintf("status %s (%s), want %s", status, s.Status().Description, want.Status)
+	}
+	return ""
 }
 
 func jobIDString(id int64) string {

@@ -7,6 +7,8 @@ import assert from "node:assert/strict";
 
 import { create, fromJson, toBinary, toJson, type JsonValue } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
+import { SpanKind, SpanStatusCode, isSpanContextValid, trace } from "@opentelemetry/api";
+import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor, type ReadableSpan } from "@opentelemetry/sdk-trace-base";
 
 import { StatusSchema } from "../src/gen/google/rpc/status_pb.js";
 import {
@@ -75,6 +77,7 @@ export async function runStream(v: Fields): Promise<void> {
   const concurrency = worker.int("concurrency");
   const renew = worker.bool("renew");
   const leaseMs = worker.int("lease_ms");
+  const tracing = worker.bool("tracing") === true;
   worker.done();
   const coordSpec = v.fields("coordinator");
   const work = coordSpec?.str("work");
@@ -108,10 +111,19 @@ export async function runStream(v: Fields): Promise<void> {
   coord.unary = (call) => call.method !== "Claim" ? {} : new Promise<ClaimResponse>((answer) => claims.push({ call, answer }));
   const client = new CoordinatorClient({ address: coord.address });
   const handlerCalls = new Inbox<HandlerCall>();
+  // R35: spans recorded in memory when the transcript traces, and the
+  // traceparent of the span each job's handler ran in ("$attempt:<id>").
+  const exporter = new InMemorySpanExporter();
+  const tracerProvider = tracing ? new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] }) : undefined;
+  const attempts = new Map<string, string>();
   const cancelled = new Inbox<string>();
   const releases = new Map<string, () => void>();
   const run = (call: "refund" | "reconcile") => async (job: WorkerJob): Promise<ProviderResult> => {
     const id = job.jobId.toString();
+    const sc = trace.getSpanContext(job.traceContext);
+    if (sc !== undefined && isSpanContextValid(sc)) {
+      attempts.set(id, `00-${sc.traceId}-${sc.spanId}-0${sc.traceFlags & 1}`);
+    }
     handlerCalls.push({ jobId: id, call });
     const h = handlerOf.get(id);
     assert.ok(h !== undefined, `the transcript has no handler for job ${id}`);
@@ -133,7 +145,7 @@ export async function runStream(v: Fields): Promise<void> {
   };
   const handlers: Handlers = { refund: run("refund"), reconcile: run("reconcile") };
   const w = new Worker({
-    client, workerId, handlers, concurrency, renewLeases: renew, leaseMs, receiptSpool: "off",
+    client, workerId, handlers, concurrency, renewLeases: renew, leaseMs, receiptSpool: "off", tracerProvider,
   });
   let stopped: Promise<void> | undefined;
   let stream: ScriptedStream | undefined;
@@ -188,6 +200,7 @@ export async function runStream(v: Fields): Promise<void> {
     const handlerCancelled = e.str("handler_cancelled");
     const ran = e.str("run");
     const nothingMore = e.bool("nothing_more");
+    const span = e.fields("span");
     e.done();
     if (request !== undefined) {
       if ("start" in request) {
@@ -196,7 +209,7 @@ export async function runStream(v: Fields): Promise<void> {
       }
       const m = await nextMessage(within, true, what);
       assert.ok(m !== Closed, `${what}: the worker half-closed the stream instead`);
-      matches(toJson(WorkRequestSchema, m, jsonOptions), request, what);
+      matches(toJson(WorkRequestSchema, m, jsonOptions), withAttempts(request, attempts, what), what);
       if (label !== undefined) {
         assert.ok(m.kind.case === "call", `${what}: "as" names a call`);
         labels.set(label, m.kind.value.callId);
@@ -244,6 +257,9 @@ export async function runStream(v: Fields): Promise<void> {
       const done = await Promise.race([stopped.then(() => true), new Promise<false>((r) => setTimeout(() => r(false), within))]);
       assert.ok(done, `${what}: the Worker's run did not return within ${within} ms`);
     }
+    if (span !== undefined) {
+      await expectSpan(span, within, what);
+    }
     if (nothingMore === true) {
       await new Promise((r) => setTimeout(r, 200));
       assert.deepEqual(handlerCalls.unread, [], `${what}: handler calls unread`);
@@ -256,6 +272,67 @@ export async function runStream(v: Fields): Promise<void> {
       }
       assert.deepEqual(unread, [], `${what}: stream messages unread`);
       assert.equal(await coord.nextStream(0), undefined, `${what}: a stream opened again`);
+    }
+  }
+
+  // expectSpan waits for the ended attempt span of the step's job and
+  // checks what the step pins, and that no span carries the grant's lease
+  // token (R25, R35).
+  async function expectSpan(e: Fields, within: number, what: string): Promise<void> {
+    assert.ok(tracerProvider !== undefined, `${what}: a span expected of a worker without tracing`);
+    const jobId = e.str("job_id")!;
+    const name = e.str("name");
+    const kind = e.str("kind");
+    const root = e.bool("root");
+    const links = e.list("links");
+    const attributes = e.raw("attributes");
+    const status = e.str("status");
+    e.done();
+    const deadline = performance.now() + within;
+    let s: ReadableSpan | undefined;
+    for (;;) {
+      s = exporter.getFinishedSpans().find((x) => String(x.attributes["jobfence.job.id"]) === jobId);
+      if (s !== undefined) {
+        break;
+      }
+      assert.ok(performance.now() < deadline, `${what}: no ended span of job ${jobId} within ${within} ms`);
+      await new Promise((r) => setTimeout(r, 5));
+    }
+    const token = jobs.get(jobId)?.leaseToken ?? "";
+    assert.ok(token === "" || !JSON.stringify({ n: s.name, a: s.attributes, l: s.links.map((l) => l.attributes), st: s.status })
+      .includes(token), `${what}: the span carries the grant's lease token (R25)`);
+    if (name !== undefined) {
+      assert.equal(s.name, name, `${what}: name`);
+    }
+    if (kind !== undefined) {
+      assert.equal(SpanKind[s.kind].toLowerCase(), kind, `${what}: kind`);
+    }
+    if (root !== undefined) {
+      assert.equal(s.parentSpanContext === undefined, root, `${what}: root`);
+    }
+    if (links !== undefined) {
+      assert.equal(s.links.length, links.length, `${what}: links`);
+      links.forEach((wl, i) => {
+        const l = s.links[i]!;
+        const tp = wl.str("traceparent");
+        const ts = wl.str("tracestate");
+        const la = wl.raw("attributes");
+        wl.done();
+        assert.equal(`00-${l.context.traceId}-${l.context.spanId}-0${l.context.traceFlags & 1}`, tp, `${what}: links[${i}]`);
+        if (ts !== undefined) {
+          assert.equal(l.context.traceState?.serialize() ?? "", ts, `${what}: links[${i}].tracestate`);
+        }
+        if (la !== undefined) {
+          matches(l.attributes ?? {}, la, what, `links[${i}].attributes`);
+        }
+      });
+    }
+    if (attributes !== undefined) {
+      matches(s.attributes, attributes, what, "attributes");
+    }
+    if (status !== undefined) {
+      const got = s.status.code === SpanStatusCode.ERROR ? "error" : s.status.code === SpanStatusCode.OK ? "ok" : "unset";
+      assert.equal(got, status, `${what}: status`);
     }
   }
 
@@ -333,6 +410,23 @@ export async function runStream(v: Fields): Promise<void> {
       }
     }
   }
+}
+
+// withAttempts is want with every string "$attempt:<job id>" replaced by the
+// traceparent of the span that job's handler ran in (R35).
+function withAttempts(want: unknown, attempts: Map<string, string>, what: string): unknown {
+  if (typeof want === "string" && want.startsWith("$attempt:")) {
+    const tp = attempts.get(want.slice("$attempt:".length));
+    assert.ok(tp !== undefined, `${what}: ${want}: the job's handler ran in no span`);
+    return tp;
+  }
+  if (Array.isArray(want)) {
+    return want.map((w) => withAttempts(w, attempts, what));
+  }
+  if (typeof want === "object" && want !== null) {
+    return Object.fromEntries(Object.entries(want).map(([k, v]) => [k, withAttempts(v, attempts, what)]));
+  }
+  return want;
 }
 
 function isHeartbeat(m: WorkRequest): boolean {

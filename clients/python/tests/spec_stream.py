@@ -7,20 +7,26 @@ the worker sends, every unary call, every handler call."""
 
 from __future__ import annotations
 
+import json
+import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any, Optional
 
 import grpc
 import pytest
 from google.protobuf import json_format
 
-from jobfence import ClaimedJob, Client, GrantLostError, HandlerContext, Result, RetryPolicy, Worker
+from jobfence import ClaimedJob, Client, GrantLostError, HandlerContext, Result, RetryPolicy, Worker, tracing
 from jobfence.v1 import coordinator_pb2 as pb
 
 from fakecoord import FakeCoordinator, FakeStream, status_details
 from speclib import fail_of, known, result_of
 from workerrun import Running
+
+#: The OpenTelemetry stand-in (tests/otel_standin/opentelemetry).
+STANDIN = str(Path(__file__).resolve().parent / "otel_standin")
 
 #: How long a step waits by default.
 DEFAULT_WITHIN = 5.0
@@ -68,6 +74,9 @@ class _Handler:
         self.events: list[tuple[str, str, Any]] = []
         self.plans: dict[str, tuple[Result, str]] = {}
         self.released: dict[str, threading.Event] = {}
+        #: The traceparent of the span each job's handler ran in (R35):
+        #: "$attempt:<job id>" in the steps.
+        self.attempts: dict[str, str] = {}
         for job_id, h in handlers.items():
             known(h, {"result", "until"}, f"handler {job_id}")
             until = h.get("until", "")
@@ -77,6 +86,9 @@ class _Handler:
 
     def _run(self, call: str, job: ClaimedJob, ctx: HandlerContext) -> Result:
         job_id = str(job.job.id)
+        if ctx.traceparent is not None:
+            with self.cv:
+                self.attempts[job_id] = ctx.traceparent
         self._event(("call", job_id, call))
         if job_id not in self.plans:
             raise AssertionError(f"no handler for job {job_id}")
@@ -135,13 +147,24 @@ class _Player:
         self.unary = 0  # unary calls it has read
         self.labels: dict[str, int] = {}
         w = t.get("worker", {})
-        known(w, {"worker_id", "concurrency", "renew", "lease_ms"}, "worker")
+        known(w, {"worker_id", "concurrency", "renew", "lease_ms", "tracing"}, "worker")
+        # R35: spans recorded in memory when the transcript traces, through
+        # the OpenTelemetry stand-in (tests/otel_standin): this machine has
+        # no OpenTelemetry for Python.
+        self.spans: Any = None
+        if w.get("tracing", False):
+            _forget_otel()
+            sys.path.insert(0, STANDIN)
+            import standin_sdk
+
+            self.spans = standin_sdk.RecordingTracerProvider()
         self.client = Client(self.fake.address, retry=RetryPolicy(attempts=3, backoff=0.01), call_timeout=5)
         kw: dict[str, Any] = {}
         if "lease_ms" in w:
             kw["lease"] = w["lease_ms"] / 1000
         self.worker = Worker(self.client, self.handler, worker_id=w["worker_id"], concurrency=w.get("concurrency", 1),
-                             lease_renewal=w.get("renew", True), receipt_spool="off", **kw)
+                             lease_renewal=w.get("renew", True), receipt_spool="off",
+                             tracer_provider=self.spans, **kw)
         self.running: Optional[Running] = None
 
     def close(self) -> None:
@@ -152,6 +175,9 @@ class _Player:
             self.running.t.join(10)
         self.client.close()
         self.fake.stop()
+        if self.spans is not None:
+            sys.path.remove(STANDIN)
+            _forget_otel()
 
     # -- the worker's messages on the current stream --------------------------
 
@@ -201,7 +227,7 @@ class _Player:
 
     def _expect(self, want: dict[str, Any], within: float, label: Optional[str]) -> None:
         known(want, {"request", "heartbeat", "half_close", "unary", "handler", "handler_cancelled", "run",
-                     "nothing_more"}, "expect")
+                     "nothing_more", "span"}, "expect")
         assert len(want) == 1, f"one expectation a step: {want}"
         (kind, value), = want.items()
         if kind == "request":
@@ -215,6 +241,8 @@ class _Player:
                 got["call"].pop("call_id", None)
                 if label:
                     self.labels[label] = int(r.call.call_id)
+            with self.handler.cv:
+                value = _with_attempts(value, dict(self.handler.attempts))
             why = _contains(got, value)
             assert why is None, f"the worker sent {got}: {why}"
         elif kind == "heartbeat":
@@ -257,6 +285,8 @@ class _Player:
             self.running.t.join(within)
             assert not self.running.t.is_alive(), f"run() did not return within {within:g}s"
             assert self.running.error is None, f"run() raised {self.running.error!r}"
+        elif kind == "span":
+            self._expect_span(value, within)
         elif kind == "nothing_more":
             assert value is True
             time.sleep(0.1)  # what the worker sends last comes a moment after it acts
@@ -268,6 +298,45 @@ class _Player:
             with self.handler.cv:
                 assert not self.handler.events, f"unread handler events: {self.handler.events}"
             assert len(self.fake.streams) == self.streams, f"{len(self.fake.streams) - self.streams} more streams opened"
+
+    def _expect_span(self, want: dict[str, Any], within: float) -> None:
+        """The ended attempt span of the job: what the step pins, and no lease
+        token anywhere in it (R25, R35)."""
+        known(want, {"job_id", "name", "kind", "root", "links", "attributes", "status"}, "span")
+        assert self.spans is not None, "a span expected of a worker without tracing"
+        job_id = str(want["job_id"])
+        end = time.monotonic() + within
+        while True:
+            found = [s for s in self.spans.ended() if str(s.attributes.get("jobfence.job.id")) == job_id]
+            if found:
+                s = found[0]
+                break
+            assert time.monotonic() < end, f"no ended span of job {job_id} within {within:g}s"
+            time.sleep(0.005)
+        token = self.jobs[job_id].lease_token if job_id in self.jobs else ""
+        assert not token or token not in json.dumps(s.to_json()), "the span carries the grant's lease token (R25)"
+        if "name" in want:
+            assert s.name == want["name"], f"name {s.name!r}"
+        if "kind" in want:
+            assert s.kind.name.lower() == want["kind"], f"kind {s.kind}"
+        if "root" in want:
+            assert (s.parent is None) == want["root"], f"parent {s.parent}"
+        if "links" in want:
+            assert len(s.links) == len(want["links"]), f"links {[l.context for l in s.links]}"
+            for i, (l, wl) in enumerate(zip(s.links, want["links"])):
+                known(wl, {"traceparent", "tracestate", "attributes"}, f"links[{i}]")
+                sc = l.context
+                got = f"00-{sc.trace_id:032x}-{sc.span_id:016x}-{int(sc.trace_flags) & 1:02x}"
+                assert got == wl["traceparent"], f"links[{i}] {got}"
+                if "tracestate" in wl:
+                    assert sc.trace_state.to_header() == wl["tracestate"], f"links[{i}] tracestate"
+                why = _contains(dict(l.attributes), wl.get("attributes", {}), f"links[{i}].attributes")
+                assert why is None, why
+        why = _contains(s.attributes, want.get("attributes", {}), "attributes")
+        assert why is None, f"{why}: {s.attributes}"
+        if "status" in want:
+            got_status = s.status.status_code.name.lower()
+            assert got_status == want["status"], f"status {got_status} ({s.status.description})"
 
     def _send(self, send: dict[str, Any]) -> None:
         known(send, {"grant", "reply_to", "response", "error", "end", "unary_reply"}, "send")
@@ -303,6 +372,29 @@ class _Player:
             self.handler.released[str(job_id)].set()
         else:
             pytest.fail(f"do {what!r} is not one this runner knows")
+
+
+def _with_attempts(want: Any, attempts: dict[str, str]) -> Any:
+    """want with every string "$attempt:<job id>" replaced by the traceparent
+    of the span that job's handler ran in (R35)."""
+    if isinstance(want, str) and want.startswith("$attempt:"):
+        job_id = want[len("$attempt:"):]
+        assert job_id in attempts, f"{want}: the job's handler ran in no span"
+        return attempts[job_id]
+    if isinstance(want, dict):
+        return {k: _with_attempts(v, attempts) for k, v in want.items()}
+    if isinstance(want, list):
+        return [_with_attempts(v, attempts) for v in want]
+    return want
+
+
+def _forget_otel() -> None:
+    """Forgets the OpenTelemetry modules imported, so that the next look-up
+    sees sys.path as it is then."""
+    for name in list(sys.modules):
+        if name == "opentelemetry" or name.startswith("opentelemetry.") or name == "standin_sdk":
+            del sys.modules[name]
+    tracing._reset()
 
 
 def play(t: dict[str, Any]) -> None:
