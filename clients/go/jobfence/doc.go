@@ -149,4 +149,18 @@
 // coordinator's clock from the claim's database time plus this machine's
 // monotonic clock, never its wall clock, and ProviderPolicy.ResendMargin
 // keeps a safety distance from the deadline.
+//
+// # Tracing
+//
+// Each job a Worker works is one OpenTelemetry span, jobfence.attempt
+// (AttemptSpanName), kind consumer: the root of a trace of its own, linked
+// to the trace context the job's enqueue stored (ClaimedJob.TraceParent), with
+// the job's attributes and the attempt's outcome (jobfence.outcome: completed,
+// rescheduled, escalated, stale, grant_lost, write_failed), never its lease
+// token (R25, R35). The handler's context holds it, and every call made for
+// the job carries its W3C trace context: as traceparent metadata on a unary
+// call (any Client call made under a span does), in the WorkCall's fields on
+// the worker stream. WorkerOptions.TracerProvider provides the tracer, or
+// OpenTelemetry's global provider, a no-op unless the application set one:
+// then nothing is recorded and no call carries a trace context.
 package jobfence
