@@ -5,7 +5,7 @@
 // calls. Spans go to the SDK's InMemorySpanExporter.
 
 import assert from "node:assert/strict";
-import { after, describe, it } from "node:test";
+import { describe, it } from "node:test";
 
 import { create, toBinary } from "@bufbuild/protobuf";
 import { anyPack, timestampFromMs } from "@bufbuild/protobuf/wkt";
@@ -91,15 +91,9 @@ const staleStatus = () => create(StatusSchema, {
   }))],
 });
 
-const coords: ScriptedCoordinator[] = [];
-after(async () => {
-  await Promise.all(coords.map((c) => c.close()));
-});
-
 /** run runs a Worker until its one job is written back and its attempt span ended. */
 async function run(s: Scenario): Promise<Run> {
   const coord = await ScriptedCoordinator.start();
-  coords.push(coord);
   coord.withoutStream = s.noStream === true;
   const job = claimedJob(s.traceparent ?? GRANT_TRACEPARENT, s.leaseMs ?? 60_000);
   let granted = false;
@@ -146,8 +140,9 @@ async function run(s: Scenario): Promise<Run> {
   const ended = new Promise<void>((resolve) => {
     done = resolve;
   });
+  const client = new CoordinatorClient({ address: coord.address });
   const worker = new Worker({
-    client: new CoordinatorClient({ address: coord.address }),
+    client,
     workerId: "w-trace",
     receiptSpool: "off",
     noStream: s.noStream,
@@ -173,6 +168,10 @@ async function run(s: Scenario): Promise<Run> {
   await Promise.race([ended, new Promise((_, reject) => setTimeout(() => reject(new Error("the job was not written back")), 10_000))]);
   await worker.stop();
   await started;
+  // Every answer sent before the connection closes (as cancel.test does).
+  await new Promise((r) => setTimeout(r, 100));
+  client.close();
+  await coord.close();
   const calls = [...streamCalls, ...coord.unaryCalls.map((c) => ({
     method: c.method, onStream: false, traceparent: c.traceparent ?? "", tracestate: c.tracestate ?? "",
   }))];
