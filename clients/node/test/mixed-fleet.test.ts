@@ -155,7 +155,11 @@ after(async () => {
 describe("mixed fleet", () => {
   it("Go and Node workers on the same 500 refunds with 2 s leases: each succeeded exactly once, no double refund (R1, R2, R8, R9, R14, R15, T1, T3)", { timeout: 150_000 }, async (t: TestContext) => {
     const client = coord.client();
-    const provider = startProcess("fakeprovider", fakeproviderBin, ["--listen", "127.0.0.1:0", "--log-format", "json", "--shutdown-timeout", "1s"]);
+    // Every refund creation takes 200 ms, like a real provider's round trip:
+    // a frozen worker then holds acknowledged jobs mid-call, which only a
+    // takeover ends, instead of finishing each before any freeze costs it one.
+    const provider = startProcess("fakeprovider", fakeproviderBin, ["--listen", "127.0.0.1:0", "--log-format", "json",
+      "--shutdown-timeout", "1s", "--latency", "200ms"]);
     procs.push(provider);
     const serving = await provider.waitFor((r) => r["msg"] === "fakeprovider serving", "\"fakeprovider serving\"");
     const providerUrl = `http://${String(serving["listen"])}`;
