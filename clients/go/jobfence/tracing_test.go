@@ -78,6 +78,20 @@ func (c *traceCoordinator) seen() []tracedCall {
 	return append([]tracedCall(nil), c.calls...)
 }
 
+// renewed waits until the coordinator has seen a renewal (the renewer
+// renews at a third of the lease), for a handler that must outlast one; a
+// busy machine may run the renewer late, so it waits for the call rather
+// than a fixed time, up to a bound.
+func (c *traceCoordinator) renewed() {
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		for _, call := range c.seen() {
+			if call.method == "RenewLeases" {
+				return
+			}
+		}
+	}
+}
+
 // grantOnce is the job the first time, then nothing.
 func (c *traceCoordinator) grantOnce() []*pb.ClaimedJob {
 	c.mu.Lock()
@@ -483,7 +497,7 @@ func TestAttemptSpanLinkedToEnqueueAndCarriedByWorkCalls_R35(t *testing.T) {
 	sr := tracetest.NewSpanRecorder()
 	coord := &traceCoordinator{job: tracedJob(traceGrantParent, 300*time.Millisecond)}
 	run := runTraced(t, coord, sr, false, func(ctx context.Context) Result {
-		time.Sleep(250 * time.Millisecond) // a renewal or two on the stream
+		coord.renewed() // a renewal on the stream
 		return Succeeded("re_1")
 	})
 	s := attemptSpanOf(t, sr)
@@ -503,7 +517,7 @@ func TestAttemptSpanCarriedByUnaryCallMetadata_R35(t *testing.T) {
 	sr := tracetest.NewSpanRecorder()
 	coord := &traceCoordinator{job: tracedJob(traceGrantParent, 300*time.Millisecond), noWork: true}
 	runTraced(t, coord, sr, true, func(ctx context.Context) Result {
-		time.Sleep(250 * time.Millisecond)
+		coord.renewed()
 		return Escalate("a person must look")
 	})
 	s := attemptSpanOf(t, sr)
@@ -572,7 +586,7 @@ func TestNoTracerProviderSendsNoTraceContext_R35(t *testing.T) {
 	for _, noStream := range []bool{false, true} {
 		coord := &traceCoordinator{job: tracedJob(traceGrantParent, 300*time.Millisecond), noWork: noStream}
 		run := runTraced(t, coord, nil, noStream, func(ctx context.Context) Result {
-			time.Sleep(250 * time.Millisecond)
+			coord.renewed()
 			return Succeeded("re_1")
 		})
 		if run.handlerSpan.IsValid() {
