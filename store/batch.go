@@ -55,6 +55,7 @@ func (w Writeback) Apply(job Job, now time.Time) Job {
 		switch w.Resolution {
 		case ResolutionRefunded:
 			job.ProviderRefundID = w.ProviderRefundID
+			job.NextAttemptAt = now // completed now: the archive's retention counts from it (R31)
 		case ResolutionCancelled:
 			job.NextAttemptAt = now // final from now: the archive's walk (R31)
 		default:

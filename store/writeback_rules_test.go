@@ -427,6 +427,7 @@ func TestApplyLeavesTheJobAsTheFencedUpdateWrites_R9_R10_R12(t *testing.T) {
 		{"resolve as refunded", rulesResolve(3, store.ResolutionRefunded, "re_9", "seen in dashboard"), review,
 			rulesWith(review, func(j *store.Job) {
 				j.State, j.UpdatedAt, j.ProviderRefundID, j.LastReason = store.StateSucceeded, rulesNow, "re_9", "seen in dashboard"
+				j.NextAttemptAt = rulesNow // completed now: the archive's retention counts from it (R31)
 			})},
 		{"resolve to reconcile", rulesResolve(3, store.ResolutionReconcile, "", "again"), review,
 			rulesWith(review, func(j *store.Job) {

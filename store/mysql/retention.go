@@ -16,11 +16,11 @@ var retention = sqlbase.RetentionStatements{
 	ForUpdate:    " FOR UPDATE",
 	InsertIgnore: "INSERT IGNORE",
 	ArchiveCandidates: `SELECT id FROM refund_jobs FORCE INDEX (ix_refund_jobs_due)
- WHERE state = 'succeeded' AND next_attempt_at <= ? AND attention_since IS NULL ORDER BY next_attempt_at, id LIMIT ?`,
+ WHERE state = 'succeeded' AND next_attempt_at <= ? AND attention_since IS NULL AND cancel_requested_at IS NULL ORDER BY next_attempt_at, id LIMIT ?`,
 	CancelledCandidates: `SELECT id FROM refund_jobs FORCE INDEX (ix_refund_jobs_due)
- WHERE state = 'cancelled' AND next_attempt_at <= ? AND attention_since IS NULL ORDER BY next_attempt_at, id LIMIT ?`,
+ WHERE state = 'cancelled' AND next_attempt_at <= ? AND attention_since IS NULL AND cancel_requested_at IS NULL ORDER BY next_attempt_at, id LIMIT ?`,
 	OldestSucceeded: `SELECT MIN(next_attempt_at) FROM refund_jobs FORCE INDEX (ix_refund_jobs_due)
- WHERE state = 'succeeded' AND attention_since IS NULL`,
+ WHERE state = 'succeeded' AND attention_since IS NULL AND cancel_requested_at IS NULL`,
 	PurgeBacklog: `SELECT count FROM information_schema.INNODB_METRICS WHERE name = 'trx_rseg_history_len'`,
 }
 

@@ -13,10 +13,10 @@ import (
 var retention = sqlbase.RetentionStatements{
 	InsertIgnore: "INSERT OR IGNORE",
 	ArchiveCandidates: `SELECT id FROM refund_jobs
- WHERE state = 'succeeded' AND next_attempt_at <= ? AND attention_since IS NULL ORDER BY next_attempt_at, id LIMIT ?`,
+ WHERE state = 'succeeded' AND next_attempt_at <= ? AND attention_since IS NULL AND cancel_requested_at IS NULL ORDER BY next_attempt_at, id LIMIT ?`,
 	CancelledCandidates: `SELECT id FROM refund_jobs
- WHERE state = 'cancelled' AND next_attempt_at <= ? AND attention_since IS NULL ORDER BY next_attempt_at, id LIMIT ?`,
-	OldestSucceeded: `SELECT MIN(next_attempt_at) FROM refund_jobs WHERE state = 'succeeded' AND attention_since IS NULL`,
+ WHERE state = 'cancelled' AND next_attempt_at <= ? AND attention_since IS NULL AND cancel_requested_at IS NULL ORDER BY next_attempt_at, id LIMIT ?`,
+	OldestSucceeded: `SELECT MIN(next_attempt_at) FROM refund_jobs WHERE state = 'succeeded' AND attention_since IS NULL AND cancel_requested_at IS NULL`,
 }
 
 // ArchiveAllowed reports whether the archive may move jobs: always, since

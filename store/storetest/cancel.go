@@ -193,6 +193,12 @@ func testCancelRunningFencesHolder_R32(t *testing.T, s store.Store) {
 	if _, total, _ := s.Attention(ctxFor(t), 10); total != 0 {
 		t.Fatalf("attention list after acknowledgement: %d jobs", total)
 	}
+	// R31: a job with a cancel request is never archived, even once final.
+	aged(t, s, done.Job)
+	archiveAll(t, s, "archiver-r", 10)
+	if d := get(t, s, job.ID); !d.Job.ArchivedAt.IsZero() {
+		t.Fatalf("a job with a cancel request was archived: %+v", d.Job)
+	}
 }
 
 // testCancelMaybeSentWaitsForAPerson_R32: a job sent before and waiting

@@ -48,9 +48,9 @@ const (
 
 	// %[1]s: the ids; %[2]s: a locking read's suffix.
 	// R31, R34: a job on the attention list stays until a person
-	// acknowledged it.
+	// acknowledged it; one with a cancel request stays (R31).
 	lockArchivable = `SELECT id, operation_key, state FROM refund_jobs
- WHERE id IN (%[1]s) AND state IN ('succeeded', 'cancelled') AND attention_since IS NULL
+ WHERE id IN (%[1]s) AND state IN ('succeeded', 'cancelled') AND attention_since IS NULL AND cancel_requested_at IS NULL
  ORDER BY id%[2]s`
 	// %[1]s: INSERT IGNORE; %[2]s: the ids.
 	keepKeysOf = `%[1]s INTO refund_operation_keys

@@ -209,7 +209,9 @@ func writeKinds(at func(time.Time) any) []writeKind {
 			store.StateRunning, []string{"last_reason"}, func(w store.Writeback, _ store.Job) []any {
 				return []any{w.Reason}
 			}, true},
-		{resolvedAs(store.ResolutionRefunded), "state = 'succeeded', updated_at = ?", store.StateManualReview,
+		// next_attempt_at: when it was resolved, its completion (the
+		// archive's retention counts from it, R31).
+		{resolvedAs(store.ResolutionRefunded), "state = 'succeeded', next_attempt_at = ?, updated_at = ?", store.StateManualReview,
 			[]string{"provider_refund_id", "last_reason"}, func(w store.Writeback, _ store.Job) []any {
 				return []any{w.ProviderRefundID, w.Reason}
 			}, false},
