@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"context"
+	"github.com/jobfence/jobfence/internal/proctest"
 	"sync"
 	"testing"
 	"time"
@@ -285,11 +286,5 @@ func containsSC(scs []trace.SpanContext, sc trace.SpanContext) bool {
 
 func waitQueued(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("timed out")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	proctest.WaitFor(t, 10*time.Second, "the calls queued in the batcher", cond)
 }
