@@ -2,7 +2,6 @@ package dispatch
 
 import (
 	"context"
-	"github.com/jobfence/jobfence/internal/proctest"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/jobfence/jobfence/internal/proctest"
 	"github.com/jobfence/jobfence/store"
 	"github.com/jobfence/jobfence/tracing"
 )
