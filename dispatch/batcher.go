@@ -15,9 +15,14 @@ import (
 
 // batcher coalesces concurrent calls into shared transactions: one COMMIT
 // for many enqueues or write-backs is what lets a backlog drain faster than
-// one durable commit per job. It adds no wait: the idle flusher takes a call
-// at once; calls that arrive while it is busy are gathered into its next
-// batch. The store answers each call of a batch on its own.
+// one durable commit per job. At low rates it adds no wait: the idle flusher
+// takes a call at once; calls that arrive while it is busy are gathered into
+// its next batch. Under load it waits a little on purpose: when calls come
+// at least twice per window from several callers, the first flusher holds a
+// batch open while they keep coming, up to window, so that one transaction,
+// one COMMIT and a few round trips carry many calls instead of each paying
+// its own exactly when the machine has the least time to spare. The store
+// answers each call of a batch on its own.
 //
 // One flusher runs calls as they come. The others are overflow: they take
 // queued calls only while that flusher's batch has run for overflowAfter, so
@@ -44,6 +49,47 @@ type batcher[In, Out any, K batchKind[In, Out]] struct {
 	// spanName, linked to every call it served (R35); nil traces nothing.
 	tracer   trace.Tracer
 	spanName string
+	// window is the longest the first flusher holds a batch open for more
+	// calls under load; 0 never. pace is its estimate of the load; only the
+	// first flusher uses it.
+	window time.Duration
+	pace   pace
+}
+
+// windowCalls is how many calls a batch held open waits for at most: past a
+// few dozen, one more call saves its share of a transaction that is no
+// longer much.
+const windowCalls = 32
+
+// pace estimates how often calls come, from those that arrive while the
+// first flusher runs a batch (smoothed: time running over calls arrived).
+// Calls that wait for the batch's answers before they call again (a closed
+// loop: workers completing jobs one after another) cannot arrive then, so
+// they never make a batch wait for calls that cannot come; a lone caller
+// never waits; and the time a batch is held open counts for nothing.
+type pace struct {
+	running time.Duration // smoothed time of a batch's transaction and answers
+	arrived float64       // smoothed calls that arrived meanwhile
+}
+
+// ran records a batch that ran for took while arrived calls queued.
+func (p *pace) ran(took time.Duration, arrived int) {
+	p.running = (3*p.running + took) / 4
+	p.arrived = (3*p.arrived + float64(arrived)) / 4
+}
+
+// hold reports how long to wait at most for each further call of a batch:
+// four times the estimated gap between calls when calls come at least
+// twice per window; 0 otherwise.
+func (p *pace) hold(window time.Duration) time.Duration {
+	if p.arrived <= 0 {
+		return 0
+	}
+	gap := time.Duration(float64(p.running) / p.arrived)
+	if 2*gap > window {
+		return 0
+	}
+	return min(4*gap, window)
 }
 
 // A batchKind is one kind of batched call, what a batcher's flushers run:
@@ -85,11 +131,11 @@ const overflowAfter = 20 * time.Millisecond
 
 // newBatcher starts flushers goroutines (one, and flushers-1 overflow) that
 // hand batches of up to maxBatch calls to kind.flush, each under timeout,
-// traced by tracer unless it is nil.
-func newBatcher[In, Out any, K batchKind[In, Out]](kind K, flushers, maxBatch int, timeout time.Duration,
+// held open under load for up to window, traced by tracer unless it is nil.
+func newBatcher[In, Out any, K batchKind[In, Out]](kind K, flushers, maxBatch int, timeout, window time.Duration,
 	sizes prometheus.Observer, tracer trace.Tracer) *batcher[In, Out, K] {
 	b := &batcher[In, Out, K]{kind: kind, queue: make(chan *batchCall[In, Out], flushers*maxBatch), maxBatch: maxBatch,
-		timeout: timeout, sizes: sizes, started: make(chan struct{}, flushers), done: make(chan struct{}),
+		timeout: timeout, window: window, sizes: sizes, started: make(chan struct{}, flushers), done: make(chan struct{}),
 		tracer: tracer, spanName: tracing.SpanBatch + " " + kind.name()}
 	go b.lead()
 	for i := 1; i < flushers; i++ {
@@ -156,7 +202,7 @@ func (b *batcher[In, Out, K]) lead() {
 			default:
 			}
 		}
-		b.runBatch(first)
+		b.runBatch(first, true)
 		b.busy.Store(0)
 	}
 }
@@ -180,7 +226,7 @@ func (b *batcher[In, Out, K]) overflow() {
 			}
 			select {
 			case first := <-b.queue:
-				b.runBatch(first)
+				b.runBatch(first, false)
 			default:
 				t.Reset(overflowAfter / 4) // nothing queued: look again soon
 				<-t.C
@@ -190,8 +236,12 @@ func (b *batcher[In, Out, K]) overflow() {
 }
 
 // runBatch runs first with the calls queued behind it, up to maxBatch, and
-// answers each.
-func (b *batcher[In, Out, K]) runBatch(first *batchCall[In, Out]) {
+// answers each. The first flusher (lead) holds the batch open under load
+// (pace) for up to windowCalls calls, for window at most and only while
+// they keep coming: once none came for four times the gap between calls, it
+// runs what it has. An overflow flusher never waits: it runs because calls
+// already wait too long.
+func (b *batcher[In, Out, K]) runBatch(first *batchCall[In, Out], lead bool) {
 	batch, ins := []*batchCall[In, Out]{first}, []In{first.in}
 gather:
 	for len(batch) < b.maxBatch {
@@ -202,6 +252,29 @@ gather:
 			break gather
 		}
 	}
+	if lead && b.window > 0 {
+		if each, want := b.pace.hold(b.window), min(windowCalls, b.maxBatch); each > 0 && len(batch) < want {
+			end := time.Now().Add(b.window)
+			t := time.NewTimer(each)
+		hold:
+			for len(batch) < want {
+				select {
+				case c := <-b.queue:
+					batch, ins = append(batch, c), append(ins, c.in)
+				case <-t.C:
+					break hold
+				case <-b.done:
+					break hold
+				}
+				left := time.Until(end)
+				if left <= 0 {
+					break
+				}
+				t.Reset(min(each, left))
+			}
+			t.Stop()
+		}
+	}
 	b.sizes.Observe(float64(len(batch)))
 	// The batch outlives any one caller: a caller that gives up must not
 	// cut the others' transaction.
@@ -210,7 +283,13 @@ gather:
 	if b.tracer != nil {
 		ctx, span = b.startSpan(ctx, batch)
 	}
+	began := time.Now()
 	outs := b.kind.flush(ctx, ins)
+	if lead {
+		// Calls that queued while the transaction ran: none can be waiting
+		// for this batch's answers.
+		b.pace.ran(time.Since(began), len(b.queue))
+	}
 	cancel()
 	if span != nil {
 		failed := 0

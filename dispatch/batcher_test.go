@@ -48,7 +48,7 @@ func TestBatcherHandsAbandonedOutcomes(t *testing.T) {
 		mu.Lock()
 		abandoned = append(abandoned, out)
 		mu.Unlock()
-	}}, 1, 8, time.Minute, prometheus.NewHistogram(prometheus.HistogramOpts{Name: "x"}), nil)
+	}}, 1, 8, time.Minute, 0, prometheus.NewHistogram(prometheus.HistogramOpts{Name: "x"}), nil)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	gone := make(chan error, 1)
@@ -82,7 +82,7 @@ func TestBatcherOverflowsAStalledBatch(t *testing.T) {
 				<-stall
 			}
 			return ins
-		}}, flushers, 8, time.Minute, prometheus.NewHistogram(prometheus.HistogramOpts{Name: "x"}), nil)
+		}}, flushers, 8, time.Minute, 0, prometheus.NewHistogram(prometheus.HistogramOpts{Name: "x"}), nil)
 		go b.do(context.Background(), 1) //nolint:errcheck
 		// The first call's batch is running.
 		<-stalled
@@ -110,7 +110,7 @@ func TestBatcherOverflowsAStalledBatch(t *testing.T) {
 // TestBatcherClosed: after close the flushers stop, and a call answers
 // ErrClosed instead of waiting for a batch that will never run.
 func TestBatcherClosed(t *testing.T) {
-	b := newBatcher[int, int](testFlush{run: func(_ context.Context, ins []int) []int { return ins }}, 2, 8, time.Minute,
+	b := newBatcher[int, int](testFlush{run: func(_ context.Context, ins []int) []int { return ins }}, 2, 8, time.Minute, 0,
 		prometheus.NewHistogram(prometheus.HistogramOpts{Name: "x"}), nil)
 	if out, err := b.do(context.Background(), 7); err != nil || out != 7 {
 		t.Fatalf("do before close = %d, %v", out, err)
@@ -129,5 +129,82 @@ func TestBatcherClosed(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("do after close still waits")
+	}
+}
+
+// TestBatcherHoldsBatchesOpenUnderLoad: calls from many callers, coming
+// far more often than twice per window, share batches held open for them
+// (many calls a transaction); without a window the same load runs in
+// batches of what queued during the previous one (a flush takes 1ms here,
+// about a short transaction with its COMMIT: about 4 calls).
+func TestBatcherHoldsBatchesOpenUnderLoad(t *testing.T) {
+	mean := func(window time.Duration) float64 {
+		var mu sync.Mutex
+		batches, calls := 0, 0
+		b := newBatcher[int, int](testFlush{run: func(_ context.Context, ins []int) []int {
+			mu.Lock()
+			batches, calls = batches+1, calls+len(ins)
+			mu.Unlock()
+			time.Sleep(time.Millisecond)
+			return ins
+		}}, 1, 128, time.Minute, window, prometheus.NewHistogram(prometheus.HistogramOpts{Name: "x"}), nil)
+		defer b.close()
+		// 8 callers, each a call every 2ms without waiting for its answer
+		// (an open loop, like producers at a steady rate): 4,000 calls/s.
+		var wg sync.WaitGroup
+		for i := range 8 {
+			wg.Go(func() {
+				time.Sleep(time.Duration(i) * 250 * time.Microsecond) // one call every 250µs in all
+				tick := time.NewTicker(2 * time.Millisecond)
+				defer tick.Stop()
+				var calls sync.WaitGroup
+				for range 150 {
+					<-tick.C
+					calls.Go(func() { b.do(context.Background(), 1) }) //nolint:errcheck
+				}
+				calls.Wait()
+			})
+		}
+		wg.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		return float64(calls) / float64(batches)
+	}
+	held, plain := mean(20*time.Millisecond), mean(0)
+	t.Logf("calls per batch: %.1f held open (window 20ms), %.1f without", held, plain)
+	if held < 8 || held < 2*plain {
+		t.Errorf("under load, %.1f calls per batch held open for up to 20ms (%.1f without); want at least 8 and "+
+			"twice as many (4,000 calls/s)", held, plain)
+	}
+}
+
+// TestBatcherNeverHoldsAWaitingCaller: callers that each wait for their
+// answer before the next call (a closed loop: workers completing jobs one
+// after another) are not held up waiting for calls that cannot come: a
+// hold in vain backs off, so that 200 rounds of such callers take a small
+// part of what a hold each would (200 windows).
+func TestBatcherNeverHoldsAWaitingCaller(t *testing.T) {
+	const window = 20 * time.Millisecond
+	for callers := 1; callers <= 8; callers *= 2 {
+		b := newBatcher[int, int](testFlush{run: func(_ context.Context, ins []int) []int { return ins }}, 1, 128,
+			time.Minute, window, prometheus.NewHistogram(prometheus.HistogramOpts{Name: "x"}), nil)
+		began := time.Now()
+		var wg sync.WaitGroup
+		for range callers {
+			wg.Go(func() {
+				for range 200 {
+					if _, err := b.do(context.Background(), 1); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		b.close()
+		if took := time.Since(began); took >= 50*window {
+			t.Errorf("%d callers in a closed loop: 200 calls each took %s; batches waited for calls that could not come",
+				callers, took)
+		}
 	}
 }

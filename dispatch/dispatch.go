@@ -54,6 +54,11 @@ type Options struct {
 	// (each) may run at once; MaxBatch the most enqueues or write-backs one
 	// carries (claims: ClaimsPerTx).
 	Flushers, MaxBatch int
+	// Window is the longest a batch is held open for more calls when they
+	// come at least twice per Window (the batcher's pace): under load one
+	// transaction then carries many calls; at low rates nothing waits.
+	// Negative: never held open.
+	Window time.Duration
 	// Metrics receive what the dispatcher does; nil ones are not observed.
 	Metrics Metrics
 	// Logger is slog.Default() when nil.
@@ -66,7 +71,7 @@ type Options struct {
 
 // Defaults are the options a zero field of Options takes; the server's
 // options and the coordinator's flags default to them too.
-var Defaults = Options{PollInterval: 200 * time.Millisecond, Flushers: 2, MaxBatch: 128}
+var Defaults = Options{PollInterval: 200 * time.Millisecond, Flushers: 2, MaxBatch: 128, Window: 4 * time.Millisecond}
 
 // Metrics are the observers a Dispatcher reports to.
 type Metrics struct {
@@ -113,6 +118,10 @@ func New(st Store, o Options) *Dispatcher {
 	if o.MaxBatch == 0 {
 		o.MaxBatch = Defaults.MaxBatch
 	}
+	if o.Window == 0 {
+		o.Window = Defaults.Window
+	}
+	window := max(o.Window, 0)
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -121,13 +130,13 @@ func New(st Store, o Options) *Dispatcher {
 	if o.TracerProvider != nil {
 		d.tracer = o.TracerProvider.Tracer(tracing.ScopeName)
 	}
-	d.writes = newBatcher[store.Writeback, store.WriteOutcome](writeFlush{st}, o.Flushers, o.MaxBatch, batchTimeout,
+	d.writes = newBatcher[store.Writeback, store.WriteOutcome](writeFlush{st}, o.Flushers, o.MaxBatch, batchTimeout, window,
 		o.Metrics.WriteBatch, d.tracer)
-	d.claims = newBatcher[store.ClaimParams, store.ClaimOutcome](claimFlush{d}, o.Flushers, ClaimsPerTx, batchTimeout,
+	d.claims = newBatcher[store.ClaimParams, store.ClaimOutcome](claimFlush{d}, o.Flushers, ClaimsPerTx, batchTimeout, window,
 		o.Metrics.ClaimTx, d.tracer)
 	d.enqueues = newBatcher[store.EnqueueParams, store.EnqueueOutcome](enqueueFlush{d}, o.Flushers, o.MaxBatch,
-		batchTimeout, o.Metrics.EnqueueBatch, d.tracer)
-	d.renewals = newBatcher[store.Renewal, store.RenewOutcome](renewFlush{st}, o.Flushers, o.MaxBatch, batchTimeout,
+		batchTimeout, window, o.Metrics.EnqueueBatch, d.tracer)
+	d.renewals = newBatcher[store.Renewal, store.RenewOutcome](renewFlush{st}, o.Flushers, o.MaxBatch, batchTimeout, window,
 		o.Metrics.RenewBatch, d.tracer)
 	return d
 }

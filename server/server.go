@@ -51,6 +51,10 @@ type Options struct { // zero fields take Defaults
 	// stalled one).
 	WriteFlushers int
 	WriteBatch    int
+	// CoalesceWindow is the longest an enqueue, claim, write-back or renewal
+	// transaction is held open for more calls when they come at least twice
+	// per window (dispatch.Options.Window); negative never.
+	CoalesceWindow time.Duration
 	// Auth authenticates and authorises every call but health checks and
 	// reflection; nil runs open (for loopback only: the command refuses
 	// anything else).
@@ -130,6 +134,7 @@ var Defaults = Options{
 	ClaimPollInterval: dispatch.Defaults.PollInterval,
 	WriteFlushers:     dispatch.Defaults.Flushers,
 	WriteBatch:        dispatch.Defaults.MaxBatch,
+	CoalesceWindow:    dispatch.Defaults.Window,
 
 	MaxReads:                    4,
 	MaxReadsPerCredential:       2,
@@ -184,7 +189,7 @@ func New(st store.Store, opts Options) *Server {
 			time.Second).withRates(opts.ReadsPerSecondPerCredential, opts.ReadsPerSecond),
 		streams: newCallLimit("worker streams", opts.MaxStreamsPerCredential, opts.MaxStreams, 5*time.Second),
 		dispatch: dispatch.New(st, dispatch.Options{PollInterval: opts.ClaimPollInterval,
-			Flushers: opts.WriteFlushers, MaxBatch: opts.WriteBatch, Logger: opts.Logger,
+			Flushers: opts.WriteFlushers, MaxBatch: opts.WriteBatch, Window: opts.CoalesceWindow, Logger: opts.Logger,
 			TracerProvider: opts.TracerProvider,
 			Metrics: dispatch.Metrics{ClaimTx: m.claimTxBatch, WriteBatch: m.writeBatch, EnqueueBatch: m.enqueueBatch,
 				RenewBatch: m.renewBatch,

@@ -36,6 +36,7 @@ func TestFlagMistakesSayWhatToDo(t *testing.T) {
 		{[]string{"--listen", "50361"}, `--listen "50361" has no host: want host:port, e.g. 127.0.0.1:50361`},
 		{[]string{"--tokens-file", tokens, "--listen", "0.0.0.0:0"}, "bearer tokens would cross the network in clear"},
 		{[]string{"--pprof-listen", "0.0.0.0:0"}, "pprof has no authentication"},
+		{[]string{"--coalesce-window", "1s"}, "--coalesce-window must be between 0 and 100ms, got 1s"},
 		{[]string{"--mysql-dsn", "root:hunter2@127.0.0.1:3306/jobfence"}, "the format is user:password@tcp(host:3306)/database"},
 		{[]string{"--mysql-dsn", "mysql://root:hunter2@db:3306/jobfence"}, "not a URL"},
 		{[]string{"--mysql-dsn", "root:hunter2@tcp(127.0.0.1:3306)/"}, "names no database"},

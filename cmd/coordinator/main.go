@@ -99,6 +99,7 @@ type config struct {
 	budgets         string
 	claimPoll       time.Duration
 	writeFlushers   int
+	coalesceWindow  time.Duration
 	writeBatch      int
 	pprofListen     string
 	metricsListen   string
@@ -167,6 +168,9 @@ func parseFlags(args []string, stderr *os.File) (config, error) {
 	fs.IntVar(&c.writeFlushers, "write-flushers", server.Defaults.WriteFlushers,
 		"how many enqueue, write-back and claim transactions (each) may run at once: one takes calls as they come, calls arriving meanwhile share its next transaction, the others step in only while a transaction has run for 20ms")
 	fs.IntVar(&c.writeBatch, "write-batch", server.Defaults.WriteBatch, "most enqueues or write-backs coalesced into one transaction")
+	fs.DurationVar(&c.coalesceWindow, "coalesce-window", server.Defaults.CoalesceWindow,
+		"under load (calls coming at least twice per window), the longest an enqueue, claim or write-back transaction waits for more calls to share it; "+
+			"fewer transactions and round trips per job for at most this much latency; at low rates nothing waits; 0 never waits")
 	fs.StringVar(&c.tokensFile, "tokens-file", "",
 		"bearer tokens, one per line: <name> <role,…> sha256:<hex of the token's SHA-256> (roles: producer, worker, operator, reader); "+
 			"required to listen beyond loopback unless --tls-client-ca is set")
@@ -288,6 +292,9 @@ func parseFlags(args []string, stderr *os.File) (config, error) {
 	}
 	if c.writeFlushers < 1 || c.writeFlushers > 256 {
 		return c, fmt.Errorf("--write-flushers must be between 1 and 256, got %d", c.writeFlushers)
+	}
+	if c.coalesceWindow < 0 || c.coalesceWindow > 100*time.Millisecond {
+		return c, fmt.Errorf("--coalesce-window must be between 0 and 100ms, got %s", c.coalesceWindow)
 	}
 	if c.writeBatch < 1 || c.writeBatch > 1000 {
 		return c, fmt.Errorf("--write-batch must be between 1 and 1000, got %d", c.writeBatch)
@@ -486,7 +493,8 @@ func open(ctx context.Context, c config, log *slog.Logger) (co *coordinator, err
 	srv := server.New(st, server.Options{
 		Lease: c.lease, MaxGrantAge: c.maxGrantAge, KeyRetention: c.keyRetention, ProviderKeyRetention: providerKeys,
 		ClaimPollInterval: c.claimPoll, WriteFlushers: c.writeFlushers, WriteBatch: c.writeBatch,
-		Auth: authn, Metrics: server.NewMetrics(reg, st), Logger: log,
+		CoalesceWindow: coalesceWindow(c.coalesceWindow),
+		Auth:           authn, Metrics: server.NewMetrics(reg, st), Logger: log,
 		MaxReads: c.maxReads, MaxReadsPerCredential: c.maxReadsPerCred,
 		ReadsPerSecond: c.readsPerSecond, ReadsPerSecondPerCredential: c.readsPerSecCred,
 		MaxStreams: c.maxStreams, MaxStreamsPerCredential: c.maxStreamsPerCred,
@@ -790,4 +798,13 @@ func serveHTTP(name, flagName, addr string, h http.Handler, log *slog.Logger) (*
 		}
 	}()
 	return srv, nil
+}
+
+// coalesceWindow is --coalesce-window as server.Options takes it: 0 there is
+// the default, and off is negative.
+func coalesceWindow(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }

@@ -50,6 +50,7 @@ func Run(t *testing.T, open Opener) {
 		{"EnqueueNotBeforeDefersClaim", testEnqueueNotBefore},
 		{"EnqueueManyAnswersEachOnItsOwn_R1", testEnqueueManyEachOnItsOwn},
 		{"EnqueueAndClaimTakesOldestDueFirst_Q1_R5", testEnqueueAndClaim},
+		{"HistoryAppendedOnceATransaction_R3", testHistoryAppendedOnce},
 		{"BadInputRejectedNothingWritten", testBadInput},
 		{"ClaimBumpsAttemptUnderDBClock_R2_R5_R12", testClaimBumps},
 		{"ClaimOrderStableAndBounded_Q1_Q4_R23", testClaimOrder},

@@ -50,10 +50,12 @@ func (b *Backend) EnqueueAndClaim(ctx context.Context, ps []store.EnqueueParams,
 	var err error
 	for try := 1; try <= Tries; try++ {
 		err = b.InTx(ctx, func(tx Tx) error {
-			if err := b.enqueueTx(ctx, tx, ps, valid, out); err != nil || len(cvalid) == 0 {
-				return err
-			}
-			return b.claimTx(ctx, tx, cs, cvalid, cout)
+			return b.withHistory(ctx, tx, func(tx Tx) error {
+				if err := b.enqueueTx(ctx, tx, ps, valid, out); err != nil || len(cvalid) == 0 {
+					return err
+				}
+				return b.claimTx(ctx, tx, cs, cvalid, cout)
+			})
 		})
 		if err == nil || !b.Duplicate(err) {
 			break
