@@ -16,6 +16,11 @@
 #   RIVER_JOBS  jobs of River's burn          100000
 #   RATES       steady rates, jobs/s          100,1000
 #   DURATION    producer run per rate         20s
+#   AT_ONCE     jobs worked at once at the steady rates, by either: River's
+#               MaxWorkers; jobfence's workers of at most 100 slots each  1000
+#               (32, scenario E's own default, lets a busy machine's
+#               slower round trips cap jobfence's fleet below 1,000 jobs/s:
+#               docs/BENCHMARKS.md, run 19)
 #   OUT         where binaries and summaries go (a new temporary folder)
 #   JOBFENCE_FLAGS, RIVER_FLAGS   further flags for either bench, space-separated
 #   TABLE_ONLY  when set, measure nothing: print the table of the run in OUT again
@@ -34,6 +39,8 @@ BATCH="${BATCH:-100}"
 RIVER_JOBS="${RIVER_JOBS:-100000}"
 RATES="${RATES:-100,1000}"
 DURATION="${DURATION:-20s}"
+AT_ONCE="${AT_ONCE:-1000}"
+at_once_workers=$(((AT_ONCE + 99) / 100)) # a Claim takes at most 100 jobs
 OUT="${OUT:-$(mktemp -d)}"
 read -r -a jobfence_flags <<<"${JOBFENCE_FLAGS:-}"
 read -r -a river_flags <<<"${RIVER_FLAGS:-}"
@@ -52,11 +59,11 @@ say "jobfence: scenarios C (batch $BATCH, 16 workers, $BACKLOG jobs) and E ($RAT
 # --results keeps this run's summary out of bench/results/.
 "$OUT/jobfence-bench" --mysql-dsn "$MYSQL_DSN" --scenarios ce --history 0 \
   --backlog "$BACKLOG" --batch "$BATCH" --workers 16 \
-  --latency-rates "$RATES" --latency-duration "$DURATION" \
+  --latency-rates "$RATES" --latency-duration "$DURATION" --latency-workers "$at_once_workers" --latency-slots $((AT_ONCE / at_once_workers)) \
   --results "$OUT/jobfence-results" ${jobfence_flags[@]+"${jobfence_flags[@]}"} >"$OUT/jobfence.txt"
 
 say "River: burn $RIVER_JOBS jobs, steady $RATES jobs/s for $DURATION"
-"$OUT/river-bench" --pg-dsn "$PG_DSN" --jobs "$RIVER_JOBS" --rates "$RATES" --duration "$DURATION" \
+"$OUT/river-bench" --pg-dsn "$PG_DSN" --jobs "$RIVER_JOBS" --rates "$RATES" --duration "$DURATION" --workers "$AT_ONCE" \
   ${river_flags[@]+"${river_flags[@]}"} >"$OUT/river.txt"
 fi
 

@@ -54,6 +54,7 @@ type batcher[In, Out any, K batchKind[In, Out]] struct {
 	// first flusher uses it.
 	window time.Duration
 	pace   pace
+	holds  prometheus.Observer // how long each held batch waited; nil: not observed
 }
 
 // windowCalls is how many calls a batch held open waits for at most: past a
@@ -133,10 +134,13 @@ const overflowAfter = 20 * time.Millisecond
 // hand batches of up to maxBatch calls to kind.flush, each under timeout,
 // held open under load for up to window, traced by tracer unless it is nil.
 func newBatcher[In, Out any, K batchKind[In, Out]](kind K, flushers, maxBatch int, timeout, window time.Duration,
-	sizes prometheus.Observer, tracer trace.Tracer) *batcher[In, Out, K] {
+	sizes prometheus.Observer, holds *prometheus.HistogramVec, tracer trace.Tracer) *batcher[In, Out, K] {
 	b := &batcher[In, Out, K]{kind: kind, queue: make(chan *batchCall[In, Out], flushers*maxBatch), maxBatch: maxBatch,
 		timeout: timeout, window: window, sizes: sizes, started: make(chan struct{}, flushers), done: make(chan struct{}),
 		tracer: tracer, spanName: tracing.SpanBatch + " " + kind.name()}
+	if holds != nil {
+		b.holds = holds.WithLabelValues(kind.name())
+	}
 	go b.lead()
 	for i := 1; i < flushers; i++ {
 		go b.overflow()
@@ -254,7 +258,8 @@ gather:
 	}
 	if lead && b.window > 0 {
 		if each, want := b.pace.hold(b.window), min(windowCalls, b.maxBatch); each > 0 && len(batch) < want {
-			end := time.Now().Add(b.window)
+			held := time.Now()
+			end := held.Add(b.window)
 			t := time.NewTimer(each)
 		hold:
 			for len(batch) < want {
@@ -273,6 +278,9 @@ gather:
 				t.Reset(min(each, left))
 			}
 			t.Stop()
+			if b.holds != nil {
+				b.holds.Observe(time.Since(held).Seconds())
+			}
 		}
 	}
 	b.sizes.Observe(float64(len(batch)))

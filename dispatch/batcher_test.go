@@ -48,7 +48,7 @@ func TestBatcherHandsAbandonedOutcomes(t *testing.T) {
 		mu.Lock()
 		abandoned = append(abandoned, out)
 		mu.Unlock()
-	}}, 1, 8, time.Minute, 0, prometheus.NewHistogram(prometheus.HistogramOpts{Name: "x"}), nil)
+	}}, 1, 8, time.Minute, 0, prometheus.NewHistogram(prometheus.HistogramOpts{Name: "x"}), nil, nil)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	gone := make(chan error, 1)
@@ -82,7 +82,7 @@ func TestBatcherOverflowsAStalledBatch(t *testing.T) {
 				<-stall
 			}
 			return ins
-		}}, flushers, 8, time.Minute, 0, prometheus.NewHistogram(prometheus.HistogramOpts{Name: "x"}), nil)
+		}}, flushers, 8, time.Minute, 0, prometheus.NewHistogram(prometheus.HistogramOpts{Name: "x"}), nil, nil)
 		go b.do(context.Background(), 1) //nolint:errcheck
 		// The first call's batch is running.
 		<-stalled
@@ -111,7 +111,7 @@ func TestBatcherOverflowsAStalledBatch(t *testing.T) {
 // ErrClosed instead of waiting for a batch that will never run.
 func TestBatcherClosed(t *testing.T) {
 	b := newBatcher[int, int](testFlush{run: func(_ context.Context, ins []int) []int { return ins }}, 2, 8, time.Minute, 0,
-		prometheus.NewHistogram(prometheus.HistogramOpts{Name: "x"}), nil)
+		prometheus.NewHistogram(prometheus.HistogramOpts{Name: "x"}), nil, nil)
 	if out, err := b.do(context.Background(), 7); err != nil || out != 7 {
 		t.Fatalf("do before close = %d, %v", out, err)
 	}
@@ -147,7 +147,7 @@ func TestBatcherHoldsBatchesOpenUnderLoad(t *testing.T) {
 			mu.Unlock()
 			time.Sleep(time.Millisecond)
 			return ins
-		}}, 1, 128, time.Minute, window, prometheus.NewHistogram(prometheus.HistogramOpts{Name: "x"}), nil)
+		}}, 1, 128, time.Minute, window, prometheus.NewHistogram(prometheus.HistogramOpts{Name: "x"}), nil, nil)
 		defer b.close()
 		// 8 callers, each a call every 2ms without waiting for its answer
 		// (an open loop, like producers at a steady rate): 4,000 calls/s.
@@ -187,7 +187,7 @@ func TestBatcherNeverHoldsAWaitingCaller(t *testing.T) {
 	const window = 20 * time.Millisecond
 	for callers := 1; callers <= 8; callers *= 2 {
 		b := newBatcher[int, int](testFlush{run: func(_ context.Context, ins []int) []int { return ins }}, 1, 128,
-			time.Minute, window, prometheus.NewHistogram(prometheus.HistogramOpts{Name: "x"}), nil)
+			time.Minute, window, prometheus.NewHistogram(prometheus.HistogramOpts{Name: "x"}), nil, nil)
 		began := time.Now()
 		var wg sync.WaitGroup
 		for range callers {

@@ -78,6 +78,9 @@ type Metrics struct {
 	// Batch sizes: claims, write-backs, enqueues and lease renewals per
 	// transaction.
 	ClaimTx, WriteBatch, EnqueueBatch, RenewBatch prometheus.Observer
+	// Holds observes, by kind (enqueue, claim, write, renew), how long
+	// each batch held open under load waited for more calls (Window).
+	Holds *prometheus.HistogramVec
 	// Handoffs counts long polls answered in an enqueue's transaction;
 	// IdleLooks the looks idle long polls share (one per poll instant and
 	// provider filter).
@@ -131,13 +134,13 @@ func New(st Store, o Options) *Dispatcher {
 		d.tracer = o.TracerProvider.Tracer(tracing.ScopeName)
 	}
 	d.writes = newBatcher[store.Writeback, store.WriteOutcome](writeFlush{st}, o.Flushers, o.MaxBatch, batchTimeout, window,
-		o.Metrics.WriteBatch, d.tracer)
+		o.Metrics.WriteBatch, o.Metrics.Holds, d.tracer)
 	d.claims = newBatcher[store.ClaimParams, store.ClaimOutcome](claimFlush{d}, o.Flushers, ClaimsPerTx, batchTimeout, window,
-		o.Metrics.ClaimTx, d.tracer)
+		o.Metrics.ClaimTx, o.Metrics.Holds, d.tracer)
 	d.enqueues = newBatcher[store.EnqueueParams, store.EnqueueOutcome](enqueueFlush{d}, o.Flushers, o.MaxBatch,
-		batchTimeout, window, o.Metrics.EnqueueBatch, d.tracer)
+		batchTimeout, window, o.Metrics.EnqueueBatch, o.Metrics.Holds, d.tracer)
 	d.renewals = newBatcher[store.Renewal, store.RenewOutcome](renewFlush{st}, o.Flushers, o.MaxBatch, batchTimeout, window,
-		o.Metrics.RenewBatch, d.tracer)
+		o.Metrics.RenewBatch, o.Metrics.Holds, d.tracer)
 	return d
 }
 
@@ -155,8 +158,12 @@ func (m Metrics) withDefaults() Metrics {
 		}
 		return o
 	}
+	holds := m.Holds
+	if holds == nil {
+		holds = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "unobserved"}, []string{"kind"})
+	}
 	return Metrics{ClaimTx: h(m.ClaimTx), WriteBatch: h(m.WriteBatch), EnqueueBatch: h(m.EnqueueBatch), RenewBatch: h(m.RenewBatch),
-		Handoffs: c(m.Handoffs), IdleLooks: c(m.IdleLooks)}
+		Holds: holds, Handoffs: c(m.Handoffs), IdleLooks: c(m.IdleLooks)}
 }
 
 // Enqueue enqueues p in a shared transaction. An error is the caller's

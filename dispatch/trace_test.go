@@ -64,7 +64,7 @@ func TestBatchSpanLinksEveryCallItServed_R35(t *testing.T) {
 			}
 		}
 		return out
-	}}, 1, 8, time.Minute, 0, prometheus.NewHistogram(prometheus.HistogramOpts{Name: "x"}), tp.Tracer(tracing.ScopeName))
+	}}, 1, 8, time.Minute, 0, prometheus.NewHistogram(prometheus.HistogramOpts{Name: "x"}), nil, tp.Tracer(tracing.ScopeName))
 	defer b.close()
 
 	call := func(v int, wg *sync.WaitGroup) trace.SpanContext {

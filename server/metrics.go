@@ -21,6 +21,7 @@ type Metrics struct {
 	writeBatch   prometheus.Histogram
 	enqueueBatch prometheus.Histogram
 	claimTxBatch prometheus.Histogram
+	batchHolds   *prometheus.HistogramVec
 	handoffs     prometheus.Counter
 	idleLooks    prometheus.Counter
 	earlyRejects *prometheus.CounterVec
@@ -81,6 +82,11 @@ func NewMetrics(reg prometheus.Registerer, st store.Store) *Metrics {
 			Help:    "Claims coalesced into one transaction.",
 			Buckets: []float64{1, 2, 4, 8, 16, 32},
 		}),
+		batchHolds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "jobfence_batch_hold_seconds",
+			Help:    "How long a transaction held open under load waited for more calls to share it (--coalesce-window), by kind: enqueue, claim, write, renew.",
+			Buckets: []float64{.0005, .001, .002, .004, .008, .016, .032, .1},
+		}, []string{"kind"}),
 		handoffs: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "jobfence_handoff_claims_total",
 			Help: "Long-polling Claims answered with jobs in the transaction of the enqueue that created them, instead of a claim transaction of their own.",
@@ -146,7 +152,7 @@ func NewMetrics(reg prometheus.Registerer, st store.Store) *Metrics {
 	for _, rpc := range []string{"Complete", "Reschedule", "Escalate", "RenewLeases"} {
 		m.stale.WithLabelValues(rpc)
 	}
-	reg.MustRegister(m.takeovers, m.stale, m.granted, m.jobsPerClaim, m.writeBatch, m.enqueueBatch, m.claimTxBatch, m.handoffs, m.idleLooks, m.earlyRejects, m.renewals, m.renewBatch, m.receiptToCompletion, m.workStreams, m.handedBack, m.unacknowledged, m.refused, m.cancels, m.cancelsTooLate, m.grpc,
+	reg.MustRegister(m.takeovers, m.stale, m.granted, m.jobsPerClaim, m.writeBatch, m.enqueueBatch, m.claimTxBatch, m.batchHolds, m.handoffs, m.idleLooks, m.earlyRejects, m.renewals, m.renewBatch, m.receiptToCompletion, m.workStreams, m.handedBack, m.unacknowledged, m.refused, m.cancels, m.cancelsTooLate, m.grpc,
 		newStatsCollector(st))
 	return m
 }

@@ -192,7 +192,7 @@ func New(st store.Store, opts Options) *Server {
 			Flushers: opts.WriteFlushers, MaxBatch: opts.WriteBatch, Window: opts.CoalesceWindow, Logger: opts.Logger,
 			TracerProvider: opts.TracerProvider,
 			Metrics: dispatch.Metrics{ClaimTx: m.claimTxBatch, WriteBatch: m.writeBatch, EnqueueBatch: m.enqueueBatch,
-				RenewBatch: m.renewBatch,
+				RenewBatch: m.renewBatch, Holds: m.batchHolds,
 				Handoffs:   m.handoffs, IdleLooks: m.idleLooks}}),
 		pausesDone: make(chan struct{})}
 	if opts.TracerProvider != nil {
