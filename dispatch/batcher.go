@@ -16,7 +16,7 @@ import (
 // batcher coalesces concurrent calls into shared transactions: one COMMIT
 // for many enqueues or write-backs is what lets a backlog drain faster than
 // one durable commit per job. At low rates it adds no wait: the idle flusher
-// takes a call at once; calls that arrive while it is busy are gathered into
+// takes a call at once (but for the odd burst); calls that arrive while it is busy are gathered into
 // its next batch. Under load it waits a little on purpose: when calls come
 // at least twice per window from several callers, the first flusher holds a
 // batch open while they keep coming, up to window, so that one transaction,

@@ -170,7 +170,7 @@ func parseFlags(args []string, stderr *os.File) (config, error) {
 	fs.IntVar(&c.writeBatch, "write-batch", server.Defaults.WriteBatch, "most enqueues or write-backs coalesced into one transaction")
 	fs.DurationVar(&c.coalesceWindow, "coalesce-window", server.Defaults.CoalesceWindow,
 		"under load (calls coming at least twice per window), the longest an enqueue, claim or write-back transaction waits for more calls to share it; "+
-			"fewer transactions and round trips per job for at most this much latency; at low rates nothing waits; 0 never waits")
+			"fewer transactions and round trips per job for at most this much latency; at low rates almost nothing waits; 0 never waits")
 	fs.StringVar(&c.tokensFile, "tokens-file", "",
 		"bearer tokens, one per line: <name> <role,…> sha256:<hex of the token's SHA-256> (roles: producer, worker, operator, reader); "+
 			"required to listen beyond loopback unless --tls-client-ca is set")
