@@ -193,7 +193,7 @@ func New(st store.Store, opts Options) *Server {
 			TracerProvider: opts.TracerProvider,
 			Metrics: dispatch.Metrics{ClaimTx: m.claimTxBatch, WriteBatch: m.writeBatch, EnqueueBatch: m.enqueueBatch,
 				RenewBatch: m.renewBatch, Holds: m.batchHolds,
-				Handoffs:   m.handoffs, IdleLooks: m.idleLooks}}),
+				Handoffs: m.handoffs, IdleLooks: m.idleLooks}}),
 		pausesDone: make(chan struct{})}
 	if opts.TracerProvider != nil {
 		s.tracer = opts.TracerProvider.Tracer(tracing.ScopeName)
