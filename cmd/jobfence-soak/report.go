@@ -80,7 +80,8 @@ func (s *soak) report(st settled, f final) error {
 		"retain_s", num(s.cfg.retain.Seconds(), 0), "archive_interval_s", num(s.cfg.archiveInterval.Seconds(), 0),
 		"workers", s.cfg.workers, "slots", s.cfg.slots, "provider_ms", msec(s.cfg.providerTime),
 		"restarts", len(s.restarts), "restart_down_s", listOrNone(down), "enqueue_retries", s.prod.retries.Load(),
-		"stream_reopens", s.fleet.streamEnds.Load(), "takeovers", s.fleet.takeovers.Load(),
+		"stream_reopens", s.fleet.streamEnds.Load(), "stale_after_restart", s.fleet.staleAfterRestart.Load(),
+		"takeovers", s.fleet.takeovers.Load(),
 		"reconciles", s.fleet.reconciles.Load(),
 		"windows", len(s.windows), "first_third", windowList(v.First), "last_third", windowList(v.Last)}
 	for _, c := range v.Compared {

@@ -34,6 +34,11 @@ type fleet struct {
 	reconciles atomic.Int64 // reconcile handler calls
 	streamEnds atomic.Int64 // worker streams that ended or failed to open (WorkerClaimFailed)
 	renewFails atomic.Int64
+	// staleAfterRestart counts write-backs refused as stale around a
+	// restart: grants the stopping coordinator handed back because their
+	// acknowledgement had not reached it when their stream ended
+	// (docs/DESIGN.md, "The worker stream"), done again by a later attempt.
+	staleAfterRestart atomic.Int64
 }
 
 // startFleet starts the workers; they run until stop.
@@ -95,8 +100,13 @@ func (f *fleet) stop() {
 }
 
 // event takes every worker event. A stream ending, or a renewal failing,
-// while the coordinator restarts is expected; anything else that is not a
-// completion is a functional failure.
+// while the coordinator restarts is expected, and so is a write-back
+// refused as stale (with the observation the worker files for it): a
+// grant sent just before the stopping coordinator ended its stream, whose
+// acknowledgement it had not read, is handed back, and its token writes
+// nothing more (R25) while the job's next attempt completes it; the
+// producer's check that every job completes exactly once still holds. Anything
+// else that is not a completion is a functional failure.
 func (f *fleet) event(e jobfence.WorkerEvent) {
 	switch e.Kind {
 	case jobfence.WorkerClaimed:
@@ -121,6 +131,15 @@ func (f *fleet) event(e jobfence.WorkerEvent) {
 		if !f.s.restarting() {
 			f.s.fail("worker %s outside a restart: %v", e.Kind, e.Err)
 		}
+	case jobfence.WorkerStale, jobfence.WorkerObserved:
+		if f.s.restarting() {
+			if e.Kind == jobfence.WorkerStale {
+				f.staleAfterRestart.Add(1)
+			}
+			return
+		}
+		f.s.fail("worker %s outside a restart: job %d (%s) attempt %d: %v", e.Kind, e.Job.Job.ID,
+			e.Job.Job.OperationKey, e.Job.Attempt, e.Err)
 	default:
 		f.s.fail("worker %s: job %d (%s) attempt %d: %v", e.Kind, e.Job.Job.ID, e.Job.Job.OperationKey,
 			e.Job.Attempt, e.Err)
