@@ -7,113 +7,29 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
-	"net"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
-	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	pb "github.com/jobfence/jobfence/gen/jobfence/v1"
+	"github.com/jobfence/jobfence/internal/otlptest"
 	"github.com/jobfence/jobfence/internal/proctest"
 	"github.com/jobfence/jobfence/internal/testdb"
 )
 
-// otlpReceiver is the OTLP trace service of the OpenTelemetry protos on a
-// real gRPC server on loopback: what a collector would receive.
-type otlpReceiver struct {
-	collectortrace.UnimplementedTraceServiceServer
-	addr string
-	mu   sync.Mutex
-	reqs []*collectortrace.ExportTraceServiceRequest
-	raw  bytes.Buffer // every request, serialized, one after another
-}
-
-func startOTLPReceiver(t *testing.T) *otlpReceiver {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &otlpReceiver{addr: lis.Addr().String()}
-	gs := grpc.NewServer()
-	collectortrace.RegisterTraceServiceServer(gs, r)
-	go gs.Serve(lis) //nolint:errcheck // ends with Stop
-	t.Cleanup(gs.Stop)
-	return r
-}
-
-func (r *otlpReceiver) Export(_ context.Context, req *collectortrace.ExportTraceServiceRequest) (
-	*collectortrace.ExportTraceServiceResponse, error) {
-	b, err := proto.Marshal(req)
-	if err != nil {
-		return nil, err
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.reqs = append(r.reqs, req)
-	r.raw.Write(b)
-	return &collectortrace.ExportTraceServiceResponse{}, nil
-}
-
-// exported is every span received, with the service.name it came under.
-type exported struct {
-	*tracepb.Span
-	service string
-}
-
-func (r *otlpReceiver) spans() []exported {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []exported
-	for _, req := range r.reqs {
-		for _, rs := range req.GetResourceSpans() {
-			service := attrOf(rs.GetResource().GetAttributes(), "service.name")
-			for _, ss := range rs.GetScopeSpans() {
-				for _, s := range ss.GetSpans() {
-					out = append(out, exported{s, service})
-				}
-			}
-		}
-	}
-	return out
-}
-
-func (r *otlpReceiver) bytes() []byte {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return bytes.Clone(r.raw.Bytes())
-}
+// exported is a span the receiver got, with the service.name it came under.
+type exported = otlptest.Span
 
 // attrOf is the value of key among attrs, as text; "" when absent.
-func attrOf(attrs []*commonpb.KeyValue, key string) string {
-	for _, a := range attrs {
-		if a.GetKey() != key {
-			continue
-		}
-		switch v := a.GetValue().GetValue().(type) {
-		case *commonpb.AnyValue_StringValue:
-			return v.StringValue
-		case *commonpb.AnyValue_IntValue:
-			return fmt.Sprint(v.IntValue)
-		case *commonpb.AnyValue_BoolValue:
-			return fmt.Sprint(v.BoolValue)
-		default:
-			return fmt.Sprint(a.GetValue())
-		}
-	}
-	return ""
-}
+var attrOf = otlptest.Attr
 
 // caller is one calling span of the test's own: the traceparent its calls
 // carry.
@@ -171,12 +87,12 @@ func contains(list []string, s string) bool {
 // DSN, or a value the SQL statements were given.
 func TestTracingFollowsAJobFromEnqueueToEveryAttempt_R35(t *testing.T) {
 	proctest.SkipShort(t, "coordinator")
-	recv := startOTLPReceiver(t)
+	recv := otlptest.Start(t)
 	dsn := testdb.MySQL(t)
 	p := proctest.Start(t, bin.coordinator, proctest.Options{
 		Args: []string{"--listen", "127.0.0.1:0", "--log-format", "json", "--log-level", "debug"},
 		Env: []string{"JOBFENCE_MYSQL_DSN=" + dsn, "OTEL_SDK_DISABLED=", "OTEL_TRACES_EXPORTER=",
-			"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + recv.addr, "OTEL_EXPORTER_OTLP_PROTOCOL=grpc",
+			"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + recv.Addr, "OTEL_EXPORTER_OTLP_PROTOCOL=grpc",
 			"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=", "OTEL_TRACES_SAMPLER=", "OTEL_TRACES_SAMPLER_ARG=",
 			"OTEL_SERVICE_NAME=jobfence-r35-test", "OTEL_RESOURCE_ATTRIBUTES=deployment.environment.name=test",
 			"OTEL_BSP_SCHEDULE_DELAY=600000"},
@@ -341,7 +257,7 @@ func TestTracingFollowsAJobFromEnqueueToEveryAttempt_R35(t *testing.T) {
 	if err := p.Wait(t, 30*time.Second); err != nil {
 		t.Fatalf("exit after SIGTERM: %v", err)
 	}
-	spans := recv.spans()
+	spans := recv.Spans()
 	if len(spans) == 0 {
 		t.Fatal("nothing exported by the shutdown's flush")
 	}
@@ -350,8 +266,8 @@ func TestTracingFollowsAJobFromEnqueueToEveryAttempt_R35(t *testing.T) {
 	for _, s := range spans {
 		byRef[ref(s.Span)] = s
 		byName[s.GetName()] = append(byName[s.GetName()], s)
-		if s.service != "jobfence-r35-test" {
-			t.Errorf("span %s under service.name %q", s.GetName(), s.service)
+		if s.Service != "jobfence-r35-test" {
+			t.Errorf("span %s under service.name %q", s.GetName(), s.Service)
 		}
 	}
 
@@ -542,7 +458,7 @@ func TestTracingFollowsAJobFromEnqueueToEveryAttempt_R35(t *testing.T) {
 	}
 
 	// Nothing secret in the exported bytes.
-	raw := recv.bytes()
+	raw := recv.Bytes()
 	for _, tok := range tokens {
 		if tok == "" || bytes.Contains(raw, []byte(tok)) {
 			t.Errorf("a lease token (%q) is in the exported spans", tok)
@@ -592,8 +508,8 @@ func parallel(t *testing.T, n int, f func(i int) error) {
 // caller's traceparent and tracestate, which every grant hands on (R35).
 func TestTracingOffExportsNothingAndStillStoresTheCallersTrace_R35(t *testing.T) {
 	proctest.SkipShort(t, "coordinator")
-	recv := startOTLPReceiver(t)
-	endpoint := "OTEL_EXPORTER_OTLP_ENDPOINT=http://" + recv.addr
+	recv := otlptest.Start(t)
+	endpoint := "OTEL_EXPORTER_OTLP_ENDPOINT=http://" + recv.Addr
 	unset := []string{"OTEL_SDK_DISABLED=", "OTEL_TRACES_EXPORTER=", "OTEL_EXPORTER_OTLP_ENDPOINT=",
 		"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=", "OTEL_EXPORTER_OTLP_PROTOCOL=grpc", "OTEL_BSP_SCHEDULE_DELAY=10"}
 	for name, env := range map[string][]string{
@@ -642,7 +558,7 @@ func TestTracingOffExportsNothingAndStillStoresTheCallersTrace_R35(t *testing.T)
 			if err := p.Wait(t, 30*time.Second); err != nil {
 				t.Fatalf("exit after SIGTERM: %v", err)
 			}
-			if n := len(recv.spans()); n != 0 {
+			if n := len(recv.Spans()); n != 0 {
 				t.Errorf("%d spans exported with tracing off", n)
 			}
 			for _, r := range p.Records() {

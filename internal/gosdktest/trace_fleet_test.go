@@ -15,7 +15,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -23,13 +22,10 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
-	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
-	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
-	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
-	"google.golang.org/grpc"
 
 	"github.com/jobfence/jobfence/clients/go/jobfence"
 	"github.com/jobfence/jobfence/fakeprovider"
+	"github.com/jobfence/jobfence/internal/otlptest"
 	"github.com/jobfence/jobfence/internal/proctest"
 	"github.com/jobfence/jobfence/internal/testdb"
 	"github.com/jobfence/jobfence/server"
@@ -63,7 +59,7 @@ func TestFleetAttemptSpansShareTheEnqueueTrace_R35(t *testing.T) {
 	sr := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
 	coord := startTracedCoordinator(t, tp)
-	otlp := startOTLPReceiver(t)
+	otlp := otlptest.Start(t)
 	prov := httptest.NewServer(fakeprovider.New(fakeprovider.Config{}))
 	t.Cleanup(prov.Close)
 
@@ -103,7 +99,7 @@ func TestFleetAttemptSpansShareTheEnqueueTrace_R35(t *testing.T) {
 	}
 	node := proctest.Start(t, "node", proctest.Options{
 		Args: append([]string{nodeJS}, flags("node")...),
-		Env: []string{"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + otlp.addr, "OTEL_EXPORTER_OTLP_PROTOCOL=grpc",
+		Env: []string{"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + otlp.Addr, "OTEL_EXPORTER_OTLP_PROTOCOL=grpc",
 			"OTEL_SERVICE_NAME=fleet-node", "OTEL_BSP_SCHEDULE_DELAY=200"},
 		Ready: "refund-worker started",
 	})
@@ -144,7 +140,7 @@ func TestFleetAttemptSpansShareTheEnqueueTrace_R35(t *testing.T) {
 				attempts["go"] = spanOfSDK(s)
 			}
 		}
-		for _, s := range otlp.spans() {
+		for _, s := range otlp.Spans() {
 			if s.GetName() == jobfence.AttemptSpanName {
 				attempts["node"] = spanOfOTLP(s)
 			}
@@ -229,31 +225,17 @@ func spanOfSDK(s sdktrace.ReadOnlySpan) fleetSpan {
 	return f
 }
 
-func spanOfOTLP(s exportedSpan) fleetSpan {
+func spanOfOTLP(s otlptest.Span) fleetSpan {
 	f := fleetSpan{name: s.GetName(), kind: strings.ToLower(strings.TrimPrefix(s.GetKind().String(), "SPAN_KIND_")),
 		traceID: hex.EncodeToString(s.GetTraceId()), spanID: hex.EncodeToString(s.GetSpanId()),
 		parent: hex.EncodeToString(s.GetParentSpanId()), attrs: map[string]string{}}
 	for _, kv := range s.GetAttributes() {
-		f.attrs[kv.GetKey()] = otlpValue(kv.GetValue())
+		f.attrs[kv.GetKey()] = otlptest.Value(kv.GetValue())
 	}
 	for _, l := range s.GetLinks() {
 		f.links = append(f.links, fleetLink{hex.EncodeToString(l.GetTraceId()), hex.EncodeToString(l.GetSpanId())})
 	}
 	return f
-}
-
-func otlpValue(v *commonpb.AnyValue) string {
-	switch v := v.GetValue().(type) {
-	case *commonpb.AnyValue_StringValue:
-		return v.StringValue
-	case *commonpb.AnyValue_IntValue:
-		return fmt.Sprint(v.IntValue)
-	case *commonpb.AnyValue_BoolValue:
-		return fmt.Sprint(v.BoolValue)
-	case *commonpb.AnyValue_DoubleValue:
-		return fmt.Sprint(v.DoubleValue)
-	}
-	return fmt.Sprint(v)
 }
 
 // pythonAttemptSpan reads the Python worker's attempt span from the file the
@@ -331,56 +313,6 @@ func startTracedCoordinator(t *testing.T, tp trace.TracerProvider) *coordinator 
 	}
 	t.Cleanup(func() { c.client.Close() })
 	return c
-}
-
-// otlpReceiver is the OTLP trace service of the OpenTelemetry protos on a
-// real gRPC server on loopback: what a collector would receive.
-type otlpReceiver struct {
-	collectortrace.UnimplementedTraceServiceServer
-	addr string
-	mu   sync.Mutex
-	reqs []*collectortrace.ExportTraceServiceRequest
-}
-
-// exportedSpan is one span the receiver got.
-type exportedSpan = *tracepb.Span
-
-func startOTLPReceiver(t *testing.T) *otlpReceiver {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &otlpReceiver{addr: lis.Addr().String()}
-	gs := grpc.NewServer()
-	collectortrace.RegisterTraceServiceServer(gs, r)
-	go gs.Serve(lis) //nolint:errcheck
-	t.Cleanup(gs.Stop)
-	return r
-}
-
-func (r *otlpReceiver) Export(_ context.Context, req *collectortrace.ExportTraceServiceRequest) (
-	*collectortrace.ExportTraceServiceResponse, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.reqs = append(r.reqs, req)
-	return &collectortrace.ExportTraceServiceResponse{}, nil
-}
-
-func (r *otlpReceiver) spans() []exportedSpan {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []exportedSpan
-	for _, req := range r.reqs {
-		for _, rs := range req.GetResourceSpans() {
-			for _, ss := range rs.GetScopeSpans() {
-				for _, s := range ss.GetSpans() {
-					out = append(out, s)
-				}
-			}
-		}
-	}
-	return out
 }
 
 // repoRoot is the repository's root folder.

@@ -83,13 +83,24 @@ func (c *traceCoordinator) seen() []tracedCall {
 // busy machine may run the renewer late, so it waits for the call rather
 // than a fixed time, up to a bound.
 func (c *traceCoordinator) renewed() {
-	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+	poll(10*time.Second, func() bool {
 		for _, call := range c.seen() {
 			if call.method == "RenewLeases" {
-				return
+				return true
 			}
 		}
+		return false
+	})
+}
+
+// poll reports whether cond came true within d, looking every 5ms.
+func poll(d time.Duration, cond func() bool) bool {
+	for end := time.Now().Add(d); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(end) {
+			return false
+		}
 	}
+	return true
 }
 
 // grantOnce is the job the first time, then nothing.
@@ -328,11 +339,8 @@ func runTraced(t *testing.T, coord *traceCoordinator, sr *tracetest.SpanRecorder
 		t.Fatal("the job was not written back")
 	}
 	// The span ends after the write-back and the receipt it may file.
-	for end := time.Now().Add(10 * time.Second); sr != nil && !attemptEnded(sr); {
-		if time.Now().After(end) {
-			t.Fatal("the attempt span did not end")
-		}
-		time.Sleep(5 * time.Millisecond)
+	if sr != nil && !poll(10*time.Second, func() bool { return attemptEnded(sr) }) {
+		t.Fatal("the attempt span did not end")
 	}
 	<-handled
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

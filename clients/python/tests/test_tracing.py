@@ -29,6 +29,7 @@ from jobfence.types import ClaimedJob
 from jobfence.v1 import coordinator_pb2 as pb
 
 from fakecoord import Fail, FakeCoordinator
+from harness import eventually
 
 STANDIN = str(Path(__file__).resolve().parent / "otel_standin")
 GRANT_TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -121,7 +122,14 @@ def run(fake: FakeCoordinator, handler: Callable[[ClaimedJob, HandlerContext], R
         if stream:
             fake.stream(0).grant(job)
         assert done.wait(10), "the job was not written back"
-        time.sleep(0.1)  # the span ends right after
+        # The attempt span ends right after: wait for it where spans are recorded.
+        recorder = provider
+        if recorder is None and tracing.otel_available():
+            from opentelemetry import trace
+
+            recorder = trace.get_tracer_provider()
+        if hasattr(recorder, "ended"):
+            eventually(lambda: recorder.ended(tracing.ATTEMPT_SPAN_NAME), what="the attempt span's end")
     finally:
         w.stop()
         t.join(30)
