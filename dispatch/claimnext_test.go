@@ -5,9 +5,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/jobfence/jobfence/internal/testdb"
 	"github.com/jobfence/jobfence/store"
@@ -115,5 +119,65 @@ func TestClaimNextSkipsTheLookAfterAShortfallUnlessWoken(t *testing.T) {
 				t.Fatal("the job enqueued since the shortfall waited for the next poll instant: the wake did not make the claim look")
 			}
 		})
+	}
+}
+
+// Claims are never held open for more claims, however fast they come: a
+// claim is a worker with free slots (a stream's credits, a long poll), and
+// holding it idles them. Enqueues under the same window are (the control).
+func TestClaimsAreNeverHeldOpen(t *testing.T) {
+	st := testdb.SQLiteBackend().Open(t)
+	holds := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "holds"}, []string{"kind"})
+	d := New(st, Options{PollInterval: time.Minute, Window: 50 * time.Millisecond, Metrics: Metrics{Holds: holds},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	defer d.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const jobs = 600
+	// 12 producers enqueue without waiting for each other, then 12 workers
+	// claim one job a call until all are taken: both far above twice per window.
+	var wg sync.WaitGroup
+	for w := range 12 {
+		wg.Go(func() {
+			for i := w; i < jobs; i += 12 {
+				out, err := d.Enqueue(ctx, store.EnqueueParams{OperationKey: fmt.Sprintf("held-%d", i),
+					OrderID: "o", PaymentID: "p", AmountMinor: 100, Currency: "EUR", Provider: "acme"})
+				if err == nil {
+					err = out.Err
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	var claimed atomic.Int64
+	for range 12 {
+		wg.Go(func() {
+			for claimed.Load() < jobs && ctx.Err() == nil {
+				got, err := d.Claim(ctx, store.ClaimParams{WorkerID: "w", MaxJobs: 1, Lease: time.Minute}, 0)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				claimed.Add(int64(len(got)))
+			}
+		})
+	}
+	wg.Wait()
+	count := func(kind string) uint64 {
+		var m dto.Metric
+		if err := holds.WithLabelValues(kind).(prometheus.Histogram).Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		return m.GetHistogram().GetSampleCount()
+	}
+	if n := count("enqueue"); n == 0 {
+		t.Errorf("no enqueue batch was held open under the load: the control shows nothing")
+	}
+	if n := count("claim"); n != 0 {
+		t.Errorf("%d claim batches were held open, want none", n)
 	}
 }

@@ -54,10 +54,11 @@ type Options struct {
 	// (each) may run at once; MaxBatch the most enqueues or write-backs one
 	// carries (claims: ClaimsPerTx).
 	Flushers, MaxBatch int
-	// Window is the longest a batch is held open for more calls when they
-	// come at least twice per Window (the batcher's pace): under load one
-	// transaction then carries many calls; at low rates nothing waits.
-	// Negative: never held open.
+	// Window is the longest a batch of enqueues, write-backs or renewals is
+	// held open for more calls when they come at least twice per Window (the
+	// batcher's pace): under load one transaction then carries many calls; at
+	// low rates nothing waits. Claims are never held. Negative: never held
+	// open.
 	Window time.Duration
 	// Metrics receive what the dispatcher does; nil ones are not observed.
 	Metrics Metrics
@@ -78,7 +79,7 @@ type Metrics struct {
 	// Batch sizes: claims, write-backs, enqueues and lease renewals per
 	// transaction.
 	ClaimTx, WriteBatch, EnqueueBatch, RenewBatch prometheus.Observer
-	// Holds observes, by kind (enqueue, claim, write, renew), how long
+	// Holds observes, by kind (enqueue, write, renew), how long
 	// each batch held open under load waited for more calls (Window).
 	Holds *prometheus.HistogramVec
 	// Handoffs counts long polls answered in an enqueue's transaction;
@@ -135,7 +136,9 @@ func New(st Store, o Options) *Dispatcher {
 	}
 	d.writes = newBatcher[store.Writeback, store.WriteOutcome](writeFlush{st}, o.Flushers, o.MaxBatch, batchTimeout, window,
 		o.Metrics.WriteBatch, o.Metrics.Holds, d.tracer)
-	d.claims = newBatcher[store.ClaimParams, store.ClaimOutcome](claimFlush{d}, o.Flushers, ClaimsPerTx, batchTimeout, window,
+	// Claims are never held open: a claim waits for free slots that a held
+	// batch would idle (a stream's credits, a worker's long poll).
+	d.claims = newBatcher[store.ClaimParams, store.ClaimOutcome](claimFlush{d}, o.Flushers, ClaimsPerTx, batchTimeout, 0,
 		o.Metrics.ClaimTx, o.Metrics.Holds, d.tracer)
 	d.enqueues = newBatcher[store.EnqueueParams, store.EnqueueOutcome](enqueueFlush{d}, o.Flushers, o.MaxBatch,
 		batchTimeout, window, o.Metrics.EnqueueBatch, o.Metrics.Holds, d.tracer)

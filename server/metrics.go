@@ -84,7 +84,7 @@ func NewMetrics(reg prometheus.Registerer, st store.Store) *Metrics {
 		}),
 		batchHolds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "jobfence_batch_hold_seconds",
-			Help:    "How long a transaction held open under load waited for more calls to share it (--coalesce-window), by kind: enqueue, claim, write, renew.",
+			Help:    "How long a transaction held open under load waited for more calls to share it (--coalesce-window), by kind: enqueue, write, renew (claims are never held).",
 			Buckets: []float64{.0005, .001, .002, .004, .008, .016, .032, .1},
 		}, []string{"kind"}),
 		handoffs: prometheus.NewCounter(prometheus.CounterOpts{

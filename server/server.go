@@ -51,9 +51,10 @@ type Options struct { // zero fields take Defaults
 	// stalled one).
 	WriteFlushers int
 	WriteBatch    int
-	// CoalesceWindow is the longest an enqueue, claim, write-back or renewal
+	// CoalesceWindow is the longest an enqueue, write-back or renewal
 	// transaction is held open for more calls when they come at least twice
-	// per window (dispatch.Options.Window); negative never.
+	// per window (dispatch.Options.Window; claims are never held); negative
+	// never.
 	CoalesceWindow time.Duration
 	// Auth authenticates and authorises every call but health checks and
 	// reflection; nil runs open (for loopback only: the command refuses

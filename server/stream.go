@@ -181,10 +181,6 @@ func (ws *workStream) serve(stream pb.Coordinator_WorkServer) error {
 	go func() { defer close(claimed); ws.claimLoop() }()
 	go ws.watch()
 
-	type received struct {
-		m   *pb.WorkRequest
-		err error
-	}
 	in := make(chan received)
 	go func() {
 		for {
@@ -223,6 +219,11 @@ loop:
 		case <-ws.s.draining:
 			end = status.Error(codes.Unavailable, "the coordinator is stopping: open the stream again "+
 				"(another replica, or this one once it is back); unanswered calls are safe to repeat (R21)")
+			if ws.acks {
+				ws.stopClaims()
+				<-claimed
+				ws.awaitAcks(in, slots)
+			}
 			break loop
 		case <-ws.failed:
 			end = ws.failErr
@@ -256,6 +257,52 @@ loop:
 		return ws.failErr
 	}
 	return end
+}
+
+// received is one message read from a worker stream, or the error that
+// ended the reading.
+type received struct {
+	m   *pb.WorkRequest
+	err error
+}
+
+// StreamDrainGrace is how long a stopping coordinator keeps reading a
+// worker stream that acknowledges its grants while grants it sent there
+// are still unacknowledged. An acknowledgement already on the wire when
+// the stop began then keeps its grant with the worker that has it, instead
+// of the grant being handed back and run again under a new attempt (whose
+// COMMIT would fence the first worker's write-back off, R25). Nothing is
+// granted meanwhile; what is still unacknowledged at its end is handed back.
+const StreamDrainGrace = time.Second
+
+// awaitAcks reads the stream after its claimer stopped, until no grant it
+// was sent is unacknowledged, StreamDrainGrace has passed, or the stream
+// ends or fails. Calls read meanwhile are answered as ever.
+func (ws *workStream) awaitAcks(in <-chan received, slots chan struct{}) {
+	grace := time.NewTimer(StreamDrainGrace)
+	defer grace.Stop()
+	for ws.holdsUnshown() {
+		select {
+		case r := <-in:
+			if r.err != nil || ws.take(r.m, slots) != nil {
+				return
+			}
+		case <-ws.shownCh:
+		case <-grace.C:
+			return
+		case <-ws.failed:
+			return
+		case <-ws.ctx.Done():
+			return
+		}
+	}
+}
+
+// holdsUnshown reports whether any grant of the stream is unshown.
+func (ws *workStream) holdsUnshown() bool {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	return len(ws.unshown) > 0
 }
 
 // take handles one message after WorkStart: credits for the claimer, a call

@@ -311,6 +311,42 @@ func TestWorkStreamEndsWithoutTakingWork(t *testing.T) {
 	}
 }
 
+// R25, rolling deploys: an acknowledgement on its way when the coordinator
+// begins to stop keeps the grant with the worker that has it. The stopping
+// coordinator grants nothing more but reads the stream for up to
+// StreamDrainGrace while a grant it sent is unacknowledged; the job is not
+// handed back (no second attempt), and the worker's write-back under its
+// grant lands.
+func TestStopReadsAcknowledgementsOnTheirWay(t *testing.T) {
+	c := start(t, testdb.SQLiteBackend())
+	ctx := ctxFor(t)
+	w := c.openWork(t, ctx, &pb.WorkStart{WorkerId: "acking", Credits: 2, LeaseDuration: durationpb.New(time.Minute),
+		Acknowledges: true})
+	j := c.enqueue(t)
+	g := w.grant()
+	c.server.Drain()
+	time.Sleep(100 * time.Millisecond) // the acknowledgement leaves after the stop began
+	if err := w.send(&pb.WorkRequest{Kind: &pb.WorkRequest_Ack{Ack: &pb.WorkAck{Grants: []*pb.GrantRef{
+		{JobId: g.Job.Id, Attempt: g.Attempt, LeaseToken: g.LeaseToken}}}}}); err != nil {
+		t.Errorf("the acknowledgement could not be sent: %v (the stream had ended)", err)
+	}
+	began := time.Now()
+	if err := w.ended(10 * time.Second); status.Code(err) != codes.Unavailable {
+		t.Fatalf("the stream ended with %v, want UNAVAILABLE", err)
+	}
+	if took := time.Since(began); took > server.StreamDrainGrace/2 {
+		t.Errorf("the stream ended %s after the last grant's acknowledgement, want at once", took)
+	}
+	d, err := c.store.Get(ctx, store.GetParams{JobRef: store.JobRef{ID: j.Id}})
+	if err != nil || d.Job.State != store.StateRunning || d.Job.Attempt != g.Attempt {
+		t.Fatalf("job after the stop: %+v, %v; want it running under attempt %d, not handed back", d.Job, err, g.Attempt)
+	}
+	if _, err := c.client.Complete(ctx, &pb.CompleteRequest{JobId: j.Id, Attempt: g.Attempt, LeaseToken: g.LeaseToken,
+		ProviderRefundId: "re_drain"}); err != nil {
+		t.Fatalf("the acknowledged grant's completion: %v, want it to land", err)
+	}
+}
+
 // stuckStream opens a worker stream on its own connection with fixed HTTP/2
 // windows of 64 KiB (no window growth, so that what it leaves unread fills
 // them soon) that sends heartbeats, and spam when set, but reads nothing.

@@ -169,7 +169,7 @@ func parseFlags(args []string, stderr *os.File) (config, error) {
 		"how many enqueue, write-back and claim transactions (each) may run at once: one takes calls as they come, calls arriving meanwhile share its next transaction, the others step in only while a transaction has run for 20ms")
 	fs.IntVar(&c.writeBatch, "write-batch", server.Defaults.WriteBatch, "most enqueues or write-backs coalesced into one transaction")
 	fs.DurationVar(&c.coalesceWindow, "coalesce-window", server.Defaults.CoalesceWindow,
-		"under load (calls coming at least twice per window), the longest an enqueue, claim or write-back transaction waits for more calls to share it; "+
+		"under load (calls coming at least twice per window), the longest an enqueue or write-back transaction waits for more calls to share it (claims never wait); "+
 			"fewer transactions and round trips per job for at most this much latency; at low rates almost nothing waits; 0 never waits")
 	fs.StringVar(&c.tokensFile, "tokens-file", "",
 		"bearer tokens, one per line: <name> <role,…> sha256:<hex of the token's SHA-256> (roles: producer, worker, operator, reader); "+

@@ -212,6 +212,11 @@ func (b *bench) run(ctx context.Context) error {
 			return err
 		}
 	}
+	if b.cfg.runs('r') {
+		if err := b.roundTrips(ctx); err != nil {
+			return err
+		}
+	}
 	b.summary("run", "seconds", num(time.Since(b.started).Seconds(), 1), "loadavg", loadAvg())
 	summary := strings.Join(b.lines, "\n") + "\n"
 	if err := b.writeResult("summary.txt", []byte(summary)); err != nil {

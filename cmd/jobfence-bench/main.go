@@ -95,6 +95,8 @@ type config struct {
 	grantHold     time.Duration // each job's provider call
 	grantRate     int
 	grantDuration time.Duration // producer run (quick)
+	roundTripRate int           // scenario R: transactions per second
+	roundTripTxs  int           // scenario R: transactions per way and round
 }
 
 func (c config) mode() string {
@@ -128,7 +130,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 			"f (console pages), g (lease renewal: takeover after a killed worker, and renewals' cost; two to three minutes), "+
 			"h (grant delivery to busy worker streams), "+
 			"w (write-path costs: the backlog drained in shared transactions once per index variant, and history and "+
-			"ledger rows alone; run it with --history 0)")
+			"ledger rows alone; run it with --history 0), "+
+			"r (round trips against statements: a lone enqueue-and-hand-off transaction statement by statement, "+
+			"and in two multi-statement exchanges)")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write the bench process's CPU profile to this file")
 	fs.IntVar(&c.maxConns, "mysql-max-conns", 32,
 		"connection pool of the coordinator (--mysql-max-conns) and of the in-process direct baseline")
@@ -165,6 +169,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		"scenario G: renewal interval of the renewing workers; 0: a third of the lease (the Go SDK's default)")
 	fs.IntVar(&c.renewWorkers, "renew-workers", 20, "scenario G: Go SDK workers of the cost runs, 100 slots each")
 	fs.IntVar(&c.renewPairs, "renew-pairs", 2, "scenario G: cost runs without and with renewal, alternating (quick: 1)")
+	fs.IntVar(&c.roundTripRate, "roundtrip-rate", 100, "scenario R: transactions per second, each alone")
+	fs.IntVar(&c.roundTripTxs, "roundtrip-txs", 1000, "scenario R: transactions per way and round (quick: 200)")
 	fs.IntVar(&c.grantWorkers, "grant-workers", 16, "scenario H: worker streams, each on its own connection")
 	fs.IntVar(&c.grantCredits, "grant-credits", 4, "scenario H: credits (free slots) each worker stream holds, 1..1000")
 	fs.DurationVar(&c.grantHold, "grant-hold", 100*time.Millisecond,
@@ -192,7 +198,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		quick := map[string]string{
 			"history": "0,20000,190000", "candidate-reps": "500", "claim-duration": "1.5s",
 			"backlog": "5000", "latency-duration": "2s", "renew-duration": "2s", "renew-pairs": "1",
-			"grant-duration": "2s",
+			"grant-duration": "2s", "roundtrip-txs": "200",
 		}
 		for name, v := range quick {
 			if !given[name] {
@@ -236,11 +242,13 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		c.latencyAPIs = append(c.latencyAPIs, api)
 	}
 	for _, s := range c.scenarios {
-		if !strings.ContainsRune("abcdefghw", s) {
-			return c, fmt.Errorf("--scenarios: unknown scenario %q (letters of abcefghw)", s)
+		if !strings.ContainsRune("abcdefghrw", s) {
+			return c, fmt.Errorf("--scenarios: unknown scenario %q (letters of abcefghrw)", s)
 		}
 	}
 	switch {
+	case c.roundTripRate < 1 || c.roundTripRate > 1000, c.roundTripTxs < 1:
+		return c, errors.New("--roundtrip-rate must be between 1 and 1000 and --roundtrip-txs at least 1")
 	case c.candidateReps < 1, c.candidateLimit < 1, c.backlog < 1, c.workers < 1, c.latencyWorkers < 1:
 		return c, errors.New("counts must be at least 1")
 	case c.latencySlots < 1 || c.latencySlots > 100:
