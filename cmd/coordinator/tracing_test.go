@@ -396,8 +396,11 @@ func TestTracingFollowsAJobFromEnqueueToEveryAttempt_R35(t *testing.T) {
 
 	// The shared transactions: each a root linked to the calls it served,
 	// at least one serving several; the statements their children.
-	// (A worker stream's claims are its claimer's: the stream's span.)
-	for kind, served := range map[string][]string{"enqueue": {"jobfence.v1.Coordinator/EnqueueRefund"},
+	// (A worker stream's claims are its claimer's: the stream's span. An
+	// enqueue's transaction serves the waiting claims it hands its jobs to,
+	// a long poll's or a stream's, as well as its enqueues.)
+	for kind, served := range map[string][]string{"enqueue": {"jobfence.v1.Coordinator/EnqueueRefund",
+		"jobfence.v1.Coordinator/Claim", "jobfence.v1.Coordinator/Work"},
 		"claim": {"jobfence.v1.Coordinator/Claim", "jobfence.v1.Coordinator/Work"}, "write": {"jobfence.writeback"}} {
 		most := 0
 		for _, b := range byName["jobfence.batch "+kind] {
