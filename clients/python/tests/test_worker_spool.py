@@ -339,8 +339,12 @@ def test_the_go_workers_spool_is_filed_by_this_worker_and_this_ones_by_the_go_wo
         # inside its provider call when it is frozen.
         admin(url, "POST", "/v1/_admin/faults", {"hang_after": 2, "key": key, "times": 1})
         go_spool = tmp_path / "go" / "go-A.receipts.jsonl"
+        # One slot: frozen while it holds the job, A has no credit left, so its
+        # stream cannot be granted the job's takeover before B claims it (with
+        # a free slot, a poll round between the lease's end and B's claim
+        # could hand it to the frozen A, which was not silent long enough yet).
         a = go_worker(coord, url, r["provider"], "go-A", go_spool, "--lease", "30s", "--no-lease-renewal",
-                      "--provider-timeout", "20s", "--call-timeout", "2s")
+                      "--provider-timeout", "20s", "--call-timeout", "2s", "--concurrency", "1")
         procs.append(a)
         refund_id = eventually(lambda: next((x["id"] for x in admin(url, "GET", "/v1/_oracle")["refunds"]
                                              if x.get("merchant_reference") == key), None), 20, "A's refund")
