@@ -32,16 +32,22 @@ var nextKey atomic.Int64
 
 func enqueueOne(t *testing.T, d *Dispatcher) int64 {
 	t.Helper()
-	k := nextKey.Add(1)
-	out, err := d.Enqueue(context.Background(), store.EnqueueParams{OperationKey: fmt.Sprintf("next-%d", k),
-		OrderID: "o", PaymentID: "p", AmountMinor: 100, Currency: "EUR", Provider: "acme"})
-	if err == nil {
-		err = out.Err
-	}
+	out, err := enqueueNext(context.Background(), d)
 	if err != nil || !out.Created {
 		t.Fatalf("enqueue: %v, %v", out, err)
 	}
 	return out.Job.ID
+}
+
+// enqueueNext enqueues a refund under the next key; err includes the
+// outcome's own. Safe from any goroutine.
+func enqueueNext(ctx context.Context, d *Dispatcher) (store.EnqueueOutcome, error) {
+	out, err := d.Enqueue(ctx, store.EnqueueParams{OperationKey: fmt.Sprintf("next-%d", nextKey.Add(1)),
+		OrderID: "o", PaymentID: "p", AmountMinor: 100, Currency: "EUR", Provider: "acme"})
+	if err == nil {
+		err = out.Err
+	}
+	return out, err
 }
 
 // waitArmed waits until n waiters are armed.
@@ -140,12 +146,7 @@ func TestClaimsAreNeverHeldOpen(t *testing.T) {
 	for w := range 12 {
 		wg.Go(func() {
 			for i := w; i < jobs; i += 12 {
-				out, err := d.Enqueue(ctx, store.EnqueueParams{OperationKey: fmt.Sprintf("held-%d", i),
-					OrderID: "o", PaymentID: "p", AmountMinor: 100, Currency: "EUR", Provider: "acme"})
-				if err == nil {
-					err = out.Err
-				}
-				if err != nil {
+				if _, err := enqueueNext(ctx, d); err != nil {
 					t.Error(err)
 					return
 				}

@@ -199,6 +199,7 @@ func (ws *workStream) serve(stream pb.Coordinator_WorkServer) error {
 	}()
 	slots := make(chan struct{}, maxStreamCalls)
 	var end error
+	drained := false // the coordinator drains: read acknowledgements on their way
 loop:
 	for {
 		select {
@@ -219,11 +220,7 @@ loop:
 		case <-ws.s.draining:
 			end = status.Error(codes.Unavailable, "the coordinator is stopping: open the stream again "+
 				"(another replica, or this one once it is back); unanswered calls are safe to repeat (R21)")
-			if ws.acks {
-				ws.stopClaims()
-				<-claimed
-				ws.awaitAcks(in, slots)
-			}
+			drained = true
 			break loop
 		case <-ws.failed:
 			end = ws.failErr
@@ -236,6 +233,9 @@ loop:
 	// No more grants; answer what was read, then let the sender finish.
 	ws.stopClaims()
 	<-claimed
+	if drained && ws.acks {
+		ws.awaitAcks(in, slots)
+	}
 	ws.calls.Wait()
 	close(ws.out)
 	select {
